@@ -1,0 +1,18 @@
+"""fred: a deterministic single-node simulator of distributed deep-learning training.
+
+Quick use::
+
+    import fred
+    result = fred.run("scenarios/quickstart.yaml", stop={"max_updates": 50})
+    result.metrics            # eval loss/accuracy against simulated time
+    again = fred.load_run(result.path)
+"""
+
+__version__ = "0.1.0"
+
+from fred.api import load_run, run  # noqa: E402
+from fred.loading import ScenarioError, load_scenario, validate  # noqa: E402
+from fred.runner import RunResult  # noqa: E402
+from fred.scenario import Scenario  # noqa: E402
+
+__all__ = ["RunResult", "Scenario", "ScenarioError", "load_run", "load_scenario", "run", "validate", "__version__"]

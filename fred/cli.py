@@ -1,0 +1,115 @@
+"""The ``fred`` command line: ``fred run`` and ``fred list``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from fred.loading import ScenarioError
+
+SUMMARY_KEYS = [
+    "status", "stop_reason", "strategy", "workers", "sim_time_s", "updates",
+    "final_eval_loss", "final_eval_accuracy", "bytes_sent", "mean_staleness", "params_sha256", "wall_time_s",
+]  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return args.handler(args)
+    except ScenarioError as err:
+        print(f"fred: {err}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, ValueError) as err:  # data files, shard sizes: input problems, not bugs
+        print(f"fred: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fred: interrupted; no run directory was written", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fred", description="Simulate distributed deep-learning training.")
+    sub = parser.add_subparsers(dest="command")
+    run = sub.add_parser("run", help="run one scenario and write its run directory")
+    run.add_argument("scenario", help="scenario YAML file")
+    run.add_argument("--out", help="run directory (default: runs/<name>-<hash of the resolved scenario>)")
+    run.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
+                     help="override a scenario field, e.g. --set cluster.workers=16 (repeatable)")
+    run.add_argument("--seed", type=int, help="override the scenario's seed")
+    run.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    run.set_defaults(handler=_run)
+    lst = sub.add_parser("list", help="list the registered strategies")
+    lst.set_defaults(handler=_list)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from fred.api import default_run_dir, run
+    from fred.loading import load_scenario
+
+    scenario = load_scenario(args.scenario, args.sets, args.seed)
+    out = Path(args.out) if args.out else default_run_dir(scenario)
+    show = not args.quiet and sys.stderr.isatty()
+    with _progress(scenario, show) as progress:
+        result = run(scenario, out=out, progress=progress)
+    if not args.quiet:
+        _print_summary(result.summary, out)
+    return 0 if result.summary["status"] in ("completed", "diverged") else 1
+
+
+def _list(args: argparse.Namespace) -> int:
+    from strategies import registry
+
+    for strategy in registry.all_strategies():
+        print(f"{strategy.name:<12} {strategy.summary}")
+    return 0
+
+
+class _progress:
+    """A rich progress bar on a terminal; nothing at all otherwise."""
+
+    def __init__(self, scenario, show: bool):
+        self.scenario, self.show = scenario, show
+
+    def __enter__(self) -> Callable[[float, int, float], None] | None:
+        if not self.show:
+            return None
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        stop = self.scenario.stop
+        self.total = stop.max_updates if stop.max_updates is not None else stop.max_sim_time_s
+        self.by_updates = stop.max_updates is not None
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                            TimeElapsedColumn(), transient=True)
+        self.task = self.bar.add_task(self.scenario.name, total=self.total, info="")
+        self.bar.start()
+        return self.update
+
+    def update(self, sim_time_s: float, updates: int, eval_loss: float) -> None:
+        done = updates if self.by_updates else sim_time_s
+        info = f"t={sim_time_s:.3f}s  updates={updates}  eval_loss={eval_loss:.4f}"
+        self.bar.update(self.task, completed=min(done, self.total), info=info)
+
+    def __exit__(self, *exc) -> None:
+        if self.show:
+            self.bar.stop()
+
+
+def _print_summary(summary: dict, out: Path) -> None:
+    width = max(len(k) for k in SUMMARY_KEYS)
+    for key in SUMMARY_KEYS:
+        value = summary.get(key)
+        text = f"{value:.6g}" if isinstance(value, float) else str(value)
+        print(f"{key:<{width}}  {text}")
+    print(f"{'run directory':<{width}}  {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""How long a worker's gradient step takes in simulated seconds.
+
+The base time comes from the scenario (``step_time_s`` per batch, or FLOPs per
+example over device FLOP/s); per-worker speed factors, named stragglers,
+lognormal jitter and random straggle events then shape each worker's draws.
+Each worker draws from its own stream, in a fixed order, so one worker's
+randomness never depends on another's progress.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fred import rng
+from fred.scenario import Scenario
+
+
+class ComputeModel:
+    """Draws per-iteration compute durations for every worker of a scenario."""
+
+    def __init__(self, scenario: Scenario):
+        cluster = scenario.cluster
+        self.base_step_s = base_step_time_s(scenario)
+        n = cluster.workers
+        self.scale = np.array([1.0 / cluster.speed.get(w, 1.0) for w in range(n)])
+        self.delay_s = np.zeros(n)
+        for s in cluster.stragglers:
+            self.scale[s.worker] *= s.slow_factor
+            self.delay_s[s.worker] += s.delay_s
+        self.sigma = cluster.jitter.sigma if cluster.jitter.kind == "lognormal" else 0.0
+        self.straggle = cluster.random_straggle
+        self._streams = [rng.stream(scenario.seed, "compute", w) for w in range(n)]
+
+    def duration_s(self, worker: int) -> float:
+        """The next gradient step's duration for ``worker``."""
+        stream = self._streams[worker]
+        seconds = self.base_step_s * self.scale[worker]
+        if self.sigma > 0:
+            seconds *= float(np.exp(self.sigma * stream.standard_normal()))
+        seconds += self.delay_s[worker]
+        if self.straggle.probability > 0 and stream.random() < self.straggle.probability:
+            seconds += self.straggle.delay_s
+        return float(seconds)
+
+
+def base_step_time_s(scenario: Scenario) -> float:
+    """Seconds per batch at speed 1, before jitter and stragglers."""
+    compute = scenario.cluster.compute
+    flops = scenario.workload.resolved_flops_per_example() or compute.flops_per_example
+    if flops is not None and compute.device_flops is not None:
+        return flops * scenario.data.batch_size / compute.device_flops
+    if compute.step_time_s is not None:
+        return compute.step_time_s
+    raise ValueError("cluster.compute needs step_time_s, or flops_per_example with device_flops")

@@ -1,0 +1,246 @@
+"""The simulation: a SimPy environment plus the primitives strategies compose.
+
+Strategies never touch links, clocks or records directly. They write worker and
+server processes as generators and use five primitives:
+
+``yield from sim.compute(worker, params)``
+    charge one gradient step of simulated time; returns the real :class:`GradSum`.
+``yield from sim.send(src, dst, nbytes, kind, payload)``
+    a point-to-point transfer (FIFO contention); a payload lands in ``dst``'s mailbox.
+``yield from server.push(...)`` / ``server.fetch(...)``
+    transfers to and from a :class:`~fred.server.ParameterServer`.
+``yield from sim.allreduce(group, member, nbytes, value)``
+    join a ring all-reduce with the group's other members; returns the summed value.
+``sim.applied(contributions, version_applied)``
+    tell the run a model update happened (records, evaluation, stopping).
+
+SimPy orders simultaneous events by (time, priority, insertion sequence), and every
+process here is started in a fixed order, so the whole run is deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generator, Sequence
+
+import numpy as np
+import simpy
+
+from fred.compute import ComputeModel
+from fred.data import Dataset
+from fred.models import Params
+from fred.network import Network
+from fred.numerics import GradSum, Numerics, sum_grads
+
+Process = Generator[simpy.Event, Any, Any]
+Tracer = Callable[[str, str, float, float, float], None]
+
+
+@dataclass
+class Worker:
+    """A simulated worker: its index, entity name and where its batches come from."""
+
+    index: int
+    next_batch: Callable[[], np.ndarray]
+
+    @property
+    def name(self) -> str:
+        return f"worker{self.index}"
+
+
+class _GradientRequest:
+    __slots__ = ("params", "rows", "result")
+
+    def __init__(self, params: Params, rows: np.ndarray):
+        self.params, self.rows, self.result = params, rows, None
+
+
+class GradientService:
+    """Evaluates gradient requests lazily, batching those made on the same parameters.
+
+    A request's value is needed only when its simulated compute time has passed;
+    by then every worker that started on the same parameters at the same instant
+    has asked too, so one vectorised call serves them all. The exact reduction
+    makes the batched and unbatched results bit-identical.
+    """
+
+    def __init__(self, numerics: Numerics, dataset: Dataset):
+        self.numerics, self.dataset = numerics, dataset
+        self._pending: list[_GradientRequest] = []
+
+    def request(self, params: Params, rows: np.ndarray) -> _GradientRequest:
+        req = _GradientRequest(params, rows)
+        self._pending.append(req)
+        return req
+
+    def result(self, req: _GradientRequest) -> GradSum:
+        if req.result is None:
+            self._flush_like(req)
+        return req.result
+
+    def _flush_like(self, first: _GradientRequest) -> None:
+        same = [r for r in self._pending if r.params is first.params and len(r.rows) == len(first.rows)]
+        self._pending = [r for r in self._pending if not any(r is s for s in same)]
+        rows = np.concatenate([r.rows for r in same])
+        x, y = self.dataset.x_train[rows], self.dataset.y_train[rows]
+        for req, part in zip(same, self.numerics.shard_sums(first.params, x, y, len(same))):
+            req.result = part
+
+
+@dataclass
+class _Collective:
+    """One all-reduce call of a group: who has joined, when it starts, when it ends."""
+
+    members: int
+    started: simpy.Event
+    arrived: list[tuple[int, Any]] = field(default_factory=list)
+    done: simpy.Event | None = None
+    result: Any = None
+
+
+class Simulation:
+    """Entities, links and primitives of one run. Built by :func:`fred.runner.build`."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        workers: list[Worker],
+        network: Network,
+        compute_model: ComputeModel,
+        gradients: GradientService,
+        init_params: Params,
+        param_bytes: int,
+        seed: int,
+    ):
+        self.env, self.workers, self.network = env, workers, network
+        self.compute_model, self.gradients = compute_model, gradients
+        self.init_params, self.param_bytes, self.seed = init_params, param_bytes, seed
+        self.tracers: list[Tracer] = []
+        self.update_hooks: list[Callable[[list[tuple[int, int]], int], None]] = []
+        self.compute_hooks: list[Callable[[GradSum], None]] = []
+        self._collectives: dict[tuple[Any, int], _Collective] = {}
+        self._joined: dict[tuple[Any, int], int] = {}
+        self._mailboxes: dict[str, simpy.Store] = {}
+        for worker in workers:
+            network.add(worker.name)
+
+    # -- bookkeeping -------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return self.env.now
+
+    def process(self, generator: Process) -> simpy.Process:
+        return self.env.process(generator)
+
+    def trace(self, kind: str, entity: str, start_s: float, end_s: float, nbytes: float = 0.0) -> None:
+        for tracer in self.tracers:
+            tracer(kind, entity, start_s, end_s, nbytes)
+
+    def wait(self, entity: str, until_s: float) -> simpy.Timeout:
+        """Idle until ``until_s``, recorded as a ``wait`` event when it takes time."""
+        if until_s > self.now:
+            self.trace("wait", entity, self.now, until_s)
+        return self.env.timeout(max(until_s - self.now, 0.0))
+
+    def wait_for(self, entity: str, event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
+        """Block on ``event`` (a barrier, a message); the blocked time is recorded as ``wait``."""
+        start = self.now
+        value = yield event
+        if self.now > start:
+            self.trace("wait", entity, start, self.now)
+        return value
+
+    def applied(self, contributions: Sequence[tuple[int, int]], version_applied: int) -> None:
+        """Record one model update made of ``(worker, version_read)`` gradients.
+
+        ``version_applied`` is the model version the gradients were applied to, so
+        each contribution's staleness is ``version_applied - version_read``.
+        """
+        for hook in self.update_hooks:
+            hook(list(contributions), version_applied)
+
+    # -- primitives --------------------------------------------------------------------
+    def compute(self, worker: Worker, params: Params) -> Generator[simpy.Event, Any, GradSum]:
+        """One gradient step of ``worker`` on its next batch, at ``params``."""
+        request = self.gradients.request(params, worker.next_batch())
+        start = self.now
+        yield self.env.timeout(self.compute_model.duration_s(worker.index))
+        self.trace("compute", worker.name, start, self.now)
+        grad = self.gradients.result(request)
+        for hook in self.compute_hooks:
+            hook(grad)
+        return grad
+
+    def send(
+        self, src: str, dst: str, nbytes: float, kind: str = "send", payload: Any = None
+    ) -> Generator[simpy.Event, Any, None]:
+        """Move ``nbytes`` from ``src`` to ``dst``; a ``payload`` is delivered to ``dst``'s mailbox."""
+        transfer = self.network.reserve(src, dst, nbytes, self.now)
+        yield self.wait(src, transfer.start_s)
+        yield self.env.timeout(transfer.arrive_s - self.now)
+        self.trace(kind, src, transfer.start_s, self.now, nbytes)
+        if payload is not None:
+            self.mailbox(dst).put((src, payload))
+
+    def mailbox(self, entity: str) -> simpy.Store:
+        """The FIFO of ``(sender, payload)`` messages delivered to ``entity``."""
+        if entity not in self._mailboxes:
+            self._mailboxes[entity] = simpy.Store(self.env)
+        return self._mailboxes[entity]
+
+    def allreduce(
+        self, group: Sequence[Worker], member: Worker, nbytes: float, value: GradSum | None = None
+    ) -> Generator[simpy.Event, Any, GradSum | None]:
+        """Join the group's next ring all-reduce; returns the pairwise-tree sum of the values.
+
+        Members block until the whole group has joined (recorded as ``wait``). The
+        timing is the ring's, step by step; the sum is always taken in group order
+        by the fixed tree, so it is the same bits whatever the ring did.
+        """
+        key = tuple(w.index for w in group)
+        call = self._joined.get((key, member.index), 0)
+        self._joined[(key, member.index)] = call + 1
+        if (key, call) not in self._collectives:
+            self._collectives[(key, call)] = _Collective(len(group), self.env.event())
+        coll = self._collectives[(key, call)]
+        coll.arrived.append((member.index, value))
+        if len(coll.arrived) == coll.members:
+            del self._collectives[(key, call)]
+            values = [v for _, v in sorted(coll.arrived, key=lambda item: item[0])]
+            coll.result = sum_grads(values) if all(v is not None for v in values) else None
+            coll.done = self.env.process(self._ring([w.name for w in group], nbytes))
+            coll.started.succeed()
+        arrived_s = self.now
+        yield coll.started
+        if self.now > arrived_s:
+            self.trace("wait", member.name, arrived_s, self.now)
+        start = self.now
+        yield coll.done
+        sent = 2 * (len(group) - 1) * nbytes / len(group)
+        self.trace("allreduce", member.name, start, self.now, sent)
+        return coll.result
+
+    def _ring(self, names: list[str], nbytes: float) -> Process:
+        """Ring all-reduce timing: 2(p-1) chunk transfers per member, p-1 reductions, then S."""
+        p, cfg, env = len(names), self.network.config, self.env
+        chunk = nbytes / p
+        steps = 2 * (p - 1)
+        received = [[env.event() for _ in range(steps)] for _ in range(p)]
+
+        def deliver_at(arrive_s: float, event: simpy.Event) -> None:
+            env.timeout(arrive_s - env.now).callbacks.append(lambda _: event.succeed())
+
+        def member(i: int) -> Process:
+            for step in range(steps):
+                if step > 0:
+                    yield received[i][step - 1]
+                    if step <= p - 1 and cfg.reduce_s_per_byte > 0:  # fold the chunk in before passing it on
+                        yield env.timeout(chunk * cfg.reduce_s_per_byte)
+                transfer = self.network.reserve(names[i], names[(i + 1) % p], chunk, env.now)
+                deliver_at(transfer.arrive_s, received[(i + 1) % p][step])
+            if steps:
+                yield received[i][steps - 1]
+
+        if steps:
+            yield env.all_of([env.process(member(i)) for i in range(p)])
+        yield env.timeout(cfg.sync_s)

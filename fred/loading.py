@@ -1,0 +1,174 @@
+"""Reading scenarios: safe YAML, ``--set`` overrides, and errors that say how to fix them."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from fred.scenario import Scenario
+
+
+class ScenarioError(Exception):
+    """A scenario that cannot run, with one line per problem."""
+
+    def __init__(self, problems: list[str], source: str = "scenario"):
+        self.problems, self.source = problems, source
+        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+        super().__init__(f"{source}: {count}\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Parse a scenario file with the safe loader (no tags, no code, no includes)."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ScenarioError([f"no such file: {path}"], str(path)) from None
+    except IsADirectoryError:
+        raise ScenarioError([f"{path} is a directory; give a scenario .yaml file"], str(path)) from None
+    except UnicodeDecodeError as err:
+        raise ScenarioError([f"not UTF-8 text (byte {err.start}); save the file as UTF-8"], str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        at = f"line {where.line + 1}, column {where.column + 1}: " if where else ""
+        raise ScenarioError([f"YAML syntax error at {at}{getattr(err, 'problem', err)}"], str(path)) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ScenarioError([f"the top level must be a mapping of sections, got {type(data).__name__}"], str(path))
+    return data
+
+
+def apply_overrides(data: dict[str, Any], sets: list[str]) -> dict[str, Any]:
+    """Apply ``path.to.key=value`` overrides; values are parsed as YAML (``3``, ``0.1``, ``[64, 32]``)."""
+    data = copy.deepcopy(data)
+    for item in sets:
+        if "=" not in item:
+            raise ScenarioError([f"--set {item!r}: write it as path.to.key=value"], "--set")
+        path, _, raw = item.partition("=")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        keys = path.strip().split(".")
+        for key in keys[:-1]:
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+        node[keys[-1]] = value
+    return data
+
+
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``overrides`` into a copy of ``base`` (mappings merge, everything else replaces)."""
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def validate(data: dict[str, Any], source: str = "scenario") -> Scenario:
+    """Validate plain data into a :class:`Scenario`, or raise :class:`ScenarioError`."""
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        raise ScenarioError([_describe(e, data) for e in err.errors()], source) from None
+
+
+def load_scenario(path: str | Path, sets: list[str] | None = None, seed: int | None = None) -> Scenario:
+    """Read, override and validate a scenario file."""
+    data = apply_overrides(read_yaml(path), list(sets or []))
+    if seed is not None:
+        data["seed"] = seed
+    return validate(data, str(path))
+
+
+# ----------------------------------------------------------------------------- messages
+def _describe(error: dict[str, Any], data: dict[str, Any]) -> str:
+    loc, model_at = _walk(error["loc"], data)
+    where = ".".join(str(p) for p in loc) or "scenario"
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        allowed = sorted(model_at.model_fields) if model_at else []
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"{where}: unknown key{hint} Allowed here: {', '.join(allowed)}"
+    if kind == "missing":
+        return f"{where}: missing; this field is required"
+    message = error["msg"].removeprefix("Value error, ")
+    if kind in ("value_error", "assertion_error") or "input" not in error or isinstance(error["input"], dict):
+        return f"{where}: {message}"
+    return f"{where}: got {error['input']!r}; {message}"
+
+
+def _walk(loc: tuple, data: Any) -> tuple[list, type[BaseModel] | None]:
+    """Readable path (union tags dropped) and the model class that owns the last key."""
+    shown: list = []
+    annotation: Any = Scenario
+    owner: type[BaseModel] | None = None
+    for part in loc:
+        if typing.get_origin(annotation) in (list, dict):  # an item of a list or a mapping
+            shown.append(part)
+            annotation = typing.get_args(annotation)[-1]
+            continue
+        options = _models(annotation)
+        if len(options) > 1 and isinstance(part, str):
+            tagged = [m for m in options if _tag(m) == part]
+            if tagged:  # a discriminated-union tag in the path: not a key the user wrote
+                annotation = tagged[0]
+                continue
+        model = options[0] if len(options) == 1 else None
+        shown.append(part)
+        data = data.get(part) if isinstance(data, dict) else None
+        if model is None:
+            annotation, owner = None, None
+            continue
+        owner = model
+        if isinstance(part, str) and part in model.model_fields:
+            annotation = model.model_fields[part].annotation
+            if part == "strategy" and model is Scenario:
+                annotation = _strategy_class(data) or annotation
+        else:
+            annotation = None
+    return shown, owner
+
+
+def _strategy_class(value: Any) -> type[BaseModel] | None:
+    from strategies import registry
+
+    try:
+        return registry.config_class(value.get("name")) if isinstance(value, dict) else None
+    except ValueError:
+        return None
+
+
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    """Model classes an annotation can hold (through Optional, Annotated and unions)."""
+    if annotation is None:
+        return []
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _models(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [m for arg in typing.get_args(annotation) for m in _models(arg)]
+    return []
+
+
+def _tag(model: type[BaseModel]) -> Any:
+    field = model.model_fields.get("kind")
+    return field.default if field else None

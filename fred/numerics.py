@@ -1,0 +1,125 @@
+"""Gradients, reductions and evaluation: the real numbers behind a simulated run.
+
+Why the ``exact`` reduction looks the way it does: on XLA CPU a batch mean
+depends on the batch size in its last bits, so SSGD with n workers of batch b
+would drift from SGD with batch n*b. Per-example gradients (vmap of grad),
+evaluated on row blocks of a fixed size, do not depend on the batch or on an
+example's position in it. Summing them with one fixed pairwise tree whose
+subtrees are exactly the workers' shards then gives the same bits whichever
+way the global batch was split. ``fast`` skips this and differentiates each
+shard's summed loss in one go.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fred.models import Model, Params
+
+# Rows per per-example gradient call: every call pads to a multiple of this, so an
+# example's gradient is computed by the same program whatever batch it came in.
+CHUNK_ROWS = 64
+
+
+class GradSum(NamedTuple):
+    """A shard's gradient *sum* (not mean) with its loss sum and example count.
+
+    Sums travel instead of means so that aggregation is one pairwise tree and
+    the division by the global example count happens exactly once.
+    """
+
+    grad: Params
+    loss: jax.Array
+    count: int
+
+
+def pairwise_sum(x: jax.Array) -> jax.Array:
+    """Sum over axis 1 of ``(groups, rows, ...)`` by a balanced binary tree of adjacent pairs.
+
+    Rows are zero-padded to a power of two; ``x + 0 == x`` exactly, so padding
+    never changes a sum.
+    """
+    rows = x.shape[1]
+    width = 1 << max(rows - 1, 0).bit_length()
+    if width != rows:
+        x = jnp.concatenate([x, jnp.zeros((x.shape[0], width - rows, *x.shape[2:]), x.dtype)], axis=1)
+    while x.shape[1] > 1:
+        x = x[:, 0::2] + x[:, 1::2]
+    return x[:, 0]
+
+
+@jax.jit
+def tree_sum(trees: Sequence[Params]) -> Params:
+    """Pairwise sum of several pytrees, in list order (the cross-worker step of the tree)."""
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves)[None], *trees)
+    return jax.tree.map(lambda leaf: pairwise_sum(leaf)[0], stacked)
+
+
+def sum_grads(parts: Sequence[GradSum]) -> GradSum:
+    """Aggregate shard sums into one, by the fixed tree over shards in the given order."""
+    if len(parts) == 1:
+        return parts[0]
+    grads = tree_sum([p.grad for p in parts])
+    loss = tree_sum([{"loss": p.loss} for p in parts])["loss"]
+    return GradSum(grads, loss, sum(p.count for p in parts))
+
+
+@jax.jit
+def mean_grad(total: GradSum) -> Params:
+    return jax.tree.map(lambda g: g / total.count, total.grad)
+
+
+def _example_loss(model: Model, task: str, params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
+    out = model.apply(params, x[None])[0]
+    if task == "regression":
+        return 0.5 * (out[0] - y) ** 2
+    return -jax.nn.log_softmax(out)[y]
+
+
+class Numerics:
+    """Jitted gradient and evaluation functions for one model and task."""
+
+    def __init__(self, model: Model, task: Literal["classification", "regression"], reduction: str):
+        self.model, self.task, self.reduction = model, task, reduction
+        loss = functools.partial(_example_loss, model, task)
+        value_and_grad = jax.value_and_grad(loss)
+        self._per_example = jax.jit(jax.vmap(value_and_grad, in_axes=(None, 0, 0)))
+        self._shard_sums = jax.jit(self._block_sums, static_argnums=(2,))
+        batch_loss = lambda p, x, y: jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0))(p, x, y))
+        self._fast = jax.jit(jax.vmap(jax.value_and_grad(batch_loss), in_axes=(None, 0, 0)))
+        self._evaluate = jax.jit(self._eval_fn)
+
+    @staticmethod
+    def _block_sums(losses: jax.Array, grads: Params, blocks: int) -> tuple[jax.Array, Params]:
+        split = lambda a: pairwise_sum(a.reshape(blocks, -1, *a.shape[1:]))
+        return split(losses), jax.tree.map(split, grads)
+
+    def shard_sums(self, params: Params, xs: np.ndarray, ys: np.ndarray, shards: int) -> list[GradSum]:
+        """Gradient sums of ``shards`` equal, contiguous blocks of the rows ``xs`` at ``params``."""
+        rows = xs.shape[0]
+        if self.reduction == "fast":
+            losses, grads = self._fast(params, xs.reshape(shards, -1, *xs.shape[1:]), ys.reshape(shards, -1))
+        else:
+            pad = (-rows) % CHUNK_ROWS
+            xs_p = np.concatenate([xs, np.zeros((pad, *xs.shape[1:]), xs.dtype)])
+            ys_p = np.concatenate([ys, np.zeros((pad,), ys.dtype)])
+            losses, grads = self._per_example(params, xs_p, ys_p)
+            losses, grads = self._shard_sums(losses[:rows], jax.tree.map(lambda g: g[:rows], grads), shards)
+        per = rows // shards
+        return [GradSum(jax.tree.map(lambda g: g[i], grads), losses[i], per) for i in range(shards)]
+
+    def _eval_fn(self, params: Params, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+        out = self.model.apply(params, x)
+        if self.task == "regression":
+            return jnp.mean(0.5 * (out[:, 0] - y) ** 2), jnp.float32(jnp.nan)
+        loss = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(out), y[:, None], axis=1))
+        return loss, jnp.mean(jnp.argmax(out, axis=1) == y)
+
+    def evaluate(self, params: Params, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+        loss, accuracy = self._evaluate(params, x, y)
+        return float(loss), float(accuracy)

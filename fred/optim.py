@@ -1,0 +1,51 @@
+"""Optimizers in the optax style: ``init``/``update`` pairs, state as NamedTuples.
+
+Hyper-parameters are closed over, so an optimizer is a value that strategies
+pass around. Only what the strategies need lives here; it is deliberately
+tiny so that the update a strategy applies is visible in one line.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fred.models import Params
+
+
+class GradientTransformation(NamedTuple):
+    init: Callable[[Params], NamedTuple]
+    update: Callable[[Params, NamedTuple, Params], tuple[Params, NamedTuple]]
+
+
+class SGDState(NamedTuple):
+    count: jax.Array
+
+
+def sgd(learning_rate: float) -> GradientTransformation:
+    """Plain SGD: ``updates = -learning_rate * grad``."""
+
+    def init(params: Params) -> SGDState:
+        return SGDState(count=jnp.zeros([], jnp.int32))
+
+    def update(grads: Params, state: SGDState, params: Params) -> tuple[Params, SGDState]:
+        return jax.tree.map(lambda g: -learning_rate * g, grads), SGDState(state.count + 1)
+
+    return GradientTransformation(init, update)
+
+
+def apply_updates(params: Params, updates: Params) -> Params:
+    return jax.tree.map(lambda p, u: p + u, params, updates)
+
+
+def make_step(opt: GradientTransformation) -> Callable[[Params, NamedTuple, Params], tuple[Params, NamedTuple]]:
+    """A jitted ``(params, state, mean_grad) -> (params, state)`` for ``opt``."""
+
+    @jax.jit
+    def step(params: Params, state: NamedTuple, grads: Params) -> tuple[Params, NamedTuple]:
+        updates, state = opt.update(grads, state, params)
+        return apply_updates(params, updates), state
+
+    return step

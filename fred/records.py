@@ -1,0 +1,122 @@
+"""Run records: what a simulation saw, as tables, and the run directory that holds them.
+
+The recorder subscribes to the simulation's tracer and update hooks and keeps
+plain Python lists (cheap to append); tables are built once at the end. A run
+directory is written under a temporary name and renamed into place, so a crash
+never leaves a directory that looks complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from fred.models import Params
+
+EVENT_COLUMNS = ["start_s", "end_s", "entity", "kind", "bytes"]
+UPDATE_COLUMNS = ["sim_time_s", "update", "worker", "version_read", "version_applied", "staleness"]
+METRIC_COLUMNS = ["sim_time_s", "updates", "eval_loss", "eval_accuracy", "train_loss"]
+FILES = ["scenario.yaml", "summary.json", "metrics.parquet", "updates.parquet", "events.parquet", "params.npz"]
+
+
+@dataclass
+class Recorder:
+    """Collects events, updates and metrics while a simulation runs."""
+
+    events: dict[str, list] = field(default_factory=lambda: {c: [] for c in EVENT_COLUMNS})
+    updates: dict[str, list] = field(default_factory=lambda: {c: [] for c in UPDATE_COLUMNS})
+    metrics: dict[str, list] = field(default_factory=lambda: {c: [] for c in METRIC_COLUMNS})
+    update_count: int = 0
+
+    def on_event(self, kind: str, entity: str, start_s: float, end_s: float, nbytes: float) -> None:
+        ev = self.events
+        ev["start_s"].append(start_s)
+        ev["end_s"].append(end_s)
+        ev["entity"].append(entity)
+        ev["kind"].append(kind)
+        ev["bytes"].append(nbytes)
+
+    def on_update(self, now_s: float, contributions: list[tuple[int, int]], version_applied: int) -> None:
+        self.update_count += 1
+        up = self.updates
+        for worker, version_read in contributions:
+            up["sim_time_s"].append(now_s)
+            up["update"].append(self.update_count)
+            up["worker"].append(worker)
+            up["version_read"].append(version_read)
+            up["version_applied"].append(version_applied)
+            up["staleness"].append(version_applied - version_read)
+
+    def on_metric(self, now_s: float, eval_loss: float, eval_accuracy: float, train_loss: float) -> None:
+        for column, value in zip(METRIC_COLUMNS, [now_s, self.update_count, eval_loss, eval_accuracy, train_loss]):
+            self.metrics[column].append(value)
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """The three tables, with stable dtypes even when empty."""
+        events = pd.DataFrame(self.events, columns=EVENT_COLUMNS).astype(
+            {"start_s": "float64", "end_s": "float64", "entity": "string", "kind": "string", "bytes": "float64"}
+        )
+        updates = pd.DataFrame(self.updates, columns=UPDATE_COLUMNS).astype(
+            {"sim_time_s": "float64", **{c: "int64" for c in UPDATE_COLUMNS[1:]}}
+        )
+        metrics = pd.DataFrame(self.metrics, columns=METRIC_COLUMNS).astype(
+            {c: "float64" for c in METRIC_COLUMNS} | {"updates": "int64"}
+        )
+        return {"events": events, "updates": updates, "metrics": metrics}
+
+
+def params_sha256(params: Params) -> str:
+    """SHA-256 over the leaves in sorted-name order, each as little-endian C-order bytes."""
+    digest = hashlib.sha256()
+    for name in sorted(params):
+        leaf = np.ascontiguousarray(np.asarray(params[name]))
+        digest.update(name.encode() + b"\0" + str(leaf.dtype).encode() + repr(leaf.shape).encode())
+        digest.update(leaf.astype(leaf.dtype.newbyteorder("<"), copy=False).tobytes())
+    return digest.hexdigest()
+
+
+def write_run_dir(
+    out: Path,
+    scenario: dict[str, Any],
+    summary: dict[str, Any],
+    tables: dict[str, pd.DataFrame],
+    params: Params,
+) -> Path:
+    """Write every record file under a temporary name, then rename it to ``out`` in one step."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    (tmp / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+    for name, table in tables.items():
+        table.to_parquet(tmp / f"{name}.parquet", index=False)
+    np.savez(tmp / "params.npz", **{k: np.asarray(v) for k, v in sorted(params.items())})
+    # summary.json is written last: its presence marks the files before it as complete.
+    (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True, allow_nan=True) + "\n")
+    _replace_dir(tmp, out)
+    return out
+
+
+def _replace_dir(new: Path, out: Path) -> None:
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.replace(out, old)
+        os.replace(new, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(new, out)
+
+
+def is_complete(run_dir: Path) -> bool:
+    return all((Path(run_dir) / f).is_file() for f in FILES)

@@ -1,0 +1,212 @@
+"""Scenario -> simulation -> records: building a run, driving it, and summarising it."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import numpy as np
+import pandas as pd
+import simpy
+
+import fred
+from fred import rng
+from fred.compute import ComputeModel
+from fred.data import BatchStream, Dataset, GlobalBatchStream, load_dataset, shard
+from fred.engine import GradientService, Simulation, Worker
+from fred.models import Params, build_model, param_count
+from fred.network import Network
+from fred.numerics import GradSum, Numerics
+from fred.records import Recorder, params_sha256
+from fred.scenario import Scenario
+
+Progress = Callable[[float, int, float], None]
+TRAFFIC_KINDS = ("send", "push", "fetch", "allreduce")
+
+
+@dataclass
+class Built:
+    """Everything a run needs, before any simulated time passes."""
+
+    scenario: Scenario
+    sim: Simulation
+    dataset: Dataset
+    numerics: Numerics
+
+
+def build(scenario: Scenario) -> Built:
+    """Load data, build the model and the simulated cluster of ``scenario``."""
+    seed = scenario.seed
+    dataset = load_dataset(scenario.data, rng.stream(seed, "data", "load"))
+    outputs = dataset.num_classes if dataset.task == "classification" else 1
+    model = build_model(scenario.model, dataset.feature_shape, outputs)
+    init_params = model.init(rng.jax_key(seed, "model", "init"))
+    numerics = Numerics(model, dataset.task, scenario.strategy.reduction)
+    workers = _workers(scenario, dataset)
+    param_bytes = scenario.workload.resolved_param_bytes() or 4 * param_count(init_params)
+    sim = Simulation(
+        env=simpy.Environment(),
+        workers=workers,
+        network=Network(scenario.network),
+        compute_model=ComputeModel(scenario),
+        gradients=GradientService(numerics, dataset),
+        init_params=init_params,
+        param_bytes=param_bytes,
+        seed=seed,
+    )
+    return Built(scenario, sim, dataset, numerics)
+
+
+def _workers(scenario: Scenario, dataset: Dataset) -> list[Worker]:
+    n, data = scenario.cluster.workers, scenario.data
+    if data.sharding == "iid":
+        # One global permutation per epoch; worker i takes block i of every global batch,
+        # so n workers of batch b see exactly what one worker of batch n*b sees.
+        stream = GlobalBatchStream(len(dataset.y_train), n, data.batch_size, rng.stream(scenario.seed, "data", "batches"))
+        return [Worker(i, lambda i=i: stream.next_for(i)) for i in range(n)]
+    shards = shard(dataset.y_train, n, data, rng.stream(scenario.seed, "data", "shard"))
+    streams = [BatchStream(s, data.batch_size, rng.stream(scenario.seed, "data", "batches", i)) for i, s in enumerate(shards)]
+    return [Worker(i, streams[i].next) for i in range(n)]
+
+
+@dataclass
+class RunResult:
+    """A finished run: its summary, its tables and its final parameters."""
+
+    scenario: Scenario
+    summary: dict[str, Any]
+    metrics: pd.DataFrame
+    updates: pd.DataFrame
+    events: pd.DataFrame
+    params: Params
+    path: Path | None = None
+
+
+class _Controller:
+    """Evaluates on schedule, stops on the scenario's conditions, keeps the train loss."""
+
+    def __init__(self, built: Built, params_fn: Callable[[], Params], recorder: Recorder, progress: Progress | None):
+        self.built, self.params_fn, self.recorder, self.progress = built, params_fn, recorder, progress
+        self.stop_cfg, self.eval_cfg = built.scenario.stop, built.scenario.eval
+        self.stop_reason: str | None = None
+        self.status = "completed"
+        self._train: list[GradSum] = []
+        self._last_eval: tuple[float, int] | None = None
+
+    def on_compute(self, grad: GradSum) -> None:
+        self._train.append(grad)
+
+    def on_update(self, contributions: list[tuple[int, int]], version_applied: int) -> None:
+        now = self.built.sim.now
+        self.recorder.on_update(now, contributions, version_applied)
+        count = self.recorder.update_count
+        every = self.eval_cfg.every_updates
+        if every is not None and count % every == 0:
+            self.evaluate(now)
+        if self.stop_reason is None and self.stop_cfg.max_updates is not None and count >= self.stop_cfg.max_updates:
+            self.stop_reason = "max_updates"
+
+    def evaluate(self, at_s: float) -> None:
+        count = self.recorder.update_count
+        if self._last_eval == (at_s, count):
+            return
+        self._last_eval = (at_s, count)
+        ds = self.built.dataset
+        loss, accuracy = self.built.numerics.evaluate(self.params_fn(), ds.x_eval, ds.y_eval)
+        examples = sum(g.count for g in self._train)
+        train_loss = float(sum(float(g.loss) for g in self._train) / examples) if examples else math.nan
+        self._train.clear()
+        self.recorder.on_metric(at_s, loss, accuracy, train_loss)
+        if self.progress is not None:
+            self.progress(at_s, count, loss)
+        if not math.isfinite(loss):
+            self.status, self.stop_reason = "diverged", self.stop_reason or "non_finite_loss"
+        elif self.stop_cfg.target_eval_loss is not None and loss <= self.stop_cfg.target_eval_loss:
+            self.stop_reason = self.stop_reason or "target_eval_loss"
+
+    def drive(self) -> float:
+        """Step the simulation until a stop condition holds; returns the end time."""
+        env = self.built.sim.env
+        max_s = self.stop_cfg.max_sim_time_s if self.stop_cfg.max_sim_time_s is not None else math.inf
+        every_s = self.eval_cfg.every_s
+        next_eval_s = every_s if every_s is not None else math.inf
+        self.evaluate(0.0)
+        while self.stop_reason is None:
+            upcoming = env.peek()
+            while next_eval_s <= min(upcoming, max_s) and self.stop_reason is None:
+                self.evaluate(next_eval_s)
+                next_eval_s += every_s  # type: ignore[operator]
+            if self.stop_reason is not None:
+                return env.now
+            if upcoming > max_s:
+                self.stop_reason = "max_sim_time_s"
+                return max_s
+            if upcoming == math.inf:
+                self.status, self.stop_reason = "stalled", "no_events"
+                return env.now
+            env.step()
+        return env.now
+
+
+def execute(scenario: Scenario, progress: Progress | None = None) -> RunResult:
+    """Run ``scenario`` in this process and return its records (writes nothing)."""
+    from strategies import registry
+
+    wall_start = time.perf_counter()
+    built = build(scenario)
+    recorder = Recorder()
+    built.sim.tracers.append(recorder.on_event)
+    params_fn = registry.get(scenario.strategy.name).start(built.sim, scenario.strategy)
+    controller = _Controller(built, params_fn, recorder, progress)
+    built.sim.update_hooks.append(controller.on_update)
+    built.sim.compute_hooks.append(controller.on_compute)
+    end_s = controller.drive()
+    controller.evaluate(end_s)
+    params = jax.tree.map(np.asarray, params_fn())
+    tables = recorder.tables()
+    summary = _summary(scenario, built, controller, tables, params, end_s, time.perf_counter() - wall_start)
+    return RunResult(scenario, summary, tables["metrics"], tables["updates"], tables["events"], params)
+
+
+def _summary(
+    scenario: Scenario,
+    built: Built,
+    controller: _Controller,
+    tables: dict[str, pd.DataFrame],
+    params: Params,
+    end_s: float,
+    wall_s: float,
+) -> dict[str, Any]:
+    metrics, events, updates = tables["metrics"], tables["events"], tables["updates"]
+    last = metrics.iloc[-1]
+    traffic = events[events["kind"].isin(TRAFFIC_KINDS)]
+    return {
+        "name": scenario.name,
+        "status": controller.status,
+        "stop_reason": controller.stop_reason,
+        "strategy": scenario.strategy.name,
+        "workers": scenario.cluster.workers,
+        "seed": scenario.seed,
+        "sim_time_s": float(end_s),
+        "updates": int(controller.recorder.update_count),
+        "gradients": int(len(updates)),
+        "final_eval_loss": _num(last["eval_loss"]),
+        "final_eval_accuracy": _num(last["eval_accuracy"]),
+        "bytes_sent": float(traffic["bytes"].sum()),
+        "param_bytes": int(built.sim.param_bytes),
+        "mean_staleness": _num(updates["staleness"].mean()) if len(updates) else None,
+        "max_staleness": int(updates["staleness"].max()) if len(updates) else None,
+        "params_sha256": params_sha256(params),
+        "scenario_sha256": scenario.digest(),
+        "wall_time_s": round(wall_s, 3),
+        "fred_version": fred.__version__,
+    }
+
+
+def _num(value: Any) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None

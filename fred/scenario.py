@@ -1,0 +1,268 @@
+"""Scenario: the validated description of one run.
+
+A scenario is plain data. YAML files, ``--set`` overrides and Python code all go
+through :func:`validate`, so the same rules and the same error messages apply
+everywhere. Every section rejects unknown keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class Section(BaseModel):
+    """Base of every scenario section: frozen, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+
+
+# ----------------------------------------------------------------------------- model
+class LogisticModel(Section):
+    kind: Literal["logistic"] = "logistic"
+
+
+class MLPModel(Section):
+    kind: Literal["mlp"] = "mlp"
+    hidden: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [64])
+    activation: Literal["relu", "tanh", "sigmoid", "gelu"] = "relu"
+
+
+class CNNModel(Section):
+    kind: Literal["cnn"] = "cnn"
+    channels: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [8, 16])
+    kernel_size: Annotated[int, Field(gt=0)] = 3
+    hidden: Annotated[int, Field(gt=0)] = 64
+
+
+ModelConfig = Annotated[Union[LogisticModel, MLPModel, CNNModel], Field(discriminator="kind")]
+
+
+# ----------------------------------------------------------------------------- data
+class DigitsData(Section):
+    kind: Literal["digits"] = "digits"
+
+
+class SyntheticData(Section):
+    kind: Literal["synthetic"] = "synthetic"
+    task: Literal["classification", "regression"] = "classification"
+    examples: Annotated[int, Field(ge=2)] = 2000
+    features: Annotated[int, Field(ge=1)] = 20
+    classes: Annotated[int, Field(ge=2)] = 4
+    noise: NonNegFloat = 0.5
+
+
+class MNISTData(Section):
+    kind: Literal["mnist"] = "mnist"
+    path: str = Field(description="a directory of IDX files (optionally .gz) or one .npz file")
+
+
+DataSource = Annotated[Union[DigitsData, SyntheticData, MNISTData], Field(discriminator="kind")]
+
+
+class DataConfig(Section):
+    source: DataSource = Field(default_factory=DigitsData)
+    eval_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    batch_size: Annotated[int, Field(ge=1)] = 32
+    sharding: Literal["iid", "by_label", "dirichlet"] = "iid"
+    dirichlet_alpha: PositiveFloat = 0.5
+    eval_examples: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="evaluate on at most this many held-out examples"
+    )
+
+
+# ----------------------------------------------------------------------------- cluster
+class Jitter(Section):
+    kind: Literal["none", "lognormal"] = "none"
+    sigma: NonNegFloat = 0.0
+
+
+class Straggler(Section):
+    worker: Annotated[int, Field(ge=0)]
+    slow_factor: Annotated[float, Field(ge=1)] = 1.0
+    delay_s: NonNegFloat = 0.0
+
+
+class RandomStraggle(Section):
+    probability: Annotated[float, Field(ge=0, le=1)] = 0.0
+    delay_s: NonNegFloat = 0.0
+
+
+class ComputeConfig(Section):
+    step_time_s: PositiveFloat | None = Field(default=None, description="seconds per batch at speed 1")
+    flops_per_example: PositiveFloat | None = None
+    device_flops: PositiveFloat | None = None
+
+    @model_validator(mode="after")
+    def _one_compute_model(self) -> "ComputeConfig":
+        by_flops = self.flops_per_example is not None or self.device_flops is not None
+        if self.step_time_s is not None and by_flops:
+            raise ValueError("give either step_time_s, or flops_per_example with device_flops, not both")
+        if by_flops and (self.flops_per_example is None or self.device_flops is None):
+            raise ValueError("flops_per_example and device_flops must be given together")
+        return self
+
+
+class ClusterConfig(Section):
+    workers: Annotated[int, Field(ge=1, le=4096)] = 1
+    compute: ComputeConfig = Field(default_factory=lambda: ComputeConfig(step_time_s=0.01))
+    speed: dict[int, PositiveFloat] = Field(
+        default_factory=dict, description="per-worker speed factor (default 1); 2 means twice as fast"
+    )
+    jitter: Jitter = Field(default_factory=Jitter)
+    stragglers: list[Straggler] = Field(default_factory=list)
+    random_straggle: RandomStraggle = Field(default_factory=RandomStraggle)
+
+    @model_validator(mode="after")
+    def _workers_exist(self) -> "ClusterConfig":
+        named = list(self.speed) + [s.worker for s in self.stragglers]
+        bad = sorted({w for w in named if w >= self.workers})
+        if bad:
+            raise ValueError(f"worker index {bad[0]} does not exist; workers are 0..{self.workers - 1}")
+        return self
+
+
+# ----------------------------------------------------------------------------- network
+class LinkConfig(Section):
+    latency_s: NonNegFloat = 50e-6
+    bandwidth_bps: PositiveFloat = 1.25e9  # bytes per second: 10 Gbit/s
+
+
+class NetworkConfig(Section):
+    latency_s: NonNegFloat = 50e-6
+    bandwidth_bps: PositiveFloat = Field(default=1.25e9, description="bytes per second (1/beta)")
+    reduce_s_per_byte: NonNegFloat = Field(default=0.0, description="gamma: reduction cost per byte")
+    sync_s: NonNegFloat = Field(default=0.0, description="S: fixed synchronisation cost per all-reduce")
+    server: LinkConfig | None = Field(default=None, description="parameter-server link; default: as workers")
+
+
+# ----------------------------------------------------------------------------- workload
+PROFILES: dict[str, dict[str, float]] = {
+    # ResNet-50: 25.6 M float32 parameters; ~4.1 GFLOP forward per 224x224 image, x3 for fwd+bwd.
+    "resnet50": {"param_bytes": 25.6e6 * 4, "flops_per_example": 3 * 4.1e9},
+}
+
+
+class WorkloadConfig(Section):
+    profile: Literal["resnet50"] | None = None
+    param_bytes: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="bytes of one gradient or parameter message on the wire"
+    )
+    flops_per_example: PositiveFloat | None = Field(
+        default=None, description="time compute as if one example cost this many FLOPs"
+    )
+
+    def resolved_param_bytes(self) -> int | None:
+        if self.param_bytes is not None:
+            return self.param_bytes
+        return int(PROFILES[self.profile]["param_bytes"]) if self.profile else None
+
+    def resolved_flops_per_example(self) -> float | None:
+        if self.flops_per_example is not None:
+            return self.flops_per_example
+        return PROFILES[self.profile]["flops_per_example"] if self.profile else None
+
+
+# ----------------------------------------------------------------------------- stop / eval
+class StopConfig(Section):
+    max_sim_time_s: PositiveFloat | None = None
+    max_updates: Annotated[int, Field(ge=1)] | None = None
+    target_eval_loss: float | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "StopConfig":
+        if self.max_sim_time_s is None and self.max_updates is None:
+            raise ValueError("set max_sim_time_s or max_updates (or both) so the run ends")
+        return self
+
+
+class EvalConfig(Section):
+    every_updates: Annotated[int, Field(ge=1)] | None = None
+    every_s: PositiveFloat | None = None
+
+    @model_validator(mode="after")
+    def _one_cadence(self) -> "EvalConfig":
+        if self.every_updates is not None and self.every_s is not None:
+            raise ValueError("give every_updates or every_s, not both")
+        if self.every_updates is None and self.every_s is None:
+            return self.model_copy(update={"every_updates": 20})
+        return self
+
+
+# ----------------------------------------------------------------------------- strategy
+class StrategyConfig(Section):
+    """Base of every strategy's hyper-parameters; each strategy module subclasses it."""
+
+    name: str
+    reduction: Literal["exact", "fast"] = Field(
+        default="exact",
+        description="exact: fixed pairwise summation tree (bit-reproducible across layouts); "
+        "fast: one batched gradient per worker",
+    )
+
+    def check(self, scenario: "Scenario") -> None:
+        """Raise ``ValueError`` naming the fix if this strategy cannot run ``scenario``."""
+
+
+def _validate_strategy(value: Any) -> StrategyConfig:
+    from strategies import registry  # strategies import the engine; import late to avoid a cycle
+
+    if isinstance(value, StrategyConfig):
+        return value
+    if not isinstance(value, dict) or "name" not in value:
+        raise ValueError(f"strategy needs a 'name'; registered strategies: {', '.join(registry.names())}")
+    config_cls = registry.config_class(value["name"])
+    return config_cls.model_validate(value)
+
+
+# ----------------------------------------------------------------------------- scenario
+class Scenario(Section):
+    """One run: what to train, on which simulated cluster, with which strategy, until when."""
+
+    name: str = "run"
+    seed: Annotated[int, Field(ge=0)] = 0
+    model: ModelConfig = Field(default_factory=MLPModel)
+    data: DataConfig = Field(default_factory=DataConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+    workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
+    strategy: StrategyConfig
+    stop: StopConfig
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _dispatch_strategy(cls, value: Any) -> StrategyConfig:
+        return _validate_strategy(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Scenario":
+        if self.workload.resolved_flops_per_example() is not None and self.cluster.compute.device_flops is None:
+            raise ValueError("workload.flops_per_example needs cluster.compute.device_flops to turn FLOPs into seconds")
+        self.strategy.check(self)
+        return self
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not value or any(c in value for c in "/\\\0") or value.startswith("."):
+            raise ValueError("use a plain name without '/', '\\' or a leading '.'")
+        return value
+
+    def resolved(self) -> dict[str, Any]:
+        """The fully resolved scenario as plain JSON-compatible data (defaults filled in)."""
+        data = self.model_dump(mode="json")
+        data["strategy"] = self.strategy.model_dump(mode="json")
+        return data
+
+    def digest(self) -> str:
+        """SHA-256 of the resolved scenario in canonical JSON: equal scenarios, equal digest."""
+        canonical = json.dumps(self.resolved(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()

@@ -1,0 +1,64 @@
+"""The strategy registry: name -> (hyper-parameter model, process builder).
+
+A strategy module defines a :class:`~fred.scenario.StrategyConfig` subclass whose
+``name`` field is a one-value ``Literal`` and decorates its ``start`` function
+with :func:`register`. ``start(sim, config)`` launches the strategy's processes
+and returns a function giving the current global parameters (for evaluation).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Callable, NamedTuple
+
+from fred.engine import Simulation
+from fred.models import Params
+from fred.scenario import StrategyConfig
+
+Start = Callable[[Simulation, StrategyConfig], Callable[[], Params]]
+
+
+class Strategy(NamedTuple):
+    name: str
+    config: type[StrategyConfig]
+    start: Start
+    summary: str
+
+
+_REGISTRY: dict[str, Strategy] = {}
+
+
+def register(config: type[StrategyConfig]) -> Callable[[Start], Start]:
+    """Register ``start`` under the default of ``config.name``."""
+    name = config.model_fields["name"].default
+    if not isinstance(name, str):
+        raise TypeError(f"{config.__name__}.name needs a string default (the strategy's registry name)")
+
+    def decorate(start: Start) -> Start:
+        if name in _REGISTRY:
+            raise ValueError(f"strategy {name!r} is registered twice")
+        doc = (start.__module__ and __import__(start.__module__, fromlist=["_"]).__doc__) or ""
+        _REGISTRY[name] = Strategy(name, config, start, doc.strip().splitlines()[0] if doc.strip() else "")
+        return start
+
+    return decorate
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> Strategy:
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(str(name), names(), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown strategy {name!r}{hint} Registered: {', '.join(names())}")
+    return _REGISTRY[name]
+
+
+def config_class(name: str) -> type[StrategyConfig]:
+    return get(name).config
+
+
+def all_strategies() -> list[Strategy]:
+    return [_REGISTRY[n] for n in names()]

@@ -1,0 +1,47 @@
+"""SGD: one worker, the reference every distributed strategy is measured against.
+
+    loop:
+        g <- gradient of the loss on the next batch, at theta
+        theta <- theta - lr * g
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from fred.engine import Simulation, Worker
+from fred.numerics import mean_grad
+from fred.optim import make_step, sgd
+from fred.scenario import Scenario, StrategyConfig
+from strategies.registry import register
+
+
+class SGD(StrategyConfig):
+    name: Literal["sgd"] = "sgd"
+    lr: float = Field(default=0.1, gt=0)
+
+    def check(self, scenario: Scenario) -> None:
+        if scenario.cluster.workers != 1:
+            raise ValueError(
+                f"strategy 'sgd' runs on one worker; set cluster.workers: 1 (got {scenario.cluster.workers})"
+            )
+
+
+@register(SGD)
+def start(sim: Simulation, config: SGD):
+    opt = sgd(config.lr)
+    step = make_step(opt)
+    model = {"params": sim.init_params, "opt": opt.init(sim.init_params)}
+
+    def worker(w: Worker):
+        version = 0
+        while True:
+            g = yield from sim.compute(w, model["params"])
+            model["params"], model["opt"] = step(model["params"], model["opt"], mean_grad(g))
+            sim.applied([(w.index, version)], version)
+            version += 1
+
+    sim.process(worker(sim.workers[0]))
+    return lambda: model["params"]
