@@ -104,7 +104,7 @@ def _describe(error: dict[str, Any], data: dict[str, Any]) -> str:
     if kind == "extra_forbidden":
         allowed = sorted(model_at.model_fields) if model_at else []
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = f"; did you mean {close[0]!r}?" if close else "."
         return f"{where}: unknown key{hint} Allowed here: {', '.join(allowed)}"
     if kind == "missing":
         return f"{where}: missing; this field is required"

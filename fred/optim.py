@@ -7,6 +7,7 @@ tiny so that the update a strategy applies is visible in one line.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import jax
@@ -24,6 +25,7 @@ class SGDState(NamedTuple):
     count: jax.Array
 
 
+@functools.cache  # one value per learning rate, so jitted steps built from it are reused
 def sgd(learning_rate: float) -> GradientTransformation:
     """Plain SGD: ``updates = -learning_rate * grad``."""
 
@@ -40,6 +42,7 @@ def apply_updates(params: Params, updates: Params) -> Params:
     return jax.tree.map(lambda p, u: p + u, params, updates)
 
 
+@functools.cache  # compile once per optimizer, not once per run
 def make_step(opt: GradientTransformation) -> Callable[[Params, NamedTuple, Params], tuple[Params, NamedTuple]]:
     """A jitted ``(params, state, mean_grad) -> (params, state)`` for ``opt``."""
 

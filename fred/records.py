@@ -98,14 +98,24 @@ def write_run_dir(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
+    try:
+        _write_files(tmp, scenario, summary, tables, params)
+    except BaseException:  # Ctrl-C included: leave nothing behind that could be mistaken for a run
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _replace_dir(tmp, out)
+    return out
+
+
+def _write_files(
+    tmp: Path, scenario: dict[str, Any], summary: dict[str, Any], tables: dict[str, pd.DataFrame], params: Params
+) -> None:
     (tmp / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
     for name, table in tables.items():
         table.to_parquet(tmp / f"{name}.parquet", index=False)
     np.savez(tmp / "params.npz", **{k: np.asarray(v) for k, v in sorted(params.items())})
     # summary.json is written last: its presence marks the files before it as complete.
-    (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True, allow_nan=True) + "\n")
-    _replace_dir(tmp, out)
-    return out
+    (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
 def _replace_dir(new: Path, out: Path) -> None:

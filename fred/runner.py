@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -12,17 +13,18 @@ import jax
 import numpy as np
 import pandas as pd
 import simpy
+from pydantic import TypeAdapter
 
 import fred
 from fred import rng
 from fred.compute import ComputeModel
 from fred.data import BatchStream, Dataset, GlobalBatchStream, load_dataset, shard
 from fred.engine import GradientService, Simulation, Worker
-from fred.models import Params, build_model, param_count
+from fred.models import Model, Params, build_model, param_count
 from fred.network import Network
 from fred.numerics import GradSum, Numerics
 from fred.records import Recorder, params_sha256
-from fred.scenario import Scenario
+from fred.scenario import ModelConfig, Scenario
 
 Progress = Callable[[float, int, float], None]
 TRAFFIC_KINDS = ("send", "push", "fetch", "allreduce")
@@ -43,9 +45,10 @@ def build(scenario: Scenario) -> Built:
     seed = scenario.seed
     dataset = load_dataset(scenario.data, rng.stream(seed, "data", "load"))
     outputs = dataset.num_classes if dataset.task == "classification" else 1
-    model = build_model(scenario.model, dataset.feature_shape, outputs)
+    model, numerics = _model_and_numerics(
+        scenario.model.model_dump_json(), dataset.feature_shape, outputs, dataset.task, scenario.strategy.reduction
+    )
     init_params = model.init(rng.jax_key(seed, "model", "init"))
-    numerics = Numerics(model, dataset.task, scenario.strategy.reduction)
     workers = _workers(scenario, dataset)
     param_bytes = scenario.workload.resolved_param_bytes() or 4 * param_count(init_params)
     sim = Simulation(
@@ -59,6 +62,15 @@ def build(scenario: Scenario) -> Built:
         seed=seed,
     )
     return Built(scenario, sim, dataset, numerics)
+
+
+@functools.lru_cache(maxsize=32)
+def _model_and_numerics(
+    model_json: str, feature_shape: tuple[int, ...], outputs: int, task: str, reduction: str
+) -> tuple[Model, Numerics]:
+    # Cached so that runs of the same model in one process share compiled functions.
+    model = build_model(TypeAdapter(ModelConfig).validate_json(model_json), feature_shape, outputs)
+    return model, Numerics(model, task, reduction)  # type: ignore[arg-type]
 
 
 def _workers(scenario: Scenario, dataset: Dataset) -> list[Worker]:

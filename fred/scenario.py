@@ -184,15 +184,22 @@ class StopConfig(Section):
 
 
 class EvalConfig(Section):
+    """When to evaluate on the held-out set: every N updates or every T simulated seconds."""
+
     every_updates: Annotated[int, Field(ge=1)] | None = None
     every_s: PositiveFloat | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_cadence(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("every_updates") is None and data.get("every_s") is None:
+            return {**data, "every_updates": 20}
+        return data
 
     @model_validator(mode="after")
     def _one_cadence(self) -> "EvalConfig":
         if self.every_updates is not None and self.every_s is not None:
             raise ValueError("give every_updates or every_s, not both")
-        if self.every_updates is None and self.every_s is None:
-            return self.model_copy(update={"every_updates": 20})
         return self
 
 

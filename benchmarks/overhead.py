@@ -1,0 +1,441 @@
+#!/usr/bin/env python
+"""How much slower is fred than the bare JAX math it simulates? Ratios, never asserts.
+
+    python benchmarks/overhead.py            # full run (300 updates per digits run)
+    python benchmarks/overhead.py --quick    # smoke run (30 updates), well under a minute
+    python benchmarks/overhead.py --profile  # also cProfile one fred run, top functions
+
+Three measurements, all taken in this one process (so they share its CPU, its
+JAX version and its thread settings), each the best of ``--repeats`` timed
+repeats after one untimed warm-up run that pays every compilation:
+
+1. Overhead. An 8-worker digits-MLP run through ``fred.run(dict)`` against a
+   bare jitted JAX loop that computes the same gradients of the same sizes and
+   applies the same SGD updates, with no simulation around it. Done for SSGD
+   (``aggregation: allreduce``, iid sharding) and ASGD, each with
+   ``reduction: exact`` and ``reduction: fast``.
+2. Exact vs fast: the cost of the bit-reproducible reduction, as a ratio.
+3. Event throughput: a timing-heavy 64-worker logistic SSGD run; event rows per
+   second from ``fred.run``, and SimPy events per second from stepping the
+   environment by hand.
+
+Results are printed as tables and written to ``benchmarks/results/overhead.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import functools
+import io
+import json
+import os
+import platform
+import pstats
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import fred
+from fred import rng
+from fred.api import resolve
+from fred.data import GlobalBatchStream
+from fred.numerics import CHUNK_ROWS, _example_loss, pairwise_sum
+from fred.records import Recorder
+from fred.runner import build
+
+TARGET_RATIO = 1.5
+WORKERS = 8
+BATCH = 32
+LR = 0.1
+RESULTS = Path(__file__).resolve().parent / "results" / "overhead.json"
+
+
+# ----------------------------------------------------------------------------- scenarios
+def digits_scenario(strategy: str, reduction: str, updates: int, workers: int = WORKERS) -> dict[str, Any]:
+    """The benchmark's digits-MLP scenario. Evaluation only at the start and the end,
+    so that the comparison is about training steps, not about evaluation."""
+    strat: dict[str, Any] = {"name": strategy, "lr": LR, "reduction": reduction}
+    if strategy == "ssgd":
+        strat["aggregation"] = "allreduce"
+    return {
+        "name": f"bench-{strategy}-{reduction}",
+        "seed": 0,
+        "model": {"kind": "mlp", "hidden": [64], "activation": "relu"},
+        "data": {"source": {"kind": "digits"}, "batch_size": BATCH, "sharding": "iid"},
+        "cluster": {
+            "workers": workers,
+            "compute": {"step_time_s": 0.01},
+            "jitter": {"kind": "lognormal", "sigma": 0.1},
+        },
+        "network": {"latency_s": 5.0e-5, "bandwidth_bps": 1.25e9},
+        "strategy": strat,
+        "stop": {"max_updates": updates},
+        "eval": {"every_updates": updates},
+    }
+
+
+def events_scenario(updates: int, workers: int = 64) -> dict[str, Any]:
+    """Timing-heavy: many workers, a tiny model, a ring all-reduce every round."""
+    return {
+        "name": "bench-events",
+        "seed": 0,
+        "model": {"kind": "logistic"},
+        "data": {"source": {"kind": "digits"}, "batch_size": 8, "sharding": "iid"},
+        "cluster": {"workers": workers, "compute": {"step_time_s": 0.01}, "jitter": {"kind": "lognormal", "sigma": 0.1}},
+        "strategy": {"name": "ssgd", "lr": LR, "aggregation": "allreduce", "reduction": "exact"},
+        "stop": {"max_updates": updates},
+        "eval": {"every_updates": updates},
+    }
+
+
+# ----------------------------------------------------------------------------- timing
+def best_of(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """One untimed warm-up call (compiles), then the best wall time of ``repeats`` calls."""
+    out = fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+# ----------------------------------------------------------------------------- bare JAX baseline
+def _sgd(params, grad_sum, count):
+    # fred: mean_grad = g / count; sgd update = -lr * mean; params + update.
+    return jax.tree.map(lambda p, g: p + (-LR * (g / count)), params, grad_sum)
+
+
+def _exact_shard_sums(loss, params, x, y, shards):
+    """fred's exact path: per-example grads on rows padded to CHUNK_ROWS, a pairwise
+    tree inside each shard, then the pairwise tree across shards."""
+    rows = x.shape[0]
+    pad = (-rows) % CHUNK_ROWS
+    if pad:
+        x = jnp.concatenate([x, jnp.zeros((pad, *x.shape[1:]), x.dtype)])
+        y = jnp.concatenate([y, jnp.zeros((pad,), y.dtype)])
+    losses, grads = jax.vmap(jax.value_and_grad(loss), in_axes=(None, 0, 0))(params, x, y)
+    split = lambda a: pairwise_sum(a[:rows].reshape(shards, -1, *a.shape[1:]))  # (shards, ...)
+    across = lambda a: pairwise_sum(a[None])[0]  # the tree over shards, in shard order
+    return across(split(losses)), jax.tree.map(lambda g: across(split(g)), grads)
+
+
+def _fast_shard_sums(loss, params, x, y, shards):
+    """fred's fast path: grad of each shard's summed loss, then the tree across shards."""
+    batch_loss = lambda p, xs, ys: jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0))(p, xs, ys))
+    xs, ys = x.reshape(shards, -1, *x.shape[1:]), y.reshape(shards, -1)
+    losses, grads = jax.vmap(jax.value_and_grad(batch_loss), in_axes=(None, 0, 0))(params, xs, ys)
+    across = lambda a: pairwise_sum(a[None])[0]
+    return across(losses), jax.tree.map(across, grads)
+
+
+class Bare:
+    """The same model, data, initial parameters and batch order as a fred scenario,
+    trained by a jitted step with nothing simulated around it."""
+
+    def __init__(self, scenario: dict[str, Any], shards: int):
+        sc = resolve(scenario)
+        built = build(sc)  # same data split, model and seed-determined init params as fred
+        ds = built.dataset
+        self.init_params = built.sim.init_params
+        self.x, self.y = jnp.asarray(ds.x_train), jnp.asarray(ds.y_train)
+        self.shards = shards
+        self.updates = sc.stop.max_updates
+        loss = functools.partial(_example_loss, built.numerics.model, ds.task)
+        sums = _exact_shard_sums if sc.strategy.reduction == "exact" else _fast_shard_sums
+        rows = shards * BATCH
+
+        def step(params, x_all, y_all, idx):
+            loss_sum, grad_sum = sums(loss, params, x_all[idx], y_all[idx], shards)
+            return _sgd(params, grad_sum, rows), loss_sum
+
+        self.step = jax.jit(step)
+
+        def scanned(params, x_all, y_all, idx_all):
+            return jax.lax.scan(lambda p, idx: step(p, x_all, y_all, idx), params, idx_all)
+
+        self.scanned = jax.jit(scanned)
+        # The batch order of fred's iid sharding: worker i takes block i of global batch k.
+        stream = GlobalBatchStream(len(ds.y_train), WORKERS, BATCH, rng.stream(sc.seed, "data", "batches"))
+        if shards == WORKERS:  # SSGD: one global batch of all workers' blocks per update
+            idx = [np.concatenate([stream.next_for(i) for i in range(WORKERS)]) for _ in range(self.updates)]
+        else:  # ASGD: one worker's block per update (round robin; sizes are what matter)
+            idx = [stream.next_for(k % WORKERS) for k in range(self.updates)]
+        self.idx = np.stack(idx).astype(np.int32)
+        self.idx_dev = jnp.asarray(self.idx)
+
+    def run_loop(self):
+        """A Python loop over a jitted step: one dispatch per update, as any training loop."""
+        params = self.init_params
+        for k in range(self.updates):
+            params, _ = self.step(params, self.x, self.y, self.idx[k])
+        return jax.block_until_ready(params)
+
+    def run_scan(self):
+        """The whole run as one jitted lax.scan: the floor, with no per-step dispatch."""
+        params, _ = self.scanned(self.init_params, self.x, self.y, self.idx_dev)
+        return jax.block_until_ready(params)
+
+
+def max_abs_diff(a, b) -> float:
+    return float(max(np.max(np.abs(np.asarray(a[k]) - np.asarray(b[k]))) for k in a))
+
+
+# ----------------------------------------------------------------------------- 1 + 2: overhead
+def overhead(updates: int, repeats: int) -> list[dict[str, Any]]:
+    rows = []
+    for strategy in ("ssgd", "asgd"):
+        for reduction in ("exact", "fast"):
+            scn = digits_scenario(strategy, reduction, updates)
+            fred_s, result = best_of(lambda: fred.run(scn), repeats)
+            bare = Bare(scn, shards=WORKERS if strategy == "ssgd" else 1)
+            loop_s, loop_params = best_of(bare.run_loop, repeats)
+            scan_s, _ = best_of(bare.run_scan, repeats)
+            row = {
+                "strategy": strategy,
+                "reduction": reduction,
+                "updates": int(result.summary["updates"]),
+                "gradients": int(result.summary["gradients"]),
+                "fred_s": fred_s,
+                "bare_loop_s": loop_s,
+                "bare_scan_s": scan_s,
+                "ratio_fred_over_bare_loop": fred_s / loop_s,
+                "ratio_fred_over_bare_scan": fred_s / scan_s,
+                "fred_ms_per_update": 1e3 * fred_s / updates,
+                "bare_loop_ms_per_update": 1e3 * loop_s / updates,
+            }
+            if strategy == "ssgd":  # same batches, same updates: the parameters should agree
+                row["max_abs_param_diff_vs_bare"] = max_abs_diff(result.params, loop_params)
+            rows.append(row)
+    return rows
+
+
+def exact_vs_fast(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by = {(r["strategy"], r["reduction"]): r for r in rows}
+    out = []
+    for strategy in ("ssgd", "asgd"):
+        e, f = by[(strategy, "exact")], by[(strategy, "fast")]
+        out.append(
+            {
+                "strategy": strategy,
+                "fred_exact_s": e["fred_s"],
+                "fred_fast_s": f["fred_s"],
+                "fred_exact_over_fast": e["fred_s"] / f["fred_s"],
+                "bare_exact_over_fast": e["bare_loop_s"] / f["bare_loop_s"],
+            }
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- 3: events
+def event_throughput(updates: int, repeats: int, workers: int = 64) -> dict[str, Any]:
+    from strategies import registry
+
+    scn = events_scenario(updates, workers)
+    run_s, result = best_of(lambda: fred.run(scn), repeats)
+    rows = len(result.events)
+
+    def stepped() -> dict[str, float]:
+        # runner.execute without the controller: build, start the strategy, and step
+        # SimPy ourselves, counting every event it processes, until `updates` updates.
+        sc = resolve(scn)
+        built = build(sc)
+        recorder = Recorder()
+        built.sim.tracers.append(recorder.on_event)
+        done = [0]
+        built.sim.update_hooks.append(lambda contributions, version: done.__setitem__(0, done[0] + 1))
+        grad_s = [0.0]
+        flush = built.sim.gradients._flush_like
+
+        def timed_flush(first):  # instance attribute: wraps this run's gradient batches only
+            t0 = time.perf_counter()
+            flush(first)
+            grad_s[0] += time.perf_counter() - t0
+
+        built.sim.gradients._flush_like = timed_flush
+        registry.get(sc.strategy.name).start(built.sim, sc.strategy)
+        env, steps = built.sim.env, 0
+        t0 = time.perf_counter()
+        while done[0] < updates:
+            env.step()
+            steps += 1
+        wall = time.perf_counter() - t0
+        return {"steps": steps, "wall_s": wall, "grad_s": grad_s[0], "rows": len(recorder.events["kind"])}
+
+    step_runs = [stepped() for _ in range(repeats + 1)][1:]
+    best = min(step_runs, key=lambda r: r["wall_s"])
+    transfers = updates * workers * 2 * (workers - 1)
+    return {
+        "workers": workers,
+        "updates": updates,
+        "fred_run_s": run_s,
+        "event_rows": rows,
+        "event_rows_per_s": rows / run_s,
+        "ring_chunk_transfers": transfers,
+        "ring_chunk_transfers_per_s": transfers / run_s,
+        "simpy_events": best["steps"],
+        "simpy_loop_s": best["wall_s"],
+        "simpy_events_per_s": best["steps"] / best["wall_s"],
+        "gradient_s_in_loop": best["grad_s"],
+        "simpy_events_per_s_excl_gradients": best["steps"] / (best["wall_s"] - best["grad_s"]),
+        "sim_time_s": result.summary["sim_time_s"],
+    }
+
+
+# ----------------------------------------------------------------------------- profile
+def profile(updates: int, top: int = 15) -> dict[str, list[dict[str, Any]]]:
+    """cProfile one warm fred.run of the SSGD exact scenario."""
+    scn = digits_scenario("ssgd", "exact", updates)
+    fred.run(scn)  # warm: compile outside the profile
+    prof = cProfile.Profile()
+    prof.enable()
+    fred.run(scn)
+    prof.disable()
+    stats = pstats.Stats(prof)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for key in ("cumulative", "tottime"):
+        stats.sort_stats(key)
+        entries = []
+        for func in stats.fcn_list[:top]:  # type: ignore[attr-defined]
+            cc, nc, tt, ct, _ = stats.stats[func]  # type: ignore[attr-defined]
+            filename, line, name = func
+            entries.append({"function": f"{_short(filename)}:{line}({name})", "calls": nc, "tottime_s": tt, "cumtime_s": ct})
+        out[key] = entries
+    return out
+
+
+def _short(filename: str) -> str:
+    for marker in ("site-packages/", "/work/main/"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename
+
+
+# ----------------------------------------------------------------------------- printing
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [[h for h in headers]] + [[_fmt(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join([line(cells[0]), line(["-" * w for w in widths])] + [line(r) for r in cells[1:]])
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1e-3 and v != 0 else f"{v:.3f}" if abs(v) < 100 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="30 updates per digits run, 5 rounds of 64 workers")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement (best is kept)")
+    parser.add_argument("--profile", action="store_true", help="also cProfile one fred run (SSGD exact)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
+    args = parser.parse_args(argv)
+    updates = 30 if args.quick else 300
+    event_updates = 5 if args.quick else 20
+    t_start = time.perf_counter()
+
+    machine = {
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "processor": _cpu_model(),
+    }
+    print(f"fred {fred.__version__} | jax {machine['jax']} on {machine['backend']} | {machine['cpu_count']} CPUs")
+    print(f"{'quick' if args.quick else 'full'} run: best of {args.repeats} after one warm-up\n")
+
+    rows = overhead(updates, args.repeats)
+    print(f"1. Overhead: {WORKERS} workers x batch {BATCH}, digits MLP [64], {updates} updates (target ratio <= {TARGET_RATIO})")
+    print(
+        table(
+            ["strategy", "reduction", "grads", "fred s", "bare loop s", "fred/bare", "bare scan s", "fred/scan", "ms/update"],
+            [
+                [
+                    r["strategy"], r["reduction"], r["gradients"], r["fred_s"], r["bare_loop_s"],
+                    r["ratio_fred_over_bare_loop"], r["bare_scan_s"], r["ratio_fred_over_bare_scan"], r["fred_ms_per_update"],
+                ]
+                for r in rows
+            ],
+        )
+    )
+    for r in rows:
+        if "max_abs_param_diff_vs_bare" in r:
+            print(f"   {r['strategy']} {r['reduction']}: max |fred params - bare params| = {r['max_abs_param_diff_vs_bare']:.3g}")
+    print()
+
+    evf = exact_vs_fast(rows)
+    print("2. Exact vs fast reduction")
+    print(
+        table(
+            ["strategy", "fred exact s", "fred fast s", "fred exact/fast", "bare exact/fast"],
+            [[r["strategy"], r["fred_exact_s"], r["fred_fast_s"], r["fred_exact_over_fast"], r["bare_exact_over_fast"]] for r in evf],
+        )
+    )
+    print()
+
+    ev = event_throughput(event_updates, args.repeats)
+    print(f"3. Event throughput: {ev['workers']} workers, logistic model, SSGD ring all-reduce, {ev['updates']} updates")
+    print(
+        table(
+            ["measure", "count", "wall s", "per second"],
+            [
+                ["fred.run: event rows", ev["event_rows"], ev["fred_run_s"], ev["event_rows_per_s"]],
+                ["fred.run: ring chunk transfers (not rows)", ev["ring_chunk_transfers"], ev["fred_run_s"], ev["ring_chunk_transfers_per_s"]],
+                ["env.step() loop: SimPy events", ev["simpy_events"], ev["simpy_loop_s"], ev["simpy_events_per_s"]],
+                ["  same, gradient time excluded", ev["simpy_events"], ev["simpy_loop_s"] - ev["gradient_s_in_loop"], ev["simpy_events_per_s_excl_gradients"]],
+            ],
+        )
+    )
+    print(
+        f"   each all-reduce over {ev['workers']} workers simulates 2*{ev['workers'] - 1} chunk transfers per member "
+        f"({2 * (ev['workers'] - 1) * ev['workers']:,} per round); they are SimPy events but not event rows"
+    )
+    print()
+
+    results: dict[str, Any] = {
+        "quick": args.quick,
+        "repeats": args.repeats,
+        "target_ratio": TARGET_RATIO,
+        "machine": machine,
+        "overhead": rows,
+        "exact_vs_fast": evf,
+        "event_throughput": ev,
+    }
+    if args.profile:
+        prof = profile(updates)
+        results["profile_ssgd_exact"] = prof
+        for key in ("cumulative", "tottime"):
+            print(f"Profile of one warm fred.run (SSGD exact, {updates} updates), top by {key}")
+            print(table(["function", "calls", "tottime s", "cumtime s"], [[e["function"], e["calls"], e["tottime_s"], e["cumtime_s"]] for e in prof[key]]))
+            print()
+
+    results["benchmark_wall_s"] = time.perf_counter() - t_start
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.out} (benchmark took {results['benchmark_wall_s']:.1f} s)")
+    return 0
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

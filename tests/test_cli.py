@@ -1,0 +1,102 @@
+"""The command line, as a user meets it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fred.cli import main
+from fred.records import FILES, is_complete
+from tests.conftest import tiny
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, data: dict, name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_fred_run_writes_a_complete_run_directory(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", str(write(tmp_path, tiny())), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ["status", "strategy", "workers", "sim_time_s", "updates", "final_eval_loss", "final_eval_accuracy",
+                "bytes_sent", "params_sha256", "wall_time_s", "fred_version"]:
+        assert key in summary
+    assert yaml.safe_load((out / "scenario.yaml").read_text())["network"]["latency_s"] == 5e-5  # resolved
+    printed = capsys.readouterr().out
+    assert "params_sha256" in printed and str(out) in printed
+
+
+def test_the_default_run_directory_is_named_by_the_resolved_scenario(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(write(tmp_path, tiny())), "--quiet"]) == 0
+    [run_dir] = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("tiny-") and len(run_dir.name) == len("tiny-") + 8
+
+
+def test_set_and_seed_override_the_file(tmp_path):
+    out = tmp_path / "run"
+    args = ["run", str(write(tmp_path, tiny())), "--out", str(out), "--quiet", "--set", "cluster.workers=2", "--seed", "11"]
+    assert main(args) == 0
+    resolved = yaml.safe_load((out / "scenario.yaml").read_text())
+    assert resolved["cluster"]["workers"] == 2 and resolved["seed"] == 11
+
+
+def test_a_bad_scenario_exits_2_with_one_line_per_problem_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "run"
+    path = write(tmp_path, tiny(cluster={"wrokers": 3}, data={"batch_size": -1}))
+    assert main(["run", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "2 problems" in err and "did you mean 'workers'" in err and "data.batch_size: got -1" in err
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_missing_file_is_an_error_not_a_traceback(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nope.yaml")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_missing_mnist_files_are_reported_cleanly(tmp_path, capsys):
+    path = write(tmp_path, tiny(data={"source": {"kind": "mnist", "path": str(tmp_path / "mnist")}}))
+    assert main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert "mnist" in capsys.readouterr().err
+
+
+def test_fred_list_prints_the_registry(capsys):
+    assert main(["list"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert {"sgd", "ssgd", "asgd"} <= set(names)
+
+
+def test_a_failure_while_writing_leaves_no_directory_that_looks_complete(tmp_path, monkeypatch):
+    import numpy as np
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", broken)
+    out = tmp_path / "run"
+    with pytest.raises(OSError):
+        main(["run", str(write(tmp_path, tiny())), "--out", str(out), "--quiet"])
+    assert not out.exists() and not is_complete(out)
+    assert list(tmp_path.glob(".run*")) == []
+
+
+def test_the_console_script_runs_the_quickstart_shipped_with_the_repo(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "fred.cli", "run", str(ROOT / "scenarios" / "quickstart.yaml"),
+         "--out", str(tmp_path / "q"), "--set", "stop.max_updates=60"],
+        capture_output=True, text=True, check=True,
+    )
+    assert "completed" in done.stdout
+    assert done.stderr == ""  # no progress bar when not attached to a terminal

@@ -1,0 +1,73 @@
+"""The determinism contract's equivalences: layouts that must give the same bits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fred
+from fred import rng
+from fred.data import load_dataset
+from fred.models import build_model
+from fred.numerics import Numerics
+from fred.scenario import DataConfig, MLPModel
+from tests.conftest import tiny
+
+STEPS = 4
+
+
+def _sha(**overrides) -> str:
+    return fred.run(tiny(stop={"max_updates": STEPS}, eval={"every_updates": 1000}, **overrides)).summary["params_sha256"]
+
+
+@pytest.mark.parametrize("aggregation", ["ps", "allreduce"])
+@pytest.mark.parametrize("workers", [1, 2, 4, 8])
+def test_ssgd_with_n_workers_of_batch_b_is_sgd_with_batch_nb(workers, aggregation):
+    for batch in [1, 2, 4, 8, 16, 32, 64]:
+        large_batch = _sha(cluster={"workers": 1}, data={"batch_size": workers * batch}, strategy={"name": "sgd"})
+        distributed = _sha(
+            cluster={"workers": workers},
+            data={"batch_size": batch},
+            strategy={"name": "ssgd", "aggregation": aggregation},
+        )
+        assert distributed == large_batch, f"n={workers} b={batch} {aggregation}"
+
+
+def test_ssgd_parameter_server_and_allreduce_agree_bit_for_bit():
+    ps = _sha(strategy={"name": "ssgd", "aggregation": "ps"})
+    ring = _sha(strategy={"name": "ssgd", "aggregation": "allreduce"})
+    assert ps == ring
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8, 32])
+def test_asgd_with_one_worker_is_sgd(batch):
+    one = dict(cluster={"workers": 1}, data={"batch_size": batch})
+    assert _sha(strategy={"name": "asgd"}, **one) == _sha(strategy={"name": "sgd"}, **one)
+
+
+def test_non_power_of_two_layouts_are_close_not_exact():
+    # With 3 workers of batch 4 the tree over 12 rows is not the tree of three 4-row
+    # subtrees, so only closeness holds: float32 rounding, a few ulps per step.
+    sgd = fred.run(tiny(cluster={"workers": 1}, data={"batch_size": 12}, strategy={"name": "sgd"}))
+    ssgd = fred.run(tiny(cluster={"workers": 3}, data={"batch_size": 4}, strategy={"name": "ssgd"}))
+    for name in sgd.params:
+        np.testing.assert_allclose(ssgd.params[name], sgd.params[name], rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=25, deadline=None)
+@given(example=st.integers(0, 300), batch=st.integers(1, 130), position=st.data())
+def test_a_per_example_gradient_does_not_depend_on_its_batch(example, batch, position):
+    """The measured fact the exact reduction rests on, checked on this machine's XLA."""
+    ds = load_dataset(DataConfig(), rng.stream(0, "data", "load"))
+    model = build_model(MLPModel(hidden=[16]), ds.feature_shape, ds.num_classes)
+    numerics = Numerics(model, ds.task, "exact")
+    params = model.init(rng.jax_key(0, "model"))
+    at = position.draw(st.integers(0, batch - 1))
+    rows = rng.stream(batch, "rows").choice(len(ds.y_train), size=batch)
+    rows[at] = example
+    alone = numerics.shard_sums(params, ds.x_train[[example]], ds.y_train[[example]], 1)[0]
+    within = numerics.shard_sums(params, ds.x_train[rows], ds.y_train[rows], batch)[at]
+    for name in params:
+        assert np.array_equal(np.asarray(alone.grad[name]), np.asarray(within.grad[name])), name

@@ -1,0 +1,74 @@
+"""What a run does over simulated time: evaluation cadence, stop conditions, divergence."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import fred
+from tests.conftest import tiny
+
+
+def test_evaluation_every_simulated_interval_lands_on_the_grid():
+    result = fred.run(tiny(eval={"every_s": 0.01, "every_updates": None}, stop={"max_sim_time_s": 0.05, "max_updates": None}))
+    times = result.metrics["sim_time_s"].tolist()
+    assert times == pytest.approx([0.0, 0.01, 0.02, 0.03, 0.04, 0.05])
+    assert result.summary["sim_time_s"] == 0.05 and result.summary["stop_reason"] == "max_sim_time_s"
+
+
+def test_evaluation_every_n_updates():
+    result = fred.run(tiny(eval={"every_updates": 5}, stop={"max_updates": 20}))
+    assert result.metrics["updates"].tolist() == [0, 5, 10, 15, 20]
+
+
+def test_a_target_loss_ends_the_run_early():
+    result = fred.run(tiny(stop={"max_updates": 2000, "target_eval_loss": 1.5}, eval={"every_updates": 5}))
+    assert result.summary["stop_reason"] == "target_eval_loss"
+    assert result.summary["final_eval_loss"] <= 1.5 and result.summary["updates"] < 2000
+
+
+def test_a_run_whose_loss_explodes_is_marked_diverged_and_keeps_its_records(tmp_path):
+    data = tiny(data={"source": {"kind": "synthetic", "task": "regression"}}, strategy={"lr": 5.0})
+    data["model"] = {"kind": "logistic"}
+    result = fred.run(data | {"stop": {"max_updates": 500}, "eval": {"every_updates": 2}}, out=tmp_path / "r")
+    assert result.summary["status"] == "diverged"
+    assert result.summary["final_eval_loss"] is None
+    assert not math.isfinite(result.metrics["eval_loss"].iloc[-1])
+    assert result.summary["updates"] < 500 and result.summary["stop_reason"] == "non_finite_loss"
+    assert fred.load_run(tmp_path / "r").summary["status"] == "diverged"
+
+
+def test_training_loss_is_recorded_between_evaluations():
+    result = fred.run(tiny())
+    assert math.isnan(result.metrics["train_loss"].iloc[0])  # nothing trained before the first eval
+    assert result.metrics["train_loss"].iloc[1:].notna().all()
+
+
+def test_asgd_learns_the_digits():
+    result = fred.run(tiny(stop={"max_updates": 300}, eval={"every_updates": 100}))
+    assert result.summary["final_eval_accuracy"] > 0.8
+    assert result.metrics["eval_loss"].iloc[-1] < result.metrics["eval_loss"].iloc[0] / 3
+
+
+def test_asgd_staleness_reflects_the_number_of_workers():
+    result = fred.run(tiny(cluster={"workers": 8}, stop={"max_updates": 200}))
+    steady = result.updates[result.updates["update"] > 50]
+    # Eight equal workers take turns: each gradient is about seven updates old.
+    assert steady["staleness"].mean() == pytest.approx(7, abs=1)
+
+
+def test_a_straggler_contributes_fewer_and_staler_gradients():
+    result = fred.run(tiny(cluster={"workers": 4, "stragglers": [{"worker": 3, "slow_factor": 4}]}, stop={"max_updates": 200}))
+    per_worker = result.updates.groupby("worker")["staleness"].agg(["count", "mean"])
+    assert per_worker.loc[3, "count"] < per_worker.loc[0, "count"] / 2
+    assert per_worker.loc[3, "mean"] > per_worker.loc[0, "mean"]
+
+
+def test_ssgd_waits_for_its_straggler():
+    fast = fred.run(tiny(strategy={"name": "ssgd"}))
+    slow = fred.run(tiny(strategy={"name": "ssgd"}, cluster={"stragglers": [{"worker": 1, "delay_s": 0.1}]}))
+    assert slow.summary["params_sha256"] == fast.summary["params_sha256"]  # same numbers ...
+    assert slow.summary["sim_time_s"] > fast.summary["sim_time_s"] + 12 * 0.1 - 1e-9  # ... later
+    waits = slow.events[slow.events["kind"] == "wait"]
+    assert set(waits["entity"]) == {"worker0", "worker2", "worker3"}

@@ -1,0 +1,117 @@
+"""Scenario validation: every problem named, with its field, its value and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from fred.loading import ScenarioError, apply_overrides, load_scenario, validate
+from fred.scenario import Scenario
+from tests.conftest import tiny
+
+
+def problems(data) -> list[str]:
+    with pytest.raises(ScenarioError) as err:
+        validate(data)
+    return err.value.problems
+
+
+def test_a_valid_scenario_fills_in_every_default():
+    scenario = validate(tiny())
+    resolved = scenario.resolved()
+    assert resolved["network"]["bandwidth_bps"] == 1.25e9
+    assert resolved["strategy"] == {"name": "asgd", "reduction": "exact", "lr": 0.1}
+    assert validate(resolved) == scenario  # the resolved form round-trips
+
+
+def test_a_misspelt_key_gets_a_did_you_mean():
+    [message] = problems(tiny(model={"hiden": [8]}))
+    assert message.startswith("model.hiden: unknown key; did you mean 'hidden'?")
+    assert "activation" in message  # and lists what is allowed
+
+
+def test_a_misspelt_strategy_hyper_parameter_is_found_in_the_strategy_section():
+    [message] = problems(tiny(strategy={"name": "ssgd", "agregation": "ps"}))
+    assert "strategy.agregation" in message and "'aggregation'" in message
+
+
+def test_an_unknown_strategy_suggests_the_closest_name():
+    [message] = problems(tiny(strategy={"name": "asdg"}))
+    assert "unknown strategy 'asdg'" in message and "did you mean 'asgd'" in message
+
+
+def test_every_problem_is_reported_with_its_value():
+    found = problems(tiny(cluster={"workers": -2}, data={"batch_size": 0, "sharding": "random"}))
+    assert len(found) == 3
+    assert any(m.startswith("cluster.workers: got -2;") for m in found)
+    assert any(m.startswith("data.batch_size: got 0;") for m in found)
+    assert any("data.sharding: got 'random'" in m and "'iid'" in m for m in found)
+
+
+def test_a_run_without_an_end_is_refused():
+    data = tiny()
+    data["stop"] = {"target_eval_loss": 0.1}
+    [message] = problems(data)
+    assert "max_sim_time_s or max_updates" in message
+
+
+def test_missing_sections_are_named():
+    data = tiny()
+    del data["strategy"]
+    assert problems(data) == ["strategy: missing; this field is required"]
+
+
+def test_stragglers_must_name_existing_workers():
+    [message] = problems(tiny(cluster={"workers": 2, "stragglers": [{"worker": 5, "slow_factor": 2}]}))
+    assert "worker index 5 does not exist; workers are 0..1" in message
+
+
+def test_a_strategy_checks_the_cluster_it_runs_on():
+    [message] = problems(tiny(strategy={"name": "sgd"}))
+    assert "set cluster.workers: 1 (got 4)" in message
+
+
+def test_flops_timing_needs_device_flops():
+    [message] = problems(tiny(workload={"profile": "resnet50"}))
+    assert "device_flops" in message
+
+
+def test_set_overrides_parse_values_as_yaml():
+    data = apply_overrides(tiny(), ["cluster.workers=16", "model.hidden=[32, 8]", "strategy.lr=0.5"])
+    scenario = validate(data)
+    assert scenario.cluster.workers == 16 and scenario.model.hidden == [32, 8] and scenario.strategy.lr == 0.5
+
+
+def test_yaml_syntax_errors_name_the_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\nmodel: {kind: mlp\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert "YAML syntax error at line" in err.value.problems[0]
+
+
+def test_yaml_cannot_construct_python_objects(tmp_path):
+    path = tmp_path / "evil.yaml"
+    path.write_text("name: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(ScenarioError):
+        load_scenario(path)
+
+
+def test_non_utf8_files_are_refused_with_a_reason(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert "not UTF-8" in err.value.problems[0]
+
+
+def test_the_digest_identifies_the_resolved_scenario():
+    a, b = validate(tiny()), validate(tiny(network={"latency_s": 5e-5}))  # the default, spelt out
+    assert a.digest() == b.digest()
+    assert a.digest() != validate(tiny(seed=8)).digest()
+
+
+def test_scenarios_are_built_in_python_the_same_way():
+    from strategies.asgd import ASGD
+
+    scenario = Scenario(strategy=ASGD(lr=0.2), stop={"max_updates": 3})
+    assert scenario.strategy.lr == 0.2 and scenario.cluster.workers == 1
