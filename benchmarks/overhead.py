@@ -45,6 +45,7 @@ import fred
 from fred import rng
 from fred.api import resolve
 from fred.data import GlobalBatchStream
+from fred.engine import GradientService
 from fred.numerics import CHUNK_ROWS, _example_loss, pairwise_sum
 from fred.records import Recorder
 from fred.runner import build
@@ -183,6 +184,31 @@ class Bare:
         return jax.block_until_ready(params)
 
 
+def gradient_share(scenario: dict[str, Any]) -> tuple[float, float]:
+    """One extra, instrumented fred.run: its wall time and the seconds spent making
+    gradients (GradientService._flush_like: data gather, the jitted gradient calls and
+    splitting the result into per-worker sums, waited for so that the time lands here)."""
+    original = GradientService._flush_like
+    spent = [0.0]
+
+    def timed(self, first):
+        t0 = time.perf_counter()
+        try:
+            original(self, first)
+            jax.block_until_ready(first.result)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    GradientService._flush_like = timed  # type: ignore[method-assign]
+    try:
+        t0 = time.perf_counter()
+        fred.run(scenario)
+        total = time.perf_counter() - t0
+    finally:
+        GradientService._flush_like = original  # type: ignore[method-assign]
+    return total, spent[0]
+
+
 def max_abs_diff(a, b) -> float:
     return float(max(np.max(np.abs(np.asarray(a[k]) - np.asarray(b[k]))) for k in a))
 
@@ -197,6 +223,7 @@ def overhead(updates: int, repeats: int) -> list[dict[str, Any]]:
             bare = Bare(scn, shards=WORKERS if strategy == "ssgd" else 1)
             loop_s, loop_params = best_of(bare.run_loop, repeats)
             scan_s, _ = best_of(bare.run_scan, repeats)
+            inst_total, inst_grad = gradient_share(scn)
             row = {
                 "strategy": strategy,
                 "reduction": reduction,
@@ -209,11 +236,18 @@ def overhead(updates: int, repeats: int) -> list[dict[str, Any]]:
                 "ratio_fred_over_bare_scan": fred_s / scan_s,
                 "fred_ms_per_update": 1e3 * fred_s / updates,
                 "bare_loop_ms_per_update": 1e3 * loop_s / updates,
+                "gradient_share": inst_grad / inst_total,
             }
             if strategy == "ssgd":  # same batches, same updates: the parameters should agree
                 row["max_abs_param_diff_vs_bare"] = max_abs_diff(result.params, loop_params)
             rows.append(row)
     return rows
+
+
+def fixed_cost(repeats: int) -> float:
+    """fred.run of one update: building, validating, evaluating, tables, summary."""
+    scn = digits_scenario("ssgd", "exact", 1)
+    return best_of(lambda: fred.run(scn), repeats)[0]
 
 
 def exact_vs_fast(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -256,6 +290,7 @@ def event_throughput(updates: int, repeats: int, workers: int = 64) -> dict[str,
         def timed_flush(first):  # instance attribute: wraps this run's gradient batches only
             t0 = time.perf_counter()
             flush(first)
+            jax.block_until_ready(first.result)
             grad_s[0] += time.perf_counter() - t0
 
         built.sim.gradients._flush_like = timed_flush
@@ -289,9 +324,10 @@ def event_throughput(updates: int, repeats: int, workers: int = 64) -> dict[str,
 
 
 # ----------------------------------------------------------------------------- profile
-def profile(updates: int, top: int = 15) -> dict[str, list[dict[str, Any]]]:
-    """cProfile one warm fred.run of the SSGD exact scenario."""
-    scn = digits_scenario("ssgd", "exact", updates)
+def profile(updates: int, case: str, top: int = 15) -> dict[str, list[dict[str, Any]]]:
+    """cProfile one warm fred.run of one overhead case ("strategy:reduction")."""
+    strategy, reduction = case.split(":")
+    scn = digits_scenario(strategy, reduction, updates)
     fred.run(scn)  # warm: compile outside the profile
     prof = cProfile.Profile()
     prof.enable()
@@ -337,7 +373,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="30 updates per digits run, 5 rounds of 64 workers")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement (best is kept)")
-    parser.add_argument("--profile", action="store_true", help="also cProfile one fred run (SSGD exact)")
+    parser.add_argument(
+        "--profile",
+        nargs="?",
+        const="ssgd:exact",
+        choices=["ssgd:exact", "ssgd:fast", "asgd:exact", "asgd:fast"],
+        help="also cProfile one warm fred run of this case (default ssgd:exact)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args(argv)
     updates = 30 if args.quick else 300
@@ -359,16 +401,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"1. Overhead: {WORKERS} workers x batch {BATCH}, digits MLP [64], {updates} updates (target ratio <= {TARGET_RATIO})")
     print(
         table(
-            ["strategy", "reduction", "grads", "fred s", "bare loop s", "fred/bare", "bare scan s", "fred/scan", "ms/update"],
+            ["strategy", "reduction", "grads", "fred s", "bare loop s", "fred/bare", "bare scan s", "fred/scan", "ms/update", "in grads"],
             [
                 [
                     r["strategy"], r["reduction"], r["gradients"], r["fred_s"], r["bare_loop_s"],
                     r["ratio_fred_over_bare_loop"], r["bare_scan_s"], r["ratio_fred_over_bare_scan"], r["fred_ms_per_update"],
+                    f"{100 * r['gradient_share']:.0f}%",
                 ]
                 for r in rows
             ],
         )
     )
+    fixed = fixed_cost(args.repeats)
+    print(f"   fixed cost of a fred.run (1-update SSGD exact run: build, eval, tables, summary): {fixed:.3f} s")
+    print("   in grads: share of an instrumented fred.run spent in GradientService._flush_like (gradient math)")
     for r in rows:
         if "max_abs_param_diff_vs_bare" in r:
             print(f"   {r['strategy']} {r['reduction']}: max |fred params - bare params| = {r['max_abs_param_diff_vs_bare']:.3g}")
@@ -409,14 +455,15 @@ def main(argv: list[str] | None = None) -> int:
         "target_ratio": TARGET_RATIO,
         "machine": machine,
         "overhead": rows,
+        "fixed_cost_s": fixed,
         "exact_vs_fast": evf,
         "event_throughput": ev,
     }
     if args.profile:
-        prof = profile(updates)
-        results["profile_ssgd_exact"] = prof
+        prof = profile(updates, args.profile)
+        results["profile"] = {"case": args.profile, "updates": updates, **prof}
         for key in ("cumulative", "tottime"):
-            print(f"Profile of one warm fred.run (SSGD exact, {updates} updates), top by {key}")
+            print(f"Profile of one warm fred.run ({args.profile}, {updates} updates), top by {key}")
             print(table(["function", "calls", "tottime s", "cumtime s"], [[e["function"], e["calls"], e["tottime_s"], e["cumtime_s"]] for e in prof[key]]))
             print()
 

@@ -102,11 +102,10 @@ class ComputeConfig(Section):
 
     @model_validator(mode="after")
     def _one_compute_model(self) -> "ComputeConfig":
-        by_flops = self.flops_per_example is not None or self.device_flops is not None
-        if self.step_time_s is not None and by_flops:
+        if self.step_time_s is not None and self.flops_per_example is not None:
             raise ValueError("give either step_time_s, or flops_per_example with device_flops, not both")
-        if by_flops and (self.flops_per_example is None or self.device_flops is None):
-            raise ValueError("flops_per_example and device_flops must be given together")
+        if self.flops_per_example is not None and self.device_flops is None:
+            raise ValueError("flops_per_example needs device_flops to turn FLOPs into seconds")
         return self
 
 
@@ -251,8 +250,13 @@ class Scenario(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
-        if self.workload.resolved_flops_per_example() is not None and self.cluster.compute.device_flops is None:
+        compute = self.cluster.compute
+        if self.workload.resolved_flops_per_example() is not None and compute.device_flops is None:
             raise ValueError("workload.flops_per_example needs cluster.compute.device_flops to turn FLOPs into seconds")
+        if compute.step_time_s is None and compute.device_flops is None:
+            raise ValueError("cluster.compute needs step_time_s, or device_flops with flops_per_example or a workload")
+        if compute.step_time_s is None and compute.flops_per_example is None and self.workload.resolved_flops_per_example() is None:
+            raise ValueError("cluster.compute.device_flops needs flops_per_example (here or in workload)")
         self.strategy.check(self)
         return self
 

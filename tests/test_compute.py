@@ -1,0 +1,61 @@
+"""Compute times: base time, speed factors, stragglers, jitter and workload profiles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fred
+from fred.compute import ComputeModel
+from fred.loading import validate
+from tests.conftest import tiny
+
+
+def draws(data: dict, worker: int, count: int = 200) -> np.ndarray:
+    model = ComputeModel(validate(data))
+    return np.array([model.duration_s(worker) for _ in range(count)])
+
+
+def test_without_jitter_every_step_takes_the_base_time():
+    assert (draws(tiny(), 0) == 0.01).all()
+
+
+def test_speed_factors_and_stragglers_scale_and_delay_steps():
+    data = tiny(cluster={"speed": {1: 2.0}, "stragglers": [{"worker": 2, "slow_factor": 3, "delay_s": 0.5}]})
+    assert draws(data, 1)[0] == pytest.approx(0.005)
+    assert draws(data, 2)[0] == pytest.approx(0.03 + 0.5)
+
+
+def test_flops_timing_uses_the_batch_and_the_device():
+    data = tiny(cluster={"compute": {"step_time_s": None, "flops_per_example": 1e9, "device_flops": 1e12}})
+    assert draws(data, 0)[0] == pytest.approx(8 * 1e9 / 1e12)
+
+
+def test_a_workload_profile_times_a_small_model_as_resnet50():
+    data = tiny(cluster={"compute": {"step_time_s": None, "device_flops": 1e14}}, workload={"profile": "resnet50"})
+    assert draws(data, 0)[0] == pytest.approx(8 * 3 * 4.1e9 / 1e14)
+    result = fred.run(data | {"stop": {"max_updates": 2}})
+    assert result.summary["param_bytes"] == int(25.6e6 * 4)
+    pushes = result.events[result.events["kind"] == "push"]
+    assert (pushes["bytes"] == 25.6e6 * 4).all()
+
+
+def test_lognormal_jitter_has_median_one_and_the_requested_spread():
+    data = tiny(cluster={"jitter": {"kind": "lognormal", "sigma": 0.5}})
+    logs = np.log(draws(data, 0, 4000) / 0.01)
+    assert abs(np.median(logs)) < 0.05 and logs.std() == pytest.approx(0.5, rel=0.1)
+
+
+def test_random_straggles_happen_at_the_requested_rate():
+    data = tiny(cluster={"random_straggle": {"probability": 0.25, "delay_s": 1.0}})
+    slow = draws(data, 0, 4000) > 0.5
+    assert slow.mean() == pytest.approx(0.25, abs=0.03)
+
+
+def test_each_worker_draws_from_its_own_stream():
+    data = tiny(cluster={"jitter": {"kind": "lognormal", "sigma": 0.5}})
+    alone = draws(data, 1, 10)
+    model = ComputeModel(validate(data))
+    for _ in range(50):
+        model.duration_s(0)  # another worker's progress ...
+    assert (np.array([model.duration_s(1) for _ in range(10)]) == alone).all()  # ... changes nothing here

@@ -1,0 +1,63 @@
+"""Golden summaries: every shipped scenario still tells the story it told when it was recorded.
+
+Regenerate after an intended change with ``FRED_UPDATE_GOLDEN=1 pytest tests/test_golden.py``
+and say why in the commit. Simulated timing must match exactly; the numbers must
+match to float32 noise, and bit for bit on the JAX version that recorded them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import jax
+import pytest
+
+import fred
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = sorted((ROOT / "scenarios").rglob("*.yaml"))
+GOLDEN = Path(__file__).parent / "golden"
+EXACT_KEYS = ["status", "stop_reason", "strategy", "workers", "updates", "gradients", "sim_time_s", "bytes_sent"]
+
+
+def golden_name(path: Path) -> str:
+    return str(path.relative_to(ROOT / "scenarios").with_suffix(".json")).replace(os.sep, "__")
+
+
+def events_sha256(result: fred.RunResult) -> str:
+    digest = hashlib.sha256()
+    for column in result.events.columns:
+        digest.update(result.events[column].to_numpy(dtype=str if column in ("entity", "kind") else float).tobytes())
+    return digest.hexdigest()
+
+
+def record(result: fred.RunResult) -> dict:
+    summary = result.summary
+    return {
+        **{key: summary[key] for key in EXACT_KEYS},
+        "final_eval_loss": summary["final_eval_loss"],
+        "final_eval_accuracy": summary["final_eval_accuracy"],
+        "events_sha256": events_sha256(result),
+        "params_sha256": summary["params_sha256"],
+        "jax_version": jax.__version__,
+    }
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[golden_name(p) for p in SHIPPED])
+def test_shipped_scenario_matches_its_golden_summary(path):
+    now = record(fred.run(path))
+    golden_path = GOLDEN / golden_name(path)
+    if os.environ.get("FRED_UPDATE_GOLDEN") or not golden_path.exists():
+        golden_path.write_text(json.dumps(now, indent=2, sort_keys=True) + "\n")
+        if not os.environ.get("FRED_UPDATE_GOLDEN"):
+            pytest.fail(f"no golden summary for {path.name}; wrote {golden_path}, review and commit it")
+    golden = json.loads(golden_path.read_text())
+    for key in EXACT_KEYS + ["events_sha256"]:
+        assert now[key] == golden[key], key
+    assert now["final_eval_loss"] == pytest.approx(golden["final_eval_loss"], rel=1e-4)
+    assert now["final_eval_accuracy"] == pytest.approx(golden["final_eval_accuracy"], abs=2e-3)
+    if now["jax_version"] == golden["jax_version"]:
+        assert now["params_sha256"] == golden["params_sha256"]
