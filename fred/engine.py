@@ -1,10 +1,12 @@
 """The simulation: a SimPy environment plus the primitives strategies compose.
 
 Strategies never touch links, clocks or records directly. They write worker and
-server processes as generators and use five primitives:
+server processes as generators and use a few primitives:
 
 ``yield from sim.compute(worker, params)``
     charge one gradient step of simulated time; returns the real :class:`GradSum`.
+``yield from sim.work(entity, seconds, kind)``
+    keep an entity busy for a given time (compression, a server's update, a sleep).
 ``yield from sim.send(src, dst, nbytes, kind, payload)``
     a point-to-point transfer (FIFO contention); a payload lands in ``dst``'s mailbox.
 ``yield from server.push(...)`` / ``server.fetch(...)``
@@ -170,6 +172,12 @@ class Simulation:
         for hook in self.compute_hooks:
             hook(grad)
         return grad
+
+    def work(self, entity: str, seconds: float, kind: str = "compute") -> Generator[simpy.Event, Any, None]:
+        """Keep ``entity`` busy for ``seconds`` of simulated time (compression, an update, a sleep)."""
+        start = self.now
+        yield self.env.timeout(seconds)
+        self.trace(kind, entity, start, self.now)
 
     def send(
         self, src: str, dst: str, nbytes: float, kind: str = "send", payload: Any = None

@@ -113,3 +113,16 @@ def test_the_closed_form_with_segments_is_the_level_two_pipeline_formula():
     p, n, L = 8, 1e8, 4
     expected = 2 * (p - 1) * L * 1e-3 + 2 * (p - 1) / p * n / 1e9 + (p - 1) / p * n * 1e-10 + L * 1e-4
     assert ring_allreduce_time_s(p, n, cfg, segments=L) == pytest.approx(expected, rel=1e-15)
+
+
+def test_work_keeps_an_entity_busy_and_records_it():
+    sim = bare_sim(1)
+    seen = []
+    sim.tracers.append(lambda *row: seen.append(row))
+
+    def compress():
+        yield from sim.work("worker0", 0.25, kind="compress")
+
+    sim.process(compress())
+    sim.env.run()
+    assert seen == [("compress", "worker0", 0.0, 0.25, 0.0)]
