@@ -23,7 +23,7 @@ process here is started in a fixed order, so the whole run is deterministic.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Sequence
+from typing import Any, Callable, Generator, NamedTuple, Sequence
 
 import numpy as np
 import simpy
@@ -35,6 +35,14 @@ from fred.network import Network
 from fred.numerics import GradSum, Numerics, sum_grads
 
 Process = Generator[simpy.Event, Any, Any]
+
+
+class Contribution(NamedTuple):
+    """One gradient in a model update: who computed it, on which version, and whether it was re-applied."""
+
+    worker: int
+    version_read: int
+    cached: bool = False
 Tracer = Callable[[str, str, float, float, float], None]
 
 
@@ -84,8 +92,7 @@ class GradientService:
         same = [r for r in self._pending if r.params is first.params and len(r.rows) == len(first.rows)]
         self._pending = [r for r in self._pending if not any(r is s for s in same)]
         rows = np.concatenate([r.rows for r in same])
-        x, y = self.dataset.x_train[rows], self.dataset.y_train[rows]
-        for req, part in zip(same, self.numerics.shard_sums(first.params, x, y, len(same))):
+        for req, part in zip(same, self.numerics.shard_sums_of(first.params, self.dataset, rows, len(same))):
             req.result = part
 
 
@@ -118,7 +125,7 @@ class Simulation:
         self.compute_model, self.gradients = compute_model, gradients
         self.init_params, self.param_bytes, self.seed = init_params, param_bytes, seed
         self.tracers: list[Tracer] = []
-        self.update_hooks: list[Callable[[list[tuple[int, int]], int], None]] = []
+        self.update_hooks: list[Callable[[list[Contribution], int], None]] = []
         self.compute_hooks: list[Callable[[GradSum], None]] = []
         self._collectives: dict[tuple[Any, int], _Collective] = {}
         self._joined: dict[tuple[Any, int], int] = {}
@@ -152,21 +159,31 @@ class Simulation:
             self.trace("wait", entity, start, self.now)
         return value
 
-    def applied(self, contributions: Sequence[tuple[int, int]], version_applied: int) -> None:
-        """Record one model update made of ``(worker, version_read)`` gradients.
+    def applied(self, contributions: Sequence[tuple[int, int] | Contribution], version_applied: int) -> None:
+        """Record one model update made of ``(worker, version_read[, cached])`` gradients.
 
         ``version_applied`` is the model version the gradients were applied to, so
-        each contribution's staleness is ``version_applied - version_read``.
+        each contribution's staleness is ``version_applied - version_read``; ``cached``
+        marks a gradient the server re-applied from its cache instead of receiving it.
         """
+        rows = [Contribution(*c) for c in contributions]
         for hook in self.update_hooks:
-            hook(list(contributions), version_applied)
+            hook(rows, version_applied)
 
     # -- primitives --------------------------------------------------------------------
-    def compute(self, worker: Worker, params: Params) -> Generator[simpy.Event, Any, GradSum]:
-        """One gradient step of ``worker`` on its next batch, at ``params``."""
+    def compute(
+        self, worker: Worker, params: Params, duration_s: float | None = None
+    ) -> Generator[simpy.Event, Any, GradSum]:
+        """One gradient step of ``worker`` on its next batch, at ``params``.
+
+        It takes the compute model's next duration for the worker, or ``duration_s``
+        when given (a logical clock passes 0).
+        """
         request = self.gradients.request(params, worker.next_batch())
         start = self.now
-        yield self.env.timeout(self.compute_model.duration_s(worker.index))
+        if duration_s is None:
+            duration_s = self.compute_model.duration_s(worker.index)
+        yield self.env.timeout(duration_s)
         self.trace("compute", worker.name, start, self.now)
         grad = self.gradients.result(request)
         for hook in self.compute_hooks:
@@ -229,26 +246,21 @@ class Simulation:
         return coll.result
 
     def _ring(self, names: list[str], nbytes: float) -> Process:
-        """Ring all-reduce timing: 2(p-1) chunk transfers per member, p-1 reductions, then S."""
-        p, cfg, env = len(names), self.network.config, self.env
+        """Ring all-reduce timing: 2(p-1) chunk transfers per member, p-1 reductions, then S.
+
+        Each chunk transfer is booked on its two links in step order, once its sender
+        has received (and, while reducing, folded in) its predecessor's chunk. The
+        whole schedule is booked when the collective starts, then waited out at once:
+        the same times as one process per member, without their events.
+        """
+        p, cfg = len(names), self.network.config
         chunk = nbytes / p
-        steps = 2 * (p - 1)
-        received = [[env.event() for _ in range(steps)] for _ in range(p)]
-
-        def deliver_at(arrive_s: float, event: simpy.Event) -> None:
-            env.timeout(arrive_s - env.now).callbacks.append(lambda _: event.succeed())
-
-        def member(i: int) -> Process:
-            for step in range(steps):
-                if step > 0:
-                    yield received[i][step - 1]
-                    if step <= p - 1 and cfg.reduce_s_per_byte > 0:  # fold the chunk in before passing it on
-                        yield env.timeout(chunk * cfg.reduce_s_per_byte)
-                transfer = self.network.reserve(names[i], names[(i + 1) % p], chunk, env.now)
-                deliver_at(transfer.arrive_s, received[(i + 1) % p][step])
-            if steps:
-                yield received[i][steps - 1]
-
-        if steps:
-            yield env.all_of([env.process(member(i)) for i in range(p)])
-        yield env.timeout(cfg.sync_s)
+        ready = [self.now] * p  # when each member can send its next chunk
+        for step in range(2 * (p - 1)):
+            arrived = [0.0] * p
+            for i in range(p):
+                transfer = self.network.reserve(names[i], names[(i + 1) % p], chunk, ready[i])
+                arrived[(i + 1) % p] = transfer.arrive_s
+            reduce_s = chunk * cfg.reduce_s_per_byte if step < p - 1 else 0.0  # reduce-scatter phase
+            ready = [t + reduce_s for t in arrived]
+        yield self.env.timeout(max(ready) - self.now + cfg.sync_s)

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fred.data import Dataset
 from fred.models import Model, Params
 
 # Rows per per-example gradient call: every call pads to a multiple of this, so an
@@ -57,21 +58,25 @@ def pairwise_sum(x: jax.Array) -> jax.Array:
 def tree_sum(trees: Sequence[Params]) -> Params:
     """Pairwise sum of several pytrees, in list order (the cross-worker step of the tree)."""
     stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves)[None], *trees)
-    return jax.tree.map(lambda leaf: pairwise_sum(leaf)[0], stacked)
+    return jax.tree.map(lambda leaf: pairwise_sum(leaf)[0], stacked)  # type: ignore[return-value]
 
 
 def sum_grads(parts: Sequence[GradSum]) -> GradSum:
     """Aggregate shard sums into one, by the fixed tree over shards in the given order."""
     if len(parts) == 1:
         return parts[0]
-    grads = tree_sum([p.grad for p in parts])
-    loss = tree_sum([{"loss": p.loss} for p in parts])["loss"]
+    grads, loss = tree_sum([(p.grad, p.loss) for p in parts])
     return GradSum(grads, loss, sum(p.count for p in parts))
 
 
 @jax.jit
 def mean_grad(total: GradSum) -> Params:
     return jax.tree.map(lambda g: g / total.count, total.grad)
+
+
+def _unstack(losses: jax.Array, grads: Params, blocks: int) -> tuple[list[jax.Array], list[Params]]:
+    """Per-block losses and gradient trees, split inside jit (one call, not one slice per leaf)."""
+    return [losses[i] for i in range(blocks)], [jax.tree.map(lambda g, i=i: g[i], grads) for i in range(blocks)]
 
 
 def _example_loss(model: Model, task: str, params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
@@ -89,29 +94,47 @@ class Numerics:
         loss = functools.partial(_example_loss, model, task)
         value_and_grad = jax.value_and_grad(loss)
         self._per_example = jax.jit(jax.vmap(value_and_grad, in_axes=(None, 0, 0)))
-        self._shard_sums = jax.jit(self._block_sums, static_argnums=(2,))
+        self._shard_sums = jax.jit(self._block_sums, static_argnums=(2, 3))
         batch_loss = lambda p, x, y: jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0))(p, x, y))
-        self._fast = jax.jit(jax.vmap(jax.value_and_grad(batch_loss), in_axes=(None, 0, 0)))
+        self._fast = jax.jit(functools.partial(self._fast_sums, batch_loss), static_argnums=(3,))
         self._evaluate = jax.jit(self._eval_fn)
 
     @staticmethod
-    def _block_sums(losses: jax.Array, grads: Params, blocks: int) -> tuple[jax.Array, Params]:
-        split = lambda a: pairwise_sum(a.reshape(blocks, -1, *a.shape[1:]))
-        return split(losses), jax.tree.map(split, grads)
+    def _block_sums(
+        losses: jax.Array, grads: Params, rows: int, blocks: int
+    ) -> tuple[list[jax.Array], list[Params]]:
+        # Separate jit from the per-example gradients on purpose: fused with them, XLA
+        # computes the per-example gradients differently and the exactness is lost.
+        split = lambda a: pairwise_sum(a[:rows].reshape(blocks, -1, *a.shape[1:]))
+        return _unstack(split(losses), jax.tree.map(split, grads), blocks)
+
+    @staticmethod
+    def _fast_sums(loss_fn, params: Params, xs: jax.Array, ys: jax.Array, blocks: int):
+        losses, grads = jax.vmap(jax.value_and_grad(loss_fn), in_axes=(None, 0, 0))(params, xs, ys)
+        return _unstack(losses, grads, blocks)
 
     def shard_sums(self, params: Params, xs: np.ndarray, ys: np.ndarray, shards: int) -> list[GradSum]:
         """Gradient sums of ``shards`` equal, contiguous blocks of the rows ``xs`` at ``params``."""
         rows = xs.shape[0]
         if self.reduction == "fast":
-            losses, grads = self._fast(params, xs.reshape(shards, -1, *xs.shape[1:]), ys.reshape(shards, -1))
+            losses, grads = self._fast(params, xs.reshape(shards, -1, *xs.shape[1:]), ys.reshape(shards, -1), shards)
         else:
             pad = (-rows) % CHUNK_ROWS
-            xs_p = np.concatenate([xs, np.zeros((pad, *xs.shape[1:]), xs.dtype)])
-            ys_p = np.concatenate([ys, np.zeros((pad,), ys.dtype)])
-            losses, grads = self._per_example(params, xs_p, ys_p)
-            losses, grads = self._shard_sums(losses[:rows], jax.tree.map(lambda g: g[:rows], grads), shards)
+            if pad:  # padding rows are real-looking inputs whose gradients are dropped
+                xs = np.concatenate([xs, np.zeros((pad, *xs.shape[1:]), xs.dtype)])
+                ys = np.concatenate([ys, np.zeros((pad,), ys.dtype)])
+            losses, grads = self._shard_sums(*self._per_example(params, xs, ys), rows, shards)
         per = rows // shards
-        return [GradSum(jax.tree.map(lambda g: g[i], grads), losses[i], per) for i in range(shards)]
+        return [GradSum(g, loss, per) for g, loss in zip(grads, losses)]
+
+    def shard_sums_of(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int) -> list[GradSum]:
+        """:meth:`shard_sums` of the training examples ``rows``, gathered once with their padding."""
+        if self.reduction == "exact" and len(rows) % CHUNK_ROWS:
+            padded = np.concatenate([rows, np.zeros(CHUNK_ROWS - len(rows) % CHUNK_ROWS, rows.dtype)])
+            x, y = dataset.x_train[padded], dataset.y_train[padded]
+            losses, grads = self._shard_sums(*self._per_example(params, x, y), len(rows), shards)
+            return [GradSum(g, loss, len(rows) // shards) for g, loss in zip(grads, losses)]
+        return self.shard_sums(params, dataset.x_train[rows], dataset.y_train[rows], shards)
 
     def _eval_fn(self, params: Params, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
         out = self.model.apply(params, x)

@@ -52,3 +52,15 @@ def make_step(opt: GradientTransformation) -> Callable[[Params, NamedTuple, Para
         return apply_updates(params, updates), state
 
     return step
+
+
+@functools.cache
+def make_sum_step(opt: GradientTransformation) -> Callable[[Params, NamedTuple, Params, int], tuple[Params, NamedTuple]]:
+    """Like :func:`make_step`, from a gradient *sum* and its example count, in one compiled call."""
+
+    @jax.jit
+    def step(params: Params, state: NamedTuple, grad_sum: Params, count: int) -> tuple[Params, NamedTuple]:
+        updates, state = opt.update(jax.tree.map(lambda g: g / count, grad_sum), state, params)
+        return apply_updates(params, updates), state
+
+    return step

@@ -20,10 +20,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from fred.engine import Contribution
 from fred.models import Params
 
 EVENT_COLUMNS = ["start_s", "end_s", "entity", "kind", "bytes"]
-UPDATE_COLUMNS = ["sim_time_s", "update", "worker", "version_read", "version_applied", "staleness"]
+UPDATE_COLUMNS = ["sim_time_s", "update", "worker", "version_read", "version_applied", "staleness", "cached"]
 METRIC_COLUMNS = ["sim_time_s", "updates", "eval_loss", "eval_accuracy", "train_loss"]
 FILES = ["scenario.yaml", "summary.json", "metrics.parquet", "updates.parquet", "events.parquet", "params.npz"]
 
@@ -45,10 +46,11 @@ class Recorder:
         ev["kind"].append(kind)
         ev["bytes"].append(nbytes)
 
-    def on_update(self, now_s: float, contributions: list[tuple[int, int]], version_applied: int) -> None:
+    def on_update(self, now_s: float, contributions: list[Contribution], version_applied: int) -> None:
         self.update_count += 1
         up = self.updates
-        for worker, version_read in contributions:
+        for worker, version_read, cached in contributions:
+            up["cached"].append(cached)
             up["sim_time_s"].append(now_s)
             up["update"].append(self.update_count)
             up["worker"].append(worker)
@@ -66,7 +68,7 @@ class Recorder:
             {"start_s": "float64", "end_s": "float64", "entity": "string", "kind": "string", "bytes": "float64"}
         )
         updates = pd.DataFrame(self.updates, columns=UPDATE_COLUMNS).astype(
-            {"sim_time_s": "float64", **{c: "int64" for c in UPDATE_COLUMNS[1:]}}
+            {"sim_time_s": "float64", "cached": "bool", **{c: "int64" for c in UPDATE_COLUMNS[1:-1]}}
         )
         metrics = pd.DataFrame(self.metrics, columns=METRIC_COLUMNS).astype(
             {c: "float64" for c in METRIC_COLUMNS} | {"updates": "int64"}

@@ -19,7 +19,7 @@ import fred
 from fred import rng
 from fred.compute import ComputeModel
 from fred.data import BatchStream, Dataset, GlobalBatchStream, load_dataset, shard
-from fred.engine import GradientService, Simulation, Worker
+from fred.engine import Contribution, GradientService, Simulation, Worker
 from fred.models import Model, Params, build_model, param_count
 from fred.network import Network
 from fred.numerics import GradSum, Numerics
@@ -106,13 +106,13 @@ class _Controller:
         self.stop_cfg, self.eval_cfg = built.scenario.stop, built.scenario.eval
         self.stop_reason: str | None = None
         self.status = "completed"
-        self._train: list[GradSum] = []
+        self._train: list[tuple[Any, int]] = []  # (loss sum, examples); not the gradients, to free them
         self._last_eval: tuple[float, int] | None = None
 
     def on_compute(self, grad: GradSum) -> None:
-        self._train.append(grad)
+        self._train.append((grad.loss, grad.count))
 
-    def on_update(self, contributions: list[tuple[int, int]], version_applied: int) -> None:
+    def on_update(self, contributions: list[Contribution], version_applied: int) -> None:
         now = self.built.sim.now
         self.recorder.on_update(now, contributions, version_applied)
         count = self.recorder.update_count
@@ -129,8 +129,8 @@ class _Controller:
         self._last_eval = (at_s, count)
         ds = self.built.dataset
         loss, accuracy = self.built.numerics.evaluate(self.params_fn(), ds.x_eval, ds.y_eval)
-        examples = sum(g.count for g in self._train)
-        train_loss = float(sum(float(g.loss) for g in self._train) / examples) if examples else math.nan
+        examples = sum(count for _, count in self._train)
+        train_loss = float(sum(float(loss) for loss, _ in self._train) / examples) if examples else math.nan
         self._train.clear()
         self.recorder.on_metric(at_s, loss, accuracy, train_loss)
         if self.progress is not None:
@@ -210,12 +210,26 @@ def _summary(
         "final_eval_accuracy": _num(last["eval_accuracy"]),
         "bytes_sent": float(traffic["bytes"].sum()),
         "param_bytes": int(built.sim.param_bytes),
+        **_push_fetch_counters(events),
         "mean_staleness": _num(updates["staleness"].mean()) if len(updates) else None,
         "max_staleness": int(updates["staleness"].max()) if len(updates) else None,
         "params_sha256": params_sha256(params),
         "scenario_sha256": scenario.digest(),
         "wall_time_s": round(wall_s, 3),
         "fred_version": fred.__version__,
+    }
+
+
+def _push_fetch_counters(events: pd.DataFrame) -> dict[str, float | int]:
+    """Parameter-server traffic, counted from the event table so the two always agree."""
+    kinds = events["kind"]
+    return {
+        "pushes_sent": int((kinds == "push").sum()),
+        "pushes_dropped": int((kinds == "push_dropped").sum()),
+        "fetches_sent": int((kinds == "fetch").sum()),
+        "fetches_dropped": int((kinds == "fetch_dropped").sum()),
+        "bytes_pushed": float(events.loc[kinds == "push", "bytes"].sum()),
+        "bytes_fetched": float(events.loc[kinds == "fetch", "bytes"].sum()),
     }
 
 

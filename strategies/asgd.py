@@ -13,8 +13,7 @@ from typing import Literal
 from pydantic import Field
 
 from fred.engine import Simulation, Worker
-from fred.numerics import mean_grad
-from fred.optim import make_step, sgd
+from fred.optim import make_sum_step, sgd
 from fred.scenario import StrategyConfig
 from fred.server import ParameterServer
 from strategies.registry import register
@@ -28,12 +27,12 @@ class ASGD(StrategyConfig):
 @register(ASGD)
 def start(sim: Simulation, config: ASGD):
     opt = sgd(config.lr)
-    step = make_step(opt)
+    step = make_sum_step(opt)
     server = ParameterServer(sim, sim.init_params)
     opt_state = {"state": opt.init(server.params)}
 
     def apply(w: Worker, g, version_read: int) -> None:
-        server.params, opt_state["state"] = step(server.params, opt_state["state"], mean_grad(g))
+        server.params, opt_state["state"] = step(server.params, opt_state["state"], g.grad, g.count)
         sim.applied([(w.index, version_read)], server.version)
         server.version += 1
 

@@ -12,8 +12,7 @@ from typing import Literal
 from pydantic import Field
 
 from fred.engine import Simulation, Worker
-from fred.numerics import mean_grad
-from fred.optim import make_step, sgd
+from fred.optim import make_sum_step, sgd
 from fred.scenario import Scenario, StrategyConfig
 from strategies.registry import register
 
@@ -32,14 +31,14 @@ class SGD(StrategyConfig):
 @register(SGD)
 def start(sim: Simulation, config: SGD):
     opt = sgd(config.lr)
-    step = make_step(opt)
+    step = make_sum_step(opt)
     model = {"params": sim.init_params, "opt": opt.init(sim.init_params)}
 
     def worker(w: Worker):
         version = 0
         while True:
             g = yield from sim.compute(w, model["params"])
-            model["params"], model["opt"] = step(model["params"], model["opt"], mean_grad(g))
+            model["params"], model["opt"] = step(model["params"], model["opt"], g.grad, g.count)
             sim.applied([(w.index, version)], version)
             version += 1
 

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-import simpy
 from pydantic import Field
 
 from fred.engine import Simulation, Worker
-from fred.numerics import mean_grad, sum_grads
-from fred.optim import make_step, sgd
+from fred.optim import make_sum_step, sgd
 from fred.scenario import StrategyConfig
-from fred.server import ParameterServer
 from strategies.registry import register
+from strategies.sasgd import run_parameter_server, sasgd_rule
 
 
 class SSGD(StrategyConfig):
@@ -32,46 +30,17 @@ class SSGD(StrategyConfig):
 
 @register(SSGD)
 def start(sim: Simulation, config: SSGD):
-    opt = sgd(config.lr)
-    step = make_step(opt)
     if config.aggregation == "ps":
-        return _on_parameter_server(sim, opt, step)
-    return _on_allreduce(sim, opt, step)
+        return _on_parameter_server(sim, config)
+    opt = sgd(config.lr)
+    return _on_allreduce(sim, opt, make_sum_step(opt))
 
 
-def _on_parameter_server(sim: Simulation, opt, step):
-    server = ParameterServer(sim, sim.init_params)
-    state = {"opt": opt.init(server.params), "round_done": sim.env.event()}
-    inbox = simpy.Store(sim.env)
+def _on_parameter_server(sim: Simulation, config: SSGD):
+    # The server waits for all n gradients and applies their plain average: n-softsync
+    # with n_soft = 1 and no staleness scaling, so the server loop is SASGD's.
     n = len(sim.workers)
-
-    def aggregator():
-        while True:
-            got = []
-            for _ in range(n):
-                got.append((yield inbox.get()))
-            got.sort(key=lambda item: item[0])
-            total = sum_grads([g for _, g in got])
-            server.params, state["opt"] = step(server.params, state["opt"], mean_grad(total))
-            sim.applied([(i, server.version) for i, _ in got], server.version)
-            server.version += 1
-            done, state["round_done"] = state["round_done"], sim.env.event()
-            done.succeed()
-
-    def worker(w: Worker):
-        params = server.params
-        while True:
-            g = yield from sim.compute(w, params)
-            yield from server.push(w)
-            round_done = state["round_done"]
-            yield inbox.put((w.index, g))
-            yield from sim.wait_for(w.name, round_done)
-            params, _ = yield from server.fetch(w)
-
-    sim.process(aggregator())
-    for w in sim.workers:
-        sim.process(worker(w))
-    return lambda: server.params
+    return run_parameter_server(sim, sasgd_rule(config.lr, n, staleness_aware=False), c=n)
 
 
 def _on_allreduce(sim: Simulation, opt, step):
@@ -81,7 +50,7 @@ def _on_allreduce(sim: Simulation, opt, step):
         # Every replica applies the identical update; compute it once, share the result.
         if version + 1 not in rounds:
             params, opt_state = rounds.pop(version)
-            rounds[version + 1] = step(params, opt_state, mean_grad(total))
+            rounds[version + 1] = step(params, opt_state, total.grad, total.count)
             sim.applied([(i, version) for i in range(len(sim.workers))], version)
 
     def worker(w: Worker):

@@ -1,0 +1,162 @@
+"""SASGD: n-softsync, staleness-aware asynchronous SGD on a parameter server (Zhang et al.).
+
+    every worker, forever:
+        [clock: logical -> wait until the dispatcher picks this worker]
+        g <- gradient at the parameters it last fetched (version j)
+        push g; wait until the server has applied the batch that holds it
+        fetch theta and its version
+    server: collect c = floor(n / n_soft) gradients, then, in worker order,
+        theta <- theta - lr * sum_k g_k / (c * (tau_k + 1))     (1/c if staleness_aware is off)
+        version += 1
+
+``n_soft = n`` (the default, c = 1) is staleness-aware ASGD; ``n_soft = 1`` waits for
+every worker, which with staleness-awareness off is SSGD on a parameter server. The
+server loop here is shared with ``ssgd``, ``fasgd`` and ``bfasgd``: each brings its own
+update :class:`Rule` and, for B-FASGD, a :class:`Gate` deciding which pushes and
+fetches happen.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from pydantic import Field
+
+from fred.dispatch import LogicalClock
+from fred.engine import Contribution, Simulation, Worker
+from fred.models import Params
+from fred.numerics import GradSum, mean_grad, sum_grads, tree_sum
+from fred.optim import make_step, make_sum_step, sgd
+from fred.scenario import Scenario, StrategyConfig
+from fred.server import ParameterServer
+from strategies.registry import register
+
+
+class SASGD(StrategyConfig):
+    name: Literal["sasgd"] = "sasgd"
+    lr: float = Field(default=0.04, gt=0)
+    n_soft: int | None = Field(default=None, ge=1, description="softsync degree; default: the number of workers")
+    staleness_aware: bool = True
+    clock: Literal["simulated", "logical"] = "simulated"
+
+    def check(self, scenario: Scenario) -> None:
+        workers = scenario.cluster.workers
+        if self.n_soft is not None and self.n_soft > workers:
+            raise ValueError(f"strategy.n_soft is {self.n_soft} but there are {workers} workers; use 1..{workers}")
+
+    def gradients_per_update(self, workers: int) -> int:
+        """The server's batch ``c = floor(n / n_soft)``."""
+        return max(workers // (self.n_soft or workers), 1)
+
+
+# ----------------------------------------------------------------------------- numerics
+class Rule(NamedTuple):
+    """A server update rule in the optax style.
+
+    ``apply(params, state, grads, staleness)`` applies one batch of gradient sums with
+    their step staleness; ``statistic(state)`` is the scalar B-FASGD gates on.
+    """
+
+    init: Callable[[Params], Any]
+    apply: Callable[[Params, Any, list[GradSum], list[int]], tuple[Params, Any]]
+    statistic: Callable[[Any], float] | None = None
+
+
+def staleness_scales(c: int, staleness: list[int], aware: bool) -> jax.Array:
+    """``1 / (c (tau + 1))`` per gradient, or ``1 / c`` when not staleness-aware."""
+    return jnp.asarray([1.0 / (c * (tau + 1)) if aware else 1.0 / c for tau in staleness], jnp.float32)
+
+
+@jax.jit
+def scaled_sum(grads: list[Params], scales: jax.Array) -> Params:
+    """``sum_k scales[k] * grads[k]`` by the fixed pairwise tree."""
+    return tree_sum([jax.tree.map(lambda g, k=k: g * scales[k], grad) for k, grad in enumerate(grads)])
+
+
+@functools.cache
+def sasgd_rule(lr: float, c: int, staleness_aware: bool) -> Rule:
+    step, sum_step = make_step(sgd(lr)), make_sum_step(sgd(lr))
+
+    def apply(params: Params, state: Any, grads: list[GradSum], staleness: list[int]) -> tuple[Params, Any]:
+        if not staleness_aware:  # one plain average: the same bits as SSGD's aggregation
+            total = sum_grads(grads)
+            return sum_step(params, state, total.grad, total.count)
+        means = [mean_grad(g) for g in grads]
+        return step(params, state, scaled_sum(means, staleness_scales(c, staleness, True)))
+
+    return Rule(sgd(lr).init, apply)
+
+
+# ----------------------------------------------------------------------------- processes
+class Gate(NamedTuple):
+    """Whether a worker transmits at its k-th push or fetch opportunity, given the statistic it knows."""
+
+    push: Callable[[Worker, int, float | None], bool]
+    fetch: Callable[[Worker, int, float | None], bool]
+
+
+def run_parameter_server(
+    sim: Simulation, rule: Rule, c: int, clock: str = "simulated", gate: Gate | None = None
+) -> Callable[[], Params]:
+    """Start the server and the workers; returns the global parameters' getter."""
+    logical = clock == "logical"
+    server = ParameterServer(sim, sim.init_params, instant=logical)
+    dispatcher = LogicalClock(sim) if logical else None
+    state: dict[str, Any] = {"rule": rule.init(server.params), "pending": [], "applied": sim.env.event()}
+    cache: dict[int, tuple[GradSum, int]] = {}  # B-FASGD: each worker's last gradient and its version
+
+    def submit(contribution: Contribution, grad: GradSum):
+        """Queue a gradient; returns the event of the update that will contain it."""
+        applied = state["applied"]
+        state["pending"].append((contribution, grad))
+        if len(state["pending"]) == c:
+            batch = sorted(state["pending"], key=lambda item: item[0].worker)
+            state["pending"] = []
+            staleness = [server.version - con.version_read for con, _ in batch]
+            server.params, state["rule"] = rule.apply(server.params, state["rule"], [g for _, g in batch], staleness)
+            sim.applied([con for con, _ in batch], server.version)
+            server.version += 1
+            state["applied"] = sim.env.event()
+            applied.succeed()
+        return applied
+
+    def statistic() -> float | None:
+        return rule.statistic(state["rule"]) if gate is not None and rule.statistic else None
+
+    def worker(w: Worker):
+        params, version = server.params, server.version
+        known, pushes, fetches = None, 0, 0
+        while True:
+            if dispatcher is not None:
+                yield from dispatcher.turn(w)
+            g = yield from sim.compute(w, params, 0.0 if logical else None)
+            if gate is None or pushes == 0 or gate.push(w, pushes, known):  # a first push always goes
+                yield from server.push(w)
+                cache[w.index] = (g, version)
+                entry = (Contribution(w.index, version), g)
+            else:  # the server re-applies this worker's last gradient, with its original version
+                server.dropped(w, "push")
+                cached, cached_version = cache[w.index]
+                entry = (Contribution(w.index, cached_version, cached=True), cached)
+            pushes += 1
+            yield from sim.wait_for(w.name, submit(*entry))
+            known = statistic()  # the server's reply carries its statistic
+            if gate is None or gate.fetch(w, fetches, known):
+                params, version = yield from server.fetch(w)
+                known = statistic()
+            else:
+                server.dropped(w, "fetch")
+            fetches += 1
+
+    for w in sim.workers:
+        sim.process(worker(w))
+    return lambda: server.params
+
+
+@register(SASGD)
+def start(sim: Simulation, config: SASGD):
+    c = config.gradients_per_update(len(sim.workers))
+    return run_parameter_server(sim, sasgd_rule(config.lr, c, config.staleness_aware), c, config.clock)
