@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import functools
-import io
 import json
 import os
 import platform
@@ -88,7 +87,11 @@ def events_scenario(updates: int, workers: int = 64) -> dict[str, Any]:
         "seed": 0,
         "model": {"kind": "logistic"},
         "data": {"source": {"kind": "digits"}, "batch_size": 8, "sharding": "iid"},
-        "cluster": {"workers": workers, "compute": {"step_time_s": 0.01}, "jitter": {"kind": "lognormal", "sigma": 0.1}},
+        "cluster": {
+            "workers": workers,
+            "compute": {"step_time_s": 0.01},
+            "jitter": {"kind": "lognormal", "sigma": 0.1},
+        },
         "strategy": {"name": "ssgd", "lr": LR, "aggregation": "allreduce", "reduction": "exact"},
         "stop": {"max_updates": updates},
         "eval": {"every_updates": updates},
@@ -341,7 +344,8 @@ def profile(updates: int, case: str, top: int = 15) -> dict[str, list[dict[str, 
         for func in stats.fcn_list[:top]:  # type: ignore[attr-defined]
             cc, nc, tt, ct, _ = stats.stats[func]  # type: ignore[attr-defined]
             filename, line, name = func
-            entries.append({"function": f"{_short(filename)}:{line}({name})", "calls": nc, "tottime_s": tt, "cumtime_s": ct})
+            where = f"{_short(filename)}:{line}({name})"
+            entries.append({"function": where, "calls": nc, "tottime_s": tt, "cumtime_s": ct})
         out[key] = entries
     return out
 
@@ -362,6 +366,8 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 1e-3 and v != 0 else f"{v:.3f}" if abs(v) < 100 else f"{v:,.0f}"
     if isinstance(v, int):
@@ -398,26 +404,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'quick' if args.quick else 'full'} run: best of {args.repeats} after one warm-up\n")
 
     rows = overhead(updates, args.repeats)
-    print(f"1. Overhead: {WORKERS} workers x batch {BATCH}, digits MLP [64], {updates} updates (target ratio <= {TARGET_RATIO})")
     print(
-        table(
-            ["strategy", "reduction", "grads", "fred s", "bare loop s", "fred/bare", "bare scan s", "fred/scan", "ms/update", "in grads"],
-            [
-                [
-                    r["strategy"], r["reduction"], r["gradients"], r["fred_s"], r["bare_loop_s"],
-                    r["ratio_fred_over_bare_loop"], r["bare_scan_s"], r["ratio_fred_over_bare_scan"], r["fred_ms_per_update"],
-                    f"{100 * r['gradient_share']:.0f}%",
-                ]
-                for r in rows
-            ],
-        )
+        f"1. Overhead: {WORKERS} workers x batch {BATCH}, digits MLP [64], {updates} updates "
+        f"(target ratio <= {TARGET_RATIO})"
     )
+    headers = ["strategy", "reduction", "grads", "fred s", "bare loop s", "fred/bare"]
+    headers += ["bare scan s", "fred/scan", "ms/update", "in grads"]
+    keys = ["strategy", "reduction", "gradients", "fred_s", "bare_loop_s", "ratio_fred_over_bare_loop"]
+    keys += ["bare_scan_s", "ratio_fred_over_bare_scan", "fred_ms_per_update"]
+    print(table(headers, [[r[k] for k in keys] + [f"{100 * r['gradient_share']:.0f}%"] for r in rows]))
     fixed = fixed_cost(args.repeats)
     print(f"   fixed cost of a fred.run (1-update SSGD exact run: build, eval, tables, summary): {fixed:.3f} s")
     print("   in grads: share of an instrumented fred.run spent in GradientService._flush_like (gradient math)")
     for r in rows:
         if "max_abs_param_diff_vs_bare" in r:
-            print(f"   {r['strategy']} {r['reduction']}: max |fred params - bare params| = {r['max_abs_param_diff_vs_bare']:.3g}")
+            diff = r["max_abs_param_diff_vs_bare"]
+            print(f"   {r['strategy']} {r['reduction']}: max |fred params - bare params| = {diff:.3g}")
     print()
 
     evf = exact_vs_fast(rows)
@@ -425,7 +427,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         table(
             ["strategy", "fred exact s", "fred fast s", "fred exact/fast", "bare exact/fast"],
-            [[r["strategy"], r["fred_exact_s"], r["fred_fast_s"], r["fred_exact_over_fast"], r["bare_exact_over_fast"]] for r in evf],
+            [
+                [r["strategy"], r["fred_exact_s"], r["fred_fast_s"], r["fred_exact_over_fast"], r["bare_exact_over_fast"]]
+                for r in evf
+            ],
         )
     )
     print()
@@ -437,9 +442,19 @@ def main(argv: list[str] | None = None) -> int:
             ["measure", "count", "wall s", "per second"],
             [
                 ["fred.run: event rows", ev["event_rows"], ev["fred_run_s"], ev["event_rows_per_s"]],
-                ["fred.run: ring chunk transfers (not rows)", ev["ring_chunk_transfers"], ev["fred_run_s"], ev["ring_chunk_transfers_per_s"]],
+                [
+                    "fred.run: ring chunk transfers (not rows)",
+                    ev["ring_chunk_transfers"],
+                    ev["fred_run_s"],
+                    ev["ring_chunk_transfers_per_s"],
+                ],
                 ["env.step() loop: SimPy events", ev["simpy_events"], ev["simpy_loop_s"], ev["simpy_events_per_s"]],
-                ["  same, gradient time excluded", ev["simpy_events"], ev["simpy_loop_s"] - ev["gradient_s_in_loop"], ev["simpy_events_per_s_excl_gradients"]],
+                [
+                    "  same, gradient time excluded",
+                    ev["simpy_events"],
+                    ev["simpy_loop_s"] - ev["gradient_s_in_loop"],
+                    ev["simpy_events_per_s_excl_gradients"],
+                ],
             ],
         )
     )
@@ -464,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
         results["profile"] = {"case": args.profile, "updates": updates, **prof}
         for key in ("cumulative", "tottime"):
             print(f"Profile of one warm fred.run ({args.profile}, {updates} updates), top by {key}")
-            print(table(["function", "calls", "tottime s", "cumtime s"], [[e["function"], e["calls"], e["tottime_s"], e["cumtime_s"]] for e in prof[key]]))
+            cells = [[e["function"], e["calls"], e["tottime_s"], e["cumtime_s"]] for e in prof[key]]
+            print(table(["function", "calls", "tottime s", "cumtime s"], cells))
             print()
 
     results["benchmark_wall_s"] = time.perf_counter() - t_start
