@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"   each all-reduce over {ev['workers']} workers simulates 2*{ev['workers'] - 1} chunk transfers per member "
-        f"({2 * (ev['workers'] - 1) * ev['workers']:,} per round); they are SimPy events but not event rows"
+        f"({2 * (ev['workers'] - 1) * ev['workers']:,} per round); each is booked on its links (not a SimPy event, not an event row)"
     )
     print()
 

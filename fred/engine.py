@@ -43,7 +43,7 @@ class Contribution(NamedTuple):
     worker: int
     version_read: int
     cached: bool = False
-Tracer = Callable[[str, str, float, float, float], None]
+Tracer = Callable[[str, str, float, float, float, str], None]
 
 
 @dataclass
@@ -141,9 +141,12 @@ class Simulation:
     def process(self, generator: Process) -> simpy.Process:
         return self.env.process(generator)
 
-    def trace(self, kind: str, entity: str, start_s: float, end_s: float, nbytes: float = 0.0) -> None:
+    def trace(
+        self, kind: str, entity: str, start_s: float, end_s: float, nbytes: float = 0.0, peer: str = ""
+    ) -> None:
+        """Tell every tracer about one activity; ``peer`` is the other end of a transfer."""
         for tracer in self.tracers:
-            tracer(kind, entity, start_s, end_s, nbytes)
+            tracer(kind, entity, start_s, end_s, nbytes, peer)
 
     def wait(self, entity: str, until_s: float) -> simpy.Timeout:
         """Idle until ``until_s``, recorded as a ``wait`` event when it takes time."""
@@ -203,7 +206,7 @@ class Simulation:
         transfer = self.network.reserve(src, dst, nbytes, self.now)
         yield self.wait(src, transfer.start_s)
         yield self.env.timeout(transfer.arrive_s - self.now)
-        self.trace(kind, src, transfer.start_s, self.now, nbytes)
+        self.trace(kind, src, transfer.start_s, self.now, nbytes, dst)
         if payload is not None:
             self.mailbox(dst).put((src, payload))
 

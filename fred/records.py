@@ -23,7 +23,7 @@ import yaml
 from fred.engine import Contribution
 from fred.models import Params
 
-EVENT_COLUMNS = ["start_s", "end_s", "entity", "kind", "bytes"]
+EVENT_COLUMNS = ["start_s", "end_s", "entity", "kind", "bytes", "peer"]
 UPDATE_COLUMNS = ["sim_time_s", "update", "worker", "version_read", "version_applied", "staleness", "cached"]
 METRIC_COLUMNS = ["sim_time_s", "updates", "eval_loss", "eval_accuracy", "train_loss"]
 FILES = ["scenario.yaml", "summary.json", "metrics.parquet", "updates.parquet", "events.parquet", "params.npz"]
@@ -38,8 +38,9 @@ class Recorder:
     metrics: dict[str, list] = field(default_factory=lambda: {c: [] for c in METRIC_COLUMNS})
     update_count: int = 0
 
-    def on_event(self, kind: str, entity: str, start_s: float, end_s: float, nbytes: float) -> None:
+    def on_event(self, kind: str, entity: str, start_s: float, end_s: float, nbytes: float, peer: str) -> None:
         ev = self.events
+        ev["peer"].append(peer)
         ev["start_s"].append(start_s)
         ev["end_s"].append(end_s)
         ev["entity"].append(entity)
@@ -65,7 +66,8 @@ class Recorder:
     def tables(self) -> dict[str, pd.DataFrame]:
         """The three tables, with stable dtypes even when empty."""
         events = pd.DataFrame(self.events, columns=EVENT_COLUMNS).astype(
-            {"start_s": "float64", "end_s": "float64", "entity": "string", "kind": "string", "bytes": "float64"}
+            {"start_s": "float64", "end_s": "float64", "entity": "string", "kind": "string", "bytes": "float64",
+             "peer": "string"}
         )
         updates = pd.DataFrame(self.updates, columns=UPDATE_COLUMNS).astype(
             {"sim_time_s": "float64", "cached": "bool", **{c: "int64" for c in UPDATE_COLUMNS[1:-1]}}

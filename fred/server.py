@@ -36,11 +36,11 @@ class ParameterServer:
 
     def dropped(self, worker: Worker, kind: str) -> None:
         """Record a push or fetch the worker chose not to make (``push_dropped``, ``fetch_dropped``)."""
-        self.sim.trace(f"{kind}_dropped", worker.name, self.sim.now, self.sim.now, 0.0)
+        self.sim.trace(f"{kind}_dropped", worker.name, self.sim.now, self.sim.now, 0.0, self.name)
 
     def _transfer(self, src: str, dst: str, nbytes: float, kind: str) -> Generator[simpy.Event, Any, None]:
         if self.instant:  # logical clock: the bytes count, the time does not
-            self.sim.trace(kind, src, self.sim.now, self.sim.now, nbytes)
+            self.sim.trace(kind, src, self.sim.now, self.sim.now, nbytes, dst)
             return
         yield from self.sim.send(src, dst, nbytes, kind=kind)
 

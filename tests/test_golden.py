@@ -30,7 +30,7 @@ def golden_name(path: Path) -> str:
 def events_sha256(result: fred.RunResult) -> str:
     digest = hashlib.sha256()
     for column in result.events.columns:
-        digest.update(result.events[column].to_numpy(dtype=str if column in ("entity", "kind") else float).tobytes())
+        digest.update(result.events[column].to_numpy(dtype=str if column in ("entity", "kind", "peer") else float).tobytes())
     return digest.hexdigest()
 
 

@@ -64,7 +64,7 @@ def test_allreduce_extremes_match_the_closed_form(p, nbytes):
 def test_allreduce_waits_for_the_last_member_and_records_the_wait():
     sim = bare_sim(3, latency_s=0.0, bandwidth_bps=1e6)
     waits = []
-    sim.tracers.append(lambda kind, entity, s, e, b: waits.append((entity, s, e)) if kind == "wait" else None)
+    sim.tracers.append(lambda kind, entity, s, e, b, peer: waits.append((entity, s, e)) if kind == "wait" else None)
     finished = []
 
     def member(w, delay):
@@ -125,4 +125,4 @@ def test_work_keeps_an_entity_busy_and_records_it():
 
     sim.process(compress())
     sim.env.run()
-    assert seen == [("compress", "worker0", 0.0, 0.25, 0.0)]
+    assert seen == [("compress", "worker0", 0.0, 0.25, 0.0, "")]
