@@ -21,7 +21,7 @@ from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fred.engine import Simulation
 from fred.models import Params
@@ -37,7 +37,18 @@ class FASGD(SASGD):
     statistic: Literal["std", "abs"] = "std"
     gamma: float = Field(default=0.9, ge=0, lt=1, description="moving-average weight of the gradient moments")
     beta: float = Field(default=0.9, ge=0, lt=1, description="moving-average weight of the standard deviation")
-    eps: float = Field(default=1e-3, gt=0, description="numerical floor: inside the sqrt (std) or added (abs)")
+    eps: float = Field(
+        default=None,  # type: ignore[assignment]
+        gt=0,
+        description="numerical floor: inside the sqrt (std; default 1e-4, Graves 2013) or added (abs; 1e-3)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_eps(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("eps") is None:
+            return {**data, "eps": 1e-3 if data.get("statistic") == "abs" else 1e-4}
+        return data
 
 
 class Moments(NamedTuple):

@@ -9,6 +9,8 @@ import sys
 import pandas as pd
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fred
 from tests.conftest import tiny
@@ -56,3 +58,29 @@ def test_a_run_in_a_fresh_process_gives_the_same_bits(tmp_path):
 def test_a_different_seed_gives_a_different_run():
     base = SCENARIOS["asgd-stragglers"]
     assert fred.run(base).summary["params_sha256"] != fred.run({**base, "seed": 8}).summary["params_sha256"]
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    strategy=st.sampled_from(["asgd", "ssgd", "sasgd", "fasgd", "bfasgd"]),
+    workers=st.integers(1, 6),
+    sigma=st.floats(0, 0.5),
+    straggle=st.floats(0, 0.5),
+    seed=st.integers(0, 2**31),
+)
+def test_any_small_scenario_repeats_exactly(strategy, workers, sigma, straggle, seed):
+    strategy_cfg = {"name": strategy}
+    if strategy == "bfasgd":
+        strategy_cfg |= {"c_push": 0.01, "c_fetch": 0.05}
+    data = tiny(
+        seed=seed,
+        strategy=strategy_cfg,
+        cluster={"workers": workers, "jitter": {"kind": "lognormal", "sigma": sigma},
+                 "random_straggle": {"probability": straggle, "delay_s": 0.03}},
+        stop={"max_updates": 6},
+        eval={"every_updates": 3},
+    )
+    first, second = fred.run(data), fred.run(data)
+    assert first.summary["params_sha256"] == second.summary["params_sha256"]
+    for table in TABLES:
+        pd.testing.assert_frame_equal(getattr(first, table), getattr(second, table))

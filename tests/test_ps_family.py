@@ -176,3 +176,15 @@ def test_softsync_blocks_workers_so_the_logical_dispatcher_only_picks_ready_ones
 def test_n_soft_larger_than_the_cluster_is_refused():
     with pytest.raises(fred.ScenarioError, match="n_soft is 9 but there are 4 workers"):
         fred.run(tiny(strategy={"name": "sasgd", "n_soft": 9}))
+
+
+def test_the_paper_scenarios_accept_user_mnist_files(tmp_path):
+    from pathlib import Path
+
+    rs = np.random.default_rng(1)
+    x, y = rs.integers(0, 256, (300, 28, 28), dtype=np.uint8), rs.integers(0, 10, 300).astype(np.uint8)
+    np.savez(tmp_path / "mnist.npz", x_train=x, y_train=y)
+    paper = Path(__file__).resolve().parents[1] / "scenarios" / "fasgd" / "fasgd_4.yaml"
+    scenario = fred.load_scenario(paper, [f"data.source={{kind: mnist, path: {tmp_path / 'mnist.npz'}}}", "stop.max_updates=5"])
+    result = fred.run(scenario)
+    assert result.summary["updates"] == 5 and result.params["dense0_w"].shape == (784, 200)
