@@ -24,10 +24,10 @@ from fred.loading import read_yaml
 HERE = Path(__file__).resolve().parent
 CLIENTS = [4, 16, 64]
 METHODS = ["asgd", "sasgd", "fasgd"]
-LR_GRID = {
-    "asgd": [0.01, 0.03, 0.1, 0.3],
-    "sasgd": [0.03, 0.1, 0.3, 1.0],
-    "fasgd": [0.0003, 0.001, 0.003, 0.01],
+LR_GRID = {  # wide enough that each method's best mean lies inside its grid, not on an edge
+    "asgd": [0.001, 0.003, 0.01, 0.03, 0.1],
+    "sasgd": [0.1, 0.3, 1.0, 3.0],
+    "fasgd": [0.001, 0.003, 0.01, 0.03],
 }
 C_GRID = [0.003, 0.01, 0.03, 0.1, 0.3]
 TARGET_LOSS = 0.3
