@@ -32,7 +32,7 @@ from fred.compute import ComputeModel
 from fred.data import Dataset
 from fred.models import Params
 from fred.network import Network
-from fred.numerics import GradSum, Numerics, sum_grads
+from fred.numerics import GradSum, Numerics, sum_grads, tree_sum
 
 Process = Generator[simpy.Event, Any, Any]
 
@@ -94,6 +94,15 @@ class GradientService:
         rows = np.concatenate([r.rows for r in same])
         for req, part in zip(same, self.numerics.shard_sums_of(first.params, self.dataset, rows, len(same))):
             req.result = part
+
+
+def _sum_values(values: list[Any]) -> Any:
+    """The all-reduced value: gradient sums by :func:`sum_grads`, other pytrees by the same tree."""
+    if any(v is None for v in values):
+        return None
+    if all(isinstance(v, GradSum) for v in values):
+        return sum_grads(values)
+    return values[0] if len(values) == 1 else tree_sum(values)
 
 
 @dataclass
@@ -217,9 +226,13 @@ class Simulation:
         return self._mailboxes[entity]
 
     def allreduce(
-        self, group: Sequence[Worker], member: Worker, nbytes: float, value: GradSum | None = None
-    ) -> Generator[simpy.Event, Any, GradSum | None]:
+        self, group: Sequence[Worker], member: Worker, nbytes: float, value: Any = None
+    ) -> Generator[simpy.Event, Any, Any]:
         """Join the group's next ring all-reduce; returns the pairwise-tree sum of the values.
+
+        Values are :class:`GradSum` (summed with their losses and counts) or any pytree
+        of arrays (parameters, for model averaging); ``None`` from everyone times the
+        collective without numbers.
 
         Members block until the whole group has joined (recorded as ``wait``). The
         timing is the ring's, step by step; the sum is always taken in group order
@@ -235,7 +248,7 @@ class Simulation:
         if len(coll.arrived) == coll.members:
             del self._collectives[(key, call)]
             values = [v for _, v in sorted(coll.arrived, key=lambda item: item[0])]
-            coll.result = sum_grads(values) if all(v is not None for v in values) else None
+            coll.result = _sum_values(values)
             coll.done = self.env.process(self._ring([w.name for w in group], nbytes))
             coll.started.succeed()
         arrived_s = self.now

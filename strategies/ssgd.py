@@ -33,7 +33,7 @@ def start(sim: Simulation, config: SSGD):
     if config.aggregation == "ps":
         return _on_parameter_server(sim, config)
     opt = sgd(config.lr)
-    return _on_allreduce(sim, opt, make_sum_step(opt))
+    return run_allreduce_sgd(sim, opt, make_sum_step(opt))
 
 
 def _on_parameter_server(sim: Simulation, config: SSGD):
@@ -43,7 +43,8 @@ def _on_parameter_server(sim: Simulation, config: SSGD):
     return run_parameter_server(sim, sasgd_rule(config.lr, n, staleness_aware=False), c=n)
 
 
-def _on_allreduce(sim: Simulation, opt, step):
+def run_allreduce_sgd(sim: Simulation, opt, step):
+    """Replicas that all-reduce every gradient and apply the same update (shared with arsgd)."""
     rounds = {0: (sim.init_params, opt.init(sim.init_params))}  # version -> replica state, shared
 
     def next_round(version: int, total) -> None:

@@ -1,0 +1,32 @@
+"""AR-SGD: synchronous SGD over ring all-reduce (the Pipe-SGD and SGP papers' baseline).
+
+The same algorithm as ``ssgd`` with ``aggregation: allreduce``, under the papers' name:
+
+    every worker, each iteration t:
+        g_i <- gradient on its shard at theta_t
+        g   <- ring all-reduce of the g_i, divided by n b
+        theta_{t+1} <- theta_t - lr * g
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from fred.engine import Simulation
+from fred.optim import make_sum_step, sgd
+from fred.scenario import StrategyConfig
+from strategies.registry import register
+from strategies.ssgd import run_allreduce_sgd
+
+
+class ARSGD(StrategyConfig):
+    name: Literal["arsgd"] = "arsgd"
+    lr: float = Field(default=0.1, gt=0)
+
+
+@register(ARSGD)
+def start(sim: Simulation, config: ARSGD):
+    opt = sgd(config.lr)
+    return run_allreduce_sgd(sim, opt, make_sum_step(opt))

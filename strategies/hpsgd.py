@@ -1,0 +1,109 @@
+"""HPSGD (seed 000, Algorithms 2 and 3): local training overlapped with synchronisation.
+
+Two processes per worker share ``{status, counter, replica, acc_grad}``:
+
+    Pt (training), forever:
+        if counter == 0: replica <- copy of the global model
+        g <- gradient on the next batch at replica;  acc_grad += g
+        if status == syncing: replica <- replica - lr * g;  counter += 1
+        else:                 status <- syncing; start Ps
+
+    Ps (synchronisation), once per start:
+        if a previous round's sum exists: W <- W - lr * sum / n       (Eq. 1)
+        take acc_grad (and start a fresh one), all-reduce it over the workers
+        keep the sum for the next round; counter <- 0; status <- idle
+
+The global update is always one synchronisation behind its all-reduce, and local
+training never waits for communication. There is no gamma: Ps runs whenever it can.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from fred.engine import Simulation, Worker
+from fred.models import Params
+from fred.numerics import GradSum, sum_grads
+from fred.optim import make_sum_step, sgd
+from fred.scenario import StrategyConfig
+from strategies.registry import register
+
+
+class HPSGD(StrategyConfig):
+    name: Literal["hpsgd"] = "hpsgd"
+    lr: float = Field(default=0.1, gt=0)
+
+
+@dataclass
+class Shared:
+    """What Pt and Ps of one worker share: the paper's four variables, plus versions."""
+
+    status: str = "idle"
+    counter: int = 0
+    replica: Params | None = None
+    replica_version: int = 0  # the global version the replica was copied from
+    acc_grad: GradSum | None = None
+    acc_version: int = 0  # the replica version of the oldest gradient in acc_grad
+    rounds: int = 0  # synchronisations this worker has started
+
+
+@dataclass
+class Round:
+    """One synchronisation of the whole cluster: who read which version, and the sum."""
+
+    reads: list[int]
+    total: GradSum | None = None
+
+
+@register(HPSGD)
+def start(sim: Simulation, config: HPSGD):
+    n = len(sim.workers)
+    opt = sgd(config.lr)
+    step = make_sum_step(opt)
+    glob = {"params": sim.init_params, "version": 0, "batch": 1}  # W: the same on every worker
+    rounds: dict[int, Round] = {}
+
+    def apply_round(r: int) -> None:
+        """Algorithm 3, lines 1-2: W <- W - lr * sum / n, once (every worker's W is identical)."""
+        done = rounds.pop(r, None)
+        if done is None:
+            return
+        divisor = n * glob["batch"]  # the sum holds per-example gradients: per step, b of them
+        glob["params"], _ = step(glob["params"], opt.init(glob["params"]), done.total.grad, divisor)
+        sim.applied(list(enumerate(done.reads)), glob["version"])
+        glob["version"] += 1
+
+    def pt(w: Worker, s: Shared):
+        while True:
+            if s.counter == 0:
+                s.replica, s.replica_version = glob["params"], glob["version"]
+            g = yield from sim.compute(w, s.replica)
+            glob["batch"] = g.count
+            if s.acc_grad is None:
+                s.acc_grad, s.acc_version = g, s.replica_version
+            else:
+                s.acc_grad = sum_grads([s.acc_grad, g])
+            if s.status == "syncing":  # Algorithm 2, lines 5-10: train the replica
+                s.replica, _ = step(s.replica, opt.init(s.replica), g.grad, g.count)
+                s.counter += 1
+            else:  # lines 12-14: only accumulate, and start a synchronisation
+                s.status = "syncing"
+                sim.process(ps(w, s))
+
+    def ps(w: Worker, s: Shared):
+        r = s.rounds
+        s.rounds += 1
+        if r > 0:
+            apply_round(r - 1)
+        acc, s.acc_grad = s.acc_grad, None  # swap buffers: Pt accumulates afresh meanwhile
+        rounds.setdefault(r, Round([0] * n)).reads[w.index] = s.acc_version
+        rounds[r].total = yield from sim.allreduce(sim.workers, w, sim.param_bytes, acc)
+        s.counter = 0
+        s.status = "idle"
+
+    for w in sim.workers:
+        sim.process(pt(w, Shared()))
+    return lambda: glob["params"]

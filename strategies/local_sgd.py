@@ -1,0 +1,66 @@
+"""Local SGD (HPSGD paper, Algorithm 1): local steps, then average the *parameters*.
+
+    every worker, each round:
+        repeat sync_every (the paper's gamma) times:
+            g <- gradient on its shard at x_i;   x_i <- x_i - lr * g
+        x_i <- (sum_j x_j) / n              (ring all-reduce of the parameters)
+
+One update in the records is one averaging round (all workers contribute, staleness 0).
+With ``sync_every: 1`` it is AR-SGD up to float32 rounding: it averages parameters
+``(sum_j (x - lr g_j)) / n`` where AR-SGD averages gradients ``x - lr (sum_j g_j) / n``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal
+
+import jax
+from pydantic import Field
+
+from fred.engine import Simulation, Worker
+from fred.models import Params
+from fred.optim import make_sum_step, sgd
+from fred.scenario import StrategyConfig
+from strategies.registry import register
+
+
+class LocalSGD(StrategyConfig):
+    name: Literal["local_sgd"] = "local_sgd"
+    lr: float = Field(default=0.1, gt=0)
+    sync_every: int = Field(default=8, ge=1, description="local steps between averaging rounds (gamma)")
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def average(total: Params, n: int) -> Params:
+    return jax.tree.map(lambda x: x / n, total)
+
+
+@register(LocalSGD)
+def start(sim: Simulation, config: LocalSGD):
+    n = len(sim.workers)
+    opt = sgd(config.lr)
+    step = make_sum_step(opt)
+    averaged = {0: sim.init_params}  # round -> the averaged parameters every worker holds
+
+    def finish_round(round_: int, total: Params) -> Params:
+        if round_ + 1 not in averaged:  # every replica gets the same average: compute it once
+            averaged[round_ + 1] = average(total, n)
+            averaged.pop(round_ - 1, None)
+            sim.applied([(i, round_) for i in range(n)], round_)
+        return averaged[round_ + 1]
+
+    def worker(w: Worker):
+        params, round_ = sim.init_params, 0
+        while True:
+            opt_state = opt.init(params)
+            for _ in range(config.sync_every):
+                g = yield from sim.compute(w, params)
+                params, opt_state = step(params, opt_state, g.grad, g.count)
+            total = yield from sim.allreduce(sim.workers, w, sim.param_bytes, params)
+            params = finish_round(round_, total)
+            round_ += 1
+
+    for w in sim.workers:
+        sim.process(worker(w))
+    return lambda: averaged[max(averaged)]
