@@ -97,6 +97,13 @@ class RunResult:
     params: Params
     path: Path | None = None
 
+    def time_to(self, loss: float) -> tuple[float, int] | None:
+        """``(sim_time_s, updates)`` of the first evaluation at or below ``loss``; None if never."""
+        hit = self.metrics[self.metrics["eval_loss"] <= loss]
+        if hit.empty:
+            return None
+        return float(hit["sim_time_s"].iloc[0]), int(hit["updates"].iloc[0])
+
 
 class _Controller:
     """Evaluates on schedule, stops on the scenario's conditions, keeps the train loss."""

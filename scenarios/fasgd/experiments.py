@@ -38,13 +38,6 @@ def scenario(method: str, clients: int, **overrides) -> dict:
     return fred.loading.merge(data, overrides)
 
 
-def time_to(result: fred.RunResult, loss: float) -> tuple[float, float]:
-    hit = result.metrics[result.metrics["eval_loss"] <= loss]
-    if hit.empty:
-        return math.nan, math.nan
-    return float(hit["sim_time_s"].iloc[0]), float(hit["updates"].iloc[0])
-
-
 def fmt(x: float, digits: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}g}"
 
@@ -76,7 +69,7 @@ def compare(best: dict[str, float], updates: int, clock: str) -> list[str]:
     for n in CLIENTS:
         for method in METHODS:
             r = fred.run(scenario(method, n, strategy={"lr": best[method], "clock": clock}, stop={"max_updates": updates}))
-            t, u = time_to(r, TARGET_LOSS)
+            t, u = r.time_to(TARGET_LOSS) or (math.nan, math.nan)
             s = r.summary
             lines.append(
                 f"| {n} | {method} | {best[method]:g} | {fmt(s['final_eval_loss'])} | {fmt(s['final_eval_accuracy'])} "
