@@ -1,0 +1,84 @@
+"""AD-PSGD (Lian et al. 2018; the SGP paper's baseline): asynchronous pairwise averaging.
+
+    every node i, forever, at its own pace:
+        g <- gradient at x_i as read when the step began
+        x_i <- x_i - lr * g                      (x_i may have been averaged meanwhile)
+        pick a random neighbour j; atomically: x_i, x_j <- (x_i + x_j) / 2
+
+The exchange locks both nodes (lower index first, so two exchanges never deadlock) and
+moves one parameter copy each way. A node's version counts its gradient steps and the
+averages it took part in, so an update's staleness is how many times the node's model
+changed while the gradient was computed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import jax
+import simpy
+from pydantic import Field
+
+from fred import rng
+from fred.engine import Simulation, Worker
+from fred.models import Params
+from fred.numerics import tree_sum
+from fred.optim import make_sum_step, sgd
+from fred.scenario import StrategyConfig
+from strategies.registry import register
+
+
+class ADPSGD(StrategyConfig):
+    name: Literal["adpsgd"] = "adpsgd"
+    lr: float = Field(default=0.1, ge=0)
+    topology: Literal["ring", "complete"] = "ring"
+
+
+@jax.jit
+def pair_average(a: Params, b: Params) -> Params:
+    return jax.tree.map(lambda x, y: (x + y) * 0.5, a, b)
+
+
+@register(ADPSGD)
+def start(sim: Simulation, config: ADPSGD):
+    n = len(sim.workers)
+    step = make_sum_step(sgd(config.lr))
+    opt_state = sgd(config.lr).init(sim.init_params)
+    models = [sim.init_params] * n
+    versions = [0] * n
+    locks = [simpy.Resource(sim.env, capacity=1) for _ in range(n)]
+
+    def neighbours(i: int) -> list[int]:
+        if config.topology == "complete":
+            return [j for j in range(n) if j != i]
+        return sorted({(i - 1) % n, (i + 1) % n} - {i})
+
+    def exchange(w: Worker, j: int):
+        i = w.index
+        first, second = sorted((i, j))
+        with locks[first].request() as a:
+            yield from sim.wait_for(w.name, a)
+            with locks[second].request() as b:
+                yield from sim.wait_for(w.name, b)
+                there = sim.process(sim.send(w.name, sim.workers[j].name, sim.param_bytes))
+                back = sim.process(sim.send(sim.workers[j].name, w.name, sim.param_bytes))
+                yield sim.env.all_of([there, back])
+                models[i] = models[j] = pair_average(models[i], models[j])
+                versions[i] += 1
+                versions[j] += 1
+
+    def node(w: Worker):
+        choose = rng.stream(sim.seed, "adpsgd", w.index)
+        while True:
+            read = versions[w.index]
+            g = yield from sim.compute(w, models[w.index])
+            models[w.index], _ = step(models[w.index], opt_state, g.grad, g.count)
+            sim.applied([(w.index, read)], versions[w.index])
+            versions[w.index] += 1
+            peers = neighbours(w.index)
+            if peers:
+                yield from exchange(w, peers[int(choose.integers(len(peers)))])
+
+    for w in sim.workers:
+        sim.process(node(w))
+    return lambda: jax.tree.map(lambda x: x / n, tree_sum(models)) if n > 1 else models[0]

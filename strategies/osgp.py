@@ -1,0 +1,28 @@
+"""Overlap-SGP (seed 004): SGP whose communication overlaps tau gradient steps.
+
+Exactly SGP's push-sum step, except that at iteration k a node consumes every share
+that has arrived from iterations <= k and waits only for shares of iterations
+<= k - tau. A share that arrives late is added when it arrives, so push-sum's mass
+is still conserved; 1-OSGP never blocks on the message it just caused.
+``overlap: 0`` is SGP, bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from fred.engine import Simulation
+from strategies.registry import register
+from strategies.sgp import SGP, run_push_sum
+
+
+class OSGP(SGP):
+    name: Literal["osgp"] = "osgp"  # type: ignore[assignment]
+    overlap: int = Field(default=1, ge=0, description="tau: iterations a share may be consumed late")
+
+
+@register(OSGP)
+def start(sim: Simulation, config: OSGP):
+    return run_push_sum(sim, config, overlap=config.overlap).average

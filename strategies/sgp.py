@@ -1,0 +1,230 @@
+"""SGP: Stochastic Gradient Push (seed 004; Assran et al., after Nedic and Olshevsky).
+
+    every node i, iteration k = 0, 1, ...:
+        z_i <- x_i / w_i
+        g   <- gradient on the next batch at z_i
+        x_i <- x_i - lr * g
+        send (p_ji x_i, p_ji w_i) to each out-neighbour j;  keep (p_ii x_i, p_ii w_i)
+        receive the in-neighbours' shares of iteration k (tau-overlap: of k - tau)
+        x_i <- own share + received x shares;  w_i <- own share + received w shares
+
+The mixing matrix P(k) is column-stochastic, so push-sum keeps sum_i x_i and
+sum_i w_i = n. Topologies: ``directed_exponential`` (node i sends to
+i + 2^(k mod log2 n), 1 or 2 peers per iteration, weights split evenly),
+``ring`` (i -> i + 1), ``complete`` (uniform 1/n: AR-SGD's average), or an
+explicit list of matrices used in turn. The loop here is shared with ``osgp``
+(messages consumed up to tau iterations late) and ``dpsgd``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from pydantic import Field, field_validator
+
+from fred import rng
+from fred.engine import Simulation, Worker
+from fred.models import Params
+from fred.numerics import tree_sum
+from fred.optim import make_sum_step, sgd
+from fred.scenario import Scenario, StrategyConfig
+from strategies.registry import register
+
+Matrix = list[list[float]]
+
+
+class SGP(StrategyConfig):
+    name: Literal["sgp"] = "sgp"
+    lr: float = Field(default=0.1, ge=0)
+    topology: Literal["directed_exponential", "ring", "complete"] | list[Matrix] = "directed_exponential"
+    peers: Literal[1, 2] = Field(default=1, description="out-neighbours per iteration (directed_exponential)")
+    init_spread: float = Field(default=0.0, ge=0, description="per-node noise added to the start (tests)")
+
+    @field_validator("topology")
+    @classmethod
+    def _column_stochastic(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return value
+        for k, matrix in enumerate(value):
+            m = np.asarray(matrix, dtype=float)
+            if m.ndim != 2 or m.shape[0] != m.shape[1]:
+                raise ValueError(f"matrix {k} must be square, got shape {m.shape}")
+            if (m < 0).any():
+                raise ValueError(f"matrix {k} has negative weights; mixing weights are >= 0")
+            sums = m.sum(axis=0)
+            bad = np.flatnonzero(np.abs(sums - 1) > 1e-12)
+            if bad.size:
+                raise ValueError(
+                    f"matrix {k} is not column-stochastic: column {bad[0]} sums to {float(sums[bad[0]])!r}; "
+                    "every column must sum to 1 within 1e-12"
+                )
+        return value
+
+    def check(self, scenario: Scenario) -> None:
+        n = scenario.cluster.workers
+        if not isinstance(self.topology, str) and any(len(m) != n for m in self.topology):
+            raise ValueError(f"strategy.topology matrices must be {n} x {n}, one row and column per worker")
+
+
+# ----------------------------------------------------------------------------- topology
+def mixing(config: SGP, n: int) -> Callable[[int, int], list[tuple[int, float]]]:
+    """``shares(k, i)``: the (node, weight) pairs node i sends its iteration-k state to, itself included."""
+    topology = config.topology
+    if not isinstance(topology, str):
+        matrices = [np.asarray(m, dtype=float) for m in topology]
+        return lambda k, i: [(j, float(p)) for j, p in enumerate(matrices[k % len(matrices)][:, i]) if p > 0]
+    if topology == "complete":
+        return lambda k, i: [(j, 1.0 / n) for j in range(n)]
+    if topology == "ring":
+        return lambda k, i: [(i, 0.5), ((i + 1) % n, 0.5)] if n > 1 else [(i, 1.0)]
+    exponents = max(1, int(math.floor(math.log2(n)))) if n > 1 else 0
+
+    def exponential(k: int, i: int) -> list[tuple[int, float]]:
+        if n == 1:
+            return [(i, 1.0)]
+        peers = sorted({(i + 2 ** ((config.peers * k + m) % exponents)) % n for m in range(config.peers)})
+        return [(i, 1.0 / (len(peers) + 1))] + [(j, 1.0 / (len(peers) + 1)) for j in peers]
+
+    return exponential
+
+
+def in_neighbours(shares: Callable[[int, int], list[tuple[int, float]]], n: int) -> Callable[[int, int], list[int]]:
+    """``senders(k, i)``: the other nodes whose iteration-k shares node i must receive."""
+    cache: dict[int, list[list[int]]] = {}
+
+    def senders(k: int, i: int) -> list[int]:
+        if k not in cache:
+            table: list[list[int]] = [[] for _ in range(n)]
+            for j in range(n):
+                for dst, _ in shares(k, j):
+                    if dst != j:
+                        table[dst].append(j)
+            cache.clear()  # iterations are visited in order; keep one
+            cache[k] = table
+        return cache[k][i]
+
+    return senders
+
+
+# ----------------------------------------------------------------------------- numerics
+@jax.jit
+def scale(tree: Params, factor: jax.Array) -> Params:
+    return jax.tree.map(lambda x: x * factor, tree)
+
+
+@jax.jit
+def debias(tree: Params, weight: jax.Array) -> Params:
+    return jax.tree.map(lambda x: x / weight, tree)
+
+
+# ----------------------------------------------------------------------------- processes
+@dataclass
+class Node:
+    """One node's push-sum state, the shares not yet consumed, and who has been heard from."""
+
+    x: Params
+    w: float = 1.0
+    iteration: int = 0
+    inbox: list[tuple[int, int, Params, float]] = field(default_factory=list)  # (iteration, sender, x, w)
+    heard: dict[int, set[int]] = field(default_factory=dict)  # iteration -> senders delivered
+    complete_below: int = 0  # every share of earlier iterations has arrived
+
+
+@dataclass
+class PushSum:
+    """The running nodes; ``average()`` is the mean of the de-biased parameters z_i."""
+
+    nodes: list[Node]
+    debiased: bool
+
+    def z(self, node: Node) -> Params:
+        return debias(node.x, jnp.float32(node.w)) if self.debiased else node.x
+
+    def average(self) -> Params:
+        n = len(self.nodes)
+        return scale(tree_sum([self.z(node) for node in self.nodes]), jnp.float32(1.0 / n))
+
+
+def start_nodes(sim: Simulation, spread: float) -> list[Node]:
+    nodes = []
+    for w in sim.workers:
+        x = sim.init_params
+        if spread > 0:
+            noise = rng.stream(sim.seed, "push-sum-init", w.index)
+            x = {k: v + jnp.asarray(noise.normal(0, spread, v.shape), v.dtype) for k, v in x.items()}
+        nodes.append(Node(x))
+    return nodes
+
+
+def run_push_sum(
+    sim: Simulation,
+    config: SGP,
+    overlap: int = 0,
+    debiased: bool = True,
+    shares: Callable[[int, int], list[tuple[int, float]]] | None = None,
+) -> PushSum:
+    """Start push-sum SGD on every worker; a node waits only for shares ``overlap`` iterations old."""
+    n = len(sim.workers)
+    shares = shares or mixing(config, n)
+    senders = in_neighbours(shares, n)
+    step = make_sum_step(sgd(config.lr))
+    opt_state = sgd(config.lr).init(sim.init_params)
+    state = PushSum(start_nodes(sim, config.init_spread), debiased)
+
+    def send_share(w: Worker, j: int, k: int, x: Params, weight: float):
+        yield from sim.send(w.name, sim.workers[j].name, sim.param_bytes, payload=(k, w.index, x, weight))
+
+    def file(node: Node, message: tuple[int, int, Params, float]) -> None:
+        node.inbox.append(message)
+        node.heard.setdefault(message[0], set()).add(message[1])
+
+    def complete(w: Worker, node: Node, due: int) -> bool:
+        """Whether every share of iterations <= ``due`` has arrived (remembered once true)."""
+        while node.complete_below <= due:
+            if not set(senders(node.complete_below, w.index)) <= node.heard.get(node.complete_below, set()):
+                return False
+            node.heard.pop(node.complete_below, None)
+            node.complete_below += 1
+        return True
+
+    def collect(w: Worker, node: Node, k: int):
+        """File what has arrived; block until every share of iterations <= k - overlap is in."""
+        box = sim.mailbox(w.name)
+        while box.items:
+            file(node, box.items.pop(0)[1])
+        while not complete(w, node, k - overlap):
+            _, message = yield from sim.wait_for(w.name, box.get())
+            file(node, message)
+
+    def node_process(w: Worker, node: Node):
+        while True:
+            k = node.iteration
+            g = yield from sim.compute(w, state.z(node))
+            x_half, _ = step(node.x, opt_state, g.grad, g.count)
+            own_x, own_w = x_half, node.w
+            for j, p in shares(k, w.index):
+                if j == w.index:
+                    own_x, own_w = scale(x_half, jnp.float32(p)), p * node.w
+                else:
+                    sim.process(send_share(w, j, k, scale(x_half, jnp.float32(p)), p * node.w))
+            yield from collect(w, node, k)
+            arrived = sorted((m for m in node.inbox if m[0] <= k), key=lambda m: m[:2])  # none from the future
+            node.inbox = [m for m in node.inbox if m[0] > k]
+            node.x = tree_sum([own_x] + [x for _, _, x, _ in arrived]) if arrived else own_x
+            node.w = own_w + sum(weight for _, _, _, weight in arrived)
+            node.iteration += 1
+            sim.applied([(w.index, k)], k)  # the node's model has taken its step and its mix
+
+    for w, node in zip(sim.workers, state.nodes):
+        sim.process(node_process(w, node))
+    return state
+
+
+@register(SGP)
+def start(sim: Simulation, config: SGP):
+    return run_push_sum(sim, config).average

@@ -1,0 +1,128 @@
+"""Gossip: SGP's push-sum, Overlap-SGP, D-PSGD and AD-PSGD."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+import pytest
+
+import fred
+from fred.loading import validate
+from fred.runner import build
+from strategies.sgp import SGP, mixing, run_push_sum
+from tests.conftest import tiny
+
+
+def push_sum(workers: int, **config):
+    scenario = validate(tiny(cluster={"workers": workers}, strategy={"name": "sgp", "lr": 0.0, **config}))
+    built = build(scenario)
+    return built.sim, run_push_sum(built.sim, scenario.strategy)
+
+
+def total(state) -> dict[str, np.ndarray]:
+    return {k: sum(np.asarray(node.x[k], np.float64) for node in state.nodes) for k in state.nodes[0].x}
+
+
+@pytest.mark.parametrize("workers", [4, 8, 6])
+def test_push_sum_conserves_mass_every_iteration(workers):
+    sim, state = push_sum(workers, init_spread=0.5)
+    start = total(state)
+    for k in range(1, 12):
+        sim.env.run(until=(k + 0.5) * 0.01)  # mid-compute: every share of iteration k-1 consumed
+        assert all(node.iteration == k for node in state.nodes)
+        weights = sum(node.w for node in state.nodes)
+        if workers & (workers - 1) == 0:
+            assert weights == workers  # halves of powers of two: exact
+        else:
+            assert weights == pytest.approx(workers, abs=1e-12)
+        now = total(state)
+        for name in start:  # float32 shares: a few ulps per iteration
+            np.testing.assert_allclose(now[name], start[name], rtol=1e-5, atol=1e-5)
+
+
+def test_every_node_converges_to_the_initial_average():
+    sim, state = push_sum(8, init_spread=0.5)
+    start = {k: v / 8 for k, v in total(state).items()}
+    sim.env.run(until=60.5 * 0.01)
+    for node in state.nodes:
+        z = state.z(node)
+        for name in start:
+            np.testing.assert_allclose(np.asarray(z[name]), start[name], atol=1e-4)
+
+
+def test_sgp_on_the_complete_graph_is_ar_sgd_up_to_rounding():
+    # Uniform 1/n mixing averages x - lr g_i over nodes; AR-SGD averages the g_i.
+    # Equal in exact arithmetic; float32 rounding differs (rtol 1e-4 after 15 iterations).
+    sgp = fred.run(tiny(strategy={"name": "sgp", "topology": "complete"}, stop={"max_updates": 15 * 4}))
+    ar = fred.run(tiny(strategy={"name": "arsgd"}, stop={"max_updates": 15}))
+    for name in ar.params:
+        np.testing.assert_allclose(sgp.params[name], ar.params[name], rtol=1e-4, atol=1e-6)
+
+
+def test_osgp_without_overlap_is_sgp_bit_for_bit():
+    sgp = fred.run(tiny(strategy={"name": "sgp"}, stop={"max_updates": 60}))
+    osgp = fred.run(tiny(strategy={"name": "osgp", "overlap": 0}, stop={"max_updates": 60}))
+    assert osgp.summary["params_sha256"] == sgp.summary["params_sha256"]
+
+
+def test_one_osgp_never_waits_for_the_message_it_just_caused():
+    slow_net = {"latency_s": 0.004, "bandwidth_bps": 1e6}  # a share takes longer than a step
+    sgp = fred.run(tiny(strategy={"name": "sgp"}, network=slow_net, stop={"max_updates": 80}))
+    osgp = fred.run(tiny(strategy={"name": "osgp", "overlap": 1}, network=slow_net, stop={"max_updates": 80}))
+    assert osgp.summary["sim_time_s"] < 0.8 * sgp.summary["sim_time_s"]
+
+
+@pytest.mark.parametrize("peers", [1, 2])
+def test_each_iteration_sends_to_the_directed_exponential_peers(peers):
+    n = 8
+    result = fred.run(tiny(cluster={"workers": n}, strategy={"name": "sgp", "peers": peers}, stop={"max_updates": 10 * n}))
+    sends = result.events[result.events["kind"] == "send"]
+    for i in range(n):
+        mine = sends[sends["entity"] == f"worker{i}"]["peer"].tolist()
+        expected = []
+        for k in range(len(mine) // peers):
+            expected += sorted(f"worker{(i + 2 ** ((peers * k + m) % 3)) % n}" for m in range(peers))
+        assert sorted(mine[: len(expected)]) == sorted(expected)
+        assert len(mine) >= 9 * peers
+
+
+def test_mixing_is_column_stochastic_for_every_named_topology():
+    for topology in ["directed_exponential", "ring", "complete"]:
+        for n in [1, 2, 5, 8]:
+            shares = mixing(SGP(topology=topology), n)
+            for k in range(4):
+                for i in range(n):
+                    assert math.isclose(sum(p for _, p in shares(k, i)), 1.0, abs_tol=1e-12)
+
+
+def test_explicit_matrices_must_be_column_stochastic():
+    bad = [[[0.5, 0.6], [0.5, 0.4]], [[0.5, 0.5], [0.5, 0.6]]]
+    with pytest.raises(fred.ScenarioError, match="matrix 1 is not column-stochastic: column 1 sums to 1.1"):
+        validate(tiny(cluster={"workers": 2}, strategy={"name": "sgp", "topology": bad}))
+    with pytest.raises(fred.ScenarioError, match="must be 4 x 4"):
+        validate(tiny(strategy={"name": "sgp", "topology": [[[1.0, 0.0], [0.0, 1.0]]]}))
+
+
+def test_a_time_varying_list_of_matrices_is_used_in_turn():
+    swap = [[0.5, 0.5], [0.5, 0.5]]
+    keep = [[1.0, 0.0], [0.0, 1.0]]
+    result = fred.run(tiny(cluster={"workers": 2}, strategy={"name": "sgp", "topology": [swap, keep]}, stop={"max_updates": 8}))
+    sends = result.events[result.events["kind"] == "send"]
+    assert len(sends) == 2 * 2  # iterations 0 and 2 exchange, 1 and 3 do not
+
+
+def test_dpsgd_talks_to_both_ring_neighbours_every_iteration():
+    result = fred.run(tiny(strategy={"name": "dpsgd"}, stop={"max_updates": 20}))
+    sends = result.events[(result.events["kind"] == "send") & (result.events["entity"] == "worker0")]
+    assert set(sends["peer"]) == {"worker1", "worker3"}
+    assert (sends.groupby("peer").size() >= 4).all()
+
+
+def test_adpsgd_averages_pairs_and_learns():
+    result = fred.run(tiny(strategy={"name": "adpsgd"}, stop={"max_updates": 600}, eval={"every_updates": 200}))
+    assert result.metrics["eval_loss"].iloc[-1] < result.metrics["eval_loss"].iloc[0] / 2
+    sends = result.events[result.events["kind"] == "send"]
+    assert len(sends) % 2 == 0 and len(sends) > 0  # one copy each way per exchange
+    assert (result.updates["staleness"] >= 0).all()
