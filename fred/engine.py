@@ -275,7 +275,7 @@ class Simulation:
         for step in range(2 * (p - 1)):
             arrived = [0.0] * p
             for i in range(p):
-                transfer = self.network.reserve(names[i], names[(i + 1) % p], chunk, ready[i])
+                transfer = self.network.reserve(names[i], names[(i + 1) % p], chunk, self.now, ready[i])
                 arrived[(i + 1) % p] = transfer.arrive_s
             reduce_s = chunk * cfg.reduce_s_per_byte if step < p - 1 else 0.0  # reduce-scatter phase
             ready = [t + reduce_s for t in arrived]
