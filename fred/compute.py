@@ -47,7 +47,7 @@ def base_step_time_s(scenario: Scenario) -> float:
     """Seconds per batch at speed 1, before jitter and stragglers."""
     compute = scenario.cluster.compute
     flops = scenario.workload.resolved_flops_per_example() or compute.flops_per_example
-    if flops is not None and compute.device_flops is not None:
+    if flops is not None and compute.device_flops is not None:  # a profile's FLOPs need device_flops
         return flops * scenario.data.batch_size / compute.device_flops
     if compute.step_time_s is not None:
         return compute.step_time_s

@@ -164,6 +164,7 @@ class WorkloadConfig(Section):
         return int(PROFILES[self.profile]["param_bytes"]) if self.profile else None
 
     def resolved_flops_per_example(self) -> float | None:
+        """FLOPs per example to time compute with (a profile's apply only with device_flops)."""
         if self.flops_per_example is not None:
             return self.flops_per_example
         return PROFILES[self.profile]["flops_per_example"] if self.profile else None
@@ -251,7 +252,7 @@ class Scenario(Section):
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
         compute = self.cluster.compute
-        if self.workload.resolved_flops_per_example() is not None and compute.device_flops is None:
+        if self.workload.flops_per_example is not None and compute.device_flops is None:
             raise ValueError("workload.flops_per_example needs cluster.compute.device_flops to turn FLOPs into seconds")
         if compute.step_time_s is None and compute.device_flops is None:
             raise ValueError("cluster.compute needs step_time_s, or device_flops with flops_per_example or a workload")

@@ -126,3 +126,20 @@ def test_work_keeps_an_entity_busy_and_records_it():
     sim.process(compress())
     sim.env.run()
     assert seen == [("compress", "worker0", 0.0, 0.25, 0.0, "")]
+
+
+def test_a_transfer_waiting_for_its_uplink_does_not_block_an_idle_downlink():
+    sim = bare_sim(4, latency_s=0.0, bandwidth_bps=100.0)
+    arrivals = {}
+
+    def send(src, dst, nbytes, at):
+        yield sim.env.timeout(at)
+        yield from sim.send(src, dst, nbytes)
+        arrivals[(src, dst)] = sim.now
+
+    sim.process(send("worker0", "worker3", 100, 0.0))  # worker0's uplink busy until 1.0
+    sim.process(send("worker0", "worker1", 100, 0.0))  # queued behind it: worker1's downlink booked 1.0-2.0
+    sim.process(send("worker2", "worker1", 50, 0.1))  # fits the idle gap 0.1-0.6 on worker1's downlink
+    sim.env.run()
+    assert arrivals[("worker2", "worker1")] == pytest.approx(0.6)
+    assert arrivals[("worker0", "worker1")] == pytest.approx(2.0)  # the earlier booking is not delayed

@@ -71,8 +71,10 @@ def test_a_strategy_checks_the_cluster_it_runs_on():
 
 
 def test_flops_timing_needs_device_flops():
-    [message] = problems(tiny(workload={"profile": "resnet50"}))
+    [message] = problems(tiny(workload={"flops_per_example": 1e9}))
     assert "device_flops" in message
+    profile_only = validate(tiny(workload={"profile": "resnet50"}))  # bytes from the profile, time from step_time_s
+    assert profile_only.workload.resolved_param_bytes() == int(25.6e6 * 4)
 
 
 def test_set_overrides_parse_values_as_yaml():
