@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fred.data import BatchStream, Dataset, GlobalBatchStream, load_dataset, shard
-from fred.scenario import DataConfig, DigitsData, MNISTData, SyntheticData
+from fred.scenario import DataConfig, MNISTData, SyntheticData
 
 
 def rng(seed: int = 0) -> np.random.Generator:

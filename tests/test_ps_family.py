@@ -142,7 +142,7 @@ def test_bandwidth_counters_agree_with_the_event_table():
 def test_a_cached_gradient_keeps_its_original_version():
     result = fred.run(tiny(strategy={"name": "bfasgd", "k_push": 4}, stop={"max_updates": 60}))
     updates = result.updates
-    for worker, rows in updates.groupby("worker"):
+    for _, rows in updates.groupby("worker"):
         sent = rows[~rows["cached"]]
         for _, row in rows[rows["cached"]].iterrows():
             last = sent[sent["update"] < row["update"]].iloc[-1]
