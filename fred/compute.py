@@ -28,13 +28,27 @@ class ComputeModel:
             self.scale[s.worker] *= s.slow_factor
             self.delay_s[s.worker] += s.delay_s
         self.sigma = cluster.jitter.sigma if cluster.jitter.kind == "lognormal" else 0.0
+        self.changes = sorted(((c.at_s, c.worker, c.speed) for c in cluster.speed_changes), key=lambda c: c[0])
+        self.base_speed = [cluster.speed.get(w, 1.0) for w in range(n)]
         self.straggle = cluster.random_straggle
         self._streams = [rng.stream(scenario.seed, "compute", w) for w in range(n)]
 
-    def duration_s(self, worker: int) -> float:
-        """The next gradient step's duration for ``worker``."""
+    def speed_at(self, worker: int, now_s: float) -> float:
+        """The worker's speed factor at ``now_s``: its latest change at or before then."""
+        speed = self.base_speed[worker]
+        for at_s, who, new in self.changes:
+            if at_s > now_s:
+                break
+            if who == worker:
+                speed = new
+        return speed
+
+    def duration_s(self, worker: int, now_s: float = 0.0) -> float:
+        """The duration of ``worker``'s gradient step starting at ``now_s``."""
         stream = self._streams[worker]
         seconds = self.base_step_s * self.scale[worker]
+        if self.changes:
+            seconds *= self.base_speed[worker] / self.speed_at(worker, now_s)
         if self.sigma > 0:
             seconds *= float(np.exp(self.sigma * stream.standard_normal()))
         seconds += self.delay_s[worker]

@@ -136,6 +136,7 @@ class Simulation:
         self.tracers: list[Tracer] = []
         self.update_hooks: list[Callable[[list[Contribution], int], None]] = []
         self.compute_hooks: list[Callable[[GradSum], None]] = []
+        self.report: dict[str, Any] = {}  # strategy facts for the summary (e.g. a grouping)
         self._collectives: dict[tuple[Any, int], _Collective] = {}
         self._joined: dict[tuple[Any, int], int] = {}
         self._mailboxes: dict[str, simpy.Store] = {}
@@ -194,7 +195,7 @@ class Simulation:
         request = self.gradients.request(params, worker.next_batch())
         start = self.now
         if duration_s is None:
-            duration_s = self.compute_model.duration_s(worker.index)
+            duration_s = self.compute_model.duration_s(worker.index, self.now)
         yield self.env.timeout(duration_s)
         self.trace("compute", worker.name, start, self.now)
         grad = self.gradients.result(request)

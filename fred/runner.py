@@ -220,6 +220,7 @@ def _summary(
         **_push_fetch_counters(events),
         "mean_staleness": _num(updates["staleness"].mean()) if len(updates) else None,
         "max_staleness": int(updates["staleness"].max()) if len(updates) else None,
+        **built.sim.report,
         "params_sha256": params_sha256(params),
         "scenario_sha256": scenario.digest(),
         "wall_time_s": round(wall_s, 3),

@@ -95,6 +95,14 @@ class RandomStraggle(Section):
     delay_s: NonNegFloat = 0.0
 
 
+class SpeedChange(Section):
+    """From ``at_s`` on (simulated seconds), ``worker`` runs at ``speed`` (a drifting machine)."""
+
+    worker: Annotated[int, Field(ge=0)]
+    at_s: NonNegFloat
+    speed: PositiveFloat
+
+
 class ComputeConfig(Section):
     step_time_s: PositiveFloat | None = Field(default=None, description="seconds per batch at speed 1")
     flops_per_example: PositiveFloat | None = None
@@ -118,10 +126,11 @@ class ClusterConfig(Section):
     jitter: Jitter = Field(default_factory=Jitter)
     stragglers: list[Straggler] = Field(default_factory=list)
     random_straggle: RandomStraggle = Field(default_factory=RandomStraggle)
+    speed_changes: list[SpeedChange] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _workers_exist(self) -> "ClusterConfig":
-        named = list(self.speed) + [s.worker for s in self.stragglers]
+        named = list(self.speed) + [s.worker for s in self.stragglers] + [c.worker for c in self.speed_changes]
         bad = sorted({w for w in named if w >= self.workers})
         if bad:
             raise ValueError(f"worker index {bad[0]} does not exist; workers are 0..{self.workers - 1}")

@@ -59,3 +59,16 @@ def test_each_worker_draws_from_its_own_stream():
     for _ in range(50):
         model.duration_s(0)  # another worker's progress ...
     assert (np.array([model.duration_s(1) for _ in range(10)]) == alone).all()  # ... changes nothing here
+
+
+def test_a_worker_can_slow_down_mid_run():
+    data = tiny(cluster={"speed": {1: 2.0}, "speed_changes": [{"worker": 1, "at_s": 1.0, "speed": 0.5}]})
+    model = ComputeModel(validate(data))
+    assert model.duration_s(1, now_s=0.5) == pytest.approx(0.005)
+    assert model.duration_s(1, now_s=1.0) == pytest.approx(0.02)
+    assert model.duration_s(0, now_s=2.0) == pytest.approx(0.01)  # others unaffected
+    result = fred.run(data | {"stop": {"max_sim_time_s": 2.0}})
+    computes = result.events[(result.events["kind"] == "compute") & (result.events["entity"] == "worker1")]
+    before = computes[computes["end_s"] < 0.9]
+    after = computes[computes["start_s"] > 1.1]
+    assert (before["end_s"] - before["start_s"]).max() < 0.006 < 0.019 < (after["end_s"] - after["start_s"]).min()

@@ -1,0 +1,179 @@
+"""Grouped sync/async hybrid (seed 002): synchronous inside groups of like-speed workers,
+asynchronous between groups.
+
+    1. probe: every worker runs for probe_s (or probe_iterations); count its iterations
+    2. sort workers by speed (probe seconds per iteration); cut them into groups of
+       group_size (or into `groups` groups)
+    3. in a group, each round: gradients at the parameters each member last fetched,
+       averaged by ring all-reduce (the group waits for its slowest member)
+    4. the group's leader pushes the average; the server applies it at once
+       (staleness: updates since the members' fetch); every member fetches afresh
+    regroup_every_s: re-measure each worker's seconds per step over the last window and
+    regroup, for speeds that drift
+
+The probe is timed compute only by default (``keep_probe_updates: false``): it measures
+speed without consuming training data or moving the model, so runs with and without it
+train on the same batches. With ``keep_probe_updates: true`` the probe is ASGD against the
+server and its updates stay. One group of all workers is SSGD on a parameter server and
+groups of one are ASGD, bit for bit (tested).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import simpy
+from pydantic import Field, model_validator
+
+from fred.engine import Contribution, Simulation, Worker
+from fred.numerics import GradSum
+from fred.scenario import Scenario, StrategyConfig
+from fred.server import ParameterServer
+from strategies.registry import register
+from strategies.sasgd import sasgd_rule
+
+
+class GroupedHybrid(StrategyConfig):
+    name: Literal["grouped_hybrid"] = "grouped_hybrid"
+    lr: float = Field(default=0.01, gt=0)
+    probe_s: float | None = Field(default=None, ge=0, description="probe length in simulated seconds")
+    probe_iterations: int | None = Field(
+        default=None, ge=0, description="or: probe until the fastest worker has done this many (default 10)"
+    )
+    keep_probe_updates: bool = False
+    group_size: int | None = Field(default=None, ge=1, description="workers per group (default 3)")
+    groups: int | None = Field(default=None, ge=1, description="or: the number of groups")
+    regroup_every_s: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_each(self) -> "GroupedHybrid":
+        if self.probe_s is not None and self.probe_iterations is not None:
+            raise ValueError("give probe_s or probe_iterations, not both")
+        if self.group_size is not None and self.groups is not None:
+            raise ValueError("give group_size or groups, not both")
+        return self
+
+    def check(self, scenario: Scenario) -> None:
+        n = scenario.cluster.workers
+        if self.groups is not None and self.groups > n:
+            raise ValueError(f"strategy.groups is {self.groups} but there are {n} workers")
+
+    def probe_limit(self) -> int | None:
+        return self.probe_iterations if self.probe_iterations is not None or self.probe_s is not None else 10
+
+
+def make_groups(step_s: list[float], config: GroupedHybrid) -> list[list[int]]:
+    """Workers sorted by measured seconds per step, fastest first (ties by index), cut into groups."""
+    order = sorted(range(len(step_s)), key=lambda w: (step_s[w], w))
+    if config.groups is not None:
+        return [sorted(int(w) for w in part) for part in np.array_split(order, config.groups)]
+    size = config.group_size or 3
+    return [sorted(order[i : i + size]) for i in range(0, len(order), size)]
+
+
+@dataclass
+class Plan:
+    """The current grouping, each group's round bookkeeping, and the next regrouping."""
+
+    groups: list[list[int]] = field(default_factory=list)
+    of: dict[int, int] = field(default_factory=dict)  # worker -> its group's index
+    counts: list[int] = field(default_factory=list)  # iterations since the last (re)grouping
+    busy_s: list[float] = field(default_factory=list)  # compute seconds over those iterations
+    reads: dict[int, dict[int, int]] = field(default_factory=dict)  # group -> member -> version it read
+    applied: dict[int, simpy.Event] = field(default_factory=dict)  # group -> its current update
+    next_regroup_s: float = float("inf")
+    pending: set[int] = field(default_factory=set)  # groups that stop at the barrier
+    barrier: list[simpy.Event] = field(default_factory=list)
+    regroupings: int = -1
+
+
+@register(GroupedHybrid)
+def start(sim: Simulation, config: GroupedHybrid):
+    n = len(sim.workers)
+    rule = sasgd_rule(config.lr, 1, staleness_aware=False)
+    server = ParameterServer(sim, sim.init_params)
+    state = {"rule": rule.init(server.params)}
+    plan = Plan(counts=[0] * n, busy_s=[0.0] * n)
+
+    def apply(contributions: list[Contribution], grad: GradSum) -> None:
+        server.params, state["rule"] = rule.apply(server.params, state["rule"], [grad], [0])
+        sim.applied(contributions, server.version)
+        server.version += 1
+
+    def regroup() -> None:
+        # Seconds per step, not iteration counts: inside a group everyone runs at the group's
+        # pace, so counts after the first grouping would not tell a slow worker from its mates.
+        step_s = [b / c if c else (0.0 if not any(plan.counts) else float("inf")) for b, c in zip(plan.busy_s, plan.counts)]
+        plan.groups = make_groups(step_s, config)
+        plan.of = {w: g for g, members in enumerate(plan.groups) for w in members}
+        plan.reads = {g: {} for g in range(len(plan.groups))}
+        plan.applied = {g: sim.env.event() for g in range(len(plan.groups))}
+        plan.counts, plan.busy_s = [0] * n, [0.0] * n
+        plan.regroupings += 1
+        sim.report["groups"] = plan.groups
+        sim.report["regroupings"] = plan.regroupings
+        if config.regroup_every_s is not None:
+            plan.next_regroup_s = sim.now + config.regroup_every_s
+
+    def probe(w: Worker):
+        """Count iterations: timed compute only, or ASGD when the probe's updates are kept."""
+        end_s = config.probe_s if config.probe_s is not None else float("inf")
+        limit = config.probe_limit()
+        params, version = server.params, server.version
+        while sim.now < end_s and (limit is None or max(plan.counts) < limit):
+            began = sim.now
+            if config.keep_probe_updates:
+                g = yield from sim.compute(w, params)
+                yield from server.push(w)
+                apply([Contribution(w.index, version)], g)
+                params, version = yield from server.fetch(w)
+            else:
+                yield from sim.work(w.name, sim.compute_model.duration_s(w.index, sim.now), "probe")
+            plan.counts[w.index] += 1
+            plan.busy_s[w.index] += sim.now - began
+
+    def barrier(w: Worker):
+        """Everyone meets; the last to arrive regroups by the iterations counted since the last time."""
+        arrived = sim.env.event()
+        plan.barrier.append(arrived)
+        if len(plan.barrier) == n:
+            plan.pending.clear()
+            regroup()
+            for event in plan.barrier:
+                event.succeed()
+            plan.barrier = []
+        yield from sim.wait_for(w.name, arrived)
+
+    def worker(w: Worker):
+        yield from probe(w)
+        yield from barrier(w)
+        params, version = server.params, server.version
+        while True:
+            gid = plan.of[w.index]
+            group = [sim.workers[m] for m in plan.groups[gid]]
+            began = sim.now
+            g = yield from sim.compute(w, params)
+            plan.counts[w.index] += 1
+            plan.busy_s[w.index] += sim.now - began
+            plan.reads[gid][w.index] = version
+            total = yield from sim.allreduce(group, w, sim.param_bytes, g)
+            applied = plan.applied[gid]
+            if w is group[0]:  # the leader sends the group's average to the server
+                yield from server.push(w)
+                apply([Contribution(m, v) for m, v in sorted(plan.reads[gid].items())], total)
+                plan.reads[gid] = {}
+                if sim.now >= plan.next_regroup_s:
+                    plan.pending.add(gid)
+                plan.applied[gid] = sim.env.event()
+                applied.succeed()
+            else:
+                yield from sim.wait_for(w.name, applied)
+            params, version = yield from server.fetch(w)
+            if gid in plan.pending:
+                yield from barrier(w)
+
+    for w in sim.workers:
+        sim.process(worker(w))
+    return lambda: server.params

@@ -1,0 +1,80 @@
+"""The grouped sync/async hybrid: grouping by measured speed, and its two limits."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fred
+from tests.conftest import tiny
+
+STOP = {"max_updates": 30}
+
+
+def sha(**overrides) -> str:
+    return fred.run(tiny(stop=STOP, **overrides)).summary["params_sha256"]
+
+
+@pytest.mark.parametrize("probe", [{"probe_iterations": 0}, {"probe_iterations": 5}])
+def test_one_group_of_everyone_is_ssgd_on_a_parameter_server(probe):
+    hybrid = sha(strategy={"name": "grouped_hybrid", "lr": 0.1, "group_size": 4, **probe})
+    assert hybrid == sha(strategy={"name": "ssgd", "aggregation": "ps", "lr": 0.1})
+
+
+def test_groups_of_one_are_asgd():
+    hybrid = sha(strategy={"name": "grouped_hybrid", "lr": 0.1, "group_size": 1, "probe_iterations": 0})
+    assert hybrid == sha(strategy={"name": "asgd", "lr": 0.1})
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    slow=st.lists(st.integers(0, 8), min_size=2, max_size=2, unique=True),
+    slowdown=st.floats(1.5, 5.0),
+    sigma=st.floats(0.0, 0.1),
+    seed=st.integers(0, 1000),
+)
+def test_the_probe_groups_the_slowed_workers_together(slow, slowdown, sigma, seed):
+    # Two workers slower by a factor well beyond the jitter (sigma <= 0.1 vs >= 1.5x).
+    data = tiny(
+        seed=seed,
+        cluster={"workers": 9, "jitter": {"kind": "lognormal", "sigma": sigma},
+                 "stragglers": [{"worker": w, "slow_factor": slowdown} for w in slow]},
+        strategy={"name": "grouped_hybrid", "probe_iterations": 20, "group_size": 3},
+        stop={"max_updates": 3},
+    )
+    groups = fred.run(data).summary["groups"]
+    assert any(set(slow) <= set(g) for g in groups), groups
+    assert set(slow) <= set(groups[-1])  # the slowest group comes last
+
+
+def test_every_group_update_records_each_member_with_non_negative_staleness():
+    data = tiny(
+        cluster={"workers": 6, "stragglers": [{"worker": 1, "delay_s": 0.01}]},
+        strategy={"name": "grouped_hybrid", "probe_iterations": 5, "group_size": 2},
+        stop={"max_updates": 60},
+    )
+    result = fred.run(data)
+    groups = [set(g) for g in result.summary["groups"]]
+    for _, rows in result.updates.groupby("update"):
+        assert set(rows["worker"]) in groups
+    assert (result.updates["staleness"] >= 0).all()
+    assert result.updates["staleness"].max() > 0  # groups do run asynchronously
+
+
+def test_regrouping_follows_a_worker_that_slows_down():
+    data = tiny(
+        cluster={"workers": 6, "speed_changes": [{"worker": 0, "at_s": 0.3, "speed": 0.2},
+                                                 {"worker": 4, "at_s": 0.3, "speed": 0.2}]},
+        strategy={"name": "grouped_hybrid", "probe_s": 0.1, "group_size": 2, "regroup_every_s": 0.5},
+        stop={"max_sim_time_s": 2.0, "max_updates": None},
+    )
+    result = fred.run(data)
+    assert result.summary["regroupings"] >= 1
+    assert [0, 4] in result.summary["groups"]
+
+
+def test_a_kept_probe_trains_the_model():
+    data = tiny(strategy={"name": "grouped_hybrid", "probe_iterations": 5, "keep_probe_updates": True}, stop={"max_updates": 10})
+    result = fred.run(data)
+    assert result.updates.groupby("update")["worker"].count().iloc[:5].eq(1).all()  # probe: ASGD updates
