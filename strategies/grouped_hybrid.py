@@ -21,7 +21,7 @@ groups of one are ASGD, bit for bit (tested).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import simpy
