@@ -1,4 +1,4 @@
-"""The ``fred`` command line: ``fred run`` and ``fred list``."""
+"""The ``fred`` command line: ``run``, ``list``, ``compare``, ``plot`` and ``trace``."""
 
 from __future__ import annotations
 
@@ -47,6 +47,20 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_run)
     lst = sub.add_parser("list", help="list the registered strategies")
     lst.set_defaults(handler=_list)
+    cmp_ = sub.add_parser("compare", help="run (or reuse) several scenarios; one table and side-by-side plots")
+    cmp_.add_argument("items", nargs="+", help="scenario YAML files or finished run directories")
+    cmp_.add_argument("--out", default="comparison", help="where the table and plots go (default: comparison/)")
+    cmp_.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
+    cmp_.add_argument("--target-loss", type=float, help="report simulated time and updates to this eval loss")
+    cmp_.set_defaults(handler=_compare)
+    plot = sub.add_parser("plot", help="loss curves, staleness histogram and per-worker timeline of one run")
+    plot.add_argument("run_dir")
+    plot.add_argument("--out", help="where the figures go (default: RUN_DIR/plots)")
+    plot.set_defaults(handler=_plot)
+    trace = sub.add_parser("trace", help="export the event timeline as Chrome trace-event JSON (Perfetto)")
+    trace.add_argument("run_dir")
+    trace.add_argument("-o", "--output", help="output file (default: RUN_DIR/trace.json)")
+    trace.set_defaults(handler=_trace)
     return parser
 
 
@@ -62,6 +76,37 @@ def _run(args: argparse.Namespace) -> int:
     if not args.quiet:
         _print_summary(result.summary, out)
     return 0 if result.summary["status"] in ("completed", "diverged") else 1
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from fred.compare import compare
+
+    table, ran = compare(args.items, Path(args.out), Path(args.runs), args.target_loss)
+    with __import__("pandas").option_context("display.width", 200, "display.max_columns", 20):
+        print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    print(f"\n{ran} run(s) made, {len(table) - ran} reused; table and plots in {args.out}/")
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from fred.api import load_run
+    from fred.plots import loss_curves, staleness_histograms, timeline
+
+    result = load_run(args.run_dir)
+    out = Path(args.out) if args.out else Path(args.run_dir) / "plots"
+    paths = loss_curves([result], out) + staleness_histograms([result], out) + timeline(result, out)
+    print("\n".join(str(p) for p in paths))
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from fred.api import load_run
+    from fred.trace import write_trace
+
+    result = load_run(args.run_dir)
+    path = write_trace(result.events, args.output or Path(args.run_dir) / "trace.json")
+    print(f"{path}: {len(result.events)} events; open it in https://ui.perfetto.dev or chrome://tracing")
+    return 0
 
 
 def _list(args: argparse.Namespace) -> int:

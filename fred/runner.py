@@ -97,6 +97,12 @@ class RunResult:
     params: Params
     path: Path | None = None
 
+    def staleness(self, by: str = "overall", bins: int = 20) -> pd.DataFrame:
+        """Staleness distribution ``overall``, per ``worker`` or over ``time`` (see fred.analysis)."""
+        from fred.analysis import staleness
+
+        return staleness(self.updates, by, bins)  # type: ignore[arg-type]
+
     def time_to(self, loss: float) -> tuple[float, int] | None:
         """``(sim_time_s, updates)`` of the first evaluation at or below ``loss``; None if never."""
         hit = self.metrics[self.metrics["eval_loss"] <= loss]

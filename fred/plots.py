@@ -1,0 +1,82 @@
+"""Figures people would rather look at than read: loss curves, staleness histograms, timelines.
+
+Matplotlib with the non-interactive Agg backend, so plotting works on machines without a
+display. Every figure is written as PNG and SVG.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+COMMUNICATION = {"push", "fetch", "send", "allreduce"}
+COLOURS = {"compute": "#4C72B0", "communicate": "#DD8452", "wait": "#B0B0B0", "other": "#55A868"}
+
+
+def _save(fig, out: Path, stem: str) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{stem}.png", out / f"{stem}.svg"]
+    for path in paths:
+        fig.savefig(path, bbox_inches="tight", metadata={"Date": None} if path.suffix == ".svg" else None)
+    plt.close(fig)
+    return paths
+
+
+def _label(result) -> str:
+    s = result.summary
+    return f"{s['name']} ({s['strategy']}, {s['workers']} workers)"
+
+
+def loss_curves(results: Sequence, out: Path) -> list[Path]:
+    """Eval loss against simulated time and against updates, one line per run."""
+    written = []
+    for x, stem, xlabel in [("sim_time_s", "loss_vs_time", "simulated time (s)"), ("updates", "loss_vs_updates", "updates")]:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for r in results:
+            ax.plot(r.metrics[x], r.metrics["eval_loss"], marker=".", label=_label(r))
+        ax.set(xlabel=xlabel, ylabel="eval loss", yscale="log", title=f"eval loss vs {xlabel}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        written += _save(fig, out, stem)
+    return written
+
+
+def staleness_histograms(results: Sequence, out: Path) -> list[Path]:
+    """One staleness histogram per run, side by side."""
+    fig, axes = plt.subplots(1, len(results), figsize=(3.5 * len(results), 3.2), squeeze=False)
+    for ax, r in zip(axes[0], results):
+        st = r.updates["staleness"]
+        ax.hist(st, bins=range(int(st.max()) + 2) if len(st) else 1, color=COLOURS["compute"])
+        ax.set(title=_label(r), xlabel="staleness (updates)", ylabel="gradients")
+        ax.title.set_fontsize(8)
+    fig.tight_layout()
+    return _save(fig, out, "staleness")
+
+
+def timeline(result, out: Path, max_events: int = 20000) -> list[Path]:
+    """A Gantt chart per entity: compute, communication and waiting over simulated time."""
+    events = result.events.head(max_events)
+    entities = sorted(set(events["entity"]), key=lambda e: (not e.startswith("worker"), len(e), e))
+    fig, ax = plt.subplots(figsize=(10, 0.35 * len(entities) + 1.5))
+    for row, entity in enumerate(entities):
+        mine = events[events["entity"] == entity]
+        for group, colour in COLOURS.items():
+            kinds = mine["kind"]
+            pick = {
+                "compute": kinds == "compute",
+                "communicate": kinds.isin(COMMUNICATION),
+                "wait": kinds == "wait",
+                "other": ~kinds.isin(COMMUNICATION | {"compute", "wait"}),
+            }[group]
+            spans = list(zip(mine.loc[pick, "start_s"], mine.loc[pick, "end_s"] - mine.loc[pick, "start_s"]))
+            if spans:
+                ax.broken_barh(spans, (row - 0.4, 0.8), color=colour, label=group if row == 0 else None)
+    ax.set(yticks=range(len(entities)), yticklabels=entities, xlabel="simulated time (s)", title=_label(result))
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
+    ax.legend(handles, list(COLOURS), loc="upper right", fontsize=8)
+    return _save(fig, out, "timeline")

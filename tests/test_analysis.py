@@ -1,0 +1,87 @@
+"""Looking at runs: staleness, comparison, plots and timeline traces."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+import fred
+from fred.cli import main
+from fred.compare import compare
+from fred.plots import loss_curves, staleness_histograms, timeline
+from fred.trace import trace_events
+from tests.conftest import tiny
+
+ROOT = Path(__file__).resolve().parents[1]
+ONE_PER_FAMILY = sorted({p.parent: p for p in (ROOT / "scenarios").rglob("*.yaml")}.values())
+
+
+def short(path: Path) -> fred.RunResult:
+    return fred.run(path, stop={"max_updates": 24, "max_sim_time_s": 0.5})
+
+
+@pytest.mark.parametrize("path", ONE_PER_FAMILY, ids=[p.parent.name for p in ONE_PER_FAMILY])
+def test_every_shipped_scenario_type_plots(path, tmp_path):
+    result = short(path)
+    paths = loss_curves([result], tmp_path) + staleness_histograms([result], tmp_path) + timeline(result, tmp_path)
+    assert len(paths) == 8
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+@pytest.mark.parametrize("path", ONE_PER_FAMILY, ids=[p.parent.name for p in ONE_PER_FAMILY])
+def test_the_trace_is_valid_trace_event_json_with_one_entry_per_event(path):
+    result = short(path)
+    entries = trace_events(result.events)
+    timed = [e for e in entries if e["ph"] in ("X", "i")]
+    assert len(timed) == len(result.events)
+    for e in entries:
+        assert {"ph", "name", "pid", "tid"} <= set(e)
+    last = defaultdict(lambda: -1.0)
+    for e in timed:
+        assert {"ts", "cat", "args"} <= set(e)
+        assert e["ts"] >= last[e["tid"]]
+        last[e["tid"]] = e["ts"]
+        assert e.get("dur", 0) >= 0
+    json.dumps({"traceEvents": entries})
+
+
+def test_compare_reuses_finished_runs(tmp_path):
+    paths = []
+    for name, strategy in [("a", "asgd"), ("b", "ssgd")]:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(json.dumps(tiny(name=name, strategy={"name": strategy})))
+        paths.append(str(path))
+    table, ran = compare(paths, tmp_path / "out", tmp_path / "runs", target_loss=2.0)
+    assert ran == 2 and list(table["strategy"]) == ["asgd", "ssgd"]
+    table, ran = compare(paths, tmp_path / "out", tmp_path / "runs", target_loss=2.0)
+    assert ran == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        ["comparison.csv"] + [f"{s}.{e}" for s in ("loss_vs_time", "loss_vs_updates", "staleness") for e in ("png", "svg")]
+    )
+    run_dirs = sorted((tmp_path / "runs").iterdir())
+    table, ran = compare([str(d) for d in run_dirs], tmp_path / "out2", tmp_path / "runs")
+    assert ran == 0 and len(table) == 2
+
+
+def test_plot_and_trace_commands(tmp_path, capsys):
+    out = tmp_path / "run"
+    fred.run(tiny(), out=out)
+    assert main(["plot", str(out)]) == 0
+    assert (out / "plots" / "timeline.png").stat().st_size > 1000
+    assert main(["trace", str(out), "-o", str(tmp_path / "t.json")]) == 0
+    assert len(json.loads((tmp_path / "t.json").read_text())["traceEvents"]) > 0
+
+
+def test_staleness_views():
+    result = fred.run(tiny(cluster={"workers": 4, "stragglers": [{"worker": 3, "slow_factor": 3}]}, stop={"max_updates": 80}))
+    overall = result.staleness()
+    assert overall["count"].sum() == len(result.updates) and overall["share"].sum() == pytest.approx(1.0)
+    per_worker = result.staleness("worker")
+    assert per_worker.loc[3, "mean"] > per_worker.loc[0, "mean"]
+    over_time = result.staleness("time", bins=4)
+    assert len(over_time) == 4 and (over_time["end_s"] > over_time["start_s"]).all()
+    with pytest.raises(ValueError, match="by must be"):
+        result.staleness("node")
