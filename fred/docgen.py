@@ -1,0 +1,101 @@
+"""Reference pages generated from the code, so they can never drift from it.
+
+``mkdocs build`` calls these through ``docs/hooks.py``: the scenario schema comes from the
+pydantic models (every section, and every registered strategy's hyper-parameters), the
+CLI reference from the argument parser.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from fred.scenario import Scenario
+
+
+def _type_name(annotation: Any) -> str:
+    text = repr(annotation) if not isinstance(annotation, type) else annotation.__name__
+    for noise in ("typing.", "fred.scenario.", "Annotated[", "pydantic.fields.", "<class '", "'>"):
+        text = text.replace(noise, "")
+    return text.replace("|", "\\|")
+
+
+def _default(field: Any) -> str:
+    if field.default is not PydanticUndefined:
+        return f"`{field.default!r}`" if field.default is not None else "—"
+    if field.default_factory is not None:
+        value = field.default_factory()
+        return f"`{value.model_dump() if isinstance(value, BaseModel) else value!r}`"
+    return "**required**"
+
+
+def _constraints(field: Any) -> str:
+    parts = [str(m) for m in field.metadata]
+    return ", ".join(parts).replace("|", "\\|")
+
+
+def model_table(model: type[BaseModel]) -> list[str]:
+    lines = ["| field | type | default | constraints | description |", "| --- | --- | --- | --- | --- |"]
+    for name, field in model.model_fields.items():
+        lines.append(
+            f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {_constraints(field)} "
+            f"| {(field.description or '').replace('|', '/')} |"
+        )
+    return lines
+
+
+def _nested_models(model: type[BaseModel]) -> list[type[BaseModel]]:
+    found: list[type[BaseModel]] = []
+
+    def visit(annotation: Any) -> None:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if annotation not in found and annotation is not model:
+                found.append(annotation)
+                for f in annotation.model_fields.values():
+                    visit(f.annotation)
+            return
+        for arg in typing.get_args(annotation):
+            visit(arg)
+
+    for f in model.model_fields.values():
+        visit(f.annotation)
+    return found
+
+
+def scenario_reference() -> str:
+    from strategies import registry
+
+    lines = [
+        "# Scenario schema (generated)",
+        "",
+        "Generated from the pydantic models in `fred/scenario.py` and the registered strategies",
+        "when the documentation is built; do not edit. Every section rejects unknown keys.",
+        "",
+        "## Scenario",
+        "",
+        *model_table(Scenario),
+    ]
+    for model in _nested_models(Scenario):
+        if model.__name__ == "StrategyConfig":
+            continue
+        lines += ["", f"## {model.__name__}", "", (model.__doc__ or "").strip().splitlines()[0] if model.__doc__ else "", ""]
+        lines += model_table(model)
+    lines += ["", "## Strategies", ""]
+    for strategy in registry.all_strategies():
+        lines += [f"### `{strategy.name}`", "", strategy.summary, "", *model_table(strategy.config), ""]
+    return "\n".join(lines) + "\n"
+
+
+def cli_reference() -> str:
+    from fred.cli import _parser
+
+    parser = _parser()
+    lines = ["# Command line (generated)", "", "Generated from `fred --help` when the documentation is built.", ""]
+    lines += ["```text", parser.format_help().rstrip(), "```", ""]
+    subparsers = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name, sub in subparsers.choices.items():
+        lines += [f"## `fred {name}`", "", "```text", sub.format_help().rstrip(), "```", ""]
+    return "\n".join(lines)
