@@ -121,6 +121,8 @@ class _Controller:
         self.status = "completed"
         self._train: list[tuple[Any, int]] = []  # (loss sum, examples); not the gradients, to free them
         self._last_eval: tuple[float, int] | None = None
+        self._last_loss = math.nan
+        self._progress_every = max(1, (self.stop_cfg.max_updates or 20000) // 200)
 
     def on_compute(self, grad: GradSum) -> None:
         self._train.append((grad.loss, grad.count))
@@ -132,6 +134,8 @@ class _Controller:
         every = self.eval_cfg.every_updates
         if every is not None and count % every == 0:
             self.evaluate(now)
+        elif self.progress is not None and count % self._progress_every == 0:
+            self.progress(now, count, self._last_loss)  # keep the bar moving between evaluations
         if self.stop_reason is None and self.stop_cfg.max_updates is not None and count >= self.stop_cfg.max_updates:
             self.stop_reason = "max_updates"
 
@@ -146,6 +150,7 @@ class _Controller:
         train_loss = float(sum(float(loss) for loss, _ in self._train) / examples) if examples else math.nan
         self._train.clear()
         self.recorder.on_metric(at_s, loss, accuracy, train_loss)
+        self._last_loss = loss
         if self.progress is not None:
             self.progress(at_s, count, loss)
         if not math.isfinite(loss):

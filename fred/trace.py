@@ -1,8 +1,10 @@
 """Export a run's event timeline in the Chrome trace-event format (Perfetto, chrome://tracing).
 
-One process per kind of entity (workers, servers), one thread (track) per entity; every
-event becomes a complete event (``"ph": "X"``) with microsecond timestamps. Zero-length
-events (dropped pushes, logical-clock transfers) are instants (``"ph": "i"``).
+Process 1 holds one track per entity (workers, servers): every row of ``events.parquet``
+becomes exactly one event there, a complete event (``"ph": "X"``) with microsecond
+timestamps, or an instant (``"ph": "i"``) when it takes no time. Process 2 repeats each
+point-to-point transfer on the track of the link it used (``worker3 -> server``), so link
+contention can be seen at a glance.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ def trace_events(events: pd.DataFrame) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": tid, "args": {"name": name}} for name, tid in tids.items()
     ]
+    links = sorted({f"{r.entity} -> {r.peer}" for r in events.itertuples(index=False) if r.peer})
+    link_tids = {name: i + 1 for i, name in enumerate(links)}
+    out += [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "entities"}},
+            {"ph": "M", "name": "process_name", "pid": 2, "tid": 0, "args": {"name": "links"}}]
+    out += [{"ph": "M", "name": "thread_name", "pid": 2, "tid": tid, "args": {"name": name}} for name, tid in link_tids.items()]
+    copies = []
     for row in events.itertuples(index=False):
         base = {
             "name": row.kind,
@@ -43,10 +51,13 @@ def trace_events(events: pd.DataFrame) -> list[dict[str, Any]]:
             "args": {"bytes": row.bytes, "peer": row.peer},
         }
         if row.end_s > row.start_s:
-            out.append({**base, "ph": "X", "dur": (row.end_s - row.start_s) * 1e6})
+            event = {**base, "ph": "X", "dur": (row.end_s - row.start_s) * 1e6}
         else:
-            out.append({**base, "ph": "i", "s": "t"})
-    return out
+            event = {**base, "ph": "i", "s": "t"}
+        out.append(event)
+        if row.peer:
+            copies.append({**event, "pid": 2, "tid": link_tids[f"{row.entity} -> {row.peer}"]})
+    return out + sorted(copies, key=lambda e: (e["tid"], e["ts"]))
 
 
 def write_trace(events: pd.DataFrame, path: str | Path) -> Path:

@@ -35,15 +35,17 @@ def test_every_shipped_scenario_type_plots(path, tmp_path):
 def test_the_trace_is_valid_trace_event_json_with_one_entry_per_event(path):
     result = short(path)
     entries = trace_events(result.events)
-    timed = [e for e in entries if e["ph"] in ("X", "i")]
+    timed = [e for e in entries if e["ph"] in ("X", "i") and e["pid"] == 1]
     assert len(timed) == len(result.events)
+    links = [e for e in entries if e["ph"] in ("X", "i") and e["pid"] == 2]
+    assert len(links) == (result.events["peer"] != "").sum()
     for e in entries:
         assert {"ph", "name", "pid", "tid"} <= set(e)
     last = defaultdict(lambda: -1.0)
-    for e in timed:
+    for e in timed + links:
         assert {"ts", "cat", "args"} <= set(e)
-        assert e["ts"] >= last[e["tid"]]
-        last[e["tid"]] = e["ts"]
+        assert e["ts"] >= last[(e["pid"], e["tid"])]
+        last[(e["pid"], e["tid"])] = e["ts"]
         assert e.get("dur", 0) >= 0
     json.dumps({"traceEvents": entries})
 

@@ -72,3 +72,9 @@ def test_ssgd_waits_for_its_straggler():
     assert slow.summary["sim_time_s"] > fast.summary["sim_time_s"] + 12 * 0.1 - 1e-9  # ... later
     waits = slow.events[slow.events["kind"] == "wait"]
     assert set(waits["entity"]) == {"worker0", "worker2", "worker3"}
+
+
+def test_progress_is_reported_between_evaluations():
+    seen = []
+    fred.run(tiny(stop={"max_updates": 400}, eval={"every_updates": 200}), progress=lambda t, u, loss: seen.append(u))
+    assert len(seen) > 10 and seen == sorted(seen) and seen[-1] == 400
