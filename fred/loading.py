@@ -150,7 +150,9 @@ def _strategy_class(value: Any) -> type[BaseModel] | None:
     from strategies import registry
 
     try:
-        return registry.config_class(value.get("name")) if isinstance(value, dict) else None
+        if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+            return None
+        return registry.config_class(value["name"])
     except ValueError:
         return None
 

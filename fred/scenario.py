@@ -232,8 +232,8 @@ def _validate_strategy(value: Any) -> StrategyConfig:
 
     if isinstance(value, StrategyConfig):
         return value
-    if not isinstance(value, dict) or "name" not in value:
-        raise ValueError(f"strategy needs a 'name'; registered strategies: {', '.join(registry.names())}")
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        raise ValueError(f"strategy needs a 'name', one of: {', '.join(registry.names())}")
     config_cls = registry.config_class(value["name"])
     return config_cls.model_validate(value)
 

@@ -1,0 +1,96 @@
+"""Hand-written YAML goes wrong in every way; fred must answer with a message, never a traceback."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from fred.cli import main
+from fred.loading import ScenarioError, validate
+from tests.conftest import tiny
+
+BASE = tiny(
+    cluster={"jitter": {"kind": "lognormal", "sigma": 0.1}, "stragglers": [{"worker": 1, "slow_factor": 2}]},
+    network={"server": {"latency_s": 1e-4, "bandwidth_bps": 1e8}},
+    workload={"param_bytes": 1000},
+)
+WEIRD = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8), st.lists(st.integers(-3, 3), max_size=3), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
+)
+
+
+def paths(tree, prefix=()):
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield prefix + (key,)
+            yield from paths(value, prefix + (key,))
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            yield prefix + (i,)
+            yield from paths(value, prefix + (i,))
+
+
+ALL_PATHS = list(paths(BASE))
+
+
+@st.composite
+def broken_scenarios(draw):
+    data = copy.deepcopy(BASE)
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(ALL_PATHS))
+        node = data
+        try:
+            for key in path[:-1]:
+                node = node[key]
+            action = draw(st.sampled_from(["replace", "delete", "unknown"]))
+            if action == "replace":
+                node[path[-1]] = draw(WEIRD)
+            elif action == "delete" and isinstance(node, dict):
+                node.pop(path[-1], None)
+            elif isinstance(node, dict):
+                node[draw(st.text(min_size=1, max_size=6))] = draw(WEIRD)
+        except (KeyError, IndexError, TypeError):
+            pass  # an earlier mutation removed or replaced the parent: fine, still broken input
+    return data
+
+
+def run_cli(tmp_path, text: bytes, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_bytes(text)
+    out = tmp_path / "out"
+    code = main(["run", str(path), "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    return code, err, out
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=broken_scenarios())
+def test_a_broken_scenario_is_refused_with_a_short_message(data, tmp_path, capsys):
+    try:
+        validate(data)
+        valid = True
+    except ScenarioError:
+        valid = False
+    assume(not valid)  # a mutation that happens to be valid would be a real run: not this test's job
+    code, err, out = run_cli(tmp_path, yaml.safe_dump(data, allow_unicode=True).encode(), capsys)
+    assert code == 2
+    assert err.startswith("fred: ") and "Traceback" not in err
+    assert len(err.splitlines()) <= 40
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [b"name: [unclosed\n", b"\xff\xfe\x00garbage", b"- just\n- a list\n", b"", b"strategy: {name: asgd}\n",
+     b"stop: {max_updates: 1}\nstrategy: !!python/object/apply:os.system [echo]\n", b"a: b: c\n",
+     b"strategy: {name: nope}\nstop: {max_updates: 3}\n"],
+)
+def test_malformed_files_are_refused_with_a_short_message(text, tmp_path, capsys):
+    code, err, out = run_cli(tmp_path, text, capsys)
+    assert code == 2 and err.startswith("fred: ") and "Traceback" not in err
+    assert not out.exists()
