@@ -100,3 +100,22 @@ def test_the_console_script_runs_the_quickstart_shipped_with_the_repo(tmp_path):
     )
     assert "completed" in done.stdout
     assert done.stderr == ""  # no progress bar when not attached to a terminal
+
+
+@pytest.mark.parametrize("delay_s", [0.5, 2.0, 3.5, 5.0])
+def test_a_run_killed_at_any_moment_leaves_a_complete_directory_or_none(tmp_path, delay_s):
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fred.cli", "run", str(ROOT / "scenarios" / "quickstart.yaml"),
+         "--out", str(out), "--quiet", "--set", "stop.max_updates=300"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    time.sleep(delay_s)  # a moment somewhere in start-up, simulation or writing
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert is_complete(out) or not out.exists()
+    leftovers = [p for p in tmp_path.iterdir() if p.name != "run"]
+    assert all(p.name.startswith(".run.partial-") and not is_complete(p) for p in leftovers)
