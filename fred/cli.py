@@ -1,4 +1,4 @@
-"""The ``fred`` command line: ``run``, ``list``, ``compare``, ``plot`` and ``trace``."""
+"""The ``fred`` command line: ``run``, ``list``, ``compare``, ``sweep``, ``plot`` and ``trace``."""
 
 from __future__ import annotations
 
@@ -57,6 +57,14 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dir")
     plot.add_argument("--out", help="where the figures go (default: RUN_DIR/plots)")
     plot.set_defaults(handler=_plot)
+    sw = sub.add_parser("sweep", help="run a Cartesian grid over scenario fields (resumable)")
+    sw.add_argument("scenario")
+    sw.add_argument("--grid", action="append", default=[], metavar="PATH=V1,V2",
+                    help="a field and its values, e.g. --grid strategy.lr=0.01,0.1 (repeatable)")
+    sw.add_argument("--jobs", type=int, default=1, help="runs at once, in separate processes")
+    sw.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
+    sw.add_argument("--out", default="sweep.parquet", help="the gathered table (default: sweep.parquet)")
+    sw.set_defaults(handler=_sweep)
     trace = sub.add_parser("trace", help="export the event timeline as Chrome trace-event JSON (Perfetto)")
     trace.add_argument("run_dir")
     trace.add_argument("-o", "--output", help="output file (default: RUN_DIR/trace.json)")
@@ -85,6 +93,15 @@ def _compare(args: argparse.Namespace) -> int:
     with __import__("pandas").option_context("display.width", 200, "display.max_columns", 20):
         print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"\n{ran} run(s) made, {len(table) - ran} reused; table and plots in {args.out}/")
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from fred.sweep import parse_grid, sweep
+
+    table, ran = sweep(args.scenario, parse_grid(args.grid), Path(args.runs), args.jobs)
+    table.to_parquet(args.out, index=False)
+    print(f"{len(table)} combinations: {ran} run, {len(table) - ran} reused; table in {args.out}")
     return 0
 
 

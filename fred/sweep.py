@@ -1,0 +1,76 @@
+"""``fred sweep``: a Cartesian grid over scenario fields, run content-addressed and resumable.
+
+Every combination is a fully resolved scenario; its run directory is named by the scenario's
+SHA-256 (``runs/<name>-<hash>``), so a sweep that was interrupted, or overlaps an earlier
+one, never recomputes a finished run. Runs go to a pool of worker processes (``local``);
+results gather into one parquet table.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import itertools
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from fred.api import default_run_dir, load_run, run
+from fred.loading import ScenarioError, apply_overrides, read_yaml, validate
+from fred.records import is_complete
+from fred.scenario import Scenario
+
+
+def parse_grid(items: list[str]) -> dict[str, list[Any]]:
+    """``["strategy.lr=0.01,0.1", "seed=0,1"]`` -> ``{"strategy.lr": [0.01, 0.1], "seed": [0, 1]}``."""
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        if "=" not in item:
+            raise ScenarioError([f"--grid {item!r}: write it as path.to.key=value1,value2"], "--grid")
+        path, _, values = item.partition("=")
+        grid[path.strip()] = [yaml.safe_load(v) for v in values.split(",")]
+    return grid
+
+
+def expand(base: dict[str, Any], grid: dict[str, list[Any]], source: str) -> list[tuple[dict[str, Any], Scenario]]:
+    """Every combination of the grid, as (its settings, the validated scenario)."""
+    combos = []
+    keys = list(grid)
+    for values in itertools.product(*(grid[k] for k in keys)):
+        settings = dict(zip(keys, values))
+        data = apply_overrides(base, [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in settings.items()])
+        combos.append((settings, validate(data, f"{source} with {settings}")))
+    return combos
+
+
+def _run_one(resolved: dict[str, Any], out: str) -> str:
+    run(validate(resolved), out=out)
+    return out
+
+
+def sweep(
+    scenario_path: str | Path, grid: dict[str, list[Any]], runs_root: Path, jobs: int = 1
+) -> tuple[pd.DataFrame, int]:
+    """Run what is missing (in ``jobs`` processes) and return the table and how many runs were made."""
+    combos = expand(read_yaml(scenario_path), grid, str(scenario_path))
+    todo = []
+    for _, scenario in combos:
+        out = default_run_dir(scenario, runs_root)
+        finished = is_complete(out) and load_run(out).summary.get("scenario_sha256") == scenario.digest()
+        if not finished and str(out) not in {o for _, o in todo}:
+            todo.append((scenario.resolved(), str(out)))
+    if jobs > 1 and len(todo) > 1:
+        # spawn, not fork: JAX's runtime does not survive a fork
+        with cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(_run_one, *zip(*todo)))
+    else:
+        for resolved, out in todo:
+            _run_one(resolved, out)
+    rows = []
+    for settings, scenario in combos:
+        out = default_run_dir(scenario, runs_root)
+        summary = load_run(out).summary
+        rows.append({**settings, **{k: v for k, v in summary.items() if not isinstance(v, (list, dict))}, "run_dir": str(out)})
+    return pd.DataFrame(rows), len(todo)
