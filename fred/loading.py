@@ -59,14 +59,19 @@ def apply_overrides(data: dict[str, Any], sets: list[str]) -> dict[str, Any]:
             value = yaml.safe_load(raw)
         except yaml.YAMLError:
             value = raw
-        node = data
-        keys = path.strip().split(".")
-        for key in keys[:-1]:
-            if not isinstance(node.get(key), dict):
-                node[key] = {}
-            node = node[key]
-        node[keys[-1]] = value
+        set_path(data, path.strip(), value)
     return data
+
+
+def set_path(data: dict[str, Any], path: str, value: Any) -> None:
+    """Set ``a.b.c`` in nested mappings, creating the mappings on the way."""
+    node = data
+    keys = path.split(".")
+    for key in keys[:-1]:
+        if not isinstance(node.get(key), dict):
+            node[key] = {}
+        node = node[key]
+    node[keys[-1]] = value
 
 
 def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ results gather into one parquet table.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import copy
 import itertools
 import multiprocessing
 from pathlib import Path
@@ -18,7 +19,7 @@ import pandas as pd
 import yaml
 
 from fred.api import default_run_dir, load_run, run
-from fred.loading import ScenarioError, apply_overrides, read_yaml, validate
+from fred.loading import ScenarioError, read_yaml, set_path, validate
 from fred.records import is_complete
 from fred.scenario import Scenario
 
@@ -40,7 +41,9 @@ def expand(base: dict[str, Any], grid: dict[str, list[Any]], source: str) -> lis
     keys = list(grid)
     for values in itertools.product(*(grid[k] for k in keys)):
         settings = dict(zip(keys, values))
-        data = apply_overrides(base, [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in settings.items()])
+        data = copy.deepcopy(base)
+        for path, value in settings.items():
+            set_path(data, path, value)
         combos.append((settings, validate(data, f"{source} with {settings}")))
     return combos
 
