@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from fred.loading import ScenarioError, merge, read_yaml, validate
+from fred.loading import ScenarioError, include_profiles, merge, read_yaml, validate
 from fred.records import is_complete, write_run_dir
 from fred.runner import Progress, RunResult, execute
 from fred.scenario import Scenario
@@ -24,7 +24,10 @@ def resolve(scenario: Scenario | dict[str, Any] | str | Path, **overrides: Any) 
         data, source = scenario, "scenario"
     else:
         data, source = read_yaml(scenario), str(scenario)
-    return validate(merge(data, overrides), source) if overrides or not isinstance(scenario, Scenario) else scenario
+    if isinstance(scenario, Scenario) and not overrides:
+        return scenario
+    base_dir = Path(scenario).parent if isinstance(scenario, (str, Path)) else Path.cwd()
+    return validate(include_profiles(merge(data, overrides), base_dir, source), source)
 
 
 def default_run_dir(scenario: Scenario, root: str | Path = "runs") -> Path:

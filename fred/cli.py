@@ -1,4 +1,4 @@
-"""The ``fred`` command line: ``run``, ``list``, ``compare``, ``sweep``, ``plot`` and ``trace``."""
+"""The ``fred`` command line: ``run``, ``list``, ``compare``, ``sweep``, ``calibrate``, ``plot``, ``trace``."""
 
 from __future__ import annotations
 
@@ -57,6 +57,14 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dir")
     plot.add_argument("--out", help="where the figures go (default: RUN_DIR/plots)")
     plot.set_defaults(handler=_plot)
+    cal = sub.add_parser("calibrate", help="measure real per-batch gradient time; write a compute profile")
+    cal.add_argument("scenario", help="the model, data, batch size and reduction to time")
+    cal.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE")
+    cal.add_argument("--backend", default="cpu", help="JAX backend: cpu, gpu, ... (default: cpu)")
+    cal.add_argument("--repeats", type=int, default=20)
+    cal.add_argument("--warmup", type=int, default=3)
+    cal.add_argument("-o", "--output", default="profile.yaml")
+    cal.set_defaults(handler=_calibrate)
     sw = sub.add_parser("sweep", help="run a Cartesian grid over scenario fields (resumable)")
     sw.add_argument("scenario")
     sw.add_argument("--grid", action="append", default=[], metavar="PATH=V1,V2",
@@ -93,6 +101,20 @@ def _compare(args: argparse.Namespace) -> int:
     with __import__("pandas").option_context("display.width", 200, "display.max_columns", 20):
         print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"\n{ran} run(s) made, {len(table) - ran} reused; table and plots in {args.out}/")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from fred.calibrate import measure, write_profile
+    from fred.loading import load_scenario
+
+    measured = measure(load_scenario(args.scenario, args.sets), args.backend, args.repeats, args.warmup)
+    path = write_profile(measured, args.output)
+    print(
+        f"{measured['device']}: median {measured['median_s'] * 1e3:.3f} ms per batch of {measured['batch_size']} "
+        f"(p10 {measured['p10_s'] * 1e3:.3f}, p90 {measured['p90_s'] * 1e3:.3f}, {measured['repeats']} repeats)\n"
+        f"wrote {path}; use it with  cluster: {{compute: {{profile: {path}}}}}"
+    )
     return 0
 
 

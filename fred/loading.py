@@ -98,7 +98,29 @@ def load_scenario(path: str | Path, sets: list[str] | None = None, seed: int | N
     data = apply_overrides(read_yaml(path), list(sets or []))
     if seed is not None:
         data["seed"] = seed
-    return validate(data, str(path))
+    return validate(include_profiles(data, Path(path).parent, str(path)), str(path))
+
+
+def include_profiles(data: dict[str, Any], base_dir: Path, source: str = "scenario") -> dict[str, Any]:
+    """Replace ``cluster.compute.profile: FILE`` by the measured ``step_time_s`` in FILE.
+
+    A relative FILE is found next to the scenario file (or the working directory).
+    """
+    from fred.calibrate import read_profile
+
+    compute = data.get("cluster", {}).get("compute") if isinstance(data.get("cluster"), dict) else None
+    if not isinstance(compute, dict) or "profile" not in compute:
+        return data
+    profile = compute["profile"]
+    if not isinstance(profile, str):
+        raise ScenarioError([f"cluster.compute.profile: got {profile!r}; give the path of a profile file"], source)
+    try:
+        step_time_s = read_profile(base_dir / profile)
+    except ValueError as err:
+        raise ScenarioError([str(err)], source) from None
+    out = copy.deepcopy(data)
+    out["cluster"]["compute"] = {k: v for k, v in compute.items() if k != "profile"} | {"step_time_s": step_time_s}
+    return out
 
 
 # ----------------------------------------------------------------------------- messages

@@ -1,0 +1,51 @@
+"""Calibration: measured compute times, written as a profile that scenarios include."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+import fred
+from fred.cli import main
+from tests.conftest import tiny
+
+
+def test_calibrate_writes_a_profile_that_a_scenario_includes(tmp_path, capsys):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(tiny()))
+    profile = tmp_path / "profile.yaml"
+    assert main(["calibrate", str(scenario), "--repeats", "5", "--warmup", "2", "-o", str(profile)]) == 0
+    measured = yaml.safe_load(profile.read_text())
+    assert measured["step_time_s"] == measured["measured"]["median_s"] > 0
+    assert measured["measured"]["p10_s"] <= measured["step_time_s"] <= measured["measured"]["p90_s"]
+    assert "median" in capsys.readouterr().out
+
+    using = tmp_path / "using.yaml"
+    using.write_text(yaml.safe_dump(tiny(cluster={"compute": {"step_time_s": None, "profile": "profile.yaml"}})))
+    loaded = fred.load_scenario(using)  # the relative path is found next to the scenario
+    assert loaded.cluster.compute.step_time_s == measured["step_time_s"]
+    result = fred.run(using)
+    computes = result.events[result.events["kind"] == "compute"]
+    assert (computes["end_s"] - computes["start_s"]).to_numpy() == pytest.approx(measured["step_time_s"])
+
+
+def test_a_missing_or_bad_profile_is_named(tmp_path, capsys):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(tiny(cluster={"compute": {"profile": "nope.yaml"}})))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "o")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    (tmp_path / "bad.yaml").write_text("step_time_s: -1\n")
+    scenario.write_text(yaml.safe_dump(tiny(cluster={"compute": {"profile": "bad.yaml"}})))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "o")]) == 2
+    assert "no positive step_time_s" in capsys.readouterr().err
+
+
+def test_an_absent_backend_is_a_clear_error(tmp_path, capsys):
+    import jax
+
+    if any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("a GPU is present here")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(tiny()))
+    assert main(["calibrate", str(scenario), "--backend", "gpu", "-o", str(tmp_path / "p.yaml")]) == 2
+    assert "no gpu backend here" in capsys.readouterr().err
