@@ -79,6 +79,10 @@ def _unstack(losses: jax.Array, grads: Params, blocks: int) -> tuple[list[jax.Ar
     return [losses[i] for i in range(blocks)], [jax.tree.map(lambda g, i=i: g[i], grads) for i in range(blocks)]
 
 
+def _grad_sums(losses: list[jax.Array], grads: list[Params], per_shard: int) -> list[GradSum]:
+    return [GradSum(g, loss, per_shard) for g, loss in zip(grads, losses)]
+
+
 def _example_loss(model: Model, task: str, params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
     out = model.apply(params, x[None])[0]
     if task == "regression":
@@ -118,23 +122,24 @@ class Numerics:
         rows = xs.shape[0]
         if self.reduction == "fast":
             losses, grads = self._fast(params, xs.reshape(shards, -1, *xs.shape[1:]), ys.reshape(shards, -1), shards)
-        else:
-            pad = (-rows) % CHUNK_ROWS
-            if pad:  # padding rows are real-looking inputs whose gradients are dropped
-                xs = np.concatenate([xs, np.zeros((pad, *xs.shape[1:]), xs.dtype)])
-                ys = np.concatenate([ys, np.zeros((pad,), ys.dtype)])
-            losses, grads = self._shard_sums(*self._per_example(params, xs, ys), rows, shards)
-        per = rows // shards
-        return [GradSum(g, loss, per) for g, loss in zip(grads, losses)]
+            return _grad_sums(losses, grads, rows // shards)
+        pad = (-rows) % CHUNK_ROWS
+        if pad:  # padding rows are real-looking inputs whose gradients are dropped
+            xs = np.concatenate([xs, np.zeros((pad, *xs.shape[1:]), xs.dtype)])
+            ys = np.concatenate([ys, np.zeros((pad,), ys.dtype)])
+        return self._exact_sums(params, xs, ys, rows, shards)
 
     def shard_sums_of(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int) -> list[GradSum]:
-        """:meth:`shard_sums` of the training examples ``rows``, gathered once with their padding."""
-        if self.reduction == "exact" and len(rows) % CHUNK_ROWS:
-            padded = np.concatenate([rows, np.zeros(CHUNK_ROWS - len(rows) % CHUNK_ROWS, rows.dtype)])
-            x, y = dataset.x_train[padded], dataset.y_train[padded]
-            losses, grads = self._shard_sums(*self._per_example(params, x, y), len(rows), shards)
-            return [GradSum(g, loss, len(rows) // shards) for g, loss in zip(grads, losses)]
-        return self.shard_sums(params, dataset.x_train[rows], dataset.y_train[rows], shards)
+        """:meth:`shard_sums` of the training examples ``rows``, padded on the indices before one gather."""
+        if self.reduction == "fast" or len(rows) % CHUNK_ROWS == 0:
+            return self.shard_sums(params, dataset.x_train[rows], dataset.y_train[rows], shards)
+        padded = np.concatenate([rows, np.zeros(CHUNK_ROWS - len(rows) % CHUNK_ROWS, rows.dtype)])
+        return self._exact_sums(params, dataset.x_train[padded], dataset.y_train[padded], len(rows), shards)
+
+    def _exact_sums(self, params: Params, xs: np.ndarray, ys: np.ndarray, rows: int, shards: int) -> list[GradSum]:
+        """The exact path on rows already padded to a multiple of CHUNK_ROWS; the first ``rows`` count."""
+        losses, grads = self._shard_sums(*self._per_example(params, xs, ys), rows, shards)
+        return _grad_sums(losses, grads, rows // shards)
 
     def _eval_fn(self, params: Params, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
         out = self.model.apply(params, x)
