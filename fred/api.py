@@ -34,6 +34,15 @@ def default_run_dir(scenario: Scenario, root: str | Path = "runs") -> Path:
     return Path(root) / f"{scenario.name}-{scenario.digest()[:8]}"
 
 
+def finished_run(scenario: Scenario, runs_root: str | Path = "runs") -> RunResult | None:
+    """The complete run of exactly this resolved scenario under ``runs_root``, if there is one."""
+    out = default_run_dir(scenario, runs_root)
+    if not is_complete(out):
+        return None
+    done = load_run(out)
+    return done if done.summary.get("scenario_sha256") == scenario.digest() else None
+
+
 def run(
     scenario: Scenario | dict[str, Any] | str | Path,
     out: str | Path | None = None,

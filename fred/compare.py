@@ -8,10 +8,9 @@ from typing import Callable
 import pandas as pd
 
 from fred.analysis import summary_row
-from fred.api import default_run_dir, load_run, run
+from fred.api import default_run_dir, finished_run, load_run, run
 from fred.loading import load_scenario
 from fred.plots import loss_curves, staleness_histograms
-from fred.records import is_complete
 from fred.runner import RunResult
 
 
@@ -27,12 +26,11 @@ def gather(items: list[str], runs_root: Path, progress: Callable | None = None) 
             results.append(load_run(path))
             continue
         scenario = load_scenario(path)
-        out = default_run_dir(scenario, runs_root)
-        if is_complete(out) and load_run(out).summary.get("scenario_sha256") == scenario.digest():
-            results.append(load_run(out))
-            continue
-        results.append(run(scenario, out=out, progress=progress))
-        ran += 1
+        done = finished_run(scenario, runs_root)
+        if done is None:
+            done = run(scenario, out=default_run_dir(scenario, runs_root), progress=progress)
+            ran += 1
+        results.append(done)
     return results, ran
 
 

@@ -18,9 +18,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from fred.api import default_run_dir, load_run, run
+from fred.api import default_run_dir, finished_run, load_run, run
 from fred.loading import ScenarioError, read_yaml, set_path, validate
-from fred.records import is_complete
 from fred.scenario import Scenario
 
 
@@ -61,8 +60,7 @@ def sweep(
     todo = []
     for _, scenario in combos:
         out = default_run_dir(scenario, runs_root)
-        finished = is_complete(out) and load_run(out).summary.get("scenario_sha256") == scenario.digest()
-        if not finished and str(out) not in {o for _, o in todo}:
+        if finished_run(scenario, runs_root) is None and str(out) not in {o for _, o in todo}:
             todo.append((scenario.resolved(), str(out)))
     if jobs > 1 and len(todo) > 1:
         # spawn, not fork: JAX's runtime does not survive a fork
