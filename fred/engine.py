@@ -16,6 +16,10 @@ server processes as generators and use a few primitives:
 ``sim.applied(contributions, version_applied)``
     tell the run a model update happened (records, evaluation, stopping).
 
+Faults (:mod:`fred.faults`) act through the same primitives: a process that computes,
+sends or all-reduces for a worker belongs to it, and is interrupted when it crashes;
+a lost transfer is resent after the scenario's retransmit timeout.
+
 SimPy orders simultaneous events by (time, priority, insertion sequence), and every
 process here is started in a fixed order, so the whole run is deterministic.
 """
@@ -30,9 +34,11 @@ import simpy
 
 from fred.compute import ComputeModel
 from fred.data import Dataset
+from fred.faults import Crash, Faults
 from fred.models import Params
-from fred.network import Network
+from fred.network import Network, Transfer
 from fred.numerics import GradSum, Numerics, sum_grads, tree_sum
+from fred.scenario import FaultsConfig
 
 Process = Generator[simpy.Event, Any, Any]
 
@@ -83,6 +89,10 @@ class GradientService:
         self._pending.append(req)
         return req
 
+    def cancel(self, req: _GradientRequest) -> None:
+        """Forget a request whose worker crashed before it was needed."""
+        self._pending = [r for r in self._pending if r is not req]
+
     def result(self, req: _GradientRequest) -> GradSum:
         if req.result is None:
             self._flush_like(req)
@@ -109,11 +119,12 @@ def _sum_values(values: list[Any]) -> Any:
 class _Collective:
     """One all-reduce call of a group: who has joined, when it starts, when it ends."""
 
-    members: int
     started: simpy.Event
     arrived: list[tuple[int, Any]] = field(default_factory=list)
+    participants: list[int] = field(default_factory=list)  # who was in it, once started
     done: simpy.Event | None = None
     result: Any = None
+    nbytes: float = 0.0
 
 
 class Simulation:
@@ -129,6 +140,7 @@ class Simulation:
         init_params: Params,
         param_bytes: int,
         seed: int,
+        faults: FaultsConfig | None = None,
     ):
         self.env, self.workers, self.network = env, workers, network
         self.compute_model, self.gradients = compute_model, gradients
@@ -139,7 +151,13 @@ class Simulation:
         self.report: dict[str, Any] = {}  # strategy facts for the summary (e.g. a grouping)
         self._collectives: dict[tuple[Any, int], _Collective] = {}
         self._joined: dict[tuple[Any, int], int] = {}
+        self._started: dict[tuple[int, ...], int] = {}  # collectives started per group
+        self._last_participants: dict[tuple[int, ...], list[int]] = {}
         self._mailboxes: dict[str, simpy.Store] = {}
+        self._owned: list[dict[simpy.Process, None]] = [{} for _ in workers]  # ordered sets
+        self.failure: str | None = None
+        self.faults = Faults(self, faults or FaultsConfig())
+        self.faults.on_change(self._recheck_collectives)
         for worker in workers:
             network.add(worker.name)
 
@@ -149,7 +167,39 @@ class Simulation:
         return self.env.now
 
     def process(self, generator: Process) -> simpy.Process:
-        return self.env.process(generator)
+        """Start a process; one interrupted by its worker's crash just ends."""
+        return self.env.process(self._guarded(generator))
+
+    @staticmethod
+    def _guarded(generator: Process) -> Process:
+        try:
+            return (yield from generator)
+        except simpy.Interrupt as stop:
+            if isinstance(stop.cause, Crash):
+                return None
+            raise
+
+    def _own(self, worker: Worker) -> None:
+        """The running process acts for ``worker``: it dies when the worker crashes."""
+        process = self.env.active_process
+        if process is not None:
+            self._owned[worker.index][process] = None
+
+    def interrupt_owned(self, worker: Worker, cause: Crash) -> None:
+        """Stop every live process acting for ``worker``, in the order they started acting."""
+        owned, self._owned[worker.index] = self._owned[worker.index], {}
+        for process in owned:
+            if process.is_alive:
+                process.interrupt(cause)
+
+    def fail(self, reason: str) -> None:
+        """End the run with ``status: failed`` and ``reason`` (the first failure wins)."""
+        if self.failure is None:
+            self.failure = reason
+            self.trace("failed", "run", self.now, self.now)
+
+    def worker_named(self, name: str) -> Worker | None:
+        return next((w for w in self.workers if w.name == name), None)
 
     def trace(
         self, kind: str, entity: str, start_s: float, end_s: float, nbytes: float = 0.0, peer: str = ""
@@ -166,10 +216,19 @@ class Simulation:
 
     def wait_for(self, entity: str, event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
         """Block on ``event`` (a barrier, a message); the blocked time is recorded as ``wait``."""
+        worker = self.worker_named(entity)
+        if worker is not None:
+            self._own(worker)
         start = self.now
-        value = yield event
-        if self.now > start:
-            self.trace("wait", entity, start, self.now)
+        try:
+            value = yield event
+        except simpy.Interrupt:
+            if isinstance(event, (simpy.resources.base.Get, simpy.resources.base.Put)):
+                event.cancel()  # a dead worker must not take a message meant for its successor
+            raise
+        finally:
+            if self.now > start:
+                self.trace("wait", entity, start, self.now)
         return value
 
     def applied(self, contributions: Sequence[tuple[int, int] | Contribution], version_applied: int) -> None:
@@ -192,12 +251,18 @@ class Simulation:
         It takes the compute model's next duration for the worker, or ``duration_s``
         when given (a logical clock passes 0).
         """
+        self._own(worker)
         request = self.gradients.request(params, worker.next_batch())
         start = self.now
         if duration_s is None:
             duration_s = self.compute_model.duration_s(worker.index, self.now)
-        yield self.env.timeout(duration_s)
-        self.trace("compute", worker.name, start, self.now)
+        try:
+            yield self.env.timeout(duration_s)
+        except simpy.Interrupt:
+            self.gradients.cancel(request)
+            raise
+        finally:
+            self.trace("compute", worker.name, start, self.now)
         grad = self.gradients.result(request)
         for hook in self.compute_hooks:
             hook(grad)
@@ -205,20 +270,41 @@ class Simulation:
 
     def work(self, entity: str, seconds: float, kind: str = "compute") -> Generator[simpy.Event, Any, None]:
         """Keep ``entity`` busy for ``seconds`` of simulated time (compression, an update, a sleep)."""
+        worker = self.worker_named(entity)
+        if worker is not None:
+            self._own(worker)
         start = self.now
-        yield self.env.timeout(seconds)
-        self.trace(kind, entity, start, self.now)
+        try:
+            yield self.env.timeout(seconds)
+        finally:
+            self.trace(kind, entity, start, self.now)
 
     def send(
         self, src: str, dst: str, nbytes: float, kind: str = "send", payload: Any = None
     ) -> Generator[simpy.Event, Any, None]:
         """Move ``nbytes`` from ``src`` to ``dst``; a ``payload`` is delivered to ``dst``'s mailbox."""
-        transfer = self.network.reserve(src, dst, nbytes, self.now)
+        sender = self.worker_named(src)
+        if sender is not None:
+            self._own(sender)
+        transfer = self._book(src, dst, nbytes)
         yield self.wait(src, transfer.start_s)
-        yield self.env.timeout(transfer.arrive_s - self.now)
+        try:
+            yield self.env.timeout(transfer.arrive_s - self.now)
+        except simpy.Interrupt:  # the sender crashed: what was on the wire is lost
+            self.trace("lost", src, transfer.start_s, self.now, nbytes, dst)
+            raise
         self.trace(kind, src, transfer.start_s, self.now, nbytes, dst)
         if payload is not None:
             self.mailbox(dst).put((src, payload))
+
+    def _book(self, src: str, dst: str, nbytes: float, not_before_s: float | None = None) -> Transfer:
+        """Book a transfer; each lost attempt is traced and resent after the retransmit timeout."""
+        transfer = self.network.reserve(src, dst, nbytes, self.now, not_before_s)
+        while self.faults.lost(src, dst):
+            self.trace("lost", src, transfer.start_s, transfer.arrive_s, nbytes, dst)
+            retry_s = transfer.start_s + self.faults.config.message_loss.retransmit_timeout_s  # type: ignore[union-attr]
+            transfer = self.network.reserve(src, dst, nbytes, self.now, retry_s)
+        return transfer
 
     def mailbox(self, entity: str) -> simpy.Store:
         """The FIFO of ``(sender, payload)`` messages delivered to ``entity``."""
@@ -239,28 +325,61 @@ class Simulation:
         timing is the ring's, step by step; the sum is always taken in group order
         by the fixed tree, so it is the same bits whatever the ring did.
         """
+        self._own(member)
         key = tuple(w.index for w in group)
         call = self._joined.get((key, member.index), 0)
         self._joined[(key, member.index)] = call + 1
         if (key, call) not in self._collectives:
-            self._collectives[(key, call)] = _Collective(len(group), self.env.event())
+            self._collectives[(key, call)] = _Collective(self.env.event(), nbytes=nbytes)
         coll = self._collectives[(key, call)]
         coll.arrived.append((member.index, value))
-        if len(coll.arrived) == coll.members:
-            del self._collectives[(key, call)]
-            values = [v for _, v in sorted(coll.arrived, key=lambda item: item[0])]
-            coll.result = _sum_values(values)
-            coll.done = self.env.process(self._ring([w.name for w in group], nbytes))
-            coll.started.succeed()
+        self._try_start(key, call)
         arrived_s = self.now
-        yield coll.started
-        if self.now > arrived_s:
-            self.trace("wait", member.name, arrived_s, self.now)
+        try:
+            yield coll.started
+        except simpy.Interrupt:  # crashed while waiting: its value never entered the ring
+            coll.arrived = [a for a in coll.arrived if a[0] != member.index]
+            raise
+        finally:
+            if self.now > arrived_s:
+                self.trace("wait", member.name, arrived_s, self.now)
         start = self.now
         yield coll.done
-        sent = 2 * (len(group) - 1) * nbytes / len(group)
-        self.trace("allreduce", member.name, start, self.now, sent)
+        p = len(coll.participants)
+        self.trace("allreduce", member.name, start, self.now, 2 * (p - 1) * nbytes / p)
         return coll.result
+
+    def participants(self, group: Sequence[Worker]) -> list[int]:
+        """Who took part in the group's latest started all-reduce (all, unless some crashed)."""
+        return self._last_participants.get(tuple(w.index for w in group), [w.index for w in group])
+
+    def _try_start(self, key: tuple[int, ...], call: int) -> None:
+        """Start the collective once every member peers still wait for has joined."""
+        coll = self._collectives[(key, call)]
+        here = {i for i, _ in coll.arrived}
+        missing = [i for i in self.faults.live(list(key)) if i not in here]
+        if missing:
+            self.faults.blocked(missing, "the all-reduce")
+            return
+        del self._collectives[(key, call)]
+        self._started[key] = call + 1
+        arrived = sorted(coll.arrived, key=lambda item: item[0])
+        coll.participants = [i for i, _ in arrived]
+        self._last_participants[key] = coll.participants
+        coll.result = _sum_values([v for _, v in arrived])
+        coll.done = self.env.process(self._ring([self.workers[i].name for i in coll.participants], coll.nbytes))
+        coll.started.succeed()
+
+    def _recheck_collectives(self) -> None:
+        for key, call in list(self._collectives):
+            if (key, call) in self._collectives and self._collectives[(key, call)].arrived:
+                self._try_start(key, call)
+
+    def rejoined(self, worker: Worker) -> None:
+        """A worker back from a crash joins each of its groups' next collective, not its old one."""
+        for key, started in self._started.items():
+            if worker.index in key:
+                self._joined[(key, worker.index)] = started
 
     def _ring(self, names: list[str], nbytes: float) -> Process:
         """Ring all-reduce timing: 2(p-1) chunk transfers per member, p-1 reductions, then S.
@@ -276,7 +395,7 @@ class Simulation:
         for step in range(2 * (p - 1)):
             arrived = [0.0] * p
             for i in range(p):
-                transfer = self.network.reserve(names[i], names[(i + 1) % p], chunk, self.now, ready[i])
+                transfer = self._book(names[i], names[(i + 1) % p], chunk, ready[i])
                 arrived[(i + 1) % p] = transfer.arrive_s
             reduce_s = chunk * cfg.reduce_s_per_byte if step < p - 1 else 0.0  # reduce-scatter phase
             ready = [t + reduce_s for t in arrived]

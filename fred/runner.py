@@ -60,6 +60,7 @@ def build(scenario: Scenario) -> Built:
         init_params=init_params,
         param_bytes=param_bytes,
         seed=seed,
+        faults=scenario.faults,
     )
     return Built(scenario, sim, dataset, numerics)
 
@@ -165,7 +166,11 @@ class _Controller:
         every_s = self.eval_cfg.every_s
         next_eval_s = every_s if every_s is not None else math.inf
         self.evaluate(0.0)
+        sim = self.built.sim
         while self.stop_reason is None:
+            if sim.failure is not None:
+                self.status, self.stop_reason = "failed", "failed"
+                return env.now
             upcoming = env.peek()
             while next_eval_s <= min(upcoming, max_s) and self.stop_reason is None:
                 self.evaluate(next_eval_s)
@@ -191,6 +196,7 @@ def execute(scenario: Scenario, progress: Progress | None = None) -> RunResult:
     recorder = Recorder()
     built.sim.tracers.append(recorder.on_event)
     params_fn = registry.get(scenario.strategy.name).start(built.sim, scenario.strategy)
+    built.sim.faults.start()
     controller = _Controller(built, params_fn, recorder, progress)
     built.sim.update_hooks.append(controller.on_update)
     built.sim.compute_hooks.append(controller.on_compute)
@@ -218,6 +224,7 @@ def _summary(
         "name": scenario.name,
         "status": controller.status,
         "stop_reason": controller.stop_reason,
+        "failure": built.sim.failure,
         "strategy": scenario.strategy.name,
         "workers": scenario.cluster.workers,
         "seed": scenario.seed,
@@ -229,6 +236,7 @@ def _summary(
         "bytes_sent": float(traffic["bytes"].sum()),
         "param_bytes": int(built.sim.param_bytes),
         **_push_fetch_counters(events),
+        **_fault_counters(events, built.sim.report),
         "mean_staleness": _num(updates["staleness"].mean()) if len(updates) else None,
         "max_staleness": int(updates["staleness"].max()) if len(updates) else None,
         **built.sim.report,
@@ -249,6 +257,21 @@ def _push_fetch_counters(events: pd.DataFrame) -> dict[str, float | int]:
         "fetches_dropped": int((kinds == "fetch_dropped").sum()),
         "bytes_pushed": float(events.loc[kinds == "push", "bytes"].sum()),
         "bytes_fetched": float(events.loc[kinds == "fetch", "bytes"].sum()),
+    }
+
+
+def _fault_counters(events: pd.DataFrame, report: dict[str, Any]) -> dict[str, float | int]:
+    """What the injected faults did, counted from the event table (and the server's lost updates)."""
+    kinds = events["kind"]
+    return {
+        "worker_crashes": int((kinds == "crash").sum()),
+        "workers_excluded": int((kinds == "excluded").sum()),
+        "worker_rejoins": int((kinds == "rejoin").sum()),
+        "messages_lost": int((kinds == "lost").sum()),
+        "bytes_lost": float(events.loc[kinds == "lost", "bytes"].sum()),
+        "links_degraded": int((kinds == "link_degraded").sum()),
+        "server_crashes": int((kinds == "server_crash").sum()),
+        "updates_lost": int(report.get("updates_lost", 0)),
     }
 
 

@@ -179,6 +179,71 @@ class WorkloadConfig(Section):
         return PROFILES[self.profile]["flops_per_example"] if self.profile else None
 
 
+# ----------------------------------------------------------------------------- faults
+class WorkerCrash(Section):
+    """``worker`` stops at ``at_s``; with ``rejoin_at_s`` it comes back then."""
+
+    worker: Annotated[int, Field(ge=0)]
+    at_s: NonNegFloat
+    rejoin_at_s: PositiveFloat | None = Field(default=None, description="when the worker comes back (simulated s)")
+    rejoin_from: Literal["global", "own"] = Field(
+        default="global", description="global: fetch the current model; own: resume from its stale copy"
+    )
+
+    @model_validator(mode="after")
+    def _rejoin_after_crash(self) -> "WorkerCrash":
+        if self.rejoin_at_s is not None and self.rejoin_at_s <= self.at_s:
+            raise ValueError(f"rejoin_at_s ({self.rejoin_at_s}) must be after at_s ({self.at_s})")
+        return self
+
+
+class LinkDegrade(Section):
+    """From ``at_s`` for ``duration_s``, ``entity``'s link runs at a fraction of its bandwidth."""
+
+    entity: str = Field(description="whose link: 'worker3', or 'server'")
+    at_s: NonNegFloat
+    duration_s: PositiveFloat | None = Field(default=None, description="how long; default: to the end")
+    bandwidth_factor: Annotated[float, Field(gt=0, le=1)] = 1.0
+    extra_latency_s: NonNegFloat = 0.0
+
+
+class MessageLoss(Section):
+    """Each transfer touching ``entities`` (default: every link) is lost with ``probability``."""
+
+    probability: Annotated[float, Field(ge=0, lt=1)]
+    retransmit_timeout_s: PositiveFloat = Field(description="the sender resends this long after a lost send began")
+    entities: list[str] = Field(default_factory=list, description="links affected; empty means all")
+
+
+class ServerCrashAt(Section):
+    at_s: NonNegFloat
+    restart_s: PositiveFloat = Field(description="seconds until the server is back, from its last checkpoint")
+
+
+class ServerCrash(Section):
+    """Parameter-server crashes: each restarts from the last checkpoint, losing the updates since."""
+
+    checkpoint_every_s: PositiveFloat = Field(description="simulated seconds between server checkpoints")
+    crashes: list[ServerCrashAt] = Field(min_length=1)
+
+
+class FaultsConfig(Section):
+    """Injected failures, all timed in simulated seconds and seeded."""
+
+    worker_crash: list[WorkerCrash] = Field(default_factory=list)
+    sync_timeout_s: PositiveFloat | None = Field(
+        default=None,
+        description="how long anyone waiting for a crashed worker waits before going on without it; "
+        "null: a strategy that must wait for it fails the run",
+    )
+    link_degrade: list[LinkDegrade] = Field(default_factory=list)
+    message_loss: MessageLoss | None = None
+    server_crash: ServerCrash | None = None
+
+    def any(self) -> bool:
+        return bool(self.worker_crash or self.link_degrade or self.message_loss or self.server_crash)
+
+
 # ----------------------------------------------------------------------------- stop / eval
 class StopConfig(Section):
     max_sim_time_s: PositiveFloat | None = None
@@ -226,6 +291,10 @@ class StrategyConfig(Section):
     def check(self, scenario: "Scenario") -> None:
         """Raise ``ValueError`` naming the fix if this strategy cannot run ``scenario``."""
 
+    def fault_support(self) -> frozenset[str]:
+        """Optional fault behaviours this strategy models: ``rejoin``, ``server_crash``."""
+        return frozenset()
+
 
 def _validate_strategy(value: Any) -> StrategyConfig:
     from strategies import registry  # strategies import the engine; import late to avoid a cycle
@@ -252,6 +321,7 @@ class Scenario(Section):
     strategy: StrategyConfig
     stop: StopConfig
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    faults: FaultsConfig = Field(default_factory=FaultsConfig)
 
     @field_validator("strategy", mode="before")
     @classmethod
@@ -268,6 +338,7 @@ class Scenario(Section):
         if compute.step_time_s is None and compute.flops_per_example is None and self.workload.resolved_flops_per_example() is None:
             raise ValueError("cluster.compute.device_flops needs flops_per_example (here or in workload)")
         self.strategy.check(self)
+        _check_faults(self)
         return self
 
     @field_validator("name")
@@ -287,3 +358,31 @@ class Scenario(Section):
         """SHA-256 of the resolved scenario in canonical JSON: equal scenarios, equal digest."""
         canonical = json.dumps(self.resolved(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _check_faults(scenario: Scenario) -> None:
+    """Faults must name workers and links that exist, and behaviours the strategy models."""
+    faults, n = scenario.faults, scenario.cluster.workers
+    strategy, support = scenario.strategy.name, scenario.strategy.fault_support()
+    entities = [f"worker{i}" for i in range(n)] + ["server"]
+    for i, crash in enumerate(faults.worker_crash):
+        if crash.worker >= n:
+            raise ValueError(f"faults.worker_crash[{i}].worker is {crash.worker}; workers are 0..{n - 1}")
+        if crash.rejoin_at_s is not None and "rejoin" not in support:
+            raise ValueError(
+                f"faults.worker_crash[{i}].rejoin_at_s: strategy {strategy!r} does not model a worker rejoining; "
+                "remove rejoin_at_s (see docs/failures.md for the strategies that do)"
+            )
+    if faults.any() and getattr(scenario.strategy, "clock", "simulated") == "logical":
+        raise ValueError("faults are timed in simulated seconds, which clock: logical does not have; use clock: simulated")
+    named = [(f"faults.link_degrade[{i}].entity", d.entity) for i, d in enumerate(faults.link_degrade)]
+    if faults.message_loss is not None:
+        named += [(f"faults.message_loss.entities[{i}]", e) for i, e in enumerate(faults.message_loss.entities)]
+    for where, entity in named:
+        if entity not in entities:
+            raise ValueError(f"{where} is {entity!r}; links belong to worker0..worker{n - 1} or server")
+    if faults.server_crash is not None and "server_crash" not in support:
+        raise ValueError(
+            f"faults.server_crash: strategy {strategy!r} has no parameter server to crash; "
+            "use asgd, sasgd, fasgd, bfasgd or ssgd with aggregation: ps"
+        )

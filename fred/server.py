@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Generator
+from typing import Any, Callable, Generator
 
 import simpy
 
@@ -17,12 +17,23 @@ class ParameterServer:
     it is atomic without a lock, as the papers' single-lock server is. With
     ``instant`` (the logical clock) transfers are recorded with their bytes but
     take no time.
+
+    A crash (``faults.server_crash``) takes it down until its restart; pushes and
+    fetches wait for it, and one in flight when it went down is lost and resent. The
+    strategy owning it decides what a checkpoint holds (``on_checkpoint``) and what a
+    crash loses (``on_crash``, returning the number of updates lost).
     """
 
     def __init__(self, sim: Simulation, params: Params, name: str = "server", instant: bool = False):
         self.sim, self.name, self.instant = sim, name, instant
         self.params, self.version = params, 0
+        self.down = False
+        self.crashes = 0
+        self._up: simpy.Event | None = None
+        self.on_checkpoint: Callable[[], None] = lambda: None
+        self.on_crash: Callable[[], int] = lambda: 0
         sim.network.add(name, server=True)
+        sim.faults.server = self
 
     def push(self, worker: Worker, nbytes: float | None = None) -> Generator[simpy.Event, Any, None]:
         """Send a gradient from ``worker`` to the server (``param_bytes`` by default)."""
@@ -30,19 +41,44 @@ class ParameterServer:
 
     def fetch(self, worker: Worker, nbytes: float | None = None) -> Generator[simpy.Event, Any, tuple[Params, int]]:
         """Send the current parameters to ``worker``; returns them and their version as sent."""
-        params, version = self.params, self.version
-        yield from self._transfer(self.name, worker.name, self._bytes(nbytes), "fetch")
-        return params, version
+        sent: list[tuple[Params, int]] = []  # what the last (successful) attempt carried
+        capture = lambda: sent.append((self.params, self.version))
+        yield from self._transfer(self.name, worker.name, self._bytes(nbytes), "fetch", capture)
+        return sent[-1]
 
     def dropped(self, worker: Worker, kind: str) -> None:
         """Record a push or fetch the worker chose not to make (``push_dropped``, ``fetch_dropped``)."""
         self.sim.trace(f"{kind}_dropped", worker.name, self.sim.now, self.sim.now, 0.0, self.name)
 
-    def _transfer(self, src: str, dst: str, nbytes: float, kind: str) -> Generator[simpy.Event, Any, None]:
+    def checkpoint(self) -> None:
+        self.on_checkpoint()
+
+    def crash(self) -> int:
+        """Go down; the strategy rolls back to its checkpoint. Returns the updates lost."""
+        self.down, self.crashes, self._up = True, self.crashes + 1, self.sim.env.event()
+        return self.on_crash()
+
+    def restart(self) -> None:
+        self.down = False
+        self._up.succeed()  # type: ignore[union-attr]
+
+    def _transfer(
+        self, src: str, dst: str, nbytes: float, kind: str, attempt: Callable[[], None] = lambda: None
+    ) -> Generator[simpy.Event, Any, None]:
         if self.instant:  # logical clock: the bytes count, the time does not
             self.sim.trace(kind, src, self.sim.now, self.sim.now, nbytes, dst)
+            attempt()
             return
-        yield from self.sim.send(src, dst, nbytes, kind=kind)
+        while True:
+            while self.down:
+                yield from self.sim.wait_for(src if src != self.name else dst, self._up)
+            crashes = self.crashes
+            attempt()
+            yield from self.sim.send(src, dst, nbytes, kind=kind)
+            if self.crashes == crashes:
+                return
+            # the server went down mid-transfer: that message is gone, send it again
+            self.sim.trace("lost", src, self.sim.now, self.sim.now, nbytes, dst)
 
     def _bytes(self, nbytes: float | None) -> float:
         return self.sim.param_bytes if nbytes is None else nbytes

@@ -9,6 +9,11 @@ The exchange locks both nodes (lower index first, so two exchanges never deadloc
 moves one parameter copy each way. A node's version counts its gradient steps and the
 averages it took part in, so an update's staleness is how many times the node's model
 changed while the gradient was computed.
+
+Faults: a node never picks a neighbour it has given up on (``faults.sync_timeout_s``
+after its crash). A node that picks a crashed neighbour before then waits until it is
+given up on and skips that exchange, as does one whose neighbour dies mid-exchange.
+The global model is the average over the nodes still running.
 """
 
 from __future__ import annotations
@@ -50,11 +55,16 @@ def start(sim: Simulation, config: ADPSGD):
 
     def neighbours(i: int) -> list[int]:
         if config.topology == "complete":
-            return [j for j in range(n) if j != i]
-        return sorted({(i - 1) % n, (i + 1) % n} - {i})
+            return sim.faults.live([j for j in range(n) if j != i])
+        return sim.faults.live(sorted({(i - 1) % n, (i + 1) % n} - {i}))
 
     def exchange(w: Worker, j: int):
         i = w.index
+        while j in sim.faults.down and not sim.faults.excluded(j):  # it does not answer
+            sim.faults.blocked([j], "AD-PSGD's pairwise exchange")
+            yield from sim.wait_for(w.name, sim.faults.wakeup())  # type: ignore[arg-type]
+        if j in sim.faults.down:
+            return
         first, second = sorted((i, j))
         with locks[first].request() as a:
             yield from sim.wait_for(w.name, a)
@@ -63,6 +73,8 @@ def start(sim: Simulation, config: ADPSGD):
                 there = sim.process(sim.send(w.name, sim.workers[j].name, sim.param_bytes))
                 back = sim.process(sim.send(sim.workers[j].name, w.name, sim.param_bytes))
                 yield sim.env.all_of([there, back])
+                if j in sim.faults.down:  # it died mid-exchange: no average
+                    return
                 models[i] = models[j] = pair_average(models[i], models[j])
                 versions[i] += 1
                 versions[j] += 1
@@ -81,4 +93,8 @@ def start(sim: Simulation, config: ADPSGD):
 
     for w in sim.workers:
         sim.process(node(w))
-    return lambda: jax.tree.map(lambda x: x / n, tree_sum(models)) if n > 1 else models[0]
+    def average() -> Params:
+        running = [m for i, m in enumerate(models) if i not in sim.faults.down] or models
+        return jax.tree.map(lambda x: x / len(running), tree_sum(running)) if len(running) > 1 else running[0]
+
+    return average

@@ -18,12 +18,15 @@ from fred.engine import Simulation
 from fred.optim import make_sum_step, sgd
 from fred.scenario import StrategyConfig
 from strategies.registry import register
-from strategies.ssgd import run_allreduce_sgd
+from strategies.ssgd import ALLREDUCE_FAULTS, run_allreduce_sgd
 
 
 class ARSGD(StrategyConfig):
     name: Literal["arsgd"] = "arsgd"
     lr: float = Field(default=0.1, gt=0)
+
+    def fault_support(self) -> frozenset[str]:
+        return ALLREDUCE_FAULTS
 
 
 @register(ARSGD)

@@ -18,13 +18,16 @@ from pydantic import Field
 from fred.engine import Simulation
 from fred.scenario import StrategyConfig
 from strategies.registry import register
-from strategies.sasgd import run_parameter_server, sasgd_rule
+from strategies.sasgd import PS_FAULTS, run_parameter_server, sasgd_rule
 
 
 class ASGD(StrategyConfig):
     name: Literal["asgd"] = "asgd"
     lr: float = Field(default=0.1, gt=0)
     clock: Literal["simulated", "logical"] = "simulated"
+
+    def fault_support(self) -> frozenset[str]:
+        return PS_FAULTS
 
 
 @register(ASGD)

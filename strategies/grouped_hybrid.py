@@ -16,6 +16,10 @@ speed without consuming training data or moving the model, so runs with and with
 train on the same batches. With ``keep_probe_updates: true`` the probe is ASGD against the
 server and its updates stay. One group of all workers is SSGD on a parameter server and
 groups of one are ASGD, bit for bit (tested).
+
+Faults: a group's all-reduce and the regrouping barrier go on without a crashed worker
+once it is given up on (``faults.sync_timeout_s``); the group's leader is its first
+member still running. A leader that crashes while pushing loses that group update.
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ class Plan:
     applied: dict[int, simpy.Event] = field(default_factory=dict)  # group -> its current update
     next_regroup_s: float = float("inf")
     pending: set[int] = field(default_factory=set)  # groups that stop at the barrier
-    barrier: list[simpy.Event] = field(default_factory=list)
+    barrier: list[tuple[int, simpy.Event]] = field(default_factory=list)  # (worker, its release)
     regroupings: int = -1
 
 
@@ -137,14 +141,23 @@ def start(sim: Simulation, config: GroupedHybrid):
     def barrier(w: Worker):
         """Everyone meets; the last to arrive regroups by the iterations counted since the last time."""
         arrived = sim.env.event()
-        plan.barrier.append(arrived)
-        if len(plan.barrier) == n:
-            plan.pending.clear()
-            regroup()
-            for event in plan.barrier:
-                event.succeed()
-            plan.barrier = []
+        plan.barrier.append((w.index, arrived))
+        open_barrier()
         yield from sim.wait_for(w.name, arrived)
+
+    def open_barrier() -> None:
+        if not plan.barrier:
+            return
+        here = {i for i, _ in plan.barrier}
+        owed = [i for i in sim.faults.live(list(range(n))) if i not in here]
+        if owed:
+            sim.faults.blocked(owed, "the regrouping barrier")
+            return
+        plan.pending.clear()
+        regroup()
+        for _, event in plan.barrier:
+            event.succeed()
+        plan.barrier = []
 
     def worker(w: Worker):
         yield from probe(w)
@@ -160,20 +173,25 @@ def start(sim: Simulation, config: GroupedHybrid):
             plan.reads[gid][w.index] = version
             total = yield from sim.allreduce(group, w, sim.param_bytes, g)
             applied = plan.applied[gid]
-            if w is group[0]:  # the leader sends the group's average to the server
-                yield from server.push(w)
-                apply([Contribution(m, v) for m, v in sorted(plan.reads[gid].items())], total)
-                plan.reads[gid] = {}
-                if sim.now >= plan.next_regroup_s:
-                    plan.pending.add(gid)
-                plan.applied[gid] = sim.env.event()
-                applied.succeed()
+            members = sim.participants(group)
+            if w.index == members[0]:  # the leader sends the group's average to the server
+                try:
+                    yield from server.push(w)
+                    reads = plan.reads[gid]
+                    apply([Contribution(m, reads[m]) for m in members], total)
+                finally:  # even when the leader crashed mid-push, the members go on
+                    plan.reads[gid] = {}
+                    if sim.now >= plan.next_regroup_s:
+                        plan.pending.add(gid)
+                    plan.applied[gid] = sim.env.event()
+                    applied.succeed()
             else:
                 yield from sim.wait_for(w.name, applied)
             params, version = yield from server.fetch(w)
             if gid in plan.pending:
                 yield from barrier(w)
 
+    sim.faults.on_change(open_barrier)
     for w in sim.workers:
         sim.process(worker(w))
     return lambda: server.params

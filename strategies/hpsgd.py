@@ -56,6 +56,7 @@ class Round:
 
     reads: list[int]
     total: GradSum | None = None
+    members: list[int] | None = None  # who took part (all, unless a crashed worker was left out)
 
 
 @register(HPSGD)
@@ -71,9 +72,10 @@ def start(sim: Simulation, config: HPSGD):
         done = rounds.pop(r, None)
         if done is None:
             return
-        divisor = n * glob["batch"]  # the sum holds per-example gradients: per step, b of them
+        members = done.members or list(range(n))
+        divisor = len(members) * glob["batch"]  # the sum holds per-example gradients: per step, b of them
         glob["params"], _ = step(glob["params"], opt.init(glob["params"]), done.total.grad, divisor)
-        sim.applied(list(enumerate(done.reads)), glob["version"])
+        sim.applied([(i, done.reads[i]) for i in members], glob["version"])
         glob["version"] += 1
 
     def pt(w: Worker, s: Shared):
@@ -101,6 +103,7 @@ def start(sim: Simulation, config: HPSGD):
         acc, s.acc_grad = s.acc_grad, None  # swap buffers: Pt accumulates afresh meanwhile
         rounds.setdefault(r, Round([0] * n)).reads[w.index] = s.acc_version
         rounds[r].total = yield from sim.allreduce(sim.workers, w, sim.param_bytes, acc)
+        rounds[r].members = sim.participants(sim.workers)
         s.counter = 0
         s.status = "idle"
 

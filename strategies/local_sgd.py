@@ -38,16 +38,16 @@ def average(total: Params, n: int) -> Params:
 
 @register(LocalSGD)
 def start(sim: Simulation, config: LocalSGD):
-    n = len(sim.workers)
     opt = sgd(config.lr)
     step = make_sum_step(opt)
     averaged = {0: sim.init_params}  # round -> the averaged parameters every worker holds
 
     def finish_round(round_: int, total: Params) -> Params:
         if round_ + 1 not in averaged:  # every replica gets the same average: compute it once
-            averaged[round_ + 1] = average(total, n)
+            members = sim.participants(sim.workers)  # all, unless a crashed worker was left out
+            averaged[round_ + 1] = average(total, len(members))
             averaged.pop(round_ - 1, None)
-            sim.applied([(i, round_) for i in range(n)], round_)
+            sim.applied([(i, round_) for i in members], round_)
         return averaged[round_ + 1]
 
     def worker(w: Worker):

@@ -43,7 +43,7 @@ class PipeSGD(StrategyConfig):
 
 @register(PipeSGD)
 def start(sim: Simulation, config: PipeSGD):
-    k, n = config.staleness, len(sim.workers)
+    k = config.staleness
     step = make_sum_step(sgd(config.lr))
     opt_state = sgd(config.lr).init(sim.init_params)
     models = {0: sim.init_params}  # w[t], the same on every worker: computed once
@@ -63,7 +63,7 @@ def start(sim: Simulation, config: PipeSGD):
             else:
                 models[t], _ = step(previous, opt_state, g_sum.grad, g_sum.count)
                 read = max(0, t - 2 * k - 1)  # the version w[t-(k+1)] had
-                sim.applied([(i, read) for i in range(n)], max(0, t - k - 1))
+                sim.applied([(i, read) for i in sim.participants(sim.workers)], max(0, t - k - 1))
         return models[t]
 
     def compute_thread(w: Worker, outbox: simpy.Store):

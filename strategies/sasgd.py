@@ -42,6 +42,9 @@ class SASGD(StrategyConfig):
     staleness_aware: bool = True
     clock: Literal["simulated", "logical"] = "simulated"
 
+    def fault_support(self) -> frozenset[str]:
+        return PS_FAULTS
+
     def check(self, scenario: Scenario) -> None:
         workers = scenario.cluster.workers
         if self.n_soft is not None and self.n_soft > workers:
@@ -50,6 +53,9 @@ class SASGD(StrategyConfig):
     def gradients_per_update(self, workers: int) -> int:
         """The server's batch ``c = floor(n / n_soft)``."""
         return max(workers // (self.n_soft or workers), 1)
+
+
+PS_FAULTS = frozenset({"rejoin", "server_crash"})
 
 
 # ----------------------------------------------------------------------------- numerics
@@ -101,33 +107,66 @@ class Gate(NamedTuple):
 def run_parameter_server(
     sim: Simulation, rule: Rule, c: int, clock: str = "simulated", gate: Gate | None = None
 ) -> Callable[[], Params]:
-    """Start the server and the workers; returns the global parameters' getter."""
+    """Start the server and the workers; returns the global parameters' getter.
+
+    Faults: the server applies a batch of ``min(c, workers still waited for)`` gradients,
+    so a crashed worker stalls a synchronous server only until it is given up on. A
+    rejoining worker fetches the global model or resumes from the copy it last held. A
+    server crash rolls the parameters and the rule's state back to the last checkpoint
+    (the version keeps counting, so staleness stays a count of updates applied).
+    """
     logical = clock == "logical"
     server = ParameterServer(sim, sim.init_params, instant=logical)
     dispatcher = LogicalClock(sim) if logical else None
+    everyone = [w.index for w in sim.workers]
     state: dict[str, Any] = {"rule": rule.init(server.params), "pending": [], "applied": sim.env.event()}
     cache: dict[int, tuple[GradSum, int]] = {}  # B-FASGD: each worker's last gradient and its version
+    held = {i: (server.params, server.version) for i in everyone}  # each worker's copy of the model
+    saved: dict[str, Any] = {}
+
+    def apply_pending() -> None:
+        """Apply the pending batch once it is full, or fail/wait when a crash keeps it short."""
+        pending = state["pending"]
+        if not pending or len(pending) < min(c, len(sim.faults.live(everyone))):
+            senders = {con.worker for con, _ in pending}
+            if pending and all(i in senders or i in sim.faults.down for i in everyone):
+                sim.faults.blocked([i for i in everyone if i not in senders], "the parameter server's update")
+            return
+        batch = sorted(pending, key=lambda item: item[0].worker)
+        state["pending"] = []
+        staleness = [server.version - con.version_read for con, _ in batch]
+        server.params, state["rule"] = rule.apply(server.params, state["rule"], [g for _, g in batch], staleness)
+        sim.applied([con for con, _ in batch], server.version)
+        server.version += 1
+        release()
+
+    def release() -> None:
+        applied, state["applied"] = state["applied"], sim.env.event()
+        applied.succeed()
 
     def submit(contribution: Contribution, grad: GradSum):
         """Queue a gradient; returns the event of the update that will contain it."""
         applied = state["applied"]
         state["pending"].append((contribution, grad))
-        if len(state["pending"]) == c:
-            batch = sorted(state["pending"], key=lambda item: item[0].worker)
-            state["pending"] = []
-            staleness = [server.version - con.version_read for con, _ in batch]
-            server.params, state["rule"] = rule.apply(server.params, state["rule"], [g for _, g in batch], staleness)
-            sim.applied([con for con, _ in batch], server.version)
-            server.version += 1
-            state["applied"] = sim.env.event()
-            applied.succeed()
+        apply_pending()
         return applied
+
+    def checkpoint() -> None:
+        saved.update(params=server.params, rule=state["rule"], version=server.version)
+
+    def crash() -> int:
+        """Back to the checkpoint; gradients waiting in the server are gone, their senders go on."""
+        server.params, state["rule"], state["pending"] = saved["params"], saved["rule"], []
+        release()
+        return server.version - saved["version"]
 
     def statistic() -> float | None:
         return rule.statistic(state["rule"]) if gate is not None and rule.statistic else None
 
-    def worker(w: Worker):
-        params, version = server.params, server.version
+    def worker(w: Worker, rejoin_from: str | None = None):
+        if rejoin_from == "global":
+            held[w.index] = yield from server.fetch(w)
+        params, version = held[w.index]
         known, pushes, fetches = None, 0, 0
         while True:
             if dispatcher is not None:
@@ -145,12 +184,15 @@ def run_parameter_server(
             yield from sim.wait_for(w.name, submit(*entry))
             known = statistic()  # the server's reply carries its statistic
             if gate is None or gate.fetch(w, fetches, known):
-                params, version = yield from server.fetch(w)
+                params, version = held[w.index] = yield from server.fetch(w)
                 known = statistic()
             else:
                 server.dropped(w, "fetch")
             fetches += 1
 
+    server.on_checkpoint, server.on_crash = checkpoint, crash
+    sim.faults.on_change(apply_pending)
+    sim.faults.on_rejoin(lambda w, rejoin_from: sim.process(worker(w, rejoin_from)))
     for w in sim.workers:
         sim.process(worker(w))
     return lambda: server.params

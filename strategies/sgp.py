@@ -14,6 +14,12 @@ i + 2^(k mod log2 n), 1 or 2 peers per iteration, weights split evenly),
 ``ring`` (i -> i + 1), ``complete`` (uniform 1/n: AR-SGD's average), or an
 explicit list of matrices used in turn. The loop here is shared with ``osgp``
 (messages consumed up to tau iterations late) and ``dpsgd``.
+
+Faults: the graph routes around a crashed node once it is given up on
+(``faults.sync_timeout_s``): senders keep the share they would have sent it, and
+receivers stop waiting for its shares. Until then its neighbours wait, and what was
+sent to it is lost with it (push-sum's weights absorb the lost mass). The global
+model is the average over the nodes still running.
 """
 
 from __future__ import annotations
@@ -141,13 +147,14 @@ class PushSum:
 
     nodes: list[Node]
     debiased: bool
+    down: set[int] = field(default_factory=set)  # crashed nodes, left out of the average
 
     def z(self, node: Node) -> Params:
         return debias(node.x, jnp.float32(node.w)) if self.debiased else node.x
 
     def average(self) -> Params:
-        n = len(self.nodes)
-        return scale(tree_sum([self.z(node) for node in self.nodes]), jnp.float32(1.0 / n))
+        running = [node for i, node in enumerate(self.nodes) if i not in self.down] or self.nodes
+        return scale(tree_sum([self.z(node) for node in running]), jnp.float32(1.0 / len(running)))
 
 
 def start_nodes(sim: Simulation, spread: float) -> list[Node]:
@@ -170,11 +177,23 @@ def run_push_sum(
 ) -> PushSum:
     """Start push-sum SGD on every worker; a node waits only for shares ``overlap`` iterations old."""
     n = len(sim.workers)
-    shares = shares or mixing(config, n)
-    senders = in_neighbours(shares, n)
+    planned = shares or mixing(config, n)
+    all_senders = in_neighbours(planned, n)
     step = make_sum_step(sgd(config.lr))
     opt_state = sgd(config.lr).init(sim.init_params)
-    state = PushSum(start_nodes(sim, config.init_spread), debiased)
+    state = PushSum(start_nodes(sim, config.init_spread), debiased, sim.faults.down)
+
+    def shares(k: int, i: int) -> list[tuple[int, float]]:
+        """The planned shares, with a given-up node's share kept by the sender."""
+        out = planned(k, i)
+        kept = sum(p for j, p in out if j != i and sim.faults.excluded(j))
+        if not kept:
+            return out
+        own = next((p for j, p in out if j == i), 0.0) + kept
+        return [(i, own)] + [(j, p) for j, p in out if j != i and not sim.faults.excluded(j)]
+
+    def senders(k: int, i: int) -> list[int]:
+        return sim.faults.live(all_senders(k, i))
 
     def send_share(w: Worker, j: int, k: int, x: Params, weight: float):
         yield from sim.send(w.name, sim.workers[j].name, sim.param_bytes, payload=(k, w.index, x, weight))
@@ -183,23 +202,29 @@ def run_push_sum(
         node.inbox.append(message)
         node.heard.setdefault(message[0], set()).add(message[1])
 
-    def complete(w: Worker, node: Node, due: int) -> bool:
-        """Whether every share of iterations <= ``due`` has arrived (remembered once true)."""
+    def missing(w: Worker, node: Node, due: int) -> list[int]:
+        """Senders still owed for iterations <= ``due`` (iterations found complete are remembered)."""
         while node.complete_below <= due:
-            if not set(senders(node.complete_below, w.index)) <= node.heard.get(node.complete_below, set()):
-                return False
+            owed = [j for j in senders(node.complete_below, w.index) if j not in node.heard.get(node.complete_below, set())]
+            if owed:
+                return owed
             node.heard.pop(node.complete_below, None)
             node.complete_below += 1
-        return True
+        return []
 
     def collect(w: Worker, node: Node, k: int):
         """File what has arrived; block until every share of iterations <= k - overlap is in."""
         box = sim.mailbox(w.name)
         while box.items:
             file(node, box.items.pop(0)[1])
-        while not complete(w, node, k - overlap):
-            _, message = yield from sim.wait_for(w.name, box.get())
-            file(node, message)
+        while owed := missing(w, node, k - overlap):
+            sim.faults.blocked(owed, "push-sum mixing")
+            get, wake = box.get(), sim.faults.wakeup()  # a crash may end the wait
+            yield from sim.wait_for(w.name, get if wake is None else get | wake)
+            if get.triggered:
+                file(node, get.value[1])
+            else:
+                get.cancel()
 
     def node_process(w: Worker, node: Node):
         while True:

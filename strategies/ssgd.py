@@ -19,13 +19,18 @@ from fred.engine import Simulation, Worker
 from fred.optim import make_sum_step, sgd
 from fred.scenario import StrategyConfig
 from strategies.registry import register
-from strategies.sasgd import run_parameter_server, sasgd_rule
+from strategies.sasgd import PS_FAULTS, run_parameter_server, sasgd_rule
+
+ALLREDUCE_FAULTS = frozenset({"rejoin"})
 
 
 class SSGD(StrategyConfig):
     name: Literal["ssgd"] = "ssgd"
     lr: float = Field(default=0.1, gt=0)
     aggregation: Literal["ps", "allreduce"] = "allreduce"
+
+    def fault_support(self) -> frozenset[str]:
+        return PS_FAULTS if self.aggregation == "ps" else ALLREDUCE_FAULTS
 
 
 @register(SSGD)
@@ -44,7 +49,12 @@ def _on_parameter_server(sim: Simulation, config: SSGD):
 
 
 def run_allreduce_sgd(sim: Simulation, opt, step):
-    """Replicas that all-reduce every gradient and apply the same update (shared with arsgd)."""
+    """Replicas that all-reduce every gradient and apply the same update (shared with arsgd).
+
+    Faults: the all-reduce goes on without a crashed worker once it is given up on
+    (``faults.sync_timeout_s``), averaging over the gradients that took part. A rejoining
+    worker takes the current replica: in lock-step training there is no other to resume.
+    """
     rounds = {0: (sim.init_params, opt.init(sim.init_params))}  # version -> replica state, shared
 
     def next_round(version: int, total) -> None:
@@ -52,16 +62,16 @@ def run_allreduce_sgd(sim: Simulation, opt, step):
         if version + 1 not in rounds:
             params, opt_state = rounds.pop(version)
             rounds[version + 1] = step(params, opt_state, total.grad, total.count)
-            sim.applied([(i, version) for i in range(len(sim.workers))], version)
+            sim.applied([(i, version) for i in sim.participants(sim.workers)], version)
 
-    def worker(w: Worker):
-        version = 0
+    def worker(w: Worker, version: int = 0):
         while True:
             g = yield from sim.compute(w, rounds[version][0])
             total = yield from sim.allreduce(sim.workers, w, sim.param_bytes, g)
             next_round(version, total)
             version += 1
 
+    sim.faults.on_rejoin(lambda w, _: sim.process(worker(w, max(rounds))))
     for w in sim.workers:
         sim.process(worker(w))
     return lambda: rounds[max(rounds)][0]

@@ -1,0 +1,229 @@
+"""Injected faults: every strategy family survives them or fails cleanly, with the fault on record.
+
+The families: parameter server (sgd, asgd, sasgd, fasgd, bfasgd, ssgd ps), all-reduce
+(ssgd, arsgd, local_sgd, hpsgd, pipe_sgd), gossip (sgp, osgp, dpsgd, adpsgd) and the
+grouped hybrid. Every registered strategy runs every fault kind it can have.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+import fred
+from fred import rng
+from fred.loading import ScenarioError
+from fred.runner import build
+from strategies import registry
+from tests.conftest import tiny
+
+CLUSTER = {"sgd": {"workers": 1}}
+CRASH_AT_S = 0.035
+TIMEOUT_S = 0.02
+# Strategies that never wait for one particular worker: a crash without a timeout is harmless.
+ASYNC = {"asgd", "sasgd", "fasgd", "bfasgd"}
+LOSS = {"probability": 0.2, "retransmit_timeout_s": 0.002}
+
+
+def scenario(name: str, faults: dict, **overrides) -> dict:
+    strategy = {"name": name, **({"aggregation": "ps"} if name == "ssgd_ps" else {})}
+    strategy["name"] = strategy["name"].removesuffix("_ps")
+    base = {"strategy": strategy, "cluster": CLUSTER.get(name, {}), "stop": {"max_updates": 24, "max_sim_time_s": 5.0}}
+    return tiny(**{**base, "faults": faults, **overrides})
+
+
+STRATEGIES = registry.names() + ["ssgd_ps"]
+
+
+def counts_match_events(result: fred.RunResult) -> None:
+    """The summary's fault counters are the event table's, and the records are whole."""
+    kinds, summary = result.events["kind"], result.summary
+    for key, kind in [("worker_crashes", "crash"), ("workers_excluded", "excluded"), ("messages_lost", "lost")]:
+        assert summary[key] == int((kinds == kind).sum())
+    assert summary["bytes_lost"] == pytest.approx(result.events.loc[kinds == "lost", "bytes"].sum())
+    assert (result.updates["staleness"] >= 0).all()
+    assert (result.events["end_s"] >= result.events["start_s"]).all()
+    assert len(result.metrics) >= 1
+
+
+def runs_after(result: fred.RunResult, worker: int, time_s: float) -> pd.DataFrame:
+    events = result.events
+    return events[(events["entity"] == f"worker{worker}") & (events["kind"] == "compute") & (events["start_s"] > time_s)]
+
+
+# ----------------------------------------------------------------------------- worker crash
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_a_crashed_worker_is_routed_around_after_the_timeout(name):
+    worker = 0 if name == "sgd" else 1
+    faults = {"worker_crash": [{"worker": worker, "at_s": CRASH_AT_S}], "sync_timeout_s": TIMEOUT_S}
+    result = fred.run(scenario(name, faults, stop={"max_sim_time_s": 0.3, "max_updates": 100_000}))
+    counts_match_events(result)
+    assert result.summary["worker_crashes"] == 1
+    assert runs_after(result, worker, CRASH_AT_S).empty, "a crashed worker computes nothing more"
+    if name == "sgd":  # its only worker is gone
+        assert result.summary["status"] == "failed"
+        assert result.summary["failure"] == "every worker has crashed"
+        return
+    assert result.summary["status"] == "completed", result.summary["failure"]
+    assert result.summary["stop_reason"] == "max_sim_time_s"
+    late = result.updates[result.updates["sim_time_s"] > CRASH_AT_S + TIMEOUT_S + 0.05]
+    assert not late.empty and worker not in set(late["worker"])
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_without_a_timeout_only_strategies_that_never_wait_survive_a_crash(name):
+    worker = 0 if name == "sgd" else 1
+    result = fred.run(scenario(name, {"worker_crash": [{"worker": worker, "at_s": CRASH_AT_S}]}))
+    counts_match_events(result)
+    if name in ASYNC:
+        assert result.summary["status"] == "completed"
+        return
+    assert result.summary["status"] == "failed"
+    assert result.summary["stop_reason"] == "failed"
+    assert "sync_timeout_s" in result.summary["failure"] or result.summary["failure"] == "every worker has crashed"
+    assert (result.events["kind"] == "failed").sum() == 1
+    assert result.summary["sim_time_s"] >= CRASH_AT_S
+
+
+def test_the_all_reduce_waits_exactly_the_timeout_then_goes_on_without_the_worker():
+    result = fred.run(scenario("ssgd", {"worker_crash": [{"worker": 2, "at_s": CRASH_AT_S}], "sync_timeout_s": TIMEOUT_S}))
+    events = result.events
+    excluded = events[events["kind"] == "excluded"].iloc[0]
+    assert excluded["start_s"] == CRASH_AT_S and excluded["end_s"] == pytest.approx(CRASH_AT_S + TIMEOUT_S)
+    ring = events[(events["kind"] == "allreduce") & (events["start_s"] >= CRASH_AT_S)]
+    assert ring["start_s"].min() == pytest.approx(CRASH_AT_S + TIMEOUT_S)
+    after = result.updates[result.updates["version_applied"] > result.updates.loc[result.updates["sim_time_s"] <= CRASH_AT_S, "version_applied"].max() + 1]
+    assert set(after["worker"]) == {0, 1, 3}
+
+
+@pytest.mark.parametrize("name, rejoin_from", [("asgd", "own"), ("asgd", "global"), ("ssgd", "global"), ("ssgd_ps", "global")])
+def test_a_rejoining_worker_computes_again(name, rejoin_from):
+    crash = {"worker": 1, "at_s": CRASH_AT_S, "rejoin_at_s": 0.1, "rejoin_from": rejoin_from}
+    result = fred.run(scenario(name, {"worker_crash": [crash], "sync_timeout_s": TIMEOUT_S}, stop={"max_updates": 60}))
+    assert result.summary["status"] == "completed"
+    assert result.summary["worker_rejoins"] == 1
+    computes = result.events[(result.events["entity"] == "worker1") & (result.events["kind"] == "compute")]
+    assert not computes[computes["start_s"] >= 0.1].empty
+    assert computes[(computes["start_s"] > CRASH_AT_S) & (computes["start_s"] < 0.1)].empty
+    assert 1 in set(result.updates.loc[result.updates["sim_time_s"] > 0.12, "worker"])
+
+
+def test_rejoining_from_own_or_global_parameters_differs():
+    crash = {"worker": 1, "at_s": CRASH_AT_S, "rejoin_at_s": 0.1}
+    own = fred.run(scenario("asgd", {"worker_crash": [{**crash, "rejoin_from": "own"}]}, stop={"max_updates": 60}))
+    fresh = fred.run(scenario("asgd", {"worker_crash": [{**crash, "rejoin_from": "global"}]}, stop={"max_updates": 60}))
+    assert own.summary["params_sha256"] != fresh.summary["params_sha256"]
+    first = lambda r: r.updates[(r.updates["worker"] == 1) & (r.updates["sim_time_s"] > 0.1)].iloc[0]
+    assert first(own)["staleness"] > first(fresh)["staleness"], "a stale copy shows up as staleness"
+
+
+# ----------------------------------------------------------------------------- message loss
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_lost_messages_are_resent_and_counted(name):
+    data = scenario(name, {"message_loss": LOSS})
+    result, again = fred.run(data), fred.run(data)
+    assert result.summary["status"] == "completed"
+    counts_match_events(result)
+    if name != "sgd":  # one worker sends nothing
+        assert result.summary["messages_lost"] > 0
+    assert result.summary["params_sha256"] == again.summary["params_sha256"]
+    pd.testing.assert_frame_equal(result.events, again.events)
+
+
+def test_a_lost_send_is_resent_after_the_retransmit_timeout():
+    data = scenario("asgd", {"message_loss": {"probability": 0.5, "retransmit_timeout_s": 0.01}})
+    sim = build(fred.loading.validate(data)).sim
+    draws = rng.stream(data["seed"], "faults", "loss", "worker0")
+    losses = 0
+    while draws.random() < 0.5:
+        losses += 1
+    nbytes = 1e6
+    sim.process(sim.send("worker0", "worker1", nbytes))
+    sim.env.run()
+    cfg = sim.network.config
+    assert sim.now == pytest.approx(losses * 0.01 + nbytes / cfg.bandwidth_bps + cfg.latency_s, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- link degrade
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_a_degraded_link_slows_transfers_and_is_recorded(name):
+    degrade = {"entity": "worker0", "at_s": 0.0, "duration_s": 0.05, "bandwidth_factor": 0.01, "extra_latency_s": 0.001}
+    result = fred.run(scenario(name, {"link_degrade": [degrade]}))
+    assert result.summary["status"] == "completed"
+    marks = result.events[result.events["kind"] == "link_degraded"]
+    assert list(marks["start_s"]) == [0.0] and list(marks["end_s"]) == [pytest.approx(0.05)]
+
+
+def test_a_transfer_on_a_degraded_link_takes_the_degraded_time():
+    degrade = {"entity": "worker1", "at_s": 0.0, "bandwidth_factor": 0.25, "extra_latency_s": 0.003}
+    sim = build(fred.loading.validate(scenario("asgd", {"link_degrade": [degrade]}))).sim
+    sim.faults.start()
+    sim.env.run(until=1e-9)  # the degrade takes effect at 0
+    sim.process(sim.send("worker0", "worker1", 1e6))
+    sim.env.run()
+    cfg = sim.network.config
+    assert sim.now - 1e-9 == pytest.approx(1e6 / (0.25 * cfg.bandwidth_bps) + cfg.latency_s + 0.003, rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- server crash
+PS = ["asgd", "sasgd", "fasgd", "bfasgd", "ssgd_ps"]
+SERVER = {"checkpoint_every_s": 0.03, "crashes": [{"at_s": 0.05, "restart_s": 0.02}]}
+
+
+@pytest.mark.parametrize("name", PS)
+def test_a_server_crash_loses_the_updates_since_its_checkpoint(name):
+    result = fred.run(scenario(name, {"server_crash": SERVER}, stop={"max_updates": 40}))
+    assert result.summary["status"] == "completed"
+    events, updates = result.events, result.updates
+    crash = events[events["kind"] == "server_crash"].iloc[0]
+    assert (crash["start_s"], crash["end_s"]) == (0.05, pytest.approx(0.07))
+    last_checkpoint = events.loc[(events["kind"] == "checkpoint") & (events["start_s"] <= 0.05), "start_s"].max()
+    applied = updates.drop_duplicates("update")
+    lost = applied[(applied["sim_time_s"] > last_checkpoint) & (applied["sim_time_s"] <= 0.05)]
+    assert result.summary["updates_lost"] == len(lost) > 0
+    assert applied[(applied["sim_time_s"] > 0.05) & (applied["sim_time_s"] < 0.07)].empty, "nothing applied while down"
+
+
+def test_after_a_restart_the_server_serves_its_checkpoint():
+    # The first fetch after the restart carries the checkpointed parameters, so a server
+    # crashing right after a checkpoint loses nothing: the run is the fault-free run, delayed.
+    data = scenario("asgd", {"server_crash": {"checkpoint_every_s": 0.05, "crashes": [{"at_s": 0.05, "restart_s": 0.02}]}})
+    result = fred.run(data)
+    assert result.summary["updates_lost"] == 0
+    clean = fred.run(scenario("asgd", {}))
+    assert result.summary["sim_time_s"] > clean.summary["sim_time_s"]
+
+
+# ----------------------------------------------------------------------------- validation
+@pytest.mark.parametrize(
+    "name, faults, needle",
+    [
+        ("sgp", {"worker_crash": [{"worker": 1, "at_s": 0.1, "rejoin_at_s": 0.2}]}, "does not model a worker rejoining"),
+        ("ssgd", {"server_crash": SERVER}, "has no parameter server"),
+        ("asgd", {"link_degrade": [{"entity": "worker9", "at_s": 0}]}, "worker0..worker3 or server"),
+        ("asgd", {"message_loss": {**LOSS, "entities": ["switch"]}}, "worker0..worker3 or server"),
+        ("asgd", {"worker_crash": [{"worker": 7, "at_s": 0.1}]}, "workers are 0..3"),
+        ("asgd", {"worker_crash": [{"worker": 1, "at_s": 0.2, "rejoin_at_s": 0.1}]}, "must be after at_s"),
+        ("asgd", {"message_loss": {"probability": 1.0, "retransmit_timeout_s": 0.1}}, "less than 1"),
+    ],
+)
+def test_bad_fault_settings_name_the_field_and_the_fix(name, faults, needle):
+    with pytest.raises(ScenarioError, match="faults") as info:
+        fred.run(scenario(name, faults))
+    assert needle in str(info.value)
+
+
+def test_faults_need_the_simulated_clock():
+    data = scenario("asgd", {"worker_crash": [{"worker": 1, "at_s": 0.1}]})
+    data["strategy"]["clock"] = "logical"
+    with pytest.raises(ScenarioError, match="clock: simulated"):
+        fred.run(data)
+
+
+def test_a_run_without_faults_has_zero_fault_counters():
+    summary = fred.run(scenario("asgd", {})).summary
+    assert summary["failure"] is None
+    assert all(summary[k] == 0 for k in ("worker_crashes", "messages_lost", "server_crashes", "updates_lost"))
+    assert not math.isnan(summary["final_eval_loss"])
