@@ -53,7 +53,9 @@ def run(
     resolved = resolve(scenario, **overrides)
     result = execute(resolved, progress)
     if out is not None:
-        result.path = write_run_dir(Path(out), resolved.resolved(), result.summary, _tables(result), result.params)
+        result.path = write_run_dir(
+            Path(out), resolved.resolved(), result.summary, _tables(result), result.params, result.tape
+        )
     return result
 
 

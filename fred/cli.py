@@ -1,4 +1,4 @@
-"""The ``fred`` command line: ``run``, ``list``, ``compare``, ``sweep``, ``calibrate``, ``plot``, ``trace``."""
+"""The ``fred`` command line: ``run``, ``list``, ``compare``, ``sweep``, ``calibrate``, ``replay``, ``plot``, ``trace``."""
 
 from __future__ import annotations
 
@@ -65,6 +65,15 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--warmup", type=int, default=3)
     cal.add_argument("-o", "--output", default="profile.yaml")
     cal.set_defaults(handler=_calibrate)
+    rep = sub.add_parser("replay", help="re-execute a run's numerics from its tape and check the final parameters")
+    rep.add_argument("run_dir")
+    rep.add_argument("--backend", default="cpu", help="JAX backend: cpu, gpu, ... (default: cpu)")
+    rep.add_argument("--check", choices=["bitwise", "close"], default="bitwise",
+                     help="bitwise (the backend that made the run) or close (another backend)")
+    rep.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance for --check close")
+    rep.add_argument("--atol", type=float, default=1e-6, help="absolute tolerance for --check close")
+    rep.add_argument("--timings", help="write every gradient call's real and simulated time here (.csv or .parquet)")
+    rep.set_defaults(handler=_replay)
     sw = sub.add_parser("sweep", help="run a Cartesian grid over scenario fields (resumable)")
     sw.add_argument("scenario")
     sw.add_argument("--grid", action="append", default=[], metavar="PATH=V1,V2",
@@ -116,6 +125,27 @@ def _calibrate(args: argparse.Namespace) -> int:
         f"wrote {path}; use it with  cluster: {{compute: {{profile: {path}}}}}"
     )
     return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from fred.replay import replay
+
+    report = replay(args.run_dir, args.backend, args.check, args.rtol, args.atol)
+    grads = report.gradients
+    warm = grads[~grads["compiled"]]
+    print(f"replayed {report.replayed_calls} of {report.recorded_calls} recorded calls on {report.device} "
+          f"in {report.wall_s:.2f} s (calls the final parameters do not depend on are skipped)")
+    if len(warm):
+        print(f"{len(grads)} gradient calls: real median {warm['real_s'].median() * 1e3:.3f} ms "
+              f"(p90 {warm['real_s'].quantile(0.9) * 1e3:.3f}; first call of each shape, with compilation, left out), "
+              f"simulated median {warm['simulated_s'].median() * 1e3:.3f} ms per worker step")
+    print(report.leaves.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    if args.timings:
+        write = grads.to_parquet if args.timings.endswith(".parquet") else grads.to_csv
+        write(args.timings, index=False)
+    tolerance = "" if args.check == "bitwise" else f" (rtol {args.rtol:g}, atol {args.atol:g})"
+    print(f"{args.check} check{tolerance}: {'passed' if report.passed else 'FAILED'}")
+    return 0 if report.passed else 1
 
 
 def _sweep(args: argparse.Namespace) -> int:

@@ -12,10 +12,12 @@ import jax
 import jax.numpy as jnp
 
 from fred.models import Params
+from fred.tape import op
 
 Scheme = Literal["none", "fp16_truncate", "int8_quantize"]
 
 
+@op("fred.compression:fp16_truncate")
 @jax.jit
 def fp16_truncate(tree: Params) -> Params:
     """Zero the 16 low mantissa bits of every float32 (a bfloat16 on the wire)."""
@@ -27,6 +29,7 @@ def fp16_truncate(tree: Params) -> Params:
     return jax.tree.map(cut, tree)
 
 
+@op("fred.compression:int8_quantize")
 @jax.jit
 def int8_quantize(tree: Params) -> Params:
     """Map each tensor linearly onto 256 levels between its min and max, and back."""

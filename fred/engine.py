@@ -39,6 +39,7 @@ from fred.models import Params
 from fred.network import Network, Transfer
 from fred.numerics import GradSum, Numerics, sum_grads, tree_sum
 from fred.scenario import FaultsConfig
+from fred.tape import active_tape, op
 
 Process = Generator[simpy.Event, Any, Any]
 
@@ -65,10 +66,10 @@ class Worker:
 
 
 class _GradientRequest:
-    __slots__ = ("params", "rows", "result")
+    __slots__ = ("params", "rows", "result", "duration_s")
 
     def __init__(self, params: Params, rows: np.ndarray):
-        self.params, self.rows, self.result = params, rows, None
+        self.params, self.rows, self.result, self.duration_s = params, rows, None, 0.0
 
 
 class GradientService:
@@ -83,6 +84,8 @@ class GradientService:
     def __init__(self, numerics: Numerics, dataset: Dataset):
         self.numerics, self.dataset = numerics, dataset
         self._pending: list[_GradientRequest] = []
+        # On the numerics tape as "gradients": replay rebuilds it from the run's scenario.
+        self._shard_sums = op("gradients")(lambda params, rows, shards: numerics.shard_sums_of(params, dataset, rows, shards))
 
     def request(self, params: Params, rows: np.ndarray) -> _GradientRequest:
         req = _GradientRequest(params, rows)
@@ -102,8 +105,11 @@ class GradientService:
         same = [r for r in self._pending if r.params is first.params and len(r.rows) == len(first.rows)]
         self._pending = [r for r in self._pending if not any(r is s for s in same)]
         rows = np.concatenate([r.rows for r in same])
-        for req, part in zip(same, self.numerics.shard_sums_of(first.params, self.dataset, rows, len(same))):
+        for req, part in zip(same, self._shard_sums(first.params, rows, len(same))):
             req.result = part
+        tape = active_tape()
+        if tape is not None:  # replay reports real step times next to these simulated ones
+            tape.note_compute([r.duration_s for r in same])
 
 
 def _sum_values(values: list[Any]) -> Any:
@@ -256,6 +262,7 @@ class Simulation:
         start = self.now
         if duration_s is None:
             duration_s = self.compute_model.duration_s(worker.index, self.now)
+        request.duration_s = duration_s
         try:
             yield self.env.timeout(duration_s)
         except simpy.Interrupt:

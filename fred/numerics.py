@@ -21,6 +21,7 @@ import numpy as np
 
 from fred.data import Dataset
 from fred.models import Model, Params
+from fred.tape import op
 
 # Rows per per-example gradient call: every call pads to a multiple of this, so an
 # example's gradient is computed by the same program whatever batch it came in.
@@ -54,6 +55,7 @@ def pairwise_sum(x: jax.Array) -> jax.Array:
     return x[:, 0]
 
 
+@op("fred.numerics:tree_sum")
 @jax.jit
 def tree_sum(trees: Sequence[Params]) -> Params:
     """Pairwise sum of several pytrees, in list order (the cross-worker step of the tree)."""
@@ -69,9 +71,17 @@ def sum_grads(parts: Sequence[GradSum]) -> GradSum:
     return GradSum(grads, loss, sum(p.count for p in parts))
 
 
+@op("fred.numerics:mean_grad")
 @jax.jit
 def mean_grad(total: GradSum) -> Params:
     return jax.tree.map(lambda g: g / total.count, total.grad)
+
+
+@op("fred.numerics:divide")
+@functools.partial(jax.jit, static_argnums=1)
+def divide(tree: Params, n: int) -> Params:
+    """Every leaf divided by ``n`` (an average from a sum)."""
+    return jax.tree.map(lambda x: x / n, tree)
 
 
 def _unstack(losses: jax.Array, grads: Params, blocks: int) -> tuple[list[jax.Array], list[Params]]:

@@ -14,11 +14,13 @@ import jax
 import jax.numpy as jnp
 
 from fred.models import Params
+from fred.tape import op
 
 
 class GradientTransformation(NamedTuple):
     init: Callable[[Params], NamedTuple]
     update: Callable[[Params, NamedTuple, Params], tuple[Params, NamedTuple]]
+    spec: tuple[str | float, ...] = ()  # how to build it again: ("sgd", lr); replay needs it
 
 
 class SGDState(NamedTuple):
@@ -35,7 +37,14 @@ def sgd(learning_rate: float) -> GradientTransformation:
     def update(grads: Params, state: SGDState, params: Params) -> tuple[Params, SGDState]:
         return jax.tree.map(lambda g: -learning_rate * g, grads), SGDState(state.count + 1)
 
-    return GradientTransformation(init, update)
+    return GradientTransformation(init, update, ("sgd", learning_rate))
+
+
+OPTIMIZERS: dict[str, Callable[..., GradientTransformation]] = {"sgd": sgd}
+
+
+def from_spec(kind: str, *args: float) -> GradientTransformation:
+    return OPTIMIZERS[kind](*args)
 
 
 def apply_updates(params: Params, updates: Params) -> Params:
@@ -46,6 +55,7 @@ def apply_updates(params: Params, updates: Params) -> Params:
 def make_step(opt: GradientTransformation) -> Callable[[Params, NamedTuple, Params], tuple[Params, NamedTuple]]:
     """A jitted ``(params, state, mean_grad) -> (params, state)`` for ``opt``."""
 
+    @op("fred.optim:step_from_spec", opt.spec or None)
     @jax.jit
     def step(params: Params, state: NamedTuple, grads: Params) -> tuple[Params, NamedTuple]:
         updates, state = opt.update(grads, state, params)
@@ -58,9 +68,19 @@ def make_step(opt: GradientTransformation) -> Callable[[Params, NamedTuple, Para
 def make_sum_step(opt: GradientTransformation) -> Callable[[Params, NamedTuple, Params, int], tuple[Params, NamedTuple]]:
     """Like :func:`make_step`, from a gradient *sum* and its example count, in one compiled call."""
 
+    @op("fred.optim:sum_step_from_spec", opt.spec or None)
     @jax.jit
     def step(params: Params, state: NamedTuple, grad_sum: Params, count: int) -> tuple[Params, NamedTuple]:
         updates, state = opt.update(jax.tree.map(lambda g: g / count, grad_sum), state, params)
         return apply_updates(params, updates), state
 
     return step
+
+
+def step_from_spec(kind: str, *args: float) -> Callable[..., tuple[Params, NamedTuple]]:
+    """:func:`make_step` of the optimizer ``from_spec(kind, *args)`` (how replay rebuilds it)."""
+    return make_step(from_spec(kind, *args))
+
+
+def sum_step_from_spec(kind: str, *args: float) -> Callable[..., tuple[Params, NamedTuple]]:
+    return make_sum_step(from_spec(kind, *args))

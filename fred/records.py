@@ -22,6 +22,7 @@ import yaml
 
 from fred.engine import Contribution
 from fred.models import Params
+from fred.tape import write as write_tape
 
 EVENT_COLUMNS = ["start_s", "end_s", "entity", "kind", "bytes", "peer"]
 UPDATE_COLUMNS = ["sim_time_s", "update", "worker", "version_read", "version_applied", "staleness", "cached"]
@@ -94,6 +95,7 @@ def write_run_dir(
     summary: dict[str, Any],
     tables: dict[str, pd.DataFrame],
     params: Params,
+    tape: tuple[dict[str, Any], dict[str, np.ndarray]] | None = None,
 ) -> Path:
     """Write every record file under a temporary name, then rename it to ``out`` in one step."""
     out = Path(out)
@@ -103,7 +105,7 @@ def write_run_dir(
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        _write_files(tmp, scenario, summary, tables, params)
+        _write_files(tmp, scenario, summary, tables, params, tape)
     except BaseException:  # Ctrl-C included: leave nothing behind that could be mistaken for a run
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -112,12 +114,19 @@ def write_run_dir(
 
 
 def _write_files(
-    tmp: Path, scenario: dict[str, Any], summary: dict[str, Any], tables: dict[str, pd.DataFrame], params: Params
+    tmp: Path,
+    scenario: dict[str, Any],
+    summary: dict[str, Any],
+    tables: dict[str, pd.DataFrame],
+    params: Params,
+    tape: tuple[dict[str, Any], dict[str, np.ndarray]] | None,
 ) -> None:
     (tmp / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
     for name, table in tables.items():
         table.to_parquet(tmp / f"{name}.parquet", index=False)
     np.savez(tmp / "params.npz", **{k: np.asarray(v) for k, v in sorted(params.items())})
+    if tape is not None:
+        write_tape(tmp / "tape.npz", *tape)
     # summary.json is written last: its presence marks the files before it as complete.
     (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 

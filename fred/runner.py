@@ -25,6 +25,7 @@ from fred.network import Network
 from fred.numerics import GradSum, Numerics
 from fred.records import Recorder, params_sha256
 from fred.scenario import ModelConfig, Scenario
+from fred.tape import Tape, digest, document
 
 Progress = Callable[[float, int, float], None]
 TRAFFIC_KINDS = ("send", "push", "fetch", "allreduce")
@@ -97,6 +98,7 @@ class RunResult:
     events: pd.DataFrame
     params: Params
     path: Path | None = None
+    tape: tuple[dict[str, Any], dict[str, np.ndarray]] | None = None  # what replay needs (tape.npz)
 
     def staleness(self, by: str = "overall", bins: int = 20) -> pd.DataFrame:
         """Staleness distribution ``overall``, per ``worker`` or over ``time`` (see fred.analysis)."""
@@ -195,17 +197,21 @@ def execute(scenario: Scenario, progress: Progress | None = None) -> RunResult:
     built = build(scenario)
     recorder = Recorder()
     built.sim.tracers.append(recorder.on_event)
-    params_fn = registry.get(scenario.strategy.name).start(built.sim, scenario.strategy)
-    built.sim.faults.start()
-    controller = _Controller(built, params_fn, recorder, progress)
-    built.sim.update_hooks.append(controller.on_update)
-    built.sim.compute_hooks.append(controller.on_compute)
-    end_s = controller.drive()
-    controller.evaluate(end_s)
-    params = jax.tree.map(np.asarray, params_fn())
+    with Tape() as tape:  # every jitted computation, for fred replay
+        params_fn = registry.get(scenario.strategy.name).start(built.sim, scenario.strategy)
+        built.sim.faults.start()
+        controller = _Controller(built, params_fn, recorder, progress)
+        built.sim.update_hooks.append(controller.on_update)
+        built.sim.compute_hooks.append(controller.on_compute)
+        end_s = controller.drive()
+        controller.evaluate(end_s)
+        final = params_fn()
+        recorded = document(tape, tape.ref(final))
+    params = jax.tree.map(np.asarray, final)
     tables = recorder.tables()
     summary = _summary(scenario, built, controller, tables, params, end_s, time.perf_counter() - wall_start)
-    return RunResult(scenario, summary, tables["metrics"], tables["updates"], tables["events"], params)
+    summary["tape_sha256"] = digest(*recorded)
+    return RunResult(scenario, summary, tables["metrics"], tables["updates"], tables["events"], params, tape=recorded)
 
 
 def _summary(

@@ -27,9 +27,10 @@ from pydantic import Field
 from fred import rng
 from fred.engine import Simulation, Worker
 from fred.models import Params
-from fred.numerics import tree_sum
+from fred.numerics import divide, tree_sum
 from fred.optim import make_sum_step, sgd
 from fred.scenario import StrategyConfig
+from fred.tape import op
 from strategies.registry import register
 
 
@@ -39,6 +40,7 @@ class ADPSGD(StrategyConfig):
     topology: Literal["ring", "complete"] = "ring"
 
 
+@op("strategies.adpsgd:pair_average")
 @jax.jit
 def pair_average(a: Params, b: Params) -> Params:
     return jax.tree.map(lambda x, y: (x + y) * 0.5, a, b)
@@ -95,6 +97,6 @@ def start(sim: Simulation, config: ADPSGD):
         sim.process(node(w))
     def average() -> Params:
         running = [m for i, m in enumerate(models) if i not in sim.faults.down] or models
-        return jax.tree.map(lambda x: x / len(running), tree_sum(running)) if len(running) > 1 else running[0]
+        return divide(tree_sum(running), len(running)) if len(running) > 1 else running[0]
 
     return average

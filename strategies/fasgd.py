@@ -17,7 +17,7 @@ form is not offered.
 from __future__ import annotations
 
 import functools
-from typing import Any, Literal, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +27,7 @@ from fred.engine import Simulation
 from fred.models import Params
 from fred.numerics import GradSum, mean_grad, tree_sum
 from fred.optim import make_step, sgd
+from fred.tape import op
 from strategies.registry import register
 from strategies.sasgd import SASGD, Rule, run_parameter_server, staleness_scales
 
@@ -90,14 +91,23 @@ def mean_statistic(m: Moments) -> jax.Array:
 _mean_statistic = jax.jit(mean_statistic)
 
 
-@functools.cache  # one compiled rule per hyper-parameter set, shared by runs in a process
-def fasgd_rule(lr: float, c: int, staleness_aware: bool, statistic: str, gamma: float, beta: float, eps: float) -> Rule:
-    step = make_step(sgd(lr))
+@functools.cache
+def fasgd_one(statistic: str, gamma: float, beta: float, eps: float) -> Callable[..., tuple[Moments, Params]]:
+    """One gradient through the statistics: ``(moments, g, scale) -> (moments, scale * g / v)``."""
 
+    @op("strategies.fasgd:fasgd_one", (statistic, gamma, beta, eps))
     @jax.jit
     def one(moments: Moments, g: Params, scale: jax.Array) -> tuple[Moments, Params]:
         moments = update_moments(moments, g, statistic, gamma, beta, eps)
         return moments, jax.tree.map(lambda d: d * scale, divide_by_statistic(g, moments, statistic, eps))
+
+    return one
+
+
+@functools.cache  # one compiled rule per hyper-parameter set, shared by runs in a process
+def fasgd_rule(lr: float, c: int, staleness_aware: bool, statistic: str, gamma: float, beta: float, eps: float) -> Rule:
+    step = make_step(sgd(lr))
+    one = fasgd_one(statistic, gamma, beta, eps)
 
     def init(params: Params) -> tuple[Moments, Any]:
         return init_moments(params), sgd(lr).init(params)

@@ -12,14 +12,13 @@ With ``sync_every: 1`` it is AR-SGD up to float32 rounding: it averages paramete
 
 from __future__ import annotations
 
-import functools
 from typing import Literal
 
-import jax
 from pydantic import Field
 
 from fred.engine import Simulation, Worker
 from fred.models import Params
+from fred.numerics import divide
 from fred.optim import make_sum_step, sgd
 from fred.scenario import StrategyConfig
 from strategies.registry import register
@@ -31,11 +30,6 @@ class LocalSGD(StrategyConfig):
     sync_every: int = Field(default=8, ge=1, description="local steps between averaging rounds (gamma)")
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def average(total: Params, n: int) -> Params:
-    return jax.tree.map(lambda x: x / n, total)
-
-
 @register(LocalSGD)
 def start(sim: Simulation, config: LocalSGD):
     opt = sgd(config.lr)
@@ -45,7 +39,7 @@ def start(sim: Simulation, config: LocalSGD):
     def finish_round(round_: int, total: Params) -> Params:
         if round_ + 1 not in averaged:  # every replica gets the same average: compute it once
             members = sim.participants(sim.workers)  # all, unless a crashed worker was left out
-            averaged[round_ + 1] = average(total, len(members))
+            averaged[round_ + 1] = divide(total, len(members))
             averaged.pop(round_ - 1, None)
             sim.applied([(i, round_) for i in members], round_)
         return averaged[round_ + 1]

@@ -32,6 +32,7 @@ from fred.numerics import GradSum, mean_grad, sum_grads, tree_sum
 from fred.optim import make_step, make_sum_step, sgd
 from fred.scenario import Scenario, StrategyConfig
 from fred.server import ParameterServer
+from fred.tape import op
 from strategies.registry import register
 
 
@@ -76,6 +77,7 @@ def staleness_scales(c: int, staleness: list[int], aware: bool) -> jax.Array:
     return jnp.asarray([1.0 / (c * (tau + 1)) if aware else 1.0 / c for tau in staleness], jnp.float32)
 
 
+@op("strategies.sasgd:scaled_sum")
 @jax.jit
 def scaled_sum(grads: list[Params], scales: jax.Array) -> Params:
     """``sum_k scales[k] * grads[k]`` by the fixed pairwise tree."""

@@ -39,6 +39,7 @@ from fred.models import Params
 from fred.numerics import tree_sum
 from fred.optim import make_sum_step, sgd
 from fred.scenario import Scenario, StrategyConfig
+from fred.tape import op
 from strategies.registry import register
 
 Matrix = list[list[float]]
@@ -118,11 +119,13 @@ def in_neighbours(shares: Callable[[int, int], list[tuple[int, float]]], n: int)
 
 
 # ----------------------------------------------------------------------------- numerics
+@op("strategies.sgp:scale")
 @jax.jit
 def scale(tree: Params, factor: jax.Array) -> Params:
     return jax.tree.map(lambda x: x * factor, tree)
 
 
+@op("strategies.sgp:debias")
 @jax.jit
 def debias(tree: Params, weight: jax.Array) -> Params:
     return jax.tree.map(lambda x: x / weight, tree)

@@ -26,7 +26,7 @@ def write(tmp_path: Path, data: dict, name: str = "s.yaml") -> Path:
 def test_fred_run_writes_a_complete_run_directory(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["run", str(write(tmp_path, tiny())), "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    assert sorted(p.name for p in out.iterdir()) == sorted([*FILES, "tape.npz"])
     summary = json.loads((out / "summary.json").read_text())
     for key in ["status", "strategy", "workers", "sim_time_s", "updates", "final_eval_loss", "final_eval_accuracy",
                 "bytes_sent", "params_sha256", "wall_time_s", "fred_version"]:

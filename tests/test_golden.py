@@ -1,5 +1,6 @@
 """Golden summaries: every shipped scenario still tells the story it told when it was recorded.
 
+Each run is also replayed from its tape (``fred replay``) and must give the same bits.
 Regenerate after an intended change with ``FRED_UPDATE_GOLDEN=1 pytest tests/test_golden.py``
 and say why in the commit. Simulated timing must match exactly; the numbers must
 match to float32 noise, and bit for bit on the JAX version that recorded them.
@@ -16,6 +17,7 @@ import jax
 import pytest
 
 import fred
+from fred.replay import replay
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "scenarios").rglob("*.yaml"))
@@ -47,8 +49,10 @@ def record(result: fred.RunResult) -> dict:
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[golden_name(p) for p in SHIPPED])
-def test_shipped_scenario_matches_its_golden_summary(path):
-    now = record(fred.run(path))
+def test_shipped_scenario_matches_its_golden_summary(path, tmp_path):
+    result = fred.run(path, out=tmp_path / "run")
+    assert replay(tmp_path / "run").passed, "its numerics replayed from the tape give the same bits"
+    now = record(result)
     golden_path = GOLDEN / golden_name(path)
     if os.environ.get("FRED_UPDATE_GOLDEN") or not golden_path.exists():
         golden_path.write_text(json.dumps(now, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,140 @@
+"""``fred replay``: a run's numerics re-executed from its tape, without the simulator, give its bits.
+
+Shipped scenarios are replayed in ``test_golden.py``; here every strategy on a tiny
+scenario, what a tampered run directory does, and the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+import fred
+from fred import tape
+from fred.cli import main
+from fred.replay import ReplayError, needed, replay
+from strategies import registry
+from tests.conftest import tiny
+
+VARIANTS = {
+    "ssgd_ps": {"name": "ssgd", "aggregation": "ps"},
+    "pipe_sgd_int8": {"name": "pipe_sgd", "compression": "int8_quantize"},
+    "bfasgd_abs": {"name": "bfasgd", "statistic": "abs"},
+    "sgp_crash": {"name": "sgp"},
+}
+
+
+def strategy_run(name: str, out) -> fred.RunResult:
+    strategy = VARIANTS.get(name, {"name": name})
+    faults = {"worker_crash": [{"worker": 2, "at_s": 0.03}], "sync_timeout_s": 0.01} if name.endswith("crash") else {}
+    data = tiny(strategy=strategy, cluster={"workers": 1} if name == "sgd" else {}, stop={"max_updates": 15}, faults=faults)
+    return fred.run(data, out=out)
+
+
+@pytest.mark.parametrize("name", registry.names() + list(VARIANTS))
+def test_every_strategy_replays_bit_for_bit_from_computed_values(name, tmp_path):
+    run = strategy_run(name, tmp_path / "run")
+    report = replay(tmp_path / "run")
+    assert report.passed and report.leaves["equal"].all()
+    assert report.replayed_calls > 0 and len(report.gradients) > 0
+    # The final parameters are computed by replayed calls, not stored: none is a constant.
+    recorded = tape.parse(*tape.read(tmp_path / "run" / "tape.npz"))
+    produced = {r.index for call in recorded.calls for r in jax.tree.leaves(call.out, is_leaf=lambda x: isinstance(x, tape.Ref)) if isinstance(r, tape.Ref)}
+    finals = [r for r in jax.tree.leaves(recorded.final, is_leaf=lambda x: isinstance(x, tape.Ref)) if isinstance(r, tape.Ref)]
+    assert finals and all(r.index in produced and r.index not in recorded.constants for r in finals)
+    assert run.summary["updates"] == 15
+
+
+def test_gradient_timings_sit_next_to_the_simulated_compute_time(tmp_path):
+    strategy_run("asgd", tmp_path / "run")
+    grads = replay(tmp_path / "run").gradients
+    assert list(grads.columns) == ["call", "shards", "rows", "real_s", "simulated_s", "compiled"]
+    assert (grads["real_s"] > 0).all() and (grads["simulated_s"] == 0.01).all()
+    assert (grads["rows"] == 8 * grads["shards"]).all()  # workers starting together share one call
+    assert grads["compiled"].sum() == len(grads[["rows", "shards"]].drop_duplicates())  # one first call per shape
+
+
+def test_only_the_calls_the_final_parameters_need_are_replayed():
+    calls = [
+        tape.Call("a", None, (tape.Ref(0),), tape.Ref(1)),
+        tape.Call("eval", None, (tape.Ref(1),), tape.Ref(2)),
+        tape.Call("b", None, (tape.Ref(1), 3), tape.Ref(3)),
+    ]
+    assert needed(calls, {"w": tape.Ref(3)}) == [True, False, True]
+
+
+def _tamper_rows(run_dir, fix_digest: bool) -> None:
+    doc, large = tape.read(run_dir / "tape.npz")
+    gradient = next(c for c in doc["calls"] if c[0] == "gradients")
+    rows_ref = gradient[2]["tuple"][1]["ref"]
+    dtype, shape, flat = doc["small"][str(rows_ref)]
+    doc["small"][str(rows_ref)] = [dtype, shape, [(v + 1) % 100 for v in flat]]
+    tape.write(run_dir / "tape.npz", doc, large)
+    if fix_digest:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        summary["tape_sha256"] = tape.digest(doc, large)
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+
+
+def test_a_changed_batch_index_is_caught_by_the_checksum(tmp_path):
+    strategy_run("asgd", tmp_path / "run")
+    _tamper_rows(tmp_path / "run", fix_digest=False)
+    with pytest.raises(ReplayError, match="was changed after the run"):
+        replay(tmp_path / "run")
+
+
+def test_a_changed_batch_index_with_a_forged_checksum_fails_the_check(tmp_path):
+    strategy_run("asgd", tmp_path / "run")
+    _tamper_rows(tmp_path / "run", fix_digest=True)
+    report = replay(tmp_path / "run")
+    assert not report.passed and not report.leaves["equal"].all()
+    assert report.leaves["max_abs_diff"].max() > 0
+
+
+def test_a_missing_tape_or_table_is_a_clear_error(tmp_path, capsys):
+    strategy_run("asgd", tmp_path / "run")
+    shutil.copytree(tmp_path / "run", tmp_path / "no-tape")
+    (tmp_path / "no-tape" / "tape.npz").unlink()
+    assert main(["replay", str(tmp_path / "no-tape")]) == 2
+    assert "has no tape.npz" in capsys.readouterr().err
+    (tmp_path / "run" / "updates.parquet").unlink()
+    assert main(["replay", str(tmp_path / "run")]) == 2
+    assert "not a complete run directory" in capsys.readouterr().err
+
+
+def test_the_command_line_reports_and_writes_timings(tmp_path, capsys):
+    strategy_run("ssgd", tmp_path / "run")
+    assert main(["replay", str(tmp_path / "run"), "--timings", str(tmp_path / "t.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "bitwise check: passed" in out and "gradient calls" in out
+    assert (tmp_path / "t.csv").read_text().startswith("call,shards,rows,real_s,simulated_s,compiled")
+    assert main(["replay", str(tmp_path / "run"), "--check", "close"]) == 0
+
+
+def test_an_absent_backend_is_a_clean_error(tmp_path, capsys):
+    if any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("a GPU is present")
+    strategy_run("asgd", tmp_path / "run")
+    assert main(["replay", str(tmp_path / "run"), "--backend", "gpu"]) == 2
+    assert "no gpu backend" in capsys.readouterr().err
+
+
+def _has_gpu() -> bool:
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_gpu(), reason="no GPU backend")
+def test_replay_on_a_gpu_is_close_to_the_cpu_run(tmp_path):
+    strategy_run("ssgd", tmp_path / "run")
+    report = replay(tmp_path / "run", backend="gpu", check="close", rtol=1e-4, atol=1e-5)
+    assert report.device.lower().startswith(("cuda", "gpu"))
+    assert report.passed, report.leaves
+    assert np.isfinite(report.gradients["real_s"]).all()
