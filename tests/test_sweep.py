@@ -86,8 +86,9 @@ def test_ray_tasks_give_the_local_table_and_resume(ray_here, scenario, tmp_path)
     assert ray_here.is_initialized()  # a Ray the caller started is left running
 
 
-def test_fred_sweep_starts_ray_here_and_stops_it(scenario, tmp_path, capsys):
+def test_fred_sweep_starts_ray_here_and_stops_it(scenario, tmp_path, capsys, monkeypatch):
     ray = pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a cluster named in the environment would be joined instead
     out = tmp_path / "sweep.parquet"
     args = ["sweep", str(scenario), "--grid", "seed=5,6", "--executor", "ray", "--runs", str(tmp_path / "runs"), "--out", str(out)]
     assert main(args) == 0
