@@ -26,7 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ScenarioError as err:
         print(f"fred: {err}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, ValueError) as err:  # data files, shard sizes: input problems, not bugs
+    except (FileNotFoundError, ValueError) as err:  # data files, shard sizes, a missing extra: not bugs
         print(f"fred: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -78,7 +78,10 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("scenario")
     sw.add_argument("--grid", action="append", default=[], metavar="PATH=V1,V2",
                     help="a field and its values, e.g. --grid strategy.lr=0.01,0.1 (repeatable)")
-    sw.add_argument("--jobs", type=int, default=1, help="runs at once, in separate processes")
+    sw.add_argument("--jobs", type=int, default=1, help="runs at once, in separate processes (local executor)")
+    sw.add_argument("--executor", choices=["local", "ray"], default="local",
+                    help="local: this machine's processes; ray: Ray tasks, on the cluster RAY_ADDRESS names "
+                         "or a Ray started here (needs pip install \"fred[ray]\")")
     sw.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
     sw.add_argument("--out", default="sweep.parquet", help="the gathered table (default: sweep.parquet)")
     sw.set_defaults(handler=_sweep)
@@ -151,7 +154,7 @@ def _replay(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> int:
     from fred.sweep import parse_grid, sweep
 
-    table, ran = sweep(args.scenario, parse_grid(args.grid), Path(args.runs), args.jobs)
+    table, ran = sweep(args.scenario, parse_grid(args.grid), Path(args.runs), args.jobs, args.executor)
     table.to_parquet(args.out, index=False)
     print(f"{len(table)} combinations: {ran} run, {len(table) - ran} reused; table in {args.out}")
     return 0

@@ -2,8 +2,9 @@
 
 Every combination is a fully resolved scenario; its run directory is named by the scenario's
 SHA-256 (``runs/<name>-<hash>``), so a sweep that was interrupted, or overlaps an earlier
-one, never recomputes a finished run. Runs go to a pool of worker processes (``local``);
-results gather into one parquet table.
+one, never recomputes a finished run. The missing runs go to an executor: ``local`` (this
+machine, ``jobs`` worker processes) or ``ray`` (Ray tasks, see :mod:`fred.sweep_ray`); either
+way the results gather into the same table.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import concurrent.futures as cf
 import copy
 import itertools
 import multiprocessing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ import pandas as pd
 import yaml
 
 from fred.api import default_run_dir, finished_run, load_run, run
-from fred.loading import ScenarioError, read_yaml, set_path, validate
+from fred.loading import ScenarioError, include_profiles, read_yaml, set_path, validate
 from fred.scenario import Scenario
 
 
@@ -52,16 +54,10 @@ def _run_one(resolved: dict[str, Any], out: str) -> str:
     return out
 
 
-def sweep(
-    scenario_path: str | Path, grid: dict[str, list[Any]], runs_root: Path, jobs: int = 1
-) -> tuple[pd.DataFrame, int]:
-    """Run what is missing (in ``jobs`` processes) and return the table and how many runs were made."""
-    combos = expand(read_yaml(scenario_path), grid, str(scenario_path))
-    todo = []
-    for _, scenario in combos:
-        out = default_run_dir(scenario, runs_root)
-        if finished_run(scenario, runs_root) is None and str(out) not in {o for _, o in todo}:
-            todo.append((scenario.resolved(), str(out)))
+Todo = list[tuple[dict[str, Any], str]]  # (resolved scenario, run directory) for each missing run
+
+
+def _local(todo: Todo, jobs: int) -> None:
     if jobs > 1 and len(todo) > 1:
         # spawn, not fork: JAX's runtime does not survive a fork
         with cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -69,6 +65,32 @@ def sweep(
     else:
         for resolved, out in todo:
             _run_one(resolved, out)
+
+
+def _ray(todo: Todo, jobs: int) -> None:
+    # imported only when chosen: Ray is an optional extra
+    from fred.sweep_ray import run_all
+
+    run_all(todo)  # Ray's scheduler, not ``jobs``, decides how many run at once
+
+
+EXECUTORS: dict[str, Callable[[Todo, int], None]] = {"local": _local, "ray": _ray}
+
+
+def sweep(
+    scenario_path: str | Path, grid: dict[str, list[Any]], runs_root: Path, jobs: int = 1, executor: str = "local"
+) -> tuple[pd.DataFrame, int]:
+    """Run what is missing (with ``executor``) and return the table and how many runs were made."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
+    base = include_profiles(read_yaml(scenario_path), Path(scenario_path).parent, str(scenario_path))
+    combos = expand(base, grid, str(scenario_path))
+    todo: Todo = []
+    for _, scenario in combos:
+        out = default_run_dir(scenario, runs_root)
+        if finished_run(scenario, runs_root) is None and str(out) not in {o for _, o in todo}:
+            todo.append((scenario.resolved(), str(out)))
+    EXECUTORS[executor](todo, jobs)
     rows = []
     for settings, scenario in combos:
         out = default_run_dir(scenario, runs_root)

@@ -27,6 +27,8 @@ def test_calibrate_writes_a_profile_that_a_scenario_includes(tmp_path, capsys):
     result = fred.run(using)
     computes = result.events[result.events["kind"] == "compute"]
     assert (computes["end_s"] - computes["start_s"]).to_numpy() == pytest.approx(measured["step_time_s"])
+    # fred sweep includes the profile too (it once read the YAML without it)
+    assert main(["sweep", str(using), "--grid", "seed=1,2", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "s.parquet")]) == 0
 
 
 def test_a_missing_or_bad_profile_is_named(tmp_path, capsys):

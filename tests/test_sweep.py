@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import yaml
@@ -56,3 +59,51 @@ def test_fred_sweep_writes_the_table(scenario, tmp_path, capsys):
 def test_a_bad_grid_value_is_named(scenario, tmp_path, capsys):
     assert main(["sweep", str(scenario), "--grid", "cluster.workers=2,-1", "--runs", str(tmp_path / "r")]) == 2
     assert "cluster.workers: got -1" in capsys.readouterr().err
+
+
+def _comparable(table: pd.DataFrame) -> pd.DataFrame:
+    """The table less what honestly differs between two sweeps: wall time, and where the runs live."""
+    return table.drop(columns=["wall_time_s"]).assign(run_dir=table["run_dir"].map(lambda p: Path(p).name))
+
+
+@pytest.fixture
+def ray_here():  # a Ray started by the caller, small and quiet, as a notebook or a test would
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="error")
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # see fred/sweep_ray.py
+def test_ray_tasks_give_the_local_table_and_resume(ray_here, scenario, tmp_path):
+    grid = {"strategy.lr": [0.05, 0.1], "seed": [0, 1]}
+    local, _ = sweep(scenario, grid, tmp_path / "local")
+    remote, ran = sweep(scenario, grid, tmp_path / "ray", executor="ray")
+    assert ran == 4
+    pd.testing.assert_frame_equal(_comparable(local), _comparable(remote))
+    again, ran_again = sweep(scenario, {"strategy.lr": [0.05, 0.1, 0.2], "seed": [0, 1]}, tmp_path / "ray", executor="ray")
+    assert ran_again == 2 and len(again) == 6  # the four finished runs are reused, not remade
+    assert ray_here.is_initialized()  # a Ray the caller started is left running
+
+
+def test_fred_sweep_starts_ray_here_and_stops_it(scenario, tmp_path, capsys, monkeypatch):
+    ray = pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a cluster named in the environment would be joined instead
+    out = tmp_path / "sweep.parquet"
+    args = ["sweep", str(scenario), "--grid", "seed=5,6", "--executor", "ray", "--runs", str(tmp_path / "runs"), "--out", str(out)]
+    assert main(args) == 0
+    assert len(pd.read_parquet(out)) == 2 and "2 run, 0 reused" in capsys.readouterr().out
+    assert not ray.is_initialized()
+
+
+def test_an_unknown_executor_is_named_with_the_choices(scenario, tmp_path):
+    with pytest.raises(ValueError, match="'dask': choose one of local, ray"):
+        sweep(scenario, {"seed": [0]}, tmp_path / "runs", executor="dask")
+
+
+def test_without_ray_the_executor_says_how_to_install_it(scenario, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` fail as if it were not installed
+    assert main(["sweep", str(scenario), "--grid", "seed=5", "--executor", "ray", "--runs", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and 'pip install "fred[ray]"' in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()  # nothing was run
