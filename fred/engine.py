@@ -161,8 +161,10 @@ class Simulation:
         self._last_participants: dict[tuple[int, ...], list[int]] = {}
         self._mailboxes: dict[str, simpy.Store] = {}
         self._owned: list[dict[simpy.Process, None]] = [{} for _ in workers]  # ordered sets
+        self._by_name = {w.name: w for w in workers}
         self.failure: str | None = None
         self.faults = Faults(self, faults or FaultsConfig())
+        self._track = bool(self.faults.config.worker_crash)  # who owns a process matters only then
         self.faults.on_change(self._recheck_collectives)
         for worker in workers:
             network.add(worker.name)
@@ -187,9 +189,14 @@ class Simulation:
 
     def _own(self, worker: Worker) -> None:
         """The running process acts for ``worker``: it dies when the worker crashes."""
-        process = self.env.active_process
-        if process is not None:
-            self._owned[worker.index][process] = None
+        if not self._track:
+            return
+        process, owned = self.env.active_process, self._owned[worker.index]
+        if process is not None and process not in owned:
+            owned[process] = None
+            if len(owned) > 64 and len(owned) & (len(owned) - 1) == 0:  # at powers of two: drop the dead
+                for dead in [p for p in owned if not p.is_alive]:
+                    del owned[dead]
 
     def interrupt_owned(self, worker: Worker, cause: Crash) -> None:
         """Stop every live process acting for ``worker``, in the order they started acting."""
@@ -205,7 +212,7 @@ class Simulation:
             self.trace("failed", "run", self.now, self.now)
 
     def worker_named(self, name: str) -> Worker | None:
-        return next((w for w in self.workers if w.name == name), None)
+        return self._by_name.get(name)
 
     def trace(
         self, kind: str, entity: str, start_s: float, end_s: float, nbytes: float = 0.0, peer: str = ""

@@ -26,7 +26,7 @@ from fred.data import load_dataset
 from fred.models import Params
 from fred.runner import _model_and_numerics
 from fred.scenario import Scenario
-from fred.tape import Call, Recorded, Ref
+from fred.tape import Call, Recorded
 
 
 class ReplayError(ValueError):
@@ -89,56 +89,69 @@ def _gradients(scenario: Scenario) -> Callable[..., Any]:
     return lambda params, rows, shards: numerics.shard_sums_of(params, dataset, rows, shards)
 
 
-def needed(calls: list[Call], final: Any) -> list[bool]:
+def needed(calls: list[Call], final: tuple[int, list[Any]]) -> list[bool]:
     """Which calls the final parameters depend on (evaluations and dead ends are skipped)."""
-    wanted = {r.index for r in _refs(final)}
+    wanted = set(tape.refs(final[1]))
     keep = [False] * len(calls)
     for i in range(len(calls) - 1, -1, -1):
-        if any(r.index in wanted for r in _refs(calls[i].out)):
+        if any(r in wanted for r in tape.refs(calls[i].out_codes)):
             keep[i] = True
-            wanted.update(r.index for r in _refs(calls[i].args))
+            wanted.update(tape.refs(calls[i].arg_codes))
     return keep
 
 
 def _execute(recorded: Recorded, context: dict[str, Callable[..., Any]]) -> tuple[Params, pd.DataFrame, int]:
-    calls, constants = recorded.calls, recorded.constants
+    calls, treedefs = recorded.calls, recorded.treedefs
     keep = needed(calls, recorded.final)
     last_use = _last_uses(calls, keep, recorded.final)
     values: dict[int, Any] = {}
-    lookup = lambda r: values[r.index] if r.index in values else jax.numpy.asarray(constants[r.index])  # noqa: E731
+
+    def build(treedef: int, codes: list[Any]) -> Any:
+        leaves = [_value(c[0], values, recorded.constants) if isinstance(c, list) else c for c in codes]
+        return jax.tree.unflatten(treedefs[treedef], leaves)
+
     timings, shapes = [], set()
     for i, call in enumerate(calls):
         if not keep[i]:
             continue
         fn = _function(call, context)
-        args = _substitute(call.args, lookup)
+        args = build(call.args, call.arg_codes)
         began = time.perf_counter()
         result = fn(*args)
         if call.name == "gradients":
             jax.block_until_ready(result)
             shape = (len(args[1]), args[2])
             simulated = recorded.compute_s.get(i, [])
-            timings.append((i, args[2], len(args[1]), time.perf_counter() - began, float(np.mean(simulated)) if simulated else np.nan, shape not in shapes))
+            real_s = time.perf_counter() - began
+            timings.append((i, args[2], len(args[1]), real_s, float(np.mean(simulated)) if simulated else np.nan, shape not in shapes))
             shapes.add(shape)
-        for ref, value in zip(jax.tree.leaves(call.out, is_leaf=_is_ref), jax.tree.leaves(result, is_leaf=tape.is_array)):
-            if isinstance(ref, Ref):
-                values[ref.index] = value
-        for r in _refs(call.args):
-            if last_use.get(r.index) == i:
-                values.pop(r.index, None)  # free what no later call reads
-    final = _substitute(recorded.final, lookup)
+        for code, value in zip(call.out_codes, jax.tree.leaves(result)):
+            if isinstance(code, list):
+                values[code[0]] = value
+        for r in tape.refs(call.arg_codes):
+            if last_use.get(r) == i:
+                values.pop(r, None)  # free what no later call reads
+    final = build(*recorded.final)
     columns = ["call", "shards", "rows", "real_s", "simulated_s", "compiled"]
     return final, pd.DataFrame(timings, columns=columns), sum(keep)
 
 
-def _last_uses(calls: list[Call], keep: list[bool], final: Any) -> dict[int, int]:
+def _value(index: int, values: dict[int, Any], constants: dict[int, np.ndarray]) -> Any:
+    if index in values:
+        return values[index]
+    if index in constants:  # numpy, as recorded: jitted calls take it as they took the original
+        return constants[index]
+    raise ReplayError(f"the tape reads value {index} before any call made it; the tape is damaged")
+
+
+def _last_uses(calls: list[Call], keep: list[bool], final: tuple[int, list[Any]]) -> dict[int, int]:
     last: dict[int, int] = {}
     for i, call in enumerate(calls):
         if keep[i]:
-            for r in _refs(call.args):
-                last[r.index] = i
-    for r in _refs(final):
-        last[r.index] = len(calls)  # never freed
+            for r in tape.refs(call.arg_codes):
+                last[r] = i
+    for r in tape.refs(final[1]):
+        last[r] = len(calls)  # never freed
     return last
 
 
@@ -147,18 +160,6 @@ def _function(call: Call, context: dict[str, Callable[..., Any]]) -> Callable[..
         return context[call.name]
     target = tape.resolve(call.name)
     return target(*call.key) if call.key is not None else target
-
-
-def _is_ref(x: Any) -> bool:
-    return isinstance(x, Ref)
-
-
-def _refs(tree: Any) -> list[Ref]:
-    return [leaf for leaf in jax.tree.leaves(tree, is_leaf=_is_ref) if isinstance(leaf, Ref)]
-
-
-def _substitute(tree: Any, lookup: Callable[[Ref], Any]) -> Any:
-    return jax.tree.map(lambda x: lookup(x) if isinstance(x, Ref) else x, tree, is_leaf=_is_ref)
 
 
 def compare(replayed: Params, recorded: Params) -> pd.DataFrame:

@@ -206,7 +206,7 @@ def execute(scenario: Scenario, progress: Progress | None = None) -> RunResult:
         end_s = controller.drive()
         controller.evaluate(end_s)
         final = params_fn()
-        recorded = document(tape, tape.ref(final))
+        recorded = document(tape, tape.codes(final))
     params = jax.tree.map(np.asarray, final)
     tables = recorder.tables()
     summary = _summary(scenario, built, controller, tables, params, end_s, time.perf_counter() - wall_start)

@@ -3,14 +3,15 @@
 Strategies call a handful of jitted functions (gradients, sums, optimizer steps,
 mixing). Each is declared with :func:`op`; while a run records, every call is written
 down as *(function, inputs, outputs)*, where an input is either the output of an
-earlier call (a :class:`Ref`), a literal (Python number, string, ``None``) or a
+earlier call (``[index]``), a literal (Python number, string, ``None``) or a
 constant array seen for the first time (the initial parameters, a batch's row
 indices, a mixing weight). ``fred replay`` (:mod:`fred.replay`) re-executes the calls
 that lead to the final parameters, in the recorded order, with no SimPy at all.
 
 Only the outermost call is recorded (a recorded function that calls another is one
-call). Values are recognised by identity; an array's entry is dropped when the array
-is freed, so the map never outgrows the live values.
+call). Values are recognised by identity (checked with a weak reference, and pruned
+once freed). A call's inputs and outputs are stored flat, as leaf codes plus the index
+of their tree structure, which repeats from update to update and is written once.
 """
 
 from __future__ import annotations
@@ -31,19 +32,27 @@ F = TypeVar("F", bound=Callable[..., Any])
 _ACTIVE: contextvars.ContextVar[Tape | None] = contextvars.ContextVar("fred_tape", default=None)
 
 
-class Ref(NamedTuple):
-    """A value on the tape: the ``index``-th value produced or first seen."""
-
-    index: int
+Code = Any  # a leaf on the tape: ``[index]`` for an array value, the literal itself otherwise
 
 
 class Call(NamedTuple):
-    """One recorded call: which function (``name`` and factory ``key``), its inputs and outputs."""
+    """One recorded call: which function (``name`` and factory ``key``), its inputs and outputs.
+
+    ``args`` and ``out`` index the tape's tree structures; ``arg_codes`` and ``out_codes``
+    are the flattened leaves, each ``[value index]`` or a literal.
+    """
 
     name: str
     key: tuple[Any, ...] | None
-    args: Any
-    out: Any
+    args: int
+    arg_codes: list[Code]
+    out: int
+    out_codes: list[Code]
+
+
+def refs(codes: list[Code]) -> list[int]:
+    """The value indices among ``codes``."""
+    return [c[0] for c in codes if isinstance(c, list)]
 
 
 def op(name: str, key: tuple[Any, ...] | None = None) -> Callable[[F], F]:
@@ -78,15 +87,18 @@ def is_array(leaf: Any) -> bool:
 
 
 class Tape:
-    """The calls of one run and the constant arrays they read."""
+    """The calls of one run, the tree structures they pass, and the constant arrays they read."""
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
-        self.compute_s: dict[int, list[float]] = {}  # call index -> simulated compute seconds per shard
         self.constants: dict[int, np.ndarray] = {}
-        self.values = 0  # refs handed out so far
+        self.compute_s: dict[int, list[float]] = {}  # call index -> simulated compute seconds per shard
+        self.treedefs: list[Any] = []
+        self.values = 0  # value indices handed out so far
         self.depth = 0
-        self._refs: dict[int, int] = {}  # id(array) -> ref, for arrays still alive
+        self._treedef_ids: dict[Any, int] = {}
+        self._refs: dict[int, tuple[int, Any]] = {}  # id(array) -> (index, weak reference to it)
+        self._prune_at = 1024
 
     def __enter__(self) -> Tape:
         self._token = _ACTIVE.set(self)
@@ -96,105 +108,137 @@ class Tape:
         _ACTIVE.reset(self._token)
 
     def call(self, name: str, key: tuple[Any, ...] | None, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-        inputs = jax.tree.map(self._input, args, is_leaf=is_array)
+        args_def, arg_codes = self.codes(args)
         self.depth += 1
         try:
             result = fn(*args)
         finally:
             self.depth -= 1
-        self.calls.append(Call(name, key, inputs, jax.tree.map(self._output, result, is_leaf=is_array)))
+        leaves, out_def = jax.tree.flatten(result)
+        out_codes = [[self._new(leaf)] if is_array(leaf) else _literal(leaf) for leaf in leaves]
+        self.calls.append(Call(name, key, args_def, arg_codes, self._treedef(out_def), out_codes))
         return result
 
     def note_compute(self, durations_s: list[float]) -> None:
         """The simulated compute times of the shards of the latest (gradient) call."""
         self.compute_s[len(self.calls) - 1] = durations_s
 
-    def ref(self, tree: Any) -> Any:
-        """``tree`` with every array replaced by its ref (constants recorded on first sight)."""
-        return jax.tree.map(self._input, tree, is_leaf=is_array)
+    def codes(self, tree: Any) -> tuple[int, list[Code]]:
+        """``tree`` as (structure index, leaf codes); arrays seen for the first time become constants."""
+        leaves, treedef = jax.tree.flatten(tree)
+        return self._treedef(treedef), [self._input(leaf) for leaf in leaves]
 
-    def _input(self, leaf: Any) -> Any:
+    def _treedef(self, treedef: Any) -> int:
+        if treedef not in self._treedef_ids:
+            self._treedef_ids[treedef] = len(self.treedefs)
+            self.treedefs.append(treedef)
+        return self._treedef_ids[treedef]
+
+    def _input(self, leaf: Any) -> Code:
         if not is_array(leaf):
-            return leaf
-        index = self._refs.get(id(leaf))
-        if index is None:
-            index = self._new(leaf)
-            self.constants[index] = np.asarray(leaf)
-        return Ref(index)
-
-    def _output(self, leaf: Any) -> Any:
-        return Ref(self._new(leaf)) if is_array(leaf) else leaf
+            return _literal(leaf)
+        entry = self._refs.get(id(leaf))
+        if entry is not None and entry[1]() is leaf:
+            return [entry[0]]
+        index = self._new(leaf)
+        self.constants[index] = np.asarray(leaf)
+        return [index]
 
     def _new(self, leaf: Any) -> int:
         index, self.values = self.values, self.values + 1
         if not isinstance(leaf, np.generic):  # numpy scalars cannot be weakly referenced
-            self._refs[id(leaf)] = index
-            weakref.finalize(leaf, self._refs.pop, id(leaf), None)
+            self._refs[id(leaf)] = (index, weakref.ref(leaf))
+            if len(self._refs) > self._prune_at:  # forget arrays that have been freed
+                self._refs = {k: v for k, v in self._refs.items() if v[1]() is not None}
+                self._prune_at = max(1024, 2 * len(self._refs))
         return index
 
 
+def _literal(leaf: Any) -> Any:
+    if leaf is None or isinstance(leaf, (bool, int, float, str)):
+        return leaf
+    raise TypeError(f"cannot record a {type(leaf).__name__} on the numerics tape; pass arrays or numbers")
+
+
 # ----------------------------------------------------------------------------- files
-INLINE_SIZE = 1024  # constants up to this many elements live in the JSON (batch rows, weights)
+class _Slot:
+    """A leaf placeholder, to write a tree structure down."""
+
+    def __init__(self, position: int):
+        self.position = position
 
 
 class Recorded(NamedTuple):
-    """A tape as stored: the calls, the constants, the final parameters' refs, compute times."""
+    """A tape as stored: calls, structures, constants, the final parameters and compute times."""
 
     calls: list[Call]
+    treedefs: list[Any]
     constants: dict[int, np.ndarray]
-    final: Any
+    final: tuple[int, list[Code]]
     compute_s: dict[int, list[float]]
 
 
-def document(tape: Tape, final: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The tape as JSON-able data plus its large constants (keyed ``c<index>``)."""
-    small = {str(i): [str(v.dtype), list(v.shape), v.ravel().tolist()] for i, v in tape.constants.items() if v.size <= INLINE_SIZE}
-    large = {f"c{i}": v for i, v in tape.constants.items() if v.size > INLINE_SIZE}
+def document(tape: Tape, final: tuple[int, list[Code]]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The tape as JSON-able data plus its constants packed into one flat array per dtype."""
+    packed: dict[str, list[np.ndarray]] = {}
+    offsets: dict[str, int] = {}
+    table = []
+    for index in sorted(tape.constants):
+        value = tape.constants[index]
+        kind = value.dtype.str
+        table.append([index, kind, list(value.shape), offsets.get(kind, 0)])
+        packed.setdefault(kind, []).append(value.ravel())
+        offsets[kind] = offsets.get(kind, 0) + value.size
+    structures = [encode(jax.tree.unflatten(td, [_Slot(i) for i in range(td.num_leaves)])) for td in tape.treedefs]
     doc = {
-        "calls": [[c.name, list(c.key) if c.key is not None else None, encode(c.args), encode(c.out)] for c in tape.calls],
-        "final": encode(final),
-        "small": small,
+        "calls": [[c.name, list(c.key) if c.key is not None else None, c.args, c.arg_codes, c.out, c.out_codes] for c in tape.calls],
+        "treedefs": structures,
+        "constants": table,
+        "final": list(final),
         "compute_s": {str(i): d for i, d in tape.compute_s.items()},
     }
-    return doc, large
+    blobs = {f"blob{kind}": np.concatenate(parts) for kind, parts in packed.items()}
+    return doc, blobs
 
 
-def digest(doc: dict[str, Any], large: dict[str, np.ndarray]) -> str:
+def digest(doc: dict[str, Any], blobs: dict[str, np.ndarray]) -> str:
     """SHA-256 of the content (not of the zip file, whose bytes carry timestamps)."""
     h = hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
-    for name in sorted(large, key=lambda n: int(n[1:])):
-        value = np.ascontiguousarray(large[name])
+    for name in sorted(blobs):
+        value = np.ascontiguousarray(blobs[name])
         h.update(f"{name}:{value.dtype.str}:{value.shape}".encode() + value.tobytes())
     return h.hexdigest()
 
 
-def write(path: Path, doc: dict[str, Any], large: dict[str, np.ndarray]) -> None:
+def write(path: Path, doc: dict[str, Any], blobs: dict[str, np.ndarray]) -> None:
     with open(path, "wb") as f:
-        np.savez_compressed(f, tape=np.frombuffer(json.dumps(doc).encode(), np.uint8), **large)
+        np.savez_compressed(f, tape=np.frombuffer(json.dumps(doc).encode(), np.uint8), **blobs)
 
 
 def read(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The document and large constants of a tape file, for :func:`digest` and :func:`parse`."""
+    """The document and constant blobs of a tape file, for :func:`digest` and :func:`parse`."""
     with np.load(path, allow_pickle=False) as data:
         doc = json.loads(bytes(data["tape"]).decode())
-        large = {name: data[name] for name in data.files if name != "tape"}
-    return doc, large
+        blobs = {name: data[name] for name in data.files if name != "tape"}
+    return doc, blobs
 
 
-def parse(doc: dict[str, Any], large: dict[str, np.ndarray]) -> Recorded:
-    constants = {int(name[1:]): value for name, value in large.items()}
-    for index, (dtype, shape, flat) in doc["small"].items():
-        constants[int(index)] = np.asarray(flat, dtype=np.dtype(dtype)).reshape(shape)
-    calls = [Call(name, tuple(key) if key is not None else None, decode(args), decode(out)) for name, key, args, out in doc["calls"]]
+def parse(doc: dict[str, Any], blobs: dict[str, np.ndarray]) -> Recorded:
+    constants = {}
+    for index, kind, shape, offset in doc["constants"]:
+        size = int(np.prod(shape, dtype=np.int64))
+        constants[index] = blobs[f"blob{kind}"][offset : offset + size].reshape(shape)
+    treedefs = [jax.tree.structure(decode(node)) for node in doc["treedefs"]]
+    calls = [Call(name, tuple(key) if key is not None else None, a, ac, o, oc) for name, key, a, ac, o, oc in doc["calls"]]
     compute_s = {int(i): d for i, d in doc["compute_s"].items()}
-    return Recorded(calls, constants, decode(doc["final"]), compute_s)
+    return Recorded(calls, treedefs, constants, tuple(doc["final"]), compute_s)  # type: ignore[arg-type]
 
 
 # Pytree nodes are written as tagged JSON; named tuples only from fred's own modules,
 # so reading a tape never imports or runs anything else.
 def encode(tree: Any) -> Any:
-    if isinstance(tree, Ref):
-        return {"ref": tree.index}
+    if isinstance(tree, _Slot):
+        return {"slot": tree.position}
     if isinstance(tree, tuple) and hasattr(tree, "_fields"):
         cls = type(tree)
         return {"named": f"{cls.__module__}:{cls.__qualname__}", "items": [encode(x) for x in tree]}
@@ -209,8 +253,8 @@ def encode(tree: Any) -> Any:
 
 def decode(node: Any) -> Any:
     (tag, value), *_ = node.items()
-    if tag == "ref":
-        return Ref(value)
+    if tag == "slot":
+        return _Slot(value)
     if tag == "lit":
         return value
     if tag == "list":

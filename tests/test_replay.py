@@ -43,9 +43,9 @@ def test_every_strategy_replays_bit_for_bit_from_computed_values(name, tmp_path)
     assert report.replayed_calls > 0 and len(report.gradients) > 0
     # The final parameters are computed by replayed calls, not stored: none is a constant.
     recorded = tape.parse(*tape.read(tmp_path / "run" / "tape.npz"))
-    produced = {r.index for call in recorded.calls for r in jax.tree.leaves(call.out, is_leaf=lambda x: isinstance(x, tape.Ref)) if isinstance(r, tape.Ref)}
-    finals = [r for r in jax.tree.leaves(recorded.final, is_leaf=lambda x: isinstance(x, tape.Ref)) if isinstance(r, tape.Ref)]
-    assert finals and all(r.index in produced and r.index not in recorded.constants for r in finals)
+    produced = {r for call in recorded.calls for r in tape.refs(call.out_codes)}
+    finals = tape.refs(recorded.final[1])
+    assert finals and all(r in produced and r not in recorded.constants for r in finals)
     assert run.summary["updates"] == 15
 
 
@@ -60,23 +60,27 @@ def test_gradient_timings_sit_next_to_the_simulated_compute_time(tmp_path):
 
 def test_only_the_calls_the_final_parameters_need_are_replayed():
     calls = [
-        tape.Call("a", None, (tape.Ref(0),), tape.Ref(1)),
-        tape.Call("eval", None, (tape.Ref(1),), tape.Ref(2)),
-        tape.Call("b", None, (tape.Ref(1), 3), tape.Ref(3)),
+        tape.Call("a", None, 0, [[0]], 1, [[1]]),
+        tape.Call("eval", None, 0, [[1]], 1, [[2]]),
+        tape.Call("b", None, 2, [[1], 3], 1, [[3]]),
     ]
-    assert needed(calls, {"w": tape.Ref(3)}) == [True, False, True]
+    assert needed(calls, (1, [[3]])) == [True, False, True]
 
 
 def _tamper_rows(run_dir, fix_digest: bool) -> None:
-    doc, large = tape.read(run_dir / "tape.npz")
+    """Change the first batch index of the first gradient call (the row after it)."""
+    doc, blobs = tape.read(run_dir / "tape.npz")
     gradient = next(c for c in doc["calls"] if c[0] == "gradients")
-    rows_ref = gradient[2]["tuple"][1]["ref"]
-    dtype, shape, flat = doc["small"][str(rows_ref)]
-    doc["small"][str(rows_ref)] = [dtype, shape, [(v + 1) % 100 for v in flat]]
-    tape.write(run_dir / "tape.npz", doc, large)
+    rows = gradient[3][-2][0]  # the call's inputs are (params..., rows, shards)
+    index, kind, shape, offset = next(entry for entry in doc["constants"] if entry[0] == rows)
+    assert np.dtype(kind).kind == "i" and len(shape) == 1, "that is the batch's row indices"
+    blob = blobs[f"blob{kind}"].copy()
+    blob[offset] = (blob[offset] + 1) % 100
+    blobs[f"blob{kind}"] = blob
+    tape.write(run_dir / "tape.npz", doc, blobs)
     if fix_digest:
         summary = json.loads((run_dir / "summary.json").read_text())
-        summary["tape_sha256"] = tape.digest(doc, large)
+        summary["tape_sha256"] = tape.digest(doc, blobs)
         (run_dir / "summary.json").write_text(json.dumps(summary))
 
 

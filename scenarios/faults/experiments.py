@@ -33,8 +33,15 @@ STRATEGIES = [n for n in registry.names() if n != "sgd"] + ["ssgd_ps"]
 REFERENCE_S = 3.0
 
 
+VARIANTS = {
+    "ssgd_ps": {"name": "ssgd", "aggregation": "ps"},
+    "bfasgd": {"name": "bfasgd", "c_fetch": 0.03},  # the defaults never drop: that would be FASGD
+}
+
+
 def strategy(name: str) -> dict[str, Any]:
-    return {"name": "ssgd", "aggregation": "ps"} if name == "ssgd_ps" else {"name": name}
+    """Each strategy's defaults (B-FASGD with the fetch dropping of scenarios/fasgd/bfasgd_16.yaml)."""
+    return VARIANTS.get(name, {"name": name})
 
 
 def outcome(name: str, faults: dict[str, Any], target: float | None, clean_s: float | None) -> str:
