@@ -4,7 +4,8 @@ Strategies never touch links, clocks or records directly. They write worker and
 server processes as generators and use a few primitives:
 
 ``yield from sim.compute(worker, params)``
-    charge one gradient step of simulated time; returns the real :class:`GradSum`.
+    charge one gradient step of simulated time; returns the real :class:`GradSum`
+    (``None`` in a timing-only run, which has no gradient service).
 ``yield from sim.work(entity, seconds, kind)``
     keep an entity busy for a given time (compression, a server's update, a sleep).
 ``yield from sim.send(src, dst, nbytes, kind, payload)``
@@ -125,7 +126,7 @@ class Simulation:
         workers: list[Worker],
         network: Network,
         compute_model: ComputeModel,
-        gradients: GradientService,
+        gradients: GradientService | None,
         init_params: Params,
         param_bytes: int,
         seed: int,
@@ -186,18 +187,22 @@ class Simulation:
     # -- primitives --------------------------------------------------------------------
     def compute(
         self, worker: Worker, params: Params, duration_s: float | None = None
-    ) -> Generator[simpy.Event, Any, GradSum]:
+    ) -> Generator[simpy.Event, Any, GradSum | None]:
         """One gradient step of ``worker`` on its next batch, at ``params``.
 
         It takes the compute model's next duration for the worker, or ``duration_s``
-        when given (a logical clock passes 0).
+        when given (a logical clock passes 0). Without a gradient service (a
+        timing-only run) it draws no batch and returns ``None``: the time is charged
+        all the same, because durations never depend on the numbers.
         """
-        request = self.gradients.request(params, worker.next_batch())
+        request = self.gradients.request(params, worker.next_batch()) if self.gradients else None
         start = self.now
         if duration_s is None:
             duration_s = self.compute_model.duration_s(worker.index, self.now)
         yield self.env.timeout(duration_s)
         self.trace("compute", worker.name, start, self.now)
+        if request is None:
+            return None
         grad = self.gradients.result(request)
         for hook in self.compute_hooks:
             hook(grad)

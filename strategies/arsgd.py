@@ -26,7 +26,7 @@ class ARSGD(StrategyConfig):
     lr: float = Field(default=0.1, gt=0)
 
 
-@register(ARSGD)
+@register(ARSGD, timing_only=True)
 def start(sim: Simulation, config: ARSGD):
     opt = sgd(config.lr)
     return run_allreduce_sgd(sim, opt, make_sum_step(opt))
