@@ -149,6 +149,11 @@ class Simulation:
     def now(self) -> float:
         return self.env.now
 
+    @property
+    def timing_only(self) -> bool:
+        """A run without gradients: ``compute`` returns ``None``; strategies skip their numbers."""
+        return self.gradients is None
+
     def process(self, generator: Process) -> simpy.Process:
         return self.env.process(generator)
 

@@ -127,7 +127,7 @@ def debias(tree: Params, weight: jax.Array) -> Params:
 class Node:
     """One node's push-sum state, the shares not yet consumed, and who has been heard from."""
 
-    x: Params
+    x: Params | None  # None in a timing-only run
     w: float = 1.0
     iteration: int = 0
     inbox: list[tuple[int, int, Params, float]] = field(default_factory=list)  # (iteration, sender, x, w)
@@ -151,6 +151,8 @@ class PushSum:
 
 
 def start_nodes(sim: Simulation, spread: float) -> list[Node]:
+    if sim.timing_only:  # no parameters to push: shares carry only their weights
+        return [Node(None) for _ in sim.workers]
     nodes = []
     for w in sim.workers:
         x = sim.init_params
