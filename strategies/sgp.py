@@ -18,6 +18,7 @@ explicit list of matrices used in turn. The loop here is shared with ``osgp``
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
@@ -95,20 +96,19 @@ def mixing(config: SGP, n: int) -> Callable[[int, int], list[tuple[int, float]]]
 
 def in_neighbours(shares: Callable[[int, int], list[tuple[int, float]]], n: int) -> Callable[[int, int], list[int]]:
     """``senders(k, i)``: the other nodes whose iteration-k shares node i must receive."""
-    cache: dict[int, list[list[int]]] = {}
 
-    def senders(k: int, i: int) -> list[int]:
-        if k not in cache:
-            table: list[list[int]] = [[] for _ in range(n)]
-            for j in range(n):
-                for dst, _ in shares(k, j):
-                    if dst != j:
-                        table[dst].append(j)
-            cache.clear()  # iterations are visited in order; keep one
-            cache[k] = table
-        return cache[k][i]
+    # Nodes drift a few iterations apart, so keep the tables of several: with one, two
+    # nodes an iteration apart rebuild it (O(n)) in turn, O(n^2) per iteration in all.
+    @functools.lru_cache(maxsize=64)
+    def table(k: int) -> list[list[int]]:
+        rows: list[list[int]] = [[] for _ in range(n)]
+        for j in range(n):
+            for dst, _ in shares(k, j):
+                if dst != j:
+                    rows[dst].append(j)
+        return rows
 
-    return senders
+    return lambda k, i: table(k)[i]
 
 
 # ----------------------------------------------------------------------------- numerics
