@@ -91,7 +91,8 @@ class GradientService:
 
     def _flush_like(self, first: _GradientRequest) -> None:
         same = [r for r in self._pending if r.params is first.params and len(r.rows) == len(first.rows)]
-        self._pending = [r for r in self._pending if not any(r is s for s in same)]
+        served = {id(r) for r in same}  # a set: many workers flush at once, so no scan per request
+        self._pending = [r for r in self._pending if id(r) not in served]
         rows = np.concatenate([r.rows for r in same])
         for req, part in zip(same, self.numerics.shard_sums_of(first.params, self.dataset, rows, len(same))):
             req.result = part
