@@ -72,7 +72,9 @@ class GradientService:
     A request's value is needed only when its simulated compute time has passed;
     by then every worker that started on the same parameters at the same instant
     has asked too, so one vectorised call serves them all. The exact reduction
-    makes the batched and unbatched results bit-identical.
+    makes the batched and unbatched results bit-identical while XLA computes an
+    example's gradient the same way in both calls (not always so for large calls:
+    docs/determinism.md).
     """
 
     def __init__(self, numerics: Numerics, dataset: Dataset):
