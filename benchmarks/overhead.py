@@ -27,18 +27,16 @@ from __future__ import annotations
 import argparse
 import cProfile
 import functools
-import json
-import os
-import platform
 import pstats
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from common import RESULTS_DIR, best_of, machine, table, write_results
 
 import fred
 from fred import rng
@@ -53,7 +51,7 @@ TARGET_RATIO = 1.5
 WORKERS = 8
 BATCH = 32
 LR = 0.1
-RESULTS = Path(__file__).resolve().parent / "results" / "overhead.json"
+RESULTS = RESULTS_DIR / "overhead.json"
 
 
 # ----------------------------------------------------------------------------- scenarios
@@ -96,18 +94,6 @@ def events_scenario(updates: int, workers: int = 64) -> dict[str, Any]:
         "stop": {"max_updates": updates},
         "eval": {"every_updates": updates},
     }
-
-
-# ----------------------------------------------------------------------------- timing
-def best_of(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    """One untimed warm-up call (compiles), then the best wall time of ``repeats`` calls."""
-    out = fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 # ----------------------------------------------------------------------------- bare JAX baseline
@@ -357,24 +343,7 @@ def _short(filename: str) -> str:
     return filename
 
 
-# ----------------------------------------------------------------------------- printing
-def table(headers: list[str], rows: list[list[Any]]) -> str:
-    cells = [[h for h in headers]] + [[_fmt(v) for v in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
-    return "\n".join([line(cells[0]), line(["-" * w for w in widths])] + [line(r) for r in cells[1:]])
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) < 1e-3 and v != 0 else f"{v:.3f}" if abs(v) < 100 else f"{v:,.0f}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return str(v)
-
-
+# ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="30 updates per digits run, 5 rounds of 64 workers")
@@ -392,15 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     event_updates = 5 if args.quick else 20
     t_start = time.perf_counter()
 
-    machine = {
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "backend": jax.default_backend(),
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "processor": _cpu_model(),
-    }
-    print(f"fred {fred.__version__} | jax {machine['jax']} on {machine['backend']} | {machine['cpu_count']} CPUs")
+    facts = machine()
+    print(f"fred {fred.__version__} | jax {facts['jax']} on {facts['backend']} | {facts['cpu_count']} CPUs")
     print(f"{'quick' if args.quick else 'full'} run: best of {args.repeats} after one warm-up\n")
 
     rows = overhead(updates, args.repeats)
@@ -468,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "repeats": args.repeats,
         "target_ratio": TARGET_RATIO,
-        "machine": machine,
+        "machine": facts,
         "overhead": rows,
         "fixed_cost_s": fixed,
         "exact_vs_fast": evf,
@@ -484,20 +446,9 @@ def main(argv: list[str] | None = None) -> int:
             print()
 
     results["benchmark_wall_s"] = time.perf_counter() - t_start
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(args.out, results)
     print(f"wrote {args.out} (benchmark took {results['benchmark_wall_s']:.1f} s)")
     return 0
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Strategies never touch links, clocks or records directly. They write worker and
 server processes as generators and use a few primitives:
 
 ``yield from sim.compute(worker, params)``
-    charge one gradient step of simulated time; returns the real :class:`GradSum`.
+    charge one gradient step of simulated time; returns the real :class:`GradSum`
+    (``None`` in a timing-only run, which has no gradient service).
 ``yield from sim.work(entity, seconds, kind)``
     keep an entity busy for a given time (compression, a server's update, a sleep).
 ``yield from sim.send(src, dst, nbytes, kind, payload)``
@@ -78,7 +79,9 @@ class GradientService:
     A request's value is needed only when its simulated compute time has passed;
     by then every worker that started on the same parameters at the same instant
     has asked too, so one vectorised call serves them all. The exact reduction
-    makes the batched and unbatched results bit-identical.
+    makes the batched and unbatched results bit-identical while XLA computes an
+    example's gradient the same way in both calls (not always so for large calls:
+    docs/determinism.md).
     """
 
     def __init__(self, numerics: Numerics, dataset: Dataset):
@@ -103,7 +106,8 @@ class GradientService:
 
     def _flush_like(self, first: _GradientRequest) -> None:
         same = [r for r in self._pending if r.params is first.params and len(r.rows) == len(first.rows)]
-        self._pending = [r for r in self._pending if not any(r is s for s in same)]
+        served = {id(r) for r in same}  # a set: many workers flush at once, so no scan per request
+        self._pending = [r for r in self._pending if id(r) not in served]
         rows = np.concatenate([r.rows for r in same])
         for req, part in zip(same, self._shard_sums(first.params, rows, len(same))):
             req.result = part
@@ -142,7 +146,7 @@ class Simulation:
         workers: list[Worker],
         network: Network,
         compute_model: ComputeModel,
-        gradients: GradientService,
+        gradients: GradientService | None,
         init_params: Params,
         param_bytes: int,
         seed: int,
@@ -173,6 +177,11 @@ class Simulation:
     @property
     def now(self) -> float:
         return self.env.now
+
+    @property
+    def timing_only(self) -> bool:
+        """A run without gradients: ``compute`` returns ``None``; strategies skip their numbers."""
+        return self.gradients is None
 
     def process(self, generator: Process) -> simpy.Process:
         """Start a process; one interrupted by its worker's crash just ends."""
@@ -258,25 +267,31 @@ class Simulation:
     # -- primitives --------------------------------------------------------------------
     def compute(
         self, worker: Worker, params: Params, duration_s: float | None = None
-    ) -> Generator[simpy.Event, Any, GradSum]:
+    ) -> Generator[simpy.Event, Any, GradSum | None]:
         """One gradient step of ``worker`` on its next batch, at ``params``.
 
         It takes the compute model's next duration for the worker, or ``duration_s``
-        when given (a logical clock passes 0).
+        when given (a logical clock passes 0). Without a gradient service (a
+        timing-only run) it draws no batch and returns ``None``: the time is charged
+        all the same, because durations never depend on the numbers.
         """
         self._own(worker)
-        request = self.gradients.request(params, worker.next_batch())
+        request = self.gradients.request(params, worker.next_batch()) if self.gradients else None
         start = self.now
         if duration_s is None:
             duration_s = self.compute_model.duration_s(worker.index, self.now)
-        request.duration_s = duration_s
+        if request is not None:
+            request.duration_s = duration_s
         try:
             yield self.env.timeout(duration_s)
         except simpy.Interrupt:
-            self.gradients.cancel(request)
+            if request is not None:
+                self.gradients.cancel(request)  # type: ignore[union-attr]
             raise
         finally:
             self.trace("compute", worker.name, start, self.now)
+        if request is None:
+            return None
         grad = self.gradients.result(request)
         for hook in self.compute_hooks:
             hook(grad)

@@ -52,6 +52,8 @@ def replay(run_dir: str | Path, backend: str = "cpu", check: str = "bitwise", rt
     """Replay ``run_dir`` on ``backend``; ``check`` is ``bitwise`` or ``close`` (``rtol``/``atol``)."""
     run_dir = Path(run_dir)
     run = load_run(run_dir)
+    if run.scenario.workload.timing_only:
+        raise ReplayError(f"{run_dir} is a timing-only run (workload.timing_only): it computed no numbers to replay")
     recorded = _read_tape(run_dir, run.summary)
     device = device_for(backend)
     context = {"gradients": _gradients(run.scenario)}

@@ -57,7 +57,7 @@ def build(scenario: Scenario) -> Built:
         workers=workers,
         network=Network(scenario.network),
         compute_model=ComputeModel(scenario),
-        gradients=GradientService(numerics, dataset),
+        gradients=None if scenario.workload.timing_only else GradientService(numerics, dataset),
         init_params=init_params,
         param_bytes=param_bytes,
         seed=seed,
@@ -120,6 +120,7 @@ class _Controller:
     def __init__(self, built: Built, params_fn: Callable[[], Params], recorder: Recorder, progress: Progress | None):
         self.built, self.params_fn, self.recorder, self.progress = built, params_fn, recorder, progress
         self.stop_cfg, self.eval_cfg = built.scenario.stop, built.scenario.eval
+        self.timing_only = built.scenario.workload.timing_only
         self.stop_reason: str | None = None
         self.status = "completed"
         self._train: list[tuple[Any, int]] = []  # (loss sum, examples); not the gradients, to free them
@@ -147,8 +148,11 @@ class _Controller:
         if self._last_eval == (at_s, count):
             return
         self._last_eval = (at_s, count)
-        ds = self.built.dataset
-        loss, accuracy = self.built.numerics.evaluate(self.params_fn(), ds.x_eval, ds.y_eval)
+        if self.timing_only:  # no parameters: the row keeps the schedule, with NaN for the numbers
+            loss, accuracy = math.nan, math.nan
+        else:
+            ds = self.built.dataset
+            loss, accuracy = self.built.numerics.evaluate(self.params_fn(), ds.x_eval, ds.y_eval)
         examples = sum(count for _, count in self._train)
         train_loss = float(sum(float(loss) for loss, _ in self._train) / examples) if examples else math.nan
         self._train.clear()
@@ -156,7 +160,7 @@ class _Controller:
         self._last_loss = loss
         if self.progress is not None:
             self.progress(at_s, count, loss)
-        if not math.isfinite(loss):
+        if not math.isfinite(loss) and not self.timing_only:
             self.status, self.stop_reason = "diverged", self.stop_reason or "non_finite_loss"
         elif self.stop_cfg.target_eval_loss is not None and loss <= self.stop_cfg.target_eval_loss:
             self.stop_reason = self.stop_reason or "target_eval_loss"
@@ -205,7 +209,7 @@ def execute(scenario: Scenario, progress: Progress | None = None) -> RunResult:
         built.sim.compute_hooks.append(controller.on_compute)
         end_s = controller.drive()
         controller.evaluate(end_s)
-        final = params_fn()
+        final = {} if scenario.workload.timing_only else params_fn()
         recorded = document(tape, tape.codes(final))
     params = jax.tree.map(np.asarray, final)
     tables = recorder.tables()
@@ -246,7 +250,7 @@ def _summary(
         "mean_staleness": _num(updates["staleness"].mean()) if len(updates) else None,
         "max_staleness": int(updates["staleness"].max()) if len(updates) else None,
         **built.sim.report,
-        "params_sha256": params_sha256(params),
+        "params_sha256": None if scenario.workload.timing_only else params_sha256(params),
         "scenario_sha256": scenario.digest(),
         "wall_time_s": round(wall_s, 3),
         "fred_version": fred.__version__,

@@ -166,6 +166,11 @@ class WorkloadConfig(Section):
     flops_per_example: PositiveFloat | None = Field(
         default=None, description="time compute as if one example cost this many FLOPs"
     )
+    timing_only: bool = Field(
+        default=False,
+        description="simulate the timing without computing gradients: no losses, no parameters "
+        "(scale studies; only strategies registered with timing_only)",
+    )
 
     def resolved_param_bytes(self) -> int | None:
         if self.param_bytes is not None:
@@ -307,6 +312,23 @@ def _validate_strategy(value: Any) -> StrategyConfig:
     return config_cls.model_validate(value)
 
 
+def _check_timing_only(scenario: Scenario) -> None:
+    from strategies import registry
+
+    name = scenario.strategy.name
+    if not registry.get(name).timing_only:
+        supported = ", ".join(s.name for s in registry.all_strategies() if s.timing_only)
+        raise ValueError(
+            f"workload.timing_only: strategy {name!r} needs real gradients; timing-only runs support "
+            f"{supported}. Pick one of those or set workload.timing_only: false"
+        )
+    if scenario.stop.target_eval_loss is not None:
+        raise ValueError(
+            "stop.target_eval_loss is never reached in a timing-only run (there are no losses); "
+            "stop on max_updates or max_sim_time_s, or set workload.timing_only: false"
+        )
+
+
 # ----------------------------------------------------------------------------- scenario
 class Scenario(Section):
     """One run: what to train, on which simulated cluster, with which strategy, until when."""
@@ -339,6 +361,8 @@ class Scenario(Section):
             raise ValueError("cluster.compute.device_flops needs flops_per_example (here or in workload)")
         self.strategy.check(self)
         _check_faults(self)
+        if self.workload.timing_only:
+            _check_timing_only(self)
         return self
 
     @field_validator("name")

@@ -29,7 +29,7 @@ class ARSGD(StrategyConfig):
         return ALLREDUCE_FAULTS
 
 
-@register(ARSGD)
+@register(ARSGD, timing_only=True)
 def start(sim: Simulation, config: ARSGD):
     opt = sgd(config.lr)
     return run_allreduce_sgd(sim, opt, make_sum_step(opt))

@@ -35,7 +35,7 @@ def ring_mixing(n: int):
     return lambda k, i: [(i, 1 / 3), ((i - 1) % n, 1 / 3), ((i + 1) % n, 1 / 3)]
 
 
-@register(DPSGD)
+@register(DPSGD, timing_only=True)
 def start(sim: Simulation, config: DPSGD):
     as_sgp = SGP(lr=config.lr, reduction=config.reduction)
     return run_push_sum(sim, as_sgp, debiased=False, shares=ring_mixing(len(sim.workers))).average

@@ -23,6 +23,6 @@ class OSGP(SGP):
     overlap: int = Field(default=1, ge=0, description="tau: iterations a share may be consumed late")
 
 
-@register(OSGP)
+@register(OSGP, timing_only=True)
 def start(sim: Simulation, config: OSGP):
     return run_push_sum(sim, config, overlap=config.overlap).average

@@ -4,6 +4,10 @@ A strategy module defines a :class:`~fred.scenario.StrategyConfig` subclass whos
 ``name`` field is a one-value ``Literal`` and decorates its ``start`` function
 with :func:`register`. ``start(sim, config)`` launches the strategy's processes
 and returns a function giving the current global parameters (for evaluation).
+
+``register(config, timing_only=True)`` declares that the strategy runs with
+``workload.timing_only``: its processes accept ``None`` from ``sim.compute`` (no
+gradient, so no numbers) and still send, reduce and apply on the same schedule.
 """
 
 from __future__ import annotations
@@ -23,13 +27,14 @@ class Strategy(NamedTuple):
     config: type[StrategyConfig]
     start: Start
     summary: str
+    timing_only: bool = False
 
 
 _REGISTRY: dict[str, Strategy] = {}
 
 
-def register(config: type[StrategyConfig]) -> Callable[[Start], Start]:
-    """Register ``start`` under the default of ``config.name``."""
+def register(config: type[StrategyConfig], timing_only: bool = False) -> Callable[[Start], Start]:
+    """Register ``start`` under the default of ``config.name``; see the module doc for ``timing_only``."""
     name = config.model_fields["name"].default
     if not isinstance(name, str):
         raise TypeError(f"{config.__name__}.name needs a string default (the strategy's registry name)")
@@ -38,7 +43,7 @@ def register(config: type[StrategyConfig]) -> Callable[[Start], Start]:
         if name in _REGISTRY:
             raise ValueError(f"strategy {name!r} is registered twice")
         doc = (start.__module__ and __import__(start.__module__, fromlist=["_"]).__doc__) or ""
-        _REGISTRY[name] = Strategy(name, config, start, doc.strip().splitlines()[0] if doc.strip() else "")
+        _REGISTRY[name] = Strategy(name, config, start, doc.strip().splitlines()[0] if doc.strip() else "", timing_only)
         return start
 
     return decorate

@@ -24,6 +24,7 @@ model is the average over the nodes still running.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
@@ -102,20 +103,19 @@ def mixing(config: SGP, n: int) -> Callable[[int, int], list[tuple[int, float]]]
 
 def in_neighbours(shares: Callable[[int, int], list[tuple[int, float]]], n: int) -> Callable[[int, int], list[int]]:
     """``senders(k, i)``: the other nodes whose iteration-k shares node i must receive."""
-    cache: dict[int, list[list[int]]] = {}
 
-    def senders(k: int, i: int) -> list[int]:
-        if k not in cache:
-            table: list[list[int]] = [[] for _ in range(n)]
-            for j in range(n):
-                for dst, _ in shares(k, j):
-                    if dst != j:
-                        table[dst].append(j)
-            cache.clear()  # iterations are visited in order; keep one
-            cache[k] = table
-        return cache[k][i]
+    # Nodes drift a few iterations apart, so keep the tables of several: with one, two
+    # nodes an iteration apart rebuild it (O(n)) in turn, O(n^2) per iteration in all.
+    @functools.lru_cache(maxsize=64)
+    def table(k: int) -> list[list[int]]:
+        rows: list[list[int]] = [[] for _ in range(n)]
+        for j in range(n):
+            for dst, _ in shares(k, j):
+                if dst != j:
+                    rows[dst].append(j)
+        return rows
 
-    return senders
+    return lambda k, i: table(k)[i]
 
 
 # ----------------------------------------------------------------------------- numerics
@@ -136,7 +136,7 @@ def debias(tree: Params, weight: jax.Array) -> Params:
 class Node:
     """One node's push-sum state, the shares not yet consumed, and who has been heard from."""
 
-    x: Params
+    x: Params | None  # None in a timing-only run
     w: float = 1.0
     iteration: int = 0
     inbox: list[tuple[int, int, Params, float]] = field(default_factory=list)  # (iteration, sender, x, w)
@@ -152,8 +152,8 @@ class PushSum:
     debiased: bool
     down: set[int] = field(default_factory=set)  # crashed nodes, left out of the average
 
-    def z(self, node: Node) -> Params:
-        return debias(node.x, jnp.float32(node.w)) if self.debiased else node.x
+    def z(self, node: Node) -> Params | None:
+        return debias(node.x, jnp.float32(node.w)) if self.debiased and node.x is not None else node.x
 
     def average(self) -> Params:
         running = [node for i, node in enumerate(self.nodes) if i not in self.down] or self.nodes
@@ -161,6 +161,8 @@ class PushSum:
 
 
 def start_nodes(sim: Simulation, spread: float) -> list[Node]:
+    if sim.timing_only:  # no parameters to push: shares carry only their weights
+        return [Node(None) for _ in sim.workers]
     nodes = []
     for w in sim.workers:
         x = sim.init_params
@@ -233,17 +235,19 @@ def run_push_sum(
         while True:
             k = node.iteration
             g = yield from sim.compute(w, state.z(node))
-            x_half, _ = step(node.x, opt_state, g.grad, g.count)
+            # g is None in a timing-only run: the same messages and weights, with no parameters in them.
+            x_half = None if g is None else step(node.x, opt_state, g.grad, g.count)[0]
             own_x, own_w = x_half, node.w
             for j, p in shares(k, w.index):
+                x_share = None if x_half is None else scale(x_half, jnp.float32(p))
                 if j == w.index:
-                    own_x, own_w = scale(x_half, jnp.float32(p)), p * node.w
+                    own_x, own_w = x_share, p * node.w
                 else:
-                    sim.process(send_share(w, j, k, scale(x_half, jnp.float32(p)), p * node.w))
+                    sim.process(send_share(w, j, k, x_share, p * node.w))
             yield from collect(w, node, k)
             arrived = sorted((m for m in node.inbox if m[0] <= k), key=lambda m: m[:2])  # none from the future
             node.inbox = [m for m in node.inbox if m[0] > k]
-            node.x = tree_sum([own_x] + [x for _, _, x, _ in arrived]) if arrived else own_x
+            node.x = tree_sum([own_x] + [x for _, _, x, _ in arrived]) if arrived and own_x is not None else own_x
             node.w = own_w + sum(weight for _, _, _, weight in arrived)
             node.iteration += 1
             sim.applied([(w.index, k)], k)  # the node's model has taken its step and its mix
@@ -253,6 +257,6 @@ def run_push_sum(
     return state
 
 
-@register(SGP)
+@register(SGP, timing_only=True)
 def start(sim: Simulation, config: SGP):
     return run_push_sum(sim, config).average

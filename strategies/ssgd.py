@@ -17,7 +17,7 @@ from pydantic import Field
 
 from fred.engine import Simulation, Worker
 from fred.optim import make_sum_step, sgd
-from fred.scenario import StrategyConfig
+from fred.scenario import Scenario, StrategyConfig
 from strategies.registry import register
 from strategies.sasgd import PS_FAULTS, run_parameter_server, sasgd_rule
 
@@ -32,8 +32,15 @@ class SSGD(StrategyConfig):
     def fault_support(self) -> frozenset[str]:
         return PS_FAULTS if self.aggregation == "ps" else ALLREDUCE_FAULTS
 
+    def check(self, scenario: Scenario) -> None:
+        if scenario.workload.timing_only and self.aggregation == "ps":
+            raise ValueError(
+                "workload.timing_only runs ssgd only with strategy.aggregation: allreduce "
+                "(the parameter-server loop needs real gradients); set it, or workload.timing_only: false"
+            )
 
-@register(SSGD)
+
+@register(SSGD, timing_only=True)
 def start(sim: Simulation, config: SSGD):
     if config.aggregation == "ps":
         return _on_parameter_server(sim, config)
@@ -61,7 +68,9 @@ def run_allreduce_sgd(sim: Simulation, opt, step):
         # Every replica applies the identical update; compute it once, share the result.
         if version + 1 not in rounds:
             params, opt_state = rounds.pop(version)
-            rounds[version + 1] = step(params, opt_state, total.grad, total.count)
+            if total is not None:  # None in a timing-only run: no numbers, the same schedule
+                params, opt_state = step(params, opt_state, total.grad, total.count)
+            rounds[version + 1] = (params, opt_state)
             sim.applied([(i, version) for i in sim.participants(sim.workers)], version)
 
     def worker(w: Worker, version: int = 0):

@@ -142,3 +142,10 @@ def test_replay_on_a_gpu_is_close_to_the_cpu_run(tmp_path):
     assert report.device.lower().startswith(("cuda", "gpu"))
     assert report.passed, report.leaves
     assert np.isfinite(report.gradients["real_s"]).all()
+
+
+def test_a_timing_only_run_has_nothing_to_replay(tmp_path, capsys):
+    data = tiny(strategy={"name": "arsgd"}, stop={"max_updates": 3}, workload={"timing_only": True})
+    fred.run(data, out=tmp_path / "run")
+    assert main(["replay", str(tmp_path / "run")]) == 2
+    assert "timing-only run" in capsys.readouterr().err

@@ -1,0 +1,71 @@
+"""What every benchmark shares: best-of timing, plain-text tables, machine facts, the JSON file."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def best_of(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """One untimed warm-up call (compiles), then the best wall time of ``repeats`` calls."""
+    out = fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def machine() -> dict[str, Any]:
+    """The facts a timing depends on, stored next to it."""
+    return {
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "processor": _cpu_model(),
+        "load_average_1m": os.getloadavg()[0],  # other work on the machine slows every timing
+    }
+
+
+def write_results(path: Path, results: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [[h for h in headers]] + [[_fmt(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join([line(cells[0]), line(["-" * w for w in widths])] + [line(r) for r in cells[1:]])
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1e-3 and v != 0 else f"{v:.3f}" if abs(v) < 100 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
