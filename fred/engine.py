@@ -66,6 +66,9 @@ class Worker:
         return f"worker{self.index}"
 
 
+MAX_EXACT_ROWS = 256  # rows per exact gradient call when several workers are served at once
+
+
 class _GradientRequest:
     __slots__ = ("params", "rows", "result", "duration_s")
 
@@ -78,10 +81,10 @@ class GradientService:
 
     A request's value is needed only when its simulated compute time has passed;
     by then every worker that started on the same parameters at the same instant
-    has asked too, so one vectorised call serves them all. The exact reduction
-    makes the batched and unbatched results bit-identical while XLA computes an
-    example's gradient the same way in both calls (not always so for large calls:
-    docs/determinism.md).
+    has asked too, so vectorised calls serve them all (fast: one call; exact: calls
+    of up to ``MAX_EXACT_ROWS`` rows). With the exact reduction every example's
+    gradient comes from the same 64-row program, so batched and unbatched results
+    are the same bits (docs/determinism.md).
     """
 
     def __init__(self, numerics: Numerics, dataset: Dataset):
@@ -108,12 +111,22 @@ class GradientService:
         same = [r for r in self._pending if r.params is first.params and len(r.rows) == len(first.rows)]
         served = {id(r) for r in same}  # a set: many workers flush at once, so no scan per request
         self._pending = [r for r in self._pending if id(r) not in served]
-        rows = np.concatenate([r.rows for r in same])
-        for req, part in zip(same, self._shard_sums(first.params, rows, len(same))):
-            req.result = part
-        tape = active_tape()
-        if tape is not None:  # replay reports real step times next to these simulated ones
-            tape.note_compute([r.duration_s for r in same])
+        per_call = self._workers_per_call(len(first.rows), len(same))
+        for start in range(0, len(same), per_call):
+            group = same[start : start + per_call]
+            rows = np.concatenate([r.rows for r in group])
+            for req, part in zip(group, self._shard_sums(first.params, rows, len(group))):
+                req.result = part
+            tape = active_tape()
+            if tape is not None:  # replay reports real step times next to these simulated ones
+                tape.note_compute([r.duration_s for r in group])
+
+    def _workers_per_call(self, batch: int, workers: int) -> int:
+        """Exact: calls of up to MAX_EXACT_ROWS rows (the same bits, and faster than one huge call,
+        whose per-example gradients no longer fit in cache); fast: one call for everyone."""
+        if self.numerics.reduction == "fast":
+            return workers
+        return max(1, MAX_EXACT_ROWS // batch)
 
 
 def _sum_values(values: list[Any]) -> Any:

@@ -3,8 +3,10 @@
 Why the ``exact`` reduction looks the way it does: on XLA CPU a batch mean
 depends on the batch size in its last bits, so SSGD with n workers of batch b
 would drift from SGD with batch n*b. Per-example gradients (vmap of grad),
-evaluated on row blocks of a fixed size, do not depend on the batch or on an
-example's position in it. Summing them with one fixed pairwise tree whose
+computed in calls of exactly ``CHUNK_ROWS`` rows, do not depend on the batch or
+on an example's position in it (one call over a whole large batch would not do: XLA
+compiles a bigger vmap differently, and from a few hundred rows on the last bits
+change). Summing them with one fixed pairwise tree whose
 subtrees are exactly the workers' shards then gives the same bits whichever
 way the global batch was split. ``fast`` skips this and differentiates each
 shard's summed loss in one go.
@@ -23,8 +25,9 @@ from fred.data import Dataset
 from fred.models import Model, Params
 from fred.tape import op
 
-# Rows per per-example gradient call: every call pads to a multiple of this, so an
-# example's gradient is computed by the same program whatever batch it came in.
+# Rows per per-example gradient call: batches are padded to a multiple of this and
+# computed one 64-row call at a time, so an example's gradient always comes from the
+# same compiled program, whatever batch (or batch of workers) it came in.
 CHUNK_ROWS = 64
 
 
@@ -108,17 +111,19 @@ class Numerics:
         loss = functools.partial(_example_loss, model, task)
         value_and_grad = jax.value_and_grad(loss)
         self._per_example = jax.jit(jax.vmap(value_and_grad, in_axes=(None, 0, 0)))
-        self._shard_sums = jax.jit(self._block_sums, static_argnums=(2, 3))
+        self._shard_sums = jax.jit(self._block_sums, static_argnums=(1, 2))
         batch_loss = lambda p, x, y: jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0))(p, x, y))
         self._fast = jax.jit(functools.partial(self._fast_sums, batch_loss), static_argnums=(3,))
         self._evaluate = jax.jit(self._eval_fn)
 
     @staticmethod
     def _block_sums(
-        losses: jax.Array, grads: Params, rows: int, blocks: int
+        chunks: list[tuple[jax.Array, Params]], rows: int, blocks: int
     ) -> tuple[list[jax.Array], list[Params]]:
         # Separate jit from the per-example gradients on purpose: fused with them, XLA
         # computes the per-example gradients differently and the exactness is lost.
+        losses = jnp.concatenate([loss for loss, _ in chunks])
+        grads = jax.tree.map(lambda *parts: jnp.concatenate(parts), *[g for _, g in chunks])
         split = lambda a: pairwise_sum(a[:rows].reshape(blocks, -1, *a.shape[1:]))
         return _unstack(split(losses), jax.tree.map(split, grads), blocks)
 
@@ -148,7 +153,8 @@ class Numerics:
 
     def _exact_sums(self, params: Params, xs: np.ndarray, ys: np.ndarray, rows: int, shards: int) -> list[GradSum]:
         """The exact path on rows already padded to a multiple of CHUNK_ROWS; the first ``rows`` count."""
-        losses, grads = self._shard_sums(*self._per_example(params, xs, ys), rows, shards)
+        chunks = [self._per_example(params, xs[i : i + CHUNK_ROWS], ys[i : i + CHUNK_ROWS]) for i in range(0, len(xs), CHUNK_ROWS)]
+        losses, grads = self._shard_sums(chunks, rows, shards)
         return _grad_sums(losses, grads, rows // shards)
 
     def _eval_fn(self, params: Params, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:

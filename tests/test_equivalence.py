@@ -66,7 +66,7 @@ def digits_mlp():
 
 
 @settings(max_examples=25, deadline=None)
-@given(example=st.integers(0, 300), batch=st.sampled_from([1, 2, 3, 8, 17, 63, 64, 65, 130]), position=st.data())
+@given(example=st.integers(0, 300), batch=st.sampled_from([1, 2, 3, 8, 17, 63, 64, 65, 130, 520, 1100]), position=st.data())
 def test_a_per_example_gradient_does_not_depend_on_its_batch(example, batch, position):
     """The measured fact the exact reduction rests on, checked on this machine's XLA."""
     ds, numerics, params = digits_mlp()
@@ -77,3 +77,18 @@ def test_a_per_example_gradient_does_not_depend_on_its_batch(example, batch, pos
     within = numerics.shard_sums(params, ds.x_train[rows], ds.y_train[rows], batch)[at]
     for name in params:
         assert np.array_equal(np.asarray(alone.grad[name]), np.asarray(within.grad[name])), name
+
+
+def test_workers_served_together_get_their_own_gradients_bit_for_bit():
+    """The GradientService's batched calls (here 20 workers x 32 rows) equal one call per worker."""
+    from fred.engine import GradientService
+
+    ds, numerics, params = digits_mlp()
+    batches = [rng.stream(w, "rows").choice(len(ds.y_train), size=32) for w in range(20)]
+    service = GradientService(numerics, ds)
+    requests = [service.request(params, rows) for rows in batches]
+    for req, rows in zip(requests, batches):
+        together, alone = service.result(req), numerics.shard_sums_of(params, ds, rows, 1)[0]
+        assert float(together.loss) == float(alone.loss)
+        for name in params:
+            assert np.array_equal(np.asarray(together.grad[name]), np.asarray(alone.grad[name])), name
