@@ -182,6 +182,7 @@ class Simulation:
         self.failure: str | None = None
         self.faults = Faults(self, faults or FaultsConfig())
         self._track = bool(self.faults.config.worker_crash)  # who owns a process matters only then
+        self._lossy = bool(self.faults.config.message_loss and self.faults.config.message_loss.probability > 0)
         self.faults.on_change(self._recheck_collectives)
         for worker in workers:
             network.add(worker.name)
@@ -342,6 +343,8 @@ class Simulation:
     def _book(self, src: str, dst: str, nbytes: float, not_before_s: float | None = None) -> Transfer:
         """Book a transfer; each lost attempt is traced and resent after the retransmit timeout."""
         transfer = self.network.reserve(src, dst, nbytes, self.now, not_before_s)
+        if not self._lossy:
+            return transfer
         while self.faults.lost(src, dst):
             self.trace("lost", src, transfer.start_s, transfer.arrive_s, nbytes, dst)
             retry_s = transfer.start_s + self.faults.config.message_loss.retransmit_timeout_s  # type: ignore[union-attr]

@@ -82,8 +82,21 @@ def active_tape() -> Tape | None:
     return _ACTIVE.get()
 
 
+_ARRAY_TYPES: set[type] = set()
+_OTHER_TYPES: set[type] = set()
+
+
 def is_array(leaf: Any) -> bool:
-    return isinstance(leaf, (jax.Array, np.ndarray, np.generic))
+    # By concrete type, cached: isinstance against jax.Array (an ABC) is slow, and the
+    # tape asks for every leaf of every call.
+    kind = type(leaf)
+    if kind in _ARRAY_TYPES:
+        return True
+    if kind in _OTHER_TYPES:
+        return False
+    array = isinstance(leaf, (jax.Array, np.ndarray, np.generic))
+    (_ARRAY_TYPES if array else _OTHER_TYPES).add(kind)
+    return array
 
 
 class Tape:
@@ -154,8 +167,11 @@ class Tape:
         return index
 
 
+_LITERALS = (bool, int, float, str)
+
+
 def _literal(leaf: Any) -> Any:
-    if leaf is None or isinstance(leaf, (bool, int, float, str)):
+    if type(leaf) in _LITERALS or leaf is None or isinstance(leaf, _LITERALS):
         return leaf
     raise TypeError(f"cannot record a {type(leaf).__name__} on the numerics tape; pass arrays or numbers")
 
