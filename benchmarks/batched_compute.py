@@ -171,9 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {"quick": args.quick, "repeats": repeats, "batch": BATCH, "machine": facts, "cases": rows}
     results["exact_per_example_same_bits_up_to_rows"] = same_up_to
-    results["benchmark_wall_s"] = time.perf_counter() - t_start
-    write_results(args.out, results)
-    print(f"wrote {args.out} (benchmark took {results['benchmark_wall_s']:.1f} s)")
+    write_results(args.out, results, t_start)
     return 0
 
 

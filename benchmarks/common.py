@@ -39,9 +39,12 @@ def machine() -> dict[str, Any]:
     }
 
 
-def write_results(path: Path, results: dict[str, Any]) -> None:
+def write_results(path: Path, results: dict[str, Any], started: float) -> None:
+    """Write ``results`` with the benchmark's own wall time (since ``started``) and say where."""
+    results["benchmark_wall_s"] = time.perf_counter() - started
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {path} (benchmark took {results['benchmark_wall_s']:.1f} s)")
 
 
 def table(headers: list[str], rows: list[list[Any]]) -> str:

@@ -445,9 +445,7 @@ def main(argv: list[str] | None = None) -> int:
             print(table(["function", "calls", "tottime s", "cumtime s"], cells))
             print()
 
-    results["benchmark_wall_s"] = time.perf_counter() - t_start
-    write_results(args.out, results)
-    print(f"wrote {args.out} (benchmark took {results['benchmark_wall_s']:.1f} s)")
+    write_results(args.out, results, t_start)
     return 0
 
 

@@ -17,6 +17,13 @@ BASE = tiny(
     cluster={"jitter": {"kind": "lognormal", "sigma": 0.1}, "stragglers": [{"worker": 1, "slow_factor": 2}]},
     network={"server": {"latency_s": 1e-4, "bandwidth_bps": 1e8}},
     workload={"param_bytes": 1000},
+    faults={
+        "worker_crash": [{"worker": 2, "at_s": 0.05, "rejoin_at_s": 0.08}],
+        "sync_timeout_s": 0.01,
+        "link_degrade": [{"entity": "worker1", "at_s": 0.0, "duration_s": 0.02, "bandwidth_factor": 0.5}],
+        "message_loss": {"probability": 0.1, "retransmit_timeout_s": 0.001, "entities": ["worker0"]},
+        "server_crash": {"checkpoint_every_s": 0.02, "crashes": [{"at_s": 0.03, "restart_s": 0.01}]},
+    },
 )
 WEIRD = st.one_of(
     st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
