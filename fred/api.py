@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from fred import checkpoint
+from fred.checkpoint import Checkpointer, checkpoint_dir
 from fred.loading import ScenarioError, include_profiles, merge, read_yaml, validate
 from fred.records import is_complete, write_run_dir
 from fred.runner import Progress, RunResult, execute
@@ -47,15 +50,64 @@ def run(
     scenario: Scenario | dict[str, Any] | str | Path,
     out: str | Path | None = None,
     progress: Progress | None = None,
+    checkpoint_every_s: float | None = None,
     **overrides: Any,
 ) -> RunResult:
-    """Run a scenario in this process; with ``out``, also write its run directory there."""
+    """Run a scenario in this process; with ``out``, also write its run directory there.
+
+    With ``checkpoint_every_s`` (wall-clock seconds) a checkpoint is kept next to ``out``
+    while the run goes on, so that :func:`resume` can finish it after a kill.
+    """
     resolved = resolve(scenario, **overrides)
-    result = execute(resolved, progress)
+    checkpointer = None
+    if checkpoint_every_s is not None:
+        if out is None:
+            raise ValueError("checkpoint_every_s needs out: checkpoints are kept next to the run directory")
+        checkpointer = _checkpointer(resolved, Path(out), checkpoint_every_s)
+        (checkpointer.path / "scenario.yaml").write_text(yaml.safe_dump(resolved.resolved(), sort_keys=False))
+    result = execute(resolved, progress, checkpointer)
+    return _finish(resolved, result, out, checkpointer)
+
+
+def resume(
+    run_dir: str | Path, progress: Progress | None = None, checkpoint_every_s: float | None = None
+) -> tuple[RunResult, str | None]:
+    """Finish the interrupted run that was to be written to ``run_dir``, from its last checkpoint.
+
+    Returns the result and ``None`` when it fast-forwarded to the checkpoint, or the reason
+    it had to run the scenario from the start instead (the result is the same bits).
+    """
+    path = checkpoint_dir(run_dir)
+    if not (path / "scenario.yaml").is_file():
+        raise ScenarioError([f"no checkpoint for {run_dir} (looked in {path}); start runs with --checkpoint-every-s"], str(run_dir))
+    scenario = validate(yaml.safe_load((path / "scenario.yaml").read_text()), str(path / "scenario.yaml"))
+    checkpointer = _checkpointer(scenario, Path(run_dir), checkpoint_every_s) if checkpoint_every_s else None
+    reason = None
+    try:
+        saved = checkpoint.load(path)
+        if saved.scenario_sha256 != scenario.digest():
+            raise ValueError(f"{path}: the checkpoint is of another scenario than its scenario.yaml")
+        result = execute(scenario, progress, checkpointer, resume=saved)
+    except Exception as err:  # noqa: BLE001 - any failure to fast-forward: the slow path gives the same bits
+        reason = f"{type(err).__name__}: {err}"
+        result = execute(scenario, progress, checkpointer)
+    return _finish(scenario, result, run_dir, checkpointer or Checkpointer(path, float("inf"), "")), reason
+
+
+def _checkpointer(scenario: Scenario, out: Path, every_s: float) -> Checkpointer:
+    path = checkpoint_dir(out)
+    path.mkdir(parents=True, exist_ok=True)
+    return Checkpointer(path, every_s, scenario.digest())
+
+
+def _finish(scenario: Scenario, result: RunResult, out: str | Path | None, checkpointer: Checkpointer | None) -> RunResult:
+    """Write the run directory; only then drop the checkpoints it no longer needs."""
     if out is not None:
         result.path = write_run_dir(
-            Path(out), resolved.resolved(), result.summary, _tables(result), result.params, result.tape
+            Path(out), scenario.resolved(), result.summary, _tables(result), result.params, result.tape
         )
+    if checkpointer is not None:
+        shutil.rmtree(checkpointer.path, ignore_errors=True)
     return result
 
 

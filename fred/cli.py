@@ -38,12 +38,16 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fred", description="Simulate distributed deep-learning training.")
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run one scenario and write its run directory")
-    run.add_argument("scenario", help="scenario YAML file")
+    run.add_argument("scenario", nargs="?", help="scenario YAML file (not with --resume)")
     run.add_argument("--out", help="run directory (default: runs/<name>-<hash of the resolved scenario>)")
     run.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
                      help="override a scenario field, e.g. --set cluster.workers=16 (repeatable)")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    run.add_argument("--checkpoint-every-s", type=float, metavar="S",
+                     help="keep a checkpoint next to the run directory, renewed every S seconds of wall time")
+    run.add_argument("--resume", metavar="RUN_DIR",
+                     help="finish the interrupted run that was to be written to RUN_DIR, from its checkpoint")
     run.set_defaults(handler=_run)
     lst = sub.add_parser("list", help="list the registered strategies")
     lst.set_defaults(handler=_list)
@@ -96,13 +100,32 @@ def _run(args: argparse.Namespace) -> int:
     from fred.api import default_run_dir, run
     from fred.loading import load_scenario
 
+    if args.resume:
+        return _resume(args)
+    if not args.scenario:
+        raise ValueError("fred run needs a scenario file, or --resume RUN_DIR")
     scenario = load_scenario(args.scenario, args.sets, args.seed)
     out = Path(args.out) if args.out else default_run_dir(scenario)
     show = not args.quiet and sys.stderr.isatty()
+    if args.checkpoint_every_s is not None and not args.quiet:
+        print(f"checkpoints in {out}.checkpoint/; after a kill: fred run --resume {out}", file=sys.stderr)
     with _progress(scenario, show) as progress:
-        result = run(scenario, out=out, progress=progress)
+        result = run(scenario, out=out, progress=progress, checkpoint_every_s=args.checkpoint_every_s)
     if not args.quiet:
         _print_summary(result.summary, out)
+    return 0 if result.summary["status"] in ("completed", "diverged") else 1
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from fred.api import resume
+
+    if args.scenario or args.sets or args.seed is not None or args.out:
+        raise ValueError("--resume takes only the run directory: the scenario is the checkpoint's")
+    result, slow = resume(args.resume, checkpoint_every_s=args.checkpoint_every_s)
+    if not args.quiet:
+        how = "fast-forwarded to its checkpoint" if slow is None else f"ran from the start ({slow})"
+        print(f"resumed: {how}", file=sys.stderr)
+        _print_summary(result.summary, Path(args.resume))
     return 0 if result.summary["status"] in ("completed", "diverged") else 1
 
 

@@ -7,7 +7,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import jax
 import numpy as np
@@ -23,9 +23,12 @@ from fred.engine import Contribution, GradientService, Simulation, Worker
 from fred.models import Model, Params, build_model, param_count
 from fred.network import Network
 from fred.numerics import GradSum, Numerics
-from fred.records import Recorder, params_sha256
+from fred.records import METRIC_COLUMNS, Recorder, params_sha256
 from fred.scenario import ModelConfig, Scenario
-from fred.tape import Tape, digest, document
+from fred.tape import ResumeMismatch, Tape, digest, document, resolved
+
+if TYPE_CHECKING:
+    from fred.checkpoint import Checkpointer, Saved
 
 Progress = Callable[[float, int, float], None]
 TRAFFIC_KINDS = ("send", "push", "fetch", "allreduce")
@@ -117,8 +120,20 @@ class RunResult:
 class _Controller:
     """Evaluates on schedule, stops on the scenario's conditions, keeps the train loss."""
 
-    def __init__(self, built: Built, params_fn: Callable[[], Params], recorder: Recorder, progress: Progress | None):
+    def __init__(
+        self,
+        built: Built,
+        params_fn: Callable[[], Params],
+        recorder: Recorder,
+        progress: Progress | None,
+        tape: Tape,
+        checkpointer: Checkpointer | None = None,
+        resume: Saved | None = None,
+    ):
         self.built, self.params_fn, self.recorder, self.progress = built, params_fn, recorder, progress
+        self.tape, self.checkpointer, self.resume = tape, checkpointer, resume
+        self.steps = 0  # env steps taken: where a checkpoint is, and where a resume stops fast-forwarding
+        self._restoring = list(resume.metrics) if resume is not None else None  # evaluations to read back
         self.stop_cfg, self.eval_cfg = built.scenario.stop, built.scenario.eval
         self.timing_only = built.scenario.workload.timing_only
         self.stop_reason: str | None = None
@@ -148,13 +163,7 @@ class _Controller:
         if self._last_eval == (at_s, count):
             return
         self._last_eval = (at_s, count)
-        if self.timing_only:  # no parameters: the row keeps the schedule, with NaN for the numbers
-            loss, accuracy = math.nan, math.nan
-        else:
-            ds = self.built.dataset
-            loss, accuracy = self.built.numerics.evaluate(self.params_fn(), ds.x_eval, ds.y_eval)
-        examples = sum(count for _, count in self._train)
-        train_loss = float(sum(float(loss) for loss, _ in self._train) / examples) if examples else math.nan
+        loss, accuracy, train_loss = self._restored(at_s, count) if self._restoring is not None else self._measure()
         self._train.clear()
         self.recorder.on_metric(at_s, loss, accuracy, train_loss)
         self._last_loss = loss
@@ -164,6 +173,39 @@ class _Controller:
             self.status, self.stop_reason = "diverged", self.stop_reason or "non_finite_loss"
         elif self.stop_cfg.target_eval_loss is not None and loss <= self.stop_cfg.target_eval_loss:
             self.stop_reason = self.stop_reason or "target_eval_loss"
+
+    def _measure(self) -> tuple[float, float, float]:
+        if self.timing_only:  # no parameters: the row keeps the schedule, with NaN for the numbers
+            loss, accuracy = math.nan, math.nan
+        else:
+            ds = self.built.dataset
+            loss, accuracy = self.built.numerics.evaluate(resolved(self.params_fn()), ds.x_eval, ds.y_eval)
+        examples = sum(count for _, count in self._train)
+        train_loss = float(sum(float(loss) for loss, _ in self._train) / examples) if examples else math.nan
+        return loss, accuracy, train_loss
+
+    def _restored(self, at_s: float, count: int) -> tuple[float, float, float]:
+        """Fast-forward: the evaluation the checkpointed run made here, read back."""
+        if not self._restoring:
+            raise ResumeMismatch(f"an evaluation at {at_s} s that the checkpoint does not have")
+        row = self._restoring.pop(0)
+        if (row[0], row[1]) != (at_s, count):
+            raise ResumeMismatch(f"evaluation at {at_s} s after {count} updates; the checkpoint's was at {row[0]} s, {row[1]}")
+        if not self.timing_only:
+            self.params_fn()  # a gossip average is recorded computation: make the same calls, fast-forwarded
+        return row[2], row[3], row[4]
+
+    def after_step(self) -> None:
+        """Leave fast-forward at the checkpoint's step; save a checkpoint when one is due."""
+        self.steps += 1
+        if self.resume is not None and self.steps == self.resume.steps:
+            if self._restoring:
+                raise ResumeMismatch(f"{len(self._restoring)} evaluations of the checkpoint were not reached")
+            self.tape.fill(self.resume.values)
+            self.resume, self._restoring = None, None
+        if self.checkpointer is not None and self.resume is None and self.checkpointer.due():
+            rows = [list(map(float, row)) for row in zip(*(self.recorder.metrics[c] for c in METRIC_COLUMNS))]
+            self.checkpointer.save(self.steps, self.tape, rows)
 
     def drive(self) -> float:
         """Step the simulation until a stop condition holds; returns the end time."""
@@ -190,28 +232,38 @@ class _Controller:
                 self.status, self.stop_reason = "stalled", "no_events"
                 return env.now
             env.step()
+            self.after_step()
         return env.now
 
 
-def execute(scenario: Scenario, progress: Progress | None = None) -> RunResult:
-    """Run ``scenario`` in this process and return its records (writes nothing)."""
+def execute(
+    scenario: Scenario,
+    progress: Progress | None = None,
+    checkpointer: Checkpointer | None = None,
+    resume: Saved | None = None,
+) -> RunResult:
+    """Run ``scenario`` in this process and return its records (writes nothing).
+
+    With ``checkpointer`` it saves checkpoints as it goes; with ``resume`` (a checkpoint
+    of this scenario) it fast-forwards to it first (:mod:`fred.checkpoint`).
+    """
     from strategies import registry
 
     wall_start = time.perf_counter()
     built = build(scenario)
     recorder = Recorder()
     built.sim.tracers.append(recorder.on_event)
-    with Tape() as tape:  # every jitted computation, for fred replay
+    with Tape(resume.recorded if resume is not None else None) as tape:  # every jitted computation, for fred replay
         params_fn = registry.get(scenario.strategy.name).start(built.sim, scenario.strategy)
         built.sim.faults.start()
-        controller = _Controller(built, params_fn, recorder, progress)
+        controller = _Controller(built, params_fn, recorder, progress, tape, checkpointer, resume)
         built.sim.update_hooks.append(controller.on_update)
         built.sim.compute_hooks.append(controller.on_compute)
         end_s = controller.drive()
         controller.evaluate(end_s)
         final = {} if scenario.workload.timing_only else params_fn()
         recorded = document(tape, tape.codes(final))
-    params = jax.tree.map(np.asarray, final)
+    params = jax.tree.map(np.asarray, resolved(final))
     tables = recorder.tables()
     summary = _summary(scenario, built, controller, tables, params, end_s, time.perf_counter() - wall_start)
     summary["tape_sha256"] = digest(*recorded)

@@ -77,6 +77,39 @@ def op(name: str, key: tuple[Any, ...] | None = None) -> Callable[[F], F]:
     return decorate
 
 
+class NeedsValue(RuntimeError):
+    """A fast-forwarding run read a number that only a real computation could give."""
+
+
+class ResumeMismatch(RuntimeError):
+    """A fast-forwarding run made a call other than the one its checkpoint recorded."""
+
+
+class Placeholder:
+    """A value a fast-forwarding run did not compute; filled from a checkpoint when still needed."""
+
+    __slots__ = ("index", "value", "__weakref__")
+
+    def __init__(self, index: int):
+        self.index, self.value = index, None
+
+    def get(self) -> Any:
+        if self.value is None:
+            raise NeedsValue(f"value {self.index} was read outside a recorded computation while fast-forwarding")
+        return self.value
+
+    def __float__(self) -> float:
+        return float(self.get())
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.asarray(self.get(), dtype=dtype)
+
+
+def resolved(tree: Any) -> Any:
+    """``tree`` with every placeholder replaced by its value (for code outside recorded calls)."""
+    return jax.tree.map(lambda x: x.get() if type(x) is Placeholder else x, tree)
+
+
 def active_tape() -> Tape | None:
     """The tape recording the current run, if any."""
     return _ACTIVE.get()
@@ -102,7 +135,9 @@ def is_array(leaf: Any) -> bool:
 class Tape:
     """The calls of one run, the tree structures they pass, and the constant arrays they read."""
 
-    def __init__(self) -> None:
+    def __init__(self, replay: Recorded | None = None) -> None:
+        self._replay = replay  # fast-forward through these calls (a resume), then compute
+        self._placeholders: dict[int, Any] = {}  # index -> weak reference to its placeholder
         self.calls: list[Call] = []
         self.constants: dict[int, np.ndarray] = {}
         self.compute_s: dict[int, list[float]] = {}  # call index -> simulated compute seconds per shard
@@ -121,16 +156,56 @@ class Tape:
         _ACTIVE.reset(self._token)
 
     def call(self, name: str, key: tuple[Any, ...] | None, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        if self._replay is not None and len(self.calls) < len(self._replay.calls):
+            return self._fast_forward(name, key, args)
         args_def, arg_codes = self.codes(args)
         self.depth += 1
         try:
-            result = fn(*args)
+            result = fn(*(resolved(args) if self._placeholders else args))
         finally:
             self.depth -= 1
         leaves, out_def = jax.tree.flatten(result)
         out_codes = [[self._new(leaf)] if is_array(leaf) else _literal(leaf) for leaf in leaves]
         self.calls.append(Call(name, key, args_def, arg_codes, self._treedef(out_def), out_codes))
         return result
+
+    def _fast_forward(self, name: str, key: tuple[Any, ...] | None, args: tuple[Any, ...]) -> Any:
+        """Check the call against the recorded one and answer with placeholders, computing nothing."""
+        recorded = self._replay
+        assert recorded is not None
+        expected = recorded.calls[len(self.calls)]
+        args_def, arg_codes = self.codes(args)
+        same = (name, key, arg_codes) == (expected.name, expected.key, expected.arg_codes)
+        if not same or self.treedefs[args_def] != recorded.treedefs[expected.args]:
+            raise ResumeMismatch(f"call {len(self.calls)} is {name}, not the checkpoint's {expected.name} with the same inputs")
+        out_def = recorded.treedefs[expected.out]
+        leaves = [self._placeholder(c[0]) if isinstance(c, list) else c for c in expected.out_codes]
+        if refs(expected.out_codes):
+            self.values = max(self.values, max(refs(expected.out_codes)) + 1)
+        self.calls.append(Call(name, key, args_def, arg_codes, self._treedef(out_def), expected.out_codes))
+        return jax.tree.unflatten(out_def, leaves)
+
+    def _placeholder(self, index: int) -> Placeholder:
+        holder = Placeholder(index)
+        self._placeholders[index] = weakref.ref(holder)
+        return holder
+
+    def fill(self, values: dict[int, np.ndarray]) -> None:
+        """End the fast-forward: every placeholder still alive gets its saved value."""
+        for index, ref in self._placeholders.items():
+            holder = ref()
+            if holder is not None and index in values:
+                holder.value = jax.numpy.asarray(values[index])
+        self._replay = None
+
+    def live_values(self) -> dict[int, np.ndarray]:
+        """Every value still referenced by the run (after a garbage collection: exactly what it can read)."""
+        live = {index: np.asarray(value) for index, ref in self._refs.values() if (value := ref()) is not None}
+        for index, ref in self._placeholders.items():
+            holder = ref()
+            if holder is not None and holder.value is not None:
+                live[index] = np.asarray(holder.value)
+        return live
 
     def note_compute(self, durations_s: list[float]) -> None:
         """The simulated compute times of the shards of the latest (gradient) call."""
@@ -148,6 +223,8 @@ class Tape:
         return self._treedef_ids[treedef]
 
     def _input(self, leaf: Any) -> Code:
+        if type(leaf) is Placeholder:
+            return [leaf.index]
         if not is_array(leaf):
             return _literal(leaf)
         entry = self._refs.get(id(leaf))

@@ -88,7 +88,8 @@ def mean_statistic(m: Moments) -> jax.Array:
     return sum(jnp.sum(leaf) for leaf in leaves) / sum(leaf.size for leaf in leaves)
 
 
-_mean_statistic = jax.jit(mean_statistic)
+# Recorded, so that a resumed run meets a placeholder (and says it needs the number) here.
+_mean_statistic = op("strategies.fasgd:_mean_statistic")(jax.jit(mean_statistic))
 
 
 @functools.cache

@@ -75,7 +75,7 @@ def run_cli(tmp_path, text: bytes, capsys):
     return code, err, out
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=2500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=broken_scenarios())
 def test_a_broken_scenario_is_refused_with_a_short_message(data, tmp_path, capsys):
     try:
@@ -101,3 +101,16 @@ def test_malformed_files_are_refused_with_a_short_message(text, tmp_path, capsys
     code, err, out = run_cli(tmp_path, text, capsys)
     assert code == 2 and err.startswith("fred: ") and "Traceback" not in err
     assert not out.exists()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(matrix=st.lists(st.lists(st.floats(-1, 2, allow_nan=False), min_size=4, max_size=4), min_size=4, max_size=4))
+def test_a_mixing_matrix_that_is_not_column_stochastic_is_refused(matrix, tmp_path, capsys):
+    import numpy as np
+
+    m = np.asarray(matrix)
+    assume((m < 0).any() or (np.abs(m.sum(axis=0) - 1) > 1e-12).any())
+    data = tiny(strategy={"name": "sgp", "topology": [matrix]})
+    code, err, out = run_cli(tmp_path, yaml.safe_dump(data).encode(), capsys)
+    assert code == 2 and not out.exists()
+    assert "column-stochastic" in err or "negative weights" in err

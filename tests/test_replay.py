@@ -72,7 +72,7 @@ def _tamper_rows(run_dir, fix_digest: bool) -> None:
     doc, blobs = tape.read(run_dir / "tape.npz")
     gradient = next(c for c in doc["calls"] if c[0] == "gradients")
     rows = gradient[3][-2][0]  # the call's inputs are (params..., rows, shards)
-    index, kind, shape, offset = next(entry for entry in doc["constants"] if entry[0] == rows)
+    _, kind, shape, offset = next(entry for entry in doc["constants"] if entry[0] == rows)
     assert np.dtype(kind).kind == "i" and len(shape) == 1, "that is the batch's row indices"
     blob = blobs[f"blob{kind}"].copy()
     blob[offset] = (blob[offset] + 1) % 100

@@ -1,0 +1,154 @@
+"""Checkpoints and ``fred run --resume``: an interrupted run finishes bit-identical to an uninterrupted one."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import yaml
+
+import fred
+from fred import checkpoint
+from fred.checkpoint import Checkpointer, checkpoint_dir
+from fred.cli import main
+from fred.loading import validate
+from fred.numerics import Numerics
+from fred.runner import execute
+from fred.tape import NeedsValue
+from strategies import registry
+from tests.conftest import tiny
+
+VARIANTS = {
+    "ssgd_ps": {"name": "ssgd", "aggregation": "ps"},
+    "pipe_sgd_int8": {"name": "pipe_sgd", "compression": "int8_quantize"},
+    "sgp_crash": {"name": "sgp"},
+    "asgd_lossy": {"name": "asgd"},
+}
+FAULTS = {
+    "sgp_crash": {"worker_crash": [{"worker": 2, "at_s": 0.05}], "sync_timeout_s": 0.01},
+    "asgd_lossy": {"message_loss": {"probability": 0.2, "retransmit_timeout_s": 0.002}},
+}
+
+
+READS_NUMBERS = {"bfasgd"}  # its gates read the server's statistic, which fast-forward does not have
+
+
+class Once(Checkpointer):
+    """One checkpoint, after ``every_s`` env steps (the clock counts steps)."""
+
+    def due(self) -> bool:
+        return self.saved == 0 and super().due()
+
+
+def scenario(name: str):
+    data = tiny(
+        strategy=VARIANTS.get(name, {"name": name}),
+        cluster={"workers": 1} if name == "sgd" else {},
+        stop={"max_updates": 30},
+        faults=FAULTS.get(name, {}),
+    )
+    return validate(data)
+
+
+def gradient_calls(monkeypatch) -> list[int]:
+    calls = [0]
+    real = Numerics.shard_sums_of
+
+    def counted(self, *args):
+        calls[0] += 1
+        return real(self, *args)
+
+    monkeypatch.setattr(Numerics, "shard_sums_of", counted)
+    return calls
+
+
+def same_run(a: fred.RunResult, b: fred.RunResult) -> None:
+    assert a.summary["params_sha256"] == b.summary["params_sha256"]
+    assert a.summary["tape_sha256"] == b.summary["tape_sha256"]
+    for table in ("events", "updates", "metrics"):
+        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
+
+
+@pytest.mark.parametrize("name", registry.names() + list(VARIANTS))
+def test_a_run_resumed_from_a_mid_run_checkpoint_is_the_uninterrupted_run(name, tmp_path, monkeypatch):
+    sc = scenario(name)
+    counter = itertools.count()
+    clean = execute(sc, checkpointer=Once(tmp_path / "never", 10**9, sc.digest(), clock=counter.__next__))
+    half = next(counter) // 2  # the clock was read once per env step
+    execute(sc, checkpointer=Once(tmp_path, half, sc.digest(), clock=itertools.count().__next__))
+    saved = checkpoint.load(tmp_path)
+    assert saved.steps == half and saved.values
+    calls = gradient_calls(monkeypatch)
+    if name in READS_NUMBERS:  # fred.api.resume then runs it from the start (tested below)
+        with pytest.raises(NeedsValue):
+            execute(sc, resume=saved)
+        return
+    resumed = execute(sc, resume=saved)
+    same_run(resumed, clean)
+    computed = calls[0]
+    calls[0] = 0
+    execute(sc)
+    assert computed < calls[0], "the steps before the checkpoint were fast-forwarded, not computed"
+
+
+def test_resume_falls_back_to_a_full_run_when_it_cannot_fast_forward(tmp_path):
+    # B-FASGD's gates read the server's statistic: a number fast-forward does not have.
+    sc = validate(tiny(strategy={"name": "bfasgd", "c_fetch": 0.03}, stop={"max_updates": 30}))
+    run_dir = tmp_path / "run"
+    checkpointer = Once(checkpoint_dir(run_dir), 80, sc.digest(), clock=itertools.count().__next__)
+    checkpointer.path.mkdir(parents=True)
+    (checkpointer.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
+    execute(sc, checkpointer=checkpointer)
+    result, reason = fred.api.resume(run_dir)
+    assert reason is not None
+    same_run(result, execute(sc))
+    assert (run_dir / "summary.json").is_file() and not checkpoint_dir(run_dir).exists()
+
+
+def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(tmp_path):
+    sc = scenario("asgd")
+    path = checkpoint_dir(tmp_path / "run")
+    path.mkdir()
+    (path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
+    result, reason = fred.api.resume(tmp_path / "run")
+    assert "holds no checkpoint" in reason
+    same_run(result, execute(sc))
+
+
+def test_resume_without_a_checkpoint_or_with_a_scenario_is_a_clear_error(tmp_path, capsys):
+    assert main(["run", "--resume", str(tmp_path / "nothing")]) == 2
+    assert "no checkpoint for" in capsys.readouterr().err
+    assert main(["run", "x.yaml", "--resume", str(tmp_path / "nothing")]) == 2
+    assert "only the run directory" in capsys.readouterr().err
+
+
+def test_fred_run_killed_with_sigkill_resumes_bit_identical(tmp_path):
+    data = tiny(strategy={"name": "asgd"}, stop={"max_updates": 3000}, eval={"every_updates": 100})
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    fred_cli = [sys.executable, "-m", "fred.cli"]
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    killed = subprocess.Popen([*fred_cli, "run", str(path), "--out", str(tmp_path / "killed"), "--quiet",
+                               "--checkpoint-every-s", "0.2"], env=env)
+    deadline = time.monotonic() + 120
+    while not (checkpoint_dir(tmp_path / "killed") / "checkpoint.npz").exists() and killed.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert not (tmp_path / "killed" / "summary.json").exists()
+    subprocess.run([*fred_cli, "run", "--resume", str(tmp_path / "killed")], env=env, check=True)
+    subprocess.run([*fred_cli, "run", str(path), "--out", str(tmp_path / "clean"), "--quiet"], env=env, check=True)
+    a, b = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("killed", "clean"))
+    assert {k: v for k, v in a.items() if k != "wall_time_s"} == {k: v for k, v in b.items() if k != "wall_time_s"}
+    for table in ("events", "updates", "metrics"):
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "killed" / f"{table}.parquet"),
+                                      pd.read_parquet(tmp_path / "clean" / f"{table}.parquet"))
+    assert not checkpoint_dir(tmp_path / "killed").exists()
