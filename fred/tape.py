@@ -180,8 +180,9 @@ class Tape:
             raise ResumeMismatch(f"call {len(self.calls)} is {name}, not the checkpoint's {expected.name} with the same inputs")
         out_def = recorded.treedefs[expected.out]
         leaves = [self._placeholder(c[0]) if isinstance(c, list) else c for c in expected.out_codes]
-        if refs(expected.out_codes):
-            self.values = max(self.values, max(refs(expected.out_codes)) + 1)
+        made = refs(expected.out_codes)
+        if made:  # the indices these outputs took in the checkpointed run: keep counting after them
+            self.values = max(self.values, max(made) + 1)
         self.calls.append(Call(name, key, args_def, arg_codes, self._treedef(out_def), expected.out_codes))
         return jax.tree.unflatten(out_def, leaves)
 
