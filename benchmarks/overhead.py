@@ -48,14 +48,19 @@ from fred.records import Recorder
 from fred.runner import build
 
 TARGET_RATIO = 1.5
-WORKERS = 8
+WORKERS = (8, 64)  # the overhead is measured at both cluster sizes
 BATCH = 32
+
+
+def batch_for(workers: int) -> int:
+    """32 per worker, less where a global batch would not fit digits' 1,437 training rows."""
+    return min(BATCH, 1024 // workers)
 LR = 0.1
 RESULTS = RESULTS_DIR / "overhead.json"
 
 
 # ----------------------------------------------------------------------------- scenarios
-def digits_scenario(strategy: str, reduction: str, updates: int, workers: int = WORKERS) -> dict[str, Any]:
+def digits_scenario(strategy: str, reduction: str, updates: int, workers: int = WORKERS[0]) -> dict[str, Any]:
     """The benchmark's digits-MLP scenario. Evaluation only at the start and the end,
     so that the comparison is about training steps, not about evaluation."""
     strat: dict[str, Any] = {"name": strategy, "lr": LR, "reduction": reduction}
@@ -65,7 +70,7 @@ def digits_scenario(strategy: str, reduction: str, updates: int, workers: int = 
         "name": f"bench-{strategy}-{reduction}",
         "seed": 0,
         "model": {"kind": "mlp", "hidden": [64], "activation": "relu"},
-        "data": {"source": {"kind": "digits"}, "batch_size": BATCH, "sharding": "iid"},
+        "data": {"source": {"kind": "digits"}, "batch_size": batch_for(workers), "sharding": "iid"},
         "cluster": {
             "workers": workers,
             "compute": {"step_time_s": 0.01},
@@ -136,10 +141,12 @@ class Bare:
         self.init_params = built.sim.init_params
         self.x, self.y = jnp.asarray(ds.x_train), jnp.asarray(ds.y_train)
         self.shards = shards
+        workers = sc.cluster.workers
         self.updates = sc.stop.max_updates
         loss = functools.partial(_example_loss, built.numerics.model, ds.task)
         sums = _exact_shard_sums if sc.strategy.reduction == "exact" else _fast_shard_sums
-        rows = shards * BATCH
+        batch = sc.data.batch_size
+        rows = shards * batch
 
         def step(params, x_all, y_all, idx):
             loss_sum, grad_sum = sums(loss, params, x_all[idx], y_all[idx], shards)
@@ -152,11 +159,11 @@ class Bare:
 
         self.scanned = jax.jit(scanned)
         # The batch order of fred's iid sharding: worker i takes block i of global batch k.
-        stream = GlobalBatchStream(len(ds.y_train), WORKERS, BATCH, rng.stream(sc.seed, "data", "batches"))
-        if shards == WORKERS:  # SSGD: one global batch of all workers' blocks per update
-            idx = [np.concatenate([stream.next_for(i) for i in range(WORKERS)]) for _ in range(self.updates)]
+        stream = GlobalBatchStream(len(ds.y_train), workers, batch, rng.stream(sc.seed, "data", "batches"))
+        if shards == workers:  # SSGD: one global batch of all workers' blocks per update
+            idx = [np.concatenate([stream.next_for(i) for i in range(workers)]) for _ in range(self.updates)]
         else:  # ASGD: one worker's block per update (round robin; sizes are what matter)
-            idx = [stream.next_for(k % WORKERS) for k in range(self.updates)]
+            idx = [stream.next_for(k % workers) for k in range(self.updates)]
         self.idx = np.stack(idx).astype(np.int32)
         self.idx_dev = jnp.asarray(self.idx)
 
@@ -203,17 +210,22 @@ def max_abs_diff(a, b) -> float:
 
 
 # ----------------------------------------------------------------------------- 1 + 2: overhead
-def overhead(updates: int, repeats: int) -> list[dict[str, Any]]:
+def overhead(updates: int, repeats: int, workers: int) -> list[dict[str, Any]]:
     rows = []
     for strategy in ("ssgd", "asgd"):
+        # An SSGD update at 64 workers is 8x the gradients of one at 8: fewer of them keep the
+        # time in bounds. ASGD keeps them all: its workers' first, in-flight gradients must not
+        # dominate the count.
+        updates_here = max(updates * WORKERS[0] // workers, 5) if strategy == "ssgd" else updates
         for reduction in ("exact", "fast"):
-            scn = digits_scenario(strategy, reduction, updates)
+            scn = digits_scenario(strategy, reduction, updates_here, workers)
             fred_s, result = best_of(lambda: fred.run(scn), repeats)
-            bare = Bare(scn, shards=WORKERS if strategy == "ssgd" else 1)
+            bare = Bare(scn, shards=workers if strategy == "ssgd" else 1)
             loop_s, loop_params = best_of(bare.run_loop, repeats)
             scan_s, _ = best_of(bare.run_scan, repeats)
             inst_total, inst_grad = gradient_share(scn)
             row = {
+                "workers": workers,
                 "strategy": strategy,
                 "reduction": reduction,
                 "updates": int(result.summary["updates"]),
@@ -223,8 +235,8 @@ def overhead(updates: int, repeats: int) -> list[dict[str, Any]]:
                 "bare_scan_s": scan_s,
                 "ratio_fred_over_bare_loop": fred_s / loop_s,
                 "ratio_fred_over_bare_scan": fred_s / scan_s,
-                "fred_ms_per_update": 1e3 * fred_s / updates,
-                "bare_loop_ms_per_update": 1e3 * loop_s / updates,
+                "fred_ms_per_update": 1e3 * fred_s / updates_here,
+                "bare_loop_ms_per_update": 1e3 * loop_s / updates_here,
                 "gradient_share": inst_grad / inst_total,
             }
             if strategy == "ssgd":  # same batches, same updates: the parameters should agree
@@ -240,12 +252,13 @@ def fixed_cost(repeats: int) -> float:
 
 
 def exact_vs_fast(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    by = {(r["strategy"], r["reduction"]): r for r in rows}
+    by = {(r["workers"], r["strategy"], r["reduction"]): r for r in rows}
     out = []
-    for strategy in ("ssgd", "asgd"):
-        e, f = by[(strategy, "exact")], by[(strategy, "fast")]
+    for workers, strategy in sorted({(r["workers"], r["strategy"]) for r in rows}, key=lambda k: (k[0], k[1] != "ssgd")):
+        e, f = by[(workers, strategy, "exact")], by[(workers, strategy, "fast")]
         out.append(
             {
+                "workers": workers,
                 "strategy": strategy,
                 "fred_exact_s": e["fred_s"],
                 "fred_fast_s": f["fred_s"],
@@ -365,14 +378,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fred {fred.__version__} | jax {facts['jax']} on {facts['backend']} | {facts['cpu_count']} CPUs")
     print(f"{'quick' if args.quick else 'full'} run: best of {args.repeats} after one warm-up\n")
 
-    rows = overhead(updates, args.repeats)
+    rows = [r for w in WORKERS for r in overhead(updates, args.repeats, w)]
     print(
-        f"1. Overhead: {WORKERS} workers x batch {BATCH}, digits MLP [64], {updates} updates "
+        f"1. Overhead: {WORKERS[0]} workers x batch {batch_for(WORKERS[0])} and {WORKERS[1]} x {batch_for(WORKERS[1])}, "
+        f"digits MLP [64], {updates} updates (SSGD at {WORKERS[1]} workers: {updates * WORKERS[0] // WORKERS[1]}) "
         f"(target ratio <= {TARGET_RATIO})"
     )
-    headers = ["strategy", "reduction", "grads", "fred s", "bare loop s", "fred/bare"]
+    headers = ["workers", "strategy", "reduction", "grads", "fred s", "bare loop s", "fred/bare"]
     headers += ["bare scan s", "fred/scan", "ms/update", "in grads"]
-    keys = ["strategy", "reduction", "gradients", "fred_s", "bare_loop_s", "ratio_fred_over_bare_loop"]
+    keys = ["workers", "strategy", "reduction", "gradients", "fred_s", "bare_loop_s", "ratio_fred_over_bare_loop"]
     keys += ["bare_scan_s", "ratio_fred_over_bare_scan", "fred_ms_per_update"]
     print(table(headers, [[r[k] for k in keys] + [f"{100 * r['gradient_share']:.0f}%"] for r in rows]))
     fixed = fixed_cost(args.repeats)
@@ -381,16 +395,16 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if "max_abs_param_diff_vs_bare" in r:
             diff = r["max_abs_param_diff_vs_bare"]
-            print(f"   {r['strategy']} {r['reduction']}: max |fred params - bare params| = {diff:.3g}")
+            print(f"   {r['workers']} workers {r['strategy']} {r['reduction']}: max |fred params - bare params| = {diff:.3g}")
     print()
 
     evf = exact_vs_fast(rows)
     print("2. Exact vs fast reduction")
     print(
         table(
-            ["strategy", "fred exact s", "fred fast s", "fred exact/fast", "bare exact/fast"],
+            ["workers", "strategy", "fred exact s", "fred fast s", "fred exact/fast", "bare exact/fast"],
             [
-                [r["strategy"], r["fred_exact_s"], r["fred_fast_s"], r["fred_exact_over_fast"], r["bare_exact_over_fast"]]
+                [r["workers"], r["strategy"], r["fred_exact_s"], r["fred_fast_s"], r["fred_exact_over_fast"], r["bare_exact_over_fast"]]
                 for r in evf
             ],
         )
