@@ -71,17 +71,10 @@ class Checkpointer:
         gc.collect()  # so that the arrays still alive are exactly the ones the run can still read
         doc, blobs = tapes.document(tape, (0, []))
         state = {"steps": steps, "metrics": metrics, "scenario_sha256": self.scenario_sha256}
-        arrays = {f"v{index}": value for index, value in tape.live_values().items()}
+        values = {f"v{index}": value for index, value in tape.live_values().items()}
         self.path.mkdir(parents=True, exist_ok=True)
         tmp = self.path / f".checkpoint.npz.{os.getpid()}"
-        with open(tmp, "wb") as f:
-            np.savez(
-                f,
-                tape=np.frombuffer(json.dumps(doc).encode(), np.uint8),
-                state=np.frombuffer(json.dumps(state).encode(), np.uint8),
-                **blobs,
-                **arrays,
-            )
+        tapes.write(tmp, doc, blobs, state=tapes.json_array(state), **values)
         os.replace(tmp, self.path / "checkpoint.npz")
         self.saved += 1
         self._next_s = self.clock() + self.every_s
@@ -92,10 +85,8 @@ def load(path: Path) -> Saved:
     file = path / "checkpoint.npz"
     if not file.is_file():
         raise ValueError(f"{path} holds no checkpoint (checkpoint.npz); nothing to resume")
-    with np.load(file, allow_pickle=False) as data:
-        doc = json.loads(bytes(data["tape"]).decode())
-        state = json.loads(bytes(data["state"]).decode())
-        blobs = {name: data[name] for name in data.files if name.startswith("blob")}
-        values = {int(name[1:]): data[name] for name in data.files if name.startswith("v")}
+    doc, blobs, extra = tapes.read(file)
+    state = json.loads(bytes(extra.pop("state")).decode())
+    values = {int(name[1:]): value for name, value in extra.items()}
     recorded = tapes.parse(doc, blobs)
     return Saved(state["steps"], recorded, values, state["metrics"], state["scenario_sha256"])

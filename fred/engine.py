@@ -51,6 +51,8 @@ class Contribution(NamedTuple):
     worker: int
     version_read: int
     cached: bool = False
+
+
 Tracer = Callable[[str, str, float, float, float, str], None]
 
 
@@ -210,6 +212,11 @@ class Simulation:
                 return None
             raise
 
+    def _own_entity(self, entity: str) -> None:
+        """:meth:`_own` for an entity name that may be a worker's."""
+        if self._track and entity in self._by_name:
+            self._own(self._by_name[entity])
+
     def _own(self, worker: Worker) -> None:
         """The running process acts for ``worker``: it dies when the worker crashes."""
         if not self._track:
@@ -234,9 +241,6 @@ class Simulation:
             self.failure = reason
             self.trace("failed", "run", self.now, self.now)
 
-    def worker_named(self, name: str) -> Worker | None:
-        return self._by_name.get(name)
-
     def trace(
         self, kind: str, entity: str, start_s: float, end_s: float, nbytes: float = 0.0, peer: str = ""
     ) -> None:
@@ -252,9 +256,7 @@ class Simulation:
 
     def wait_for(self, entity: str, event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
         """Block on ``event`` (a barrier, a message); the blocked time is recorded as ``wait``."""
-        worker = self.worker_named(entity)
-        if worker is not None:
-            self._own(worker)
+        self._own_entity(entity)
         start = self.now
         try:
             value = yield event
@@ -313,9 +315,7 @@ class Simulation:
 
     def work(self, entity: str, seconds: float, kind: str = "compute") -> Generator[simpy.Event, Any, None]:
         """Keep ``entity`` busy for ``seconds`` of simulated time (compression, an update, a sleep)."""
-        worker = self.worker_named(entity)
-        if worker is not None:
-            self._own(worker)
+        self._own_entity(entity)
         start = self.now
         try:
             yield self.env.timeout(seconds)
@@ -326,9 +326,7 @@ class Simulation:
         self, src: str, dst: str, nbytes: float, kind: str = "send", payload: Any = None
     ) -> Generator[simpy.Event, Any, None]:
         """Move ``nbytes`` from ``src`` to ``dst``; a ``payload`` is delivered to ``dst``'s mailbox."""
-        sender = self.worker_named(src)
-        if sender is not None:
-            self._own(sender)
+        self._own_entity(src)
         transfer = self._book(src, dst, nbytes)
         yield self.wait(src, transfer.start_s)
         try:
@@ -366,7 +364,8 @@ class Simulation:
         of arrays (parameters, for model averaging); ``None`` from everyone times the
         collective without numbers.
 
-        Members block until the whole group has joined (recorded as ``wait``). The
+        Members block until every member peers still wait for has joined (recorded as
+        ``wait``; a crashed member is waited for until ``faults.sync_timeout_s``). The
         timing is the ring's, step by step; the sum is always taken in group order
         by the fixed tree, so it is the same bits whatever the ring did.
         """
@@ -401,10 +400,11 @@ class Simulation:
     def _try_start(self, key: tuple[int, ...], call: int) -> None:
         """Start the collective once every member peers still wait for has joined."""
         coll = self._collectives[(key, call)]
-        here = {i for i, _ in coll.arrived}
-        missing = [i for i in self.faults.live(list(key)) if i not in here]
-        if missing:
-            self.faults.blocked(missing, "the all-reduce")
+        expected = self.faults.live(list(key))
+        if len(coll.arrived) < len(expected):  # arrivals are live members: a crash withdraws its own
+            if self.faults.down:
+                here = {i for i, _ in coll.arrived}
+                self.faults.blocked([i for i in expected if i not in here], "the all-reduce")
             return
         del self._collectives[(key, call)]
         self._started[key] = call + 1

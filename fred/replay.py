@@ -71,7 +71,7 @@ def _read_tape(run_dir: Path, summary: dict[str, Any]) -> Recorded:
     if not path.is_file():
         raise ReplayError(f"{run_dir} has no tape.npz, so it cannot be replayed; run the scenario again with this fred to record one")
     try:
-        doc, large = tape.read(path)
+        doc, large, _ = tape.read(path)
     except (OSError, ValueError, KeyError) as err:
         raise ReplayError(f"{path} cannot be read ({err}); the run directory is damaged") from None
     if tape.digest(doc, large) != summary.get("tape_sha256"):

@@ -304,17 +304,24 @@ def digest(doc: dict[str, Any], blobs: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def write(path: Path, doc: dict[str, Any], blobs: dict[str, np.ndarray]) -> None:
+def write(path: Path, doc: dict[str, Any], blobs: dict[str, np.ndarray], **extra: np.ndarray) -> None:
+    """A tape file; ``extra`` arrays ride along (a checkpoint's state and live values)."""
     with open(path, "wb") as f:
-        np.savez_compressed(f, tape=np.frombuffer(json.dumps(doc).encode(), np.uint8), **blobs)
+        np.savez_compressed(f, tape=json_array(doc), **blobs, **extra)
 
 
-def read(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The document and constant blobs of a tape file, for :func:`digest` and :func:`parse`."""
+def read(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The document and constant blobs of a tape file (for :func:`digest` and :func:`parse`), and any extras."""
     with np.load(path, allow_pickle=False) as data:
         doc = json.loads(bytes(data["tape"]).decode())
-        blobs = {name: data[name] for name in data.files if name != "tape"}
-    return doc, blobs
+        blobs = {name: data[name] for name in data.files if name.startswith("blob")}
+        extra = {name: data[name] for name in data.files if name != "tape" and not name.startswith("blob")}
+    return doc, blobs, extra
+
+
+def json_array(document: Any) -> np.ndarray:
+    """JSON as bytes in an array, the form npz files hold it in (nothing pickled)."""
+    return np.frombuffer(json.dumps(document).encode(), np.uint8)
 
 
 def parse(doc: dict[str, Any], blobs: dict[str, np.ndarray]) -> Recorded:

@@ -129,10 +129,13 @@ def run_parameter_server(
     def apply_pending() -> None:
         """Apply the pending batch once it is full, or fail/wait when a crash keeps it short."""
         pending = state["pending"]
-        if not pending or len(pending) < min(c, len(sim.faults.live(everyone))):
-            senders = {con.worker for con, _ in pending}
-            if pending and all(i in senders or i in sim.faults.down for i in everyone):
-                sim.faults.blocked([i for i in everyone if i not in senders], "the parameter server's update")
+        if not pending:
+            return
+        if len(pending) < min(c, len(sim.faults.live(everyone))):
+            if sim.faults.down:  # short because of a crash: wait for the timeout, or fail without one
+                senders = {con.worker for con, _ in pending}
+                if all(i in senders or i in sim.faults.down for i in everyone):
+                    sim.faults.blocked([i for i in everyone if i not in senders], "the parameter server's update")
             return
         batch = sorted(pending, key=lambda item: item[0].worker)
         state["pending"] = []
