@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
@@ -91,7 +91,7 @@ def _gradients(scenario: Scenario) -> Callable[..., Any]:
     return lambda params, rows, shards: numerics.shard_sums_of(params, dataset, rows, shards)
 
 
-def needed(calls: list[Call], final: tuple[int, list[Any]]) -> list[bool]:
+def needed(calls: list[Call], final: tuple[int, Sequence[Any]]) -> list[bool]:
     """Which calls the final parameters depend on (evaluations and dead ends are skipped)."""
     wanted = set(tape.refs(final[1]))
     keep = [False] * len(calls)
@@ -108,8 +108,8 @@ def _execute(recorded: Recorded, context: dict[str, Callable[..., Any]]) -> tupl
     last_use = _last_uses(calls, keep, recorded.final)
     values: dict[int, Any] = {}
 
-    def build(treedef: int, codes: list[Any]) -> Any:
-        leaves = [_value(c[0], values, recorded.constants) if isinstance(c, list) else c for c in codes]
+    def build(treedef: int, codes: Sequence[Any]) -> Any:
+        leaves = [_value(c[0], values, recorded.constants) if tape.is_ref(c) else c for c in codes]
         return jax.tree.unflatten(treedefs[treedef], leaves)
 
     timings, shapes = [], set()
@@ -128,7 +128,7 @@ def _execute(recorded: Recorded, context: dict[str, Callable[..., Any]]) -> tupl
             timings.append((i, args[2], len(args[1]), real_s, float(np.mean(simulated)) if simulated else np.nan, shape not in shapes))
             shapes.add(shape)
         for code, value in zip(call.out_codes, jax.tree.leaves(result)):
-            if isinstance(code, list):
+            if tape.is_ref(code):
                 values[code[0]] = value
         for r in tape.refs(call.arg_codes):
             if last_use.get(r) == i:
@@ -146,7 +146,7 @@ def _value(index: int, values: dict[int, Any], constants: dict[int, np.ndarray])
     raise ReplayError(f"the tape reads value {index} before any call made it; the tape is damaged")
 
 
-def _last_uses(calls: list[Call], keep: list[bool], final: tuple[int, list[Any]]) -> dict[int, int]:
+def _last_uses(calls: list[Call], keep: list[bool], final: tuple[int, Sequence[Any]]) -> dict[int, int]:
     last: dict[int, int] = {}
     for i, call in enumerate(calls):
         if keep[i]:

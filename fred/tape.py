@@ -12,6 +12,11 @@ Only the outermost call is recorded (a recorded function that calls another is o
 call). Values are recognised by identity (checked with a weak reference, and pruned
 once freed). A call's inputs and outputs are stored flat, as leaf codes plus the index
 of their tree structure, which repeats from update to update and is written once.
+
+In memory a value reference is the tuple ``(index,)`` and a call's codes are a tuple:
+tuples of numbers are untracked by Python's garbage collector, so a long tape adds
+nothing to the full collections that would otherwise walk it again and again. JSON
+writes the same tuples as ``[index]`` lists, so the file is unchanged.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import importlib
 import json
 import weakref
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, TypeVar
+from typing import Any, Callable, NamedTuple, Sequence, TypeVar
 
 import jax
 import numpy as np
@@ -32,27 +37,32 @@ F = TypeVar("F", bound=Callable[..., Any])
 _ACTIVE: contextvars.ContextVar[Tape | None] = contextvars.ContextVar("fred_tape", default=None)
 
 
-Code = Any  # a leaf on the tape: ``[index]`` for an array value, the literal itself otherwise
+Code = Any  # a leaf on the tape: ``(index,)`` for an array value (``[index]`` in the file), the literal otherwise
 
 
 class Call(NamedTuple):
     """One recorded call: which function (``name`` and factory ``key``), its inputs and outputs.
 
     ``args`` and ``out`` index the tape's tree structures; ``arg_codes`` and ``out_codes``
-    are the flattened leaves, each ``[value index]`` or a literal.
+    are the flattened leaves, each ``(value index,)`` or a literal.
     """
 
     name: str
     key: tuple[Any, ...] | None
     args: int
-    arg_codes: list[Code]
+    arg_codes: tuple[Code, ...]
     out: int
-    out_codes: list[Code]
+    out_codes: tuple[Code, ...]
 
 
-def refs(codes: list[Code]) -> list[int]:
+def is_ref(code: Code) -> bool:
+    """Whether ``code`` names a value: a one-item tuple in memory, a list in a file's JSON."""
+    return isinstance(code, (tuple, list))
+
+
+def refs(codes: Sequence[Code]) -> list[int]:
     """The value indices among ``codes``."""
-    return [c[0] for c in codes if isinstance(c, list)]
+    return [c[0] for c in codes if is_ref(c)]
 
 
 def op(name: str, key: tuple[Any, ...] | None = None) -> Callable[[F], F]:
@@ -117,6 +127,7 @@ def active_tape() -> Tape | None:
 
 _ARRAY_TYPES: set[type] = set()
 _OTHER_TYPES: set[type] = set()
+_SCALAR_TYPES: set[type] = set()  # numpy scalars: arrays that cannot be weakly referenced
 
 
 def is_array(leaf: Any) -> bool:
@@ -129,6 +140,8 @@ def is_array(leaf: Any) -> bool:
         return False
     array = isinstance(leaf, (jax.Array, np.ndarray, np.generic))
     (_ARRAY_TYPES if array else _OTHER_TYPES).add(kind)
+    if isinstance(leaf, np.generic):
+        _SCALAR_TYPES.add(kind)
     return array
 
 
@@ -145,8 +158,8 @@ class Tape:
         self.values = 0  # value indices handed out so far
         self.depth = 0
         self._treedef_ids: dict[Any, int] = {}
-        self._refs: dict[int, tuple[int, Any]] = {}  # id(array) -> (index, weak reference to it)
         self._prune_at = 1024
+        self._refs: dict[int, tuple[tuple[int], Any]] = {}  # id(array) -> (its code, weak reference to it)
 
     def __enter__(self) -> Tape:
         self._token = _ACTIVE.set(self)
@@ -165,8 +178,8 @@ class Tape:
         finally:
             self.depth -= 1
         leaves, out_def = jax.tree.flatten(result)
-        out_codes = [[self._new(leaf)] if is_array(leaf) else _literal(leaf) for leaf in leaves]
-        self.calls.append(Call(name, key, args_def, arg_codes, self._treedef(out_def), out_codes))
+        self.calls.append(Call(name, key, args_def, arg_codes, self._treedef(out_def), self._outputs(leaves)))
+        self._prune()
         return result
 
     def _fast_forward(self, name: str, key: tuple[Any, ...] | None, args: tuple[Any, ...]) -> Any:
@@ -179,7 +192,7 @@ class Tape:
         if not same or self.treedefs[args_def] != recorded.treedefs[expected.args]:
             raise ResumeMismatch(f"call {len(self.calls)} is {name}, not the checkpoint's {expected.name} with the same inputs")
         out_def = recorded.treedefs[expected.out]
-        leaves = [self._placeholder(c[0]) if isinstance(c, list) else c for c in expected.out_codes]
+        leaves = [self._placeholder(c[0]) if is_ref(c) else c for c in expected.out_codes]
         made = refs(expected.out_codes)
         if made:  # the indices these outputs took in the checkpointed run: keep counting after them
             self.values = max(self.values, max(made) + 1)
@@ -201,21 +214,27 @@ class Tape:
 
     def live_values(self) -> dict[int, np.ndarray]:
         """Every value still referenced by the run (after a garbage collection: exactly what it can read)."""
-        live = {index: np.asarray(value) for index, ref in self._refs.values() if (value := ref()) is not None}
+        entries = list(self._refs.values())  # a copy: freeing an array removes its entry
+        live = {code[0]: np.asarray(value) for code, ref in entries if (value := ref()) is not None}
         for index, ref in self._placeholders.items():
             holder = ref()
             if holder is not None and holder.value is not None:
                 live[index] = np.asarray(holder.value)
         return live
 
-    def note_compute(self, durations_s: list[float]) -> None:
+    def note_compute(self, durations_s: Sequence[float]) -> None:
         """The simulated compute times of the shards of the latest (gradient) call."""
-        self.compute_s[len(self.calls) - 1] = durations_s
+        self.compute_s[len(self.calls) - 1] = tuple(durations_s)  # a tuple: untracked by the collector
 
-    def codes(self, tree: Any) -> tuple[int, list[Code]]:
+    def codes(self, tree: Any) -> tuple[int, tuple[Code, ...]]:
         """``tree`` as (structure index, leaf codes); arrays seen for the first time become constants."""
         leaves, treedef = jax.tree.flatten(tree)
-        return self._treedef(treedef), [self._input(leaf) for leaf in leaves]
+        known = self._refs
+        codes = []
+        for leaf in leaves:  # mostly earlier outputs: one lookup each, the code tuple already made
+            entry = known.get(id(leaf))
+            codes.append(entry[0] if entry is not None and entry[1]() is leaf else self._input(leaf))
+        return self._treedef(treedef), tuple(codes)
 
     def _treedef(self, treedef: Any) -> int:
         if treedef not in self._treedef_ids:
@@ -224,25 +243,43 @@ class Tape:
         return self._treedef_ids[treedef]
 
     def _input(self, leaf: Any) -> Code:
+        """The code of a leaf that is not a known value: a placeholder's, a literal, or a new constant."""
         if type(leaf) is Placeholder:
-            return [leaf.index]
+            return (leaf.index,)
         if not is_array(leaf):
             return _literal(leaf)
-        entry = self._refs.get(id(leaf))
-        if entry is not None and entry[1]() is leaf:
-            return [entry[0]]
-        index = self._new(leaf)
-        self.constants[index] = np.asarray(leaf)
-        return [index]
+        code = self._new(leaf)
+        self.constants[code[0]] = np.asarray(leaf)
+        return code
 
-    def _new(self, leaf: Any) -> int:
-        index, self.values = self.values, self.values + 1
-        if not isinstance(leaf, np.generic):  # numpy scalars cannot be weakly referenced
-            self._refs[id(leaf)] = (index, weakref.ref(leaf))
-            if len(self._refs) > self._prune_at:  # forget arrays that have been freed
-                self._refs = {k: v for k, v in self._refs.items() if v[1]() is not None}
-                self._prune_at = max(1024, 2 * len(self._refs))
-        return index
+    def _outputs(self, leaves: list[Any]) -> tuple[Code, ...]:
+        """The codes of a call's output leaves: each array a new value (:meth:`_new`, inlined:
+        a gradient call's outputs are dozens of arrays, and this runs for every call)."""
+        known, index, codes = self._refs, self.values, []
+        for leaf in leaves:
+            if not is_array(leaf):
+                codes.append(_literal(leaf))
+                continue
+            code = (index,)
+            index += 1
+            codes.append(code)
+            if type(leaf) not in _SCALAR_TYPES:
+                known[id(leaf)] = (code, weakref.ref(leaf))
+        self.values = index
+        return tuple(codes)
+
+    def _new(self, leaf: Any) -> tuple[int]:
+        code = (self.values,)
+        self.values += 1
+        if type(leaf) not in _SCALAR_TYPES:
+            self._refs[id(leaf)] = (code, weakref.ref(leaf))
+        return code
+
+    def _prune(self) -> None:
+        """Forget arrays that have been freed, once the table has doubled since it was last pruned."""
+        if len(self._refs) > self._prune_at:
+            self._refs = {k: v for k, v in self._refs.items() if v[1]() is not None}
+            self._prune_at = max(1024, 2 * len(self._refs))
 
 
 _LITERALS = (bool, int, float, str)
@@ -268,12 +305,15 @@ class Recorded(NamedTuple):
     calls: list[Call]
     treedefs: list[Any]
     constants: dict[int, np.ndarray]
-    final: tuple[int, list[Code]]
+    final: tuple[int, tuple[Code, ...]]
     compute_s: dict[int, list[float]]
 
 
-def document(tape: Tape, final: tuple[int, list[Code]]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The tape as JSON-able data plus its constants packed into one flat array per dtype."""
+def document(tape: Tape, final: tuple[int, Sequence[Code]]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The tape as JSON-able data plus its constants packed into one flat array per dtype.
+
+    The codes' tuples go in as they are: JSON writes them as the lists a file holds.
+    """
     packed: dict[str, list[np.ndarray]] = {}
     offsets: dict[str, int] = {}
     table = []
@@ -330,9 +370,15 @@ def parse(doc: dict[str, Any], blobs: dict[str, np.ndarray]) -> Recorded:
         size = int(np.prod(shape, dtype=np.int64))
         constants[index] = blobs[f"blob{kind}"][offset : offset + size].reshape(shape)
     treedefs = [jax.tree.structure(decode(node)) for node in doc["treedefs"]]
-    calls = [Call(name, tuple(key) if key is not None else None, a, ac, o, oc) for name, key, a, ac, o, oc in doc["calls"]]
+    calls = [Call(name, tuple(key) if key is not None else None, a, _codes(ac), o, _codes(oc)) for name, key, a, ac, o, oc in doc["calls"]]
     compute_s = {int(i): d for i, d in doc["compute_s"].items()}
-    return Recorded(calls, treedefs, constants, tuple(doc["final"]), compute_s)  # type: ignore[arg-type]
+    final_def, final_codes = doc["final"]
+    return Recorded(calls, treedefs, constants, (final_def, _codes(final_codes)), compute_s)
+
+
+def _codes(codes: list[Any]) -> tuple[Code, ...]:
+    """A file's leaf codes as a tape holds them in memory: each ``[index]`` as ``(index,)``."""
+    return tuple((c[0],) if isinstance(c, list) else c for c in codes)
 
 
 # Pytree nodes are written as tagged JSON; named tuples only from fred's own modules,
