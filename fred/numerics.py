@@ -92,6 +92,35 @@ def _unstack(losses: jax.Array, grads: Params, blocks: int) -> tuple[list[jax.Ar
     return [losses[i] for i in range(blocks)], [jax.tree.map(lambda g, i=i: g[i], grads) for i in range(blocks)]
 
 
+def _aligned_block_sums(
+    chunks: list[tuple[jax.Array, Params]], per_block: int, blocks: int
+) -> tuple[list[jax.Array], list[Params]]:
+    """In-block pairwise sums of per-example chunks, for blocks of a power-of-two number of rows.
+
+    Such a block needs no padding, and each of its subtrees of up to ``CHUNK_ROWS`` rows
+    lies inside one chunk, so the sums can read the chunks where they are: the same adds
+    in the same tree as :func:`pairwise_sum` over the concatenated rows (the same bits),
+    without the copy of every per-example gradient into one array that XLA made first.
+    """
+    columns = [[loss, *jax.tree.leaves(grad)] for loss, grad in chunks]  # per chunk: the loss, then each leaf
+    sums = [
+        [_chunked_tree([column[leaf] for column in columns], b * per_block, per_block) for b in range(blocks)]
+        for leaf in range(len(columns[0]))
+    ]
+    treedef = jax.tree.structure(chunks[0][1])
+    return sums[0], [jax.tree.unflatten(treedef, [leaf[b] for leaf in sums[1:]]) for b in range(blocks)]
+
+
+def _chunked_tree(parts: list[jax.Array], start: int, rows: int) -> jax.Array:
+    """:func:`pairwise_sum` of rows ``start`` to ``start + rows`` (a power of two) of ``parts``
+    laid end to end, each ``CHUNK_ROWS`` rows long: a subtree inside one part is summed there."""
+    part, offset = divmod(start, CHUNK_ROWS)
+    if offset + rows <= CHUNK_ROWS:
+        return pairwise_sum(parts[part][None, offset : offset + rows])[0]
+    half = rows // 2
+    return _chunked_tree(parts, start, half) + _chunked_tree(parts, start + half, half)
+
+
 def _grad_sums(losses: list[jax.Array], grads: list[Params], per_shard: int) -> list[GradSum]:
     return [GradSum(g, loss, per_shard) for g, loss in zip(grads, losses)]
 
@@ -122,6 +151,9 @@ class Numerics:
     ) -> tuple[list[jax.Array], list[Params]]:
         # Separate jit from the per-example gradients on purpose: fused with them, XLA
         # computes the per-example gradients differently and the exactness is lost.
+        per_block = rows // blocks
+        if per_block & (per_block - 1) == 0:
+            return _aligned_block_sums(chunks, per_block, blocks)
         losses = jnp.concatenate([loss for loss, _ in chunks])
         grads = jax.tree.map(lambda *parts: jnp.concatenate(parts), *[g for _, g in chunks])
         split = lambda a: pairwise_sum(a[:rows].reshape(blocks, -1, *a.shape[1:]))
