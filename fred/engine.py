@@ -91,18 +91,25 @@ class GradientService:
 
     def __init__(self, numerics: Numerics, dataset: Dataset):
         self.numerics, self.dataset = numerics, dataset
-        self._pending: list[_GradientRequest] = []
+        # Requests waiting, grouped by what a batched call needs in common: the same
+        # parameters (by identity; each request holds them) and batch size. In request order.
+        self._pending: dict[tuple[int, int], list[_GradientRequest]] = {}
         # On the numerics tape as "gradients": replay rebuilds it from the run's scenario.
         self._shard_sums = op("gradients")(lambda params, rows, shards: numerics.shard_sums_of(params, dataset, rows, shards))
 
     def request(self, params: Params, rows: np.ndarray) -> _GradientRequest:
         req = _GradientRequest(params, rows)
-        self._pending.append(req)
+        self._pending.setdefault((id(params), len(rows)), []).append(req)
         return req
 
     def cancel(self, req: _GradientRequest) -> None:
         """Forget a request whose worker crashed before it was needed."""
-        self._pending = [r for r in self._pending if r is not req]
+        key = (id(req.params), len(req.rows))
+        rest = [r for r in self._pending.get(key, []) if r is not req]
+        if rest:
+            self._pending[key] = rest
+        else:
+            self._pending.pop(key, None)
 
     def result(self, req: _GradientRequest) -> GradSum:
         if req.result is None:
@@ -110,9 +117,7 @@ class GradientService:
         return req.result
 
     def _flush_like(self, first: _GradientRequest) -> None:
-        same = [r for r in self._pending if r.params is first.params and len(r.rows) == len(first.rows)]
-        served = {id(r) for r in same}  # a set: many workers flush at once, so no scan per request
-        self._pending = [r for r in self._pending if id(r) not in served]
+        same = self._pending.pop((id(first.params), len(first.rows)))
         per_call = self._workers_per_call(len(first.rows), len(same))
         for start in range(0, len(same), per_call):
             group = same[start : start + per_call]
