@@ -181,7 +181,8 @@ class _Controller:
             ds = self.built.dataset
             loss, accuracy = self.built.numerics.evaluate(resolved(self.params_fn()), ds.x_eval, ds.y_eval)
         examples = sum(count for _, count in self._train)
-        train_loss = float(sum(float(loss) for loss, _ in self._train) / examples) if examples else math.nan
+        # np.asarray first: float() of a jax scalar takes ~6 us, of its numpy view <1 us (the same value).
+        train_loss = float(sum(float(np.asarray(loss)) for loss, _ in self._train) / examples) if examples else math.nan
         return loss, accuracy, train_loss
 
     def _restored(self, at_s: float, count: int) -> tuple[float, float, float]:
