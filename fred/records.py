@@ -24,9 +24,14 @@ from fred.engine import Contribution
 from fred.models import Params
 from fred.tape import write as write_tape
 
-EVENT_COLUMNS = ["start_s", "end_s", "entity", "kind", "bytes", "peer"]
-UPDATE_COLUMNS = ["sim_time_s", "update", "worker", "version_read", "version_applied", "staleness", "cached"]
-METRIC_COLUMNS = ["sim_time_s", "updates", "eval_loss", "eval_accuracy", "train_loss"]
+EVENT_DTYPES = {"start_s": "float64", "end_s": "float64", "entity": "string", "kind": "string", "bytes": "float64", "peer": "string"}
+UPDATE_DTYPES = {"sim_time_s": "float64", "update": "int64", "worker": "int64", "version_read": "int64",
+                 "version_applied": "int64", "staleness": "int64", "cached": "bool"}  # fmt: skip
+METRIC_DTYPES = {"sim_time_s": "float64", "updates": "int64", "eval_loss": "float64", "eval_accuracy": "float64",
+                 "train_loss": "float64"}  # fmt: skip
+EVENT_COLUMNS = list(EVENT_DTYPES)
+UPDATE_COLUMNS = list(UPDATE_DTYPES)
+METRIC_COLUMNS = list(METRIC_DTYPES)
 FILES = ["scenario.yaml", "summary.json", "metrics.parquet", "updates.parquet", "events.parquet", "params.npz"]
 
 
@@ -66,17 +71,21 @@ class Recorder:
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """The three tables, with stable dtypes even when empty."""
-        events = pd.DataFrame(self.events, columns=EVENT_COLUMNS).astype(
-            {"start_s": "float64", "end_s": "float64", "entity": "string", "kind": "string", "bytes": "float64",
-             "peer": "string"}
-        )
-        updates = pd.DataFrame(self.updates, columns=UPDATE_COLUMNS).astype(
-            {"sim_time_s": "float64", "cached": "bool", **{c: "int64" for c in UPDATE_COLUMNS[1:-1]}}
-        )
-        metrics = pd.DataFrame(self.metrics, columns=METRIC_COLUMNS).astype(
-            {c: "float64" for c in METRIC_COLUMNS} | {"updates": "int64"}
-        )
-        return {"events": events, "updates": updates, "metrics": metrics}
+        return {
+            "events": _frame(self.events, EVENT_DTYPES),
+            "updates": _frame(self.updates, UPDATE_DTYPES),
+            "metrics": _frame(self.metrics, METRIC_DTYPES),
+        }
+
+
+def _frame(columns: dict[str, list], dtypes: dict[str, str]) -> pd.DataFrame:
+    # Each column made with its dtype from the list at once: a frame of lists converted
+    # with astype afterwards costs twice as long (most of a short run's table time).
+    return pd.DataFrame({name: _column(columns[name], dtype) for name, dtype in dtypes.items()})
+
+
+def _column(values: list, dtype: str) -> Any:
+    return pd.array(values, dtype=dtype) if dtype == "string" else np.array(values, dtype=dtype)
 
 
 def params_sha256(params: Params) -> str:
