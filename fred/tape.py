@@ -9,7 +9,7 @@ indices, a mixing weight). ``fred replay`` (:mod:`fred.replay`) re-executes the 
 that lead to the final parameters, in the recorded order, with no SimPy at all.
 
 Only the outermost call is recorded (a recorded function that calls another is one
-call). Values are recognised by identity (checked with a weak reference, and pruned
+call). Values are recognised by identity (checked with a weak reference, and forgotten
 once freed). A call's inputs and outputs are stored flat, as leaf codes plus the index
 of their tree structure, which repeats from update to update and is written once.
 
@@ -158,8 +158,8 @@ class Tape:
         self.values = 0  # value indices handed out so far
         self.depth = 0
         self._treedef_ids: dict[Any, int] = {}
-        self._prune_at = 1024
-        self._refs: dict[int, tuple[tuple[int], Any]] = {}  # id(array) -> (its code, weak reference to it)
+        self._refs: dict[int, _Ref] = {}  # id(array) -> weak reference to it, with its code
+        self._forget = _forgetter(self._refs)
 
     def __enter__(self) -> Tape:
         self._token = _ACTIVE.set(self)
@@ -179,7 +179,6 @@ class Tape:
             self.depth -= 1
         leaves, out_def = jax.tree.flatten(result)
         self.calls.append(Call(name, key, args_def, arg_codes, self._treedef(out_def), self._outputs(leaves)))
-        self._prune()
         return result
 
     def _fast_forward(self, name: str, key: tuple[Any, ...] | None, args: tuple[Any, ...]) -> Any:
@@ -215,7 +214,7 @@ class Tape:
     def live_values(self) -> dict[int, np.ndarray]:
         """Every value still referenced by the run (after a garbage collection: exactly what it can read)."""
         entries = list(self._refs.values())  # a copy: freeing an array removes its entry
-        live = {code[0]: np.asarray(value) for code, ref in entries if (value := ref()) is not None}
+        live = {ref.code[0]: np.asarray(value) for ref in entries if (value := ref()) is not None}
         for index, ref in self._placeholders.items():
             holder = ref()
             if holder is not None and holder.value is not None:
@@ -232,8 +231,8 @@ class Tape:
         known = self._refs
         codes = []
         for leaf in leaves:  # mostly earlier outputs: one lookup each, the code tuple already made
-            entry = known.get(id(leaf))
-            codes.append(entry[0] if entry is not None and entry[1]() is leaf else self._input(leaf))
+            ref = known.get(id(leaf))
+            codes.append(ref.code if ref is not None and ref() is leaf else self._input(leaf))
         return self._treedef(treedef), tuple(codes)
 
     def _treedef(self, treedef: Any) -> int:
@@ -253,9 +252,9 @@ class Tape:
         return code
 
     def _outputs(self, leaves: list[Any]) -> tuple[Code, ...]:
-        """The codes of a call's output leaves: each array a new value (:meth:`_new`, inlined:
-        a gradient call's outputs are dozens of arrays, and this runs for every call)."""
-        known, index, codes = self._refs, self.values, []
+        """The codes of a call's output leaves: each array a new value (:meth:`_new`, with the
+        counter kept in a local: a gradient call's outputs are dozens of arrays)."""
+        index, codes = self.values, []
         for leaf in leaves:
             if not is_array(leaf):
                 codes.append(_literal(leaf))
@@ -264,7 +263,7 @@ class Tape:
             index += 1
             codes.append(code)
             if type(leaf) not in _SCALAR_TYPES:
-                known[id(leaf)] = (code, weakref.ref(leaf))
+                self._remember(leaf, code)
         self.values = index
         return tuple(codes)
 
@@ -272,14 +271,32 @@ class Tape:
         code = (self.values,)
         self.values += 1
         if type(leaf) not in _SCALAR_TYPES:
-            self._refs[id(leaf)] = (code, weakref.ref(leaf))
+            self._remember(leaf, code)
         return code
 
-    def _prune(self) -> None:
-        """Forget arrays that have been freed, once the table has doubled since it was last pruned."""
-        if len(self._refs) > self._prune_at:
-            self._refs = {k: v for k, v in self._refs.items() if v[1]() is not None}
-            self._prune_at = max(1024, 2 * len(self._refs))
+    def _remember(self, leaf: Any, code: tuple[int]) -> None:
+        # The entry goes when the array does (the weak reference's callback): entries left
+        # for a periodic sweep lived long enough to reach the oldest generation and brought
+        # on full collections of the heap (~0.1 s each, every ~500 updates of an SSGD run).
+        ref = _Ref(leaf, self._forget)
+        ref.code, ref.key = code, id(leaf)
+        self._refs[ref.key] = ref
+
+
+class _Ref(weakref.ref):
+    """A weak reference to a recorded array, with the array's code and table key."""
+
+    __slots__ = ("code", "key")
+
+
+def _forgetter(refs: dict[int, _Ref]) -> Callable[[_Ref], None]:
+    """The callback that drops a freed array's entry (it holds the table, not the tape)."""
+
+    def forget(ref: _Ref) -> None:
+        if refs.get(ref.key) is ref:
+            del refs[ref.key]
+
+    return forget
 
 
 _LITERALS = (bool, int, float, str)
