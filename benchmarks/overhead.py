@@ -350,7 +350,7 @@ def profile(updates: int, case: str, top: int = 15) -> dict[str, list[dict[str, 
 
 
 def _short(filename: str) -> str:
-    for marker in ("site-packages/", "/work/main/"):
+    for marker in ("site-packages/", f"{Path(__file__).resolve().parents[1]}/"):  # any checkout, not one path
         if marker in filename:
             return filename.split(marker, 1)[1]
     return filename
