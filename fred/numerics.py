@@ -92,6 +92,16 @@ def _unstack(losses: jax.Array, grads: Params, blocks: int) -> tuple[list[jax.Ar
     return [losses[i] for i in range(blocks)], [jax.tree.map(lambda g, i=i: g[i], grads) for i in range(blocks)]
 
 
+def _concatenated_block_sums(
+    chunks: list[tuple[jax.Array, Params]], rows: int, blocks: int
+) -> tuple[list[jax.Array], list[Params]]:
+    """In-block pairwise sums of per-example chunks: the first ``rows`` rows, laid end to end, in ``blocks``."""
+    losses = jnp.concatenate([loss for loss, _ in chunks])
+    grads = jax.tree.map(lambda *parts: jnp.concatenate(parts), *[g for _, g in chunks])
+    split = lambda a: pairwise_sum(a[:rows].reshape(blocks, -1, *a.shape[1:]))
+    return _unstack(split(losses), jax.tree.map(split, grads), blocks)
+
+
 def _aligned_block_sums(
     chunks: list[tuple[jax.Array, Params]], per_block: int, blocks: int
 ) -> tuple[list[jax.Array], list[Params]]:
@@ -154,10 +164,7 @@ class Numerics:
         per_block = rows // blocks
         if per_block & (per_block - 1) == 0:
             return _aligned_block_sums(chunks, per_block, blocks)
-        losses = jnp.concatenate([loss for loss, _ in chunks])
-        grads = jax.tree.map(lambda *parts: jnp.concatenate(parts), *[g for _, g in chunks])
-        split = lambda a: pairwise_sum(a[:rows].reshape(blocks, -1, *a.shape[1:]))
-        return _unstack(split(losses), jax.tree.map(split, grads), blocks)
+        return _concatenated_block_sums(chunks, rows, blocks)
 
     @staticmethod
     def _fast_sums(loss_fn, params: Params, xs: jax.Array, ys: jax.Array, blocks: int):

@@ -92,3 +92,27 @@ def test_workers_served_together_get_their_own_gradients_bit_for_bit():
         assert float(together.loss) == float(alone.loss)
         for name in params:
             assert np.array_equal(np.asarray(together.grad[name]), np.asarray(alone.grad[name])), name
+
+
+@pytest.mark.parametrize("per_block", [1, 2, 8, 32, 64, 128])
+@pytest.mark.parametrize("blocks", [1, 3, 4])
+def test_in_block_sums_read_in_place_are_the_concatenated_sums_bit_for_bit(per_block, blocks):
+    """Power-of-two blocks are summed straight from the per-example chunks: the same tree, the same bits."""
+    import jax
+
+    from fred.numerics import CHUNK_ROWS, _aligned_block_sums, _concatenated_block_sums
+
+    stream = rng.stream(per_block, blocks, "chunks")
+
+    def rows_of(*shape):  # gradients-like values, with signed zeros: a changed tree would show in their signs
+        values = stream.standard_normal((CHUNK_ROWS, *shape)).astype(np.float32)
+        values[stream.random(values.shape) < 0.1] = -0.0
+        return values
+
+    chunks = [(rows_of(), {"w": rows_of(5, 3), "b": rows_of(3)}) for _ in range(-(-per_block * blocks // CHUNK_ROWS))]
+    rows = per_block * blocks
+    aligned = jax.jit(lambda c: _aligned_block_sums(c, per_block, blocks))(chunks)
+    concatenated = jax.jit(lambda c: _concatenated_block_sums(c, rows, blocks))(chunks)
+    assert jax.tree.structure(aligned) == jax.tree.structure(concatenated)
+    for a, b in zip(jax.tree.leaves(aligned), jax.tree.leaves(concatenated)):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
