@@ -25,17 +25,29 @@ class Link:
 
     busy: list[tuple[float, float]] = field(default_factory=list)
     free_at_s: float = 0.0
+    # ``busy`` is one list shared by a ring's links (2p lists of 2(p-1) intervals would
+    # be p^2 references to copy and for the garbage collector to walk): copy before booking.
+    shared: bool = field(default=False, compare=False, repr=False)
 
     def forget_before(self, now_s: float) -> None:
         if self.busy and self.busy[0][1] <= now_s:
             # Every interval ends by free_at_s: an idle link drops all without a scan
             # (a ring leaves 2(p-1) intervals on each of its links).
             self.busy = [] if self.free_at_s <= now_s else [(s, e) for s, e in self.busy if e > now_s]
+            self.shared = False
 
     def book(self, start_s: float, end_s: float) -> None:
         if end_s > start_s:
+            if self.shared:
+                self.busy, self.shared = self.busy[:], False
             self.busy.append((start_s, end_s))
             self.free_at_s = max(self.free_at_s, end_s)
+
+    def share(self, busy: list[tuple[float, float]]) -> None:
+        """Take ``busy`` (never changed in place again) as this link's intervals."""
+        self.busy, self.shared = busy, True
+        if busy:
+            self.free_at_s = max(self.free_at_s, busy[-1][1])
 
 
 @dataclass
@@ -117,10 +129,8 @@ class Network:
         duration_s = chunk_bytes / ports[0].bandwidth_bps  # reserve's nbytes / min(bandwidths), all equal
         intervals, done_s = _ring_timeline(len(ports), duration_s, ports[0].latency_s, reduce_s, now_s)
         for port in ports:  # each member's uplink and its successor's downlink: every link once
-            for link in (port.up, port.down):
-                link.busy = intervals[:]  # what forget_before(now_s) then the bookings leave
-                if intervals:
-                    link.free_at_s = max(link.free_at_s, intervals[-1][1])
+            port.up.share(intervals)  # what forget_before(now_s) then the bookings would leave
+            port.down.share(intervals)
         return done_s
 
     @staticmethod

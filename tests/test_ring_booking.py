@@ -103,6 +103,7 @@ def test_one_pass_booking_leaves_what_chunk_by_chunk_booking_leaves(case, transf
     for a, b, nb, after_s in transfers:
         src, dst = names[a % len(names)], names[b % len(names)]
         assert net.reserve(src, dst, nb, now_s, now_s + after_s) == ref.reserve(src, dst, nb, now_s, now_s + after_s)
+    assert link_state(net) == link_state(ref)  # a link sharing the ring's list copied it before booking
     # Fits probed exactly at interval edges, zero durations included: where gaps are.
     for k, duration_s in probes:
         port, ref_port = net.ports[names[k % len(names)]], ref.ports[names[k % len(names)]]
