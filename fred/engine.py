@@ -181,6 +181,7 @@ class Simulation:
         self._mailboxes: dict[str, simpy.Store] = {}
         self._owned: list[dict[simpy.Process, None]] = [{} for _ in workers]  # ordered sets
         self._by_name = {w.name: w for w in workers}
+        self._crew_key = tuple(w.index for w in workers)  # the key of most groups, built once
         self.failure: str | None = None
         self.faults = Faults(self, faults or FaultsConfig())
         self._track = bool(self.faults.config.worker_crash)  # who owns a process matters only then
@@ -370,7 +371,7 @@ class Simulation:
         by the fixed tree, so it is the same bits whatever the ring did.
         """
         self._own(member)
-        key = tuple(w.index for w in group)
+        key = self._group_key(group)
         call = self._joined.get((key, member.index), 0)
         self._joined[(key, member.index)] = call + 1
         if (key, call) not in self._collectives:
@@ -395,7 +396,12 @@ class Simulation:
 
     def participants(self, group: Sequence[Worker]) -> list[int]:
         """Who took part in the group's latest started all-reduce (all, unless some crashed)."""
-        return self._last_participants.get(tuple(w.index for w in group), [w.index for w in group])
+        return self._last_participants.get(self._group_key(group), [w.index for w in group])
+
+    def _group_key(self, group: Sequence[Worker]) -> tuple[int, ...]:
+        """A group's member indices. The whole crew (``self.workers``, never changed) is the
+        usual group: every member joins with it, so building it per join would cost p^2."""
+        return self._crew_key if group is self.workers else tuple(w.index for w in group)
 
     def _try_start(self, key: tuple[int, ...], call: int) -> None:
         """Start the collective once every member peers still wait for has joined."""
