@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fred.engine import Simulation, Worker
-from fred.network import Network, earliest_fit, ring_by_chunk
+from fred.network import Link, Network, earliest_fit, ring_by_chunk
 from fred.scenario import NetworkConfig
 
 
@@ -137,6 +137,18 @@ def test_gaps_between_a_members_chunks_stay_open_to_other_transfers():
     assert one_pass and done_s == 4.0  # chunks of 1 B: [0, 1] then [2, 3], each arriving 1 s later
     assert net.ports["worker0"].up.busy == [(0.0, 1.0), (2.0, 3.0)]
     assert net.reserve("worker0", "server", 1.0, 0.0).start_s == 1.0  # into the gap, not after the ring
+
+
+def test_merging_back_to_back_chunks_would_change_a_fit():
+    """Why a ring's intervals are kept apart even without gaps: a 0-byte transfer fits at the
+    junction of two intervals, not inside one merged interval."""
+    apart, merged = Link(), Link()
+    apart.book(0.0, 1.0)
+    apart.book(1.0, 2.0)
+    merged.book(0.0, 2.0)
+    assert earliest_fit((apart, Link()), 1.0, 0.0) == 1.0
+    assert earliest_fit((merged, Link()), 1.0, 0.0) == 2.0
+    assert earliest_fit((apart, Link()), 0.5, 1.0) == earliest_fit((merged, Link()), 0.5, 1.0) == 2.0
 
 
 def bare_sim(p: int, lossless_one_pass: bool, **network) -> Simulation:
