@@ -117,10 +117,11 @@ class Network:
         On idle, uniform links no chunk ever waits for a link, so every member sends
         its step-k chunk at the same instant and all members share one timeline. That
         timeline is computed once, with the very float operations :meth:`reserve` and
-        :func:`ring_by_chunk` would do, and its intervals are put on every link: the
-        same busy lists (and so the same answers for later transfers) as booking the
-        2p(p-1) chunk transfers one by one. Intervals are not merged: the latency and
-        reduction between a member's chunks leave gaps that other transfers may use.
+        :func:`ring_by_chunk` would do, and its intervals are put on every link (one
+        list, shared until a link books something else): the same busy lists (and so
+        the same answers for later transfers) as booking the 2p(p-1) chunk transfers
+        one by one. Intervals are not merged: the latency and reduction between a
+        member's chunks leave gaps that other transfers may use.
         Returns when the last member has the result (before the sync cost).
         """
         ports = [self.ports[name] for name in names]
@@ -160,9 +161,9 @@ def _ring_timeline(
     operation: the start is ``max(now_s, ready or now_s)`` (:func:`earliest_fit`
     returns it at once: the link's last interval ended before ``ready``), the
     interval ``(start, start + duration)`` is kept only when non-empty
-    (:meth:`Link.book`), the arrival is ``start + duration + latency`` (the max of
-    two equal latencies is that latency) and the next
-    ready time ``arrival + reduce`` (``+ 0.0`` in the all-gather phase).
+    (:meth:`Link.book`), the arrival is ``start + duration + latency`` (the max of two
+    equal latencies is that latency) and the next ready time ``arrival + reduce``
+    (``+ 0.0`` in the all-gather phase).
     """
     intervals: list[tuple[float, float]] = []
     ready_s = now_s
