@@ -436,7 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"   each all-reduce over {ev['workers']} workers simulates 2*{ev['workers'] - 1} chunk transfers per member "
-        f"({2 * (ev['workers'] - 1) * ev['workers']:,} per round); each is booked on its links (not a SimPy event, not an event row)"
+        f"({2 * (ev['workers'] - 1) * ev['workers']:,} per round), none a SimPy event or an event row; "
+        "on idle links a round books them in one pass (Network.ring_on_idle_links), on busy ones one by one"
     )
     print()
 

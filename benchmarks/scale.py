@@ -13,9 +13,10 @@ round of arsgd (one update) and one step of every SGP node (n updates).
 
 For each run: ``fred.run`` wall time (best of ``--repeats``; runs over 5 s once),
 SimPy events (counted in one extra run by wrapping ``simpy.Environment.step``: the
-count is deterministic), event rows (``result.events``) and link bookings (calls of
-``Network.reserve``; a ring all-reduce books 2(n-1) chunk transfers per member and
-none of them is a SimPy event). Then least squares of
+count is deterministic), event rows (``result.events``), link bookings (calls of
+``Network.reserve``) and one-pass rings (``Network.ring_on_idle_links`` calls that
+booked a whole ring all-reduce: its 2n(n-1) chunk transfers without a ``reserve``
+each; a ring on busy links books them one by one). Then least squares of
 ``log(wall) = a + b log(workers) + c log(iterations)`` per strategy: ``b`` and ``c``
 are how cost grows. Ratios and fits, never asserts; results also go to
 ``benchmarks/results/scale.json``.
@@ -66,10 +67,10 @@ def scenario(strategy: dict[str, Any], workers: int, iterations: int) -> dict[st
     }
 
 
-def counted(scn: dict[str, Any]) -> tuple[int, int]:
-    """SimPy events processed and link bookings made by one run of ``scn``."""
-    counts = {"steps": 0, "bookings": 0}
-    step, reserve = simpy.Environment.step, Network.reserve
+def counted(scn: dict[str, Any]) -> tuple[int, int, int]:
+    """SimPy events processed, link bookings made and rings booked in one pass by one run of ``scn``."""
+    counts = {"steps": 0, "bookings": 0, "one_pass": 0}
+    step, reserve, ring = simpy.Environment.step, Network.reserve, Network.ring_on_idle_links
 
     def counting_step(env):
         counts["steps"] += 1
@@ -79,12 +80,19 @@ def counted(scn: dict[str, Any]) -> tuple[int, int]:
         counts["bookings"] += 1
         return reserve(net, *args, **kwargs)
 
+    def counting_ring(net, *args, **kwargs):
+        done_s = ring(net, *args, **kwargs)
+        counts["one_pass"] += done_s is not None
+        return done_s
+
     simpy.Environment.step, Network.reserve = counting_step, counting_reserve  # type: ignore[method-assign]
+    Network.ring_on_idle_links = counting_ring  # type: ignore[method-assign]
     try:
         fred.run(scn)
     finally:
         simpy.Environment.step, Network.reserve = step, reserve  # type: ignore[method-assign]
-    return counts["steps"], counts["bookings"]
+        Network.ring_on_idle_links = ring  # type: ignore[method-assign]
+    return counts["steps"], counts["bookings"], counts["one_pass"]
 
 
 def timed(scn: dict[str, Any], repeats: int) -> tuple[float, float, fred.RunResult]:
@@ -118,7 +126,7 @@ def timed(scn: dict[str, Any], repeats: int) -> tuple[float, float, fred.RunResu
 def measure(label: str, workers: int, iterations: int, repeats: int) -> dict[str, Any]:
     scn = scenario(STRATEGIES[label], workers, iterations)
     wall_s, loop_s, result = timed(scn, repeats)
-    events, bookings = counted(scn)
+    events, bookings, one_pass = counted(scn)
     return {
         "strategy": label,
         "workers": workers,
@@ -130,6 +138,7 @@ def measure(label: str, workers: int, iterations: int, repeats: int) -> dict[str
         "simpy_events": events,
         "event_rows": len(result.events),
         "link_bookings": bookings,
+        "one_pass_rings": one_pass,
         "simpy_events_per_s": events / loop_s,
         "event_rows_per_s": len(result.events) / loop_s,
         "link_bookings_per_s": bookings / loop_s,
@@ -165,9 +174,9 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = [measure(label, n, k, args.repeats) for label in STRATEGIES for n in workers for k in iterations]
     headers = ["strategy", "workers", "iters", "updates", "wall s", "loop s", "SimPy events", "events/s"]
-    headers += ["event rows", "rows/s", "link bookings", "bookings/s"]
+    headers += ["event rows", "rows/s", "link bookings", "bookings/s", "one-pass rings"]
     keys = ["strategy", "workers", "iterations", "updates", "wall_s", "loop_s", "simpy_events", "simpy_events_per_s"]
-    keys += ["event_rows", "event_rows_per_s", "link_bookings", "link_bookings_per_s"]
+    keys += ["event_rows", "event_rows_per_s", "link_bookings", "link_bookings_per_s", "one_pass_rings"]
     print(table(headers, [[r[k] for k in keys] for r in rows]))
     print("   wall: fred.run; loop: its simulation loop alone; per second: over the loop's time")
     print()

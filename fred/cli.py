@@ -71,11 +71,16 @@ def _parser() -> argparse.ArgumentParser:
     cal.set_defaults(handler=_calibrate)
     rep = sub.add_parser("replay", help="re-execute a run's numerics from its tape and check the final parameters")
     rep.add_argument("run_dir")
-    rep.add_argument("--backend", default="cpu", help="JAX backend: cpu, gpu, ... (default: cpu)")
+    rep.add_argument("--backend", help="JAX backend: cpu, gpu, ... (default: the one that made the run, cpu)")
     rep.add_argument("--check", choices=["bitwise", "close"], default="bitwise",
-                     help="bitwise (the backend that made the run) or close (another backend)")
-    rep.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance for --check close")
-    rep.add_argument("--atol", type=float, default=1e-6, help="absolute tolerance for --check close")
+                     help="bitwise: the final parameters are the run's bits (same backend); close: every step "
+                          "agrees with the same step on the run's backend, given the same inputs (another backend)")
+    rep.add_argument("--rtol", type=float, default=1e-5,
+                     help="--check close: a step's arrays may differ by atol + rtol * max|reference| (default 1e-5)")
+    rep.add_argument("--atol", type=float, default=1e-6, help="absolute tolerance for --check close (default 1e-6)")
+    rep.add_argument("--matmul-precision", choices=["default", "high", "highest"], default="highest",
+                     help="jax.default_matmul_precision for the replay (default: highest, float32 products as "
+                          "on CPU; 'default' lets a GPU use TF32)")
     rep.add_argument("--timings", help="write every gradient call's real and simulated time here (.csv or .parquet)")
     rep.set_defaults(handler=_replay)
     sw = sub.add_parser("sweep", help="run a Cartesian grid over scenario fields (resumable)")
@@ -156,7 +161,9 @@ def _calibrate(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from fred.replay import replay
 
-    report = replay(args.run_dir, args.backend, args.check, args.rtol, args.atol)
+    report = replay(args.run_dir, args.backend, args.check, args.rtol, args.atol, args.matmul_precision)
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
     grads = report.gradients
     warm = grads[~grads["compiled"]]
     print(f"replayed {report.replayed_calls} of {report.recorded_calls} recorded calls on {report.device} "
@@ -165,7 +172,12 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"{len(grads)} gradient calls: real median {warm['real_s'].median() * 1e3:.3f} ms "
               f"(p90 {warm['real_s'].quantile(0.9) * 1e3:.3f}; first call of each shape, with compilation, left out), "
               f"simulated median {warm['simulated_s'].median() * 1e3:.3f} ms per worker step")
-    print(report.leaves.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    floats = lambda x: f"{x:.3g}"  # noqa: E731
+    if report.steps is not None:
+        print("each step against the same step on the run's backend, from the same inputs:")
+        print(report.steps.to_string(index=False, float_format=floats))
+        print("final parameters against the run's (differences of single steps grow over a long run):")
+    print(report.leaves.to_string(index=False, float_format=floats))
     if args.timings:
         write = grads.to_parquet if args.timings.endswith(".parquet") else grads.to_csv
         write(args.timings, index=False)

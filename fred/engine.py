@@ -37,7 +37,7 @@ from fred.compute import ComputeModel
 from fred.data import Dataset
 from fred.faults import Crash, Faults
 from fred.models import Params
-from fred.network import Network, Transfer
+from fred.network import Network, Transfer, ring_by_chunk
 from fred.numerics import GradSum, Numerics, sum_grads, tree_sum
 from fred.scenario import FaultsConfig
 from fred.tape import active_tape, op
@@ -186,6 +186,7 @@ class Simulation:
         self._mailboxes: dict[str, simpy.Store] = {}
         self._owned: list[dict[simpy.Process, None]] = [{} for _ in workers]  # ordered sets
         self._by_name = {w.name: w for w in workers}
+        self._crew_key = tuple(w.index for w in workers)  # the key of most groups, built once
         self.failure: str | None = None
         self.faults = Faults(self, faults or FaultsConfig())
         self._track = bool(self.faults.config.worker_crash)  # who owns a process matters only then
@@ -375,7 +376,7 @@ class Simulation:
         by the fixed tree, so it is the same bits whatever the ring did.
         """
         self._own(member)
-        key = tuple(w.index for w in group)
+        key = self._group_key(group)
         call = self._joined.get((key, member.index), 0)
         self._joined[(key, member.index)] = call + 1
         if (key, call) not in self._collectives:
@@ -400,7 +401,12 @@ class Simulation:
 
     def participants(self, group: Sequence[Worker]) -> list[int]:
         """Who took part in the group's latest started all-reduce (all, unless some crashed)."""
-        return self._last_participants.get(tuple(w.index for w in group), [w.index for w in group])
+        return self._last_participants.get(self._group_key(group), [w.index for w in group])
+
+    def _group_key(self, group: Sequence[Worker]) -> tuple[int, ...]:
+        """A group's member indices. The whole crew (``self.workers``, never changed) is the
+        usual group: every member joins with it, so building it per join would cost p^2."""
+        return self._crew_key if group is self.workers else tuple(w.index for w in group)
 
     def _try_start(self, key: tuple[int, ...], call: int) -> None:
         """Start the collective once every member peers still wait for has joined."""
@@ -437,16 +443,14 @@ class Simulation:
         Each chunk transfer is booked on its two links in step order, once its sender
         has received (and, while reducing, folded in) its predecessor's chunk. The
         whole schedule is booked when the collective starts, then waited out at once:
-        the same times as one process per member, without their events.
+        the same times as one process per member, without their events. On idle,
+        uniform links without message loss it is booked in one pass over one shared
+        timeline (:meth:`Network.ring_on_idle_links`): the same times and link state.
         """
-        p, cfg = len(names), self.network.config
-        chunk = nbytes / p
-        ready = [self.now] * p  # when each member can send its next chunk
-        for step in range(2 * (p - 1)):
-            arrived = [0.0] * p
-            for i in range(p):
-                transfer = self._book(names[i], names[(i + 1) % p], chunk, ready[i])
-                arrived[(i + 1) % p] = transfer.arrive_s
-            reduce_s = chunk * cfg.reduce_s_per_byte if step < p - 1 else 0.0  # reduce-scatter phase
-            ready = [t + reduce_s for t in arrived]
-        yield self.env.timeout(max(ready) - self.now + cfg.sync_s)
+        cfg = self.network.config
+        chunk = nbytes / len(names)
+        reduce_s = chunk * cfg.reduce_s_per_byte
+        done_s = None if self._lossy else self.network.ring_on_idle_links(names, chunk, reduce_s, self.now)
+        if done_s is None:  # contention, a degraded link or lost chunks: book chunk by chunk
+            done_s = ring_by_chunk(self._book, names, chunk, reduce_s, self.now)
+        yield self.env.timeout(done_s - self.now + cfg.sync_s)

@@ -14,6 +14,7 @@ never delays a transfer booked before it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from fred.scenario import NetworkConfig
 
@@ -24,15 +25,29 @@ class Link:
 
     busy: list[tuple[float, float]] = field(default_factory=list)
     free_at_s: float = 0.0
+    # ``busy`` is one list shared by a ring's links (2p lists of 2(p-1) intervals would
+    # be p^2 references to copy and for the garbage collector to walk): copy before booking.
+    shared: bool = field(default=False, compare=False, repr=False)
 
     def forget_before(self, now_s: float) -> None:
         if self.busy and self.busy[0][1] <= now_s:
-            self.busy = [(s, e) for s, e in self.busy if e > now_s]
+            # Every interval ends by free_at_s: an idle link drops all without a scan
+            # (a ring leaves 2(p-1) intervals on each of its links).
+            self.busy = [] if self.free_at_s <= now_s else [(s, e) for s, e in self.busy if e > now_s]
+            self.shared = False
 
     def book(self, start_s: float, end_s: float) -> None:
         if end_s > start_s:
+            if self.shared:
+                self.busy, self.shared = self.busy[:], False
             self.busy.append((start_s, end_s))
             self.free_at_s = max(self.free_at_s, end_s)
+
+    def share(self, busy: list[tuple[float, float]]) -> None:
+        """Take ``busy`` (never changed in place again) as this link's intervals."""
+        self.busy, self.shared = busy, True
+        if busy:
+            self.free_at_s = max(self.free_at_s, busy[-1][1])
 
 
 @dataclass
@@ -51,6 +66,9 @@ class Transfer:
 
     start_s: float
     arrive_s: float
+
+
+Book = Callable[[str, str, float, float], Transfer]  # (src, dst, nbytes, not_before_s) -> the transfer
 
 
 def earliest_fit(links: tuple[Link, Link], start_s: float, duration_s: float) -> float:
@@ -92,6 +110,89 @@ class Network:
         up.up.book(start, start + duration)
         down.down.book(start, start + duration)
         return Transfer(start, start + duration + max(up.latency_s, down.latency_s))
+
+    def ring_on_idle_links(self, names: list[str], chunk_bytes: float, reduce_s: float, now_s: float) -> float | None:
+        """Book a ring all-reduce at once when it cannot meet anything; ``None`` when it might.
+
+        On idle, uniform links no chunk ever waits for a link, so every member sends
+        its step-k chunk at the same instant and all members share one timeline. That
+        timeline is computed once, with the very float operations :meth:`reserve` and
+        :func:`ring_by_chunk` would do, and its intervals are put on every link (one
+        list, shared until a link books something else): the same busy lists (and so
+        the same answers for later transfers) as booking the 2p(p-1) chunk transfers
+        one by one. Intervals are not merged: the latency and reduction between a
+        member's chunks leave gaps that other transfers may use.
+        Returns when the last member has the result (before the sync cost).
+        """
+        ports = [self.ports[name] for name in names]
+        if not self._ring_is_idle_and_uniform(ports, reduce_s, now_s):
+            return None
+        duration_s = chunk_bytes / ports[0].bandwidth_bps  # reserve's nbytes / min(bandwidths), all equal
+        intervals, done_s = _ring_timeline(len(ports), duration_s, ports[0].latency_s, reduce_s, now_s)
+        for port in ports:  # each member's uplink and its successor's downlink: every link once
+            port.up.share(intervals)  # what forget_before(now_s) then the bookings would leave
+            port.down.share(intervals)
+        return done_s
+
+    @staticmethod
+    def _ring_is_idle_and_uniform(ports: list[Port], reduce_s: float, now_s: float) -> bool:
+        """Whether every member has the same link, nothing is booked on it from ``now_s`` on,
+        and time only moves forward (so no chunk can start before its link frees)."""
+        if len(ports) < 2 or len({id(port) for port in ports}) < len(ports):
+            return False
+        first = ports[0]
+        if not (first.latency_s >= 0.0 and reduce_s >= 0.0):
+            return False
+        return all(
+            port.latency_s == first.latency_s
+            and port.bandwidth_bps == first.bandwidth_bps
+            and port.up.free_at_s <= now_s
+            and port.down.free_at_s <= now_s
+            for port in ports
+        )
+
+
+def _ring_timeline(
+    p: int, duration_s: float, latency_s: float, reduce_s: float, now_s: float
+) -> tuple[list[tuple[float, float]], float]:
+    """One member's chunk intervals on idle links and when its result is complete.
+
+    Mirrors :func:`ring_by_chunk` over :meth:`Network.reserve` operation for
+    operation: the start is ``max(now_s, ready or now_s)`` (:func:`earliest_fit`
+    returns it at once: the link's last interval ended before ``ready``), the
+    interval ``(start, start + duration)`` is kept only when non-empty
+    (:meth:`Link.book`), the arrival is ``start + duration + latency`` (the max of two
+    equal latencies is that latency) and the next ready time ``arrival + reduce``
+    (``+ 0.0`` in the all-gather phase).
+    """
+    intervals: list[tuple[float, float]] = []
+    ready_s = now_s
+    for step in range(2 * (p - 1)):
+        start_s = max(now_s, ready_s or now_s)
+        end_s = start_s + duration_s
+        if end_s > start_s:
+            intervals.append((start_s, end_s))
+        arrive_s = start_s + duration_s + latency_s
+        ready_s = arrive_s + (reduce_s if step < p - 1 else 0.0)
+    return intervals, ready_s
+
+
+def ring_by_chunk(book: Book, names: list[str], chunk_bytes: float, reduce_s: float, now_s: float) -> float:
+    """Book a ring all-reduce chunk by chunk: the exact path, for any link state or fault.
+
+    Each member sends 2(p-1) chunks to its successor, in step order, once it has
+    received (and, in the reduce-scatter phase, folded in) its predecessor's chunk.
+    Returns when the last member has the result (before the sync cost).
+    """
+    p = len(names)
+    ready = [now_s] * p  # when each member can send its next chunk
+    for step in range(2 * (p - 1)):
+        arrived = [0.0] * p
+        for i in range(p):
+            arrived[(i + 1) % p] = book(names[i], names[(i + 1) % p], chunk_bytes, ready[i]).arrive_s
+        step_reduce_s = reduce_s if step < p - 1 else 0.0  # reduce-scatter phase
+        ready = [t + step_reduce_s for t in arrived]
+    return max(ready)
 
 
 def ring_allreduce_time_s(p: int, nbytes: float, cfg: NetworkConfig, segments: int = 1) -> float:

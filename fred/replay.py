@@ -4,14 +4,15 @@ The run directory's ``tape.npz`` (:mod:`fred.tape`) lists every jitted call of t
 run in order, with the batch rows of every gradient. Replay rebuilds the data set and
 the model from ``scenario.yaml``, runs the calls that lead to the final parameters on
 the chosen JAX backend, and compares the result with ``params.npz``: bit for bit on the
-backend that made the run, within a tolerance across backends. It also times every
+backend that made the run; across backends, every step is compared with the same step on
+the run's backend from the same inputs, within a tolerance. It also times every
 gradient call, next to the simulated compute time the run assumed for it.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -46,24 +47,62 @@ class ReplayReport:
     leaves: pd.DataFrame  # leaf, equal, max_abs_diff, max_rel_diff
     check: str
     passed: bool
+    steps: pd.DataFrame | None = None  # --check close: per function, each step against the run's backend
+    notes: list[str] = field(default_factory=list)
 
 
-def replay(run_dir: str | Path, backend: str = "cpu", check: str = "bitwise", rtol: float = 1e-5, atol: float = 1e-6) -> ReplayReport:
-    """Replay ``run_dir`` on ``backend``; ``check`` is ``bitwise`` or ``close`` (``rtol``/``atol``)."""
+def replay(
+    run_dir: str | Path,
+    backend: str | None = None,
+    check: str = "bitwise",
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    matmul_precision: str | None = "highest",
+) -> ReplayReport:
+    """Replay ``run_dir`` on ``backend`` (default: the one that made the run) and check it.
+
+    ``bitwise``: the final parameters must be the run's bits. ``close``: every step, given
+    the same inputs, must agree with the same step on the run's own backend within
+    ``atol + rtol * max|reference|`` per array; the final parameters' drift is reported too
+    (small per-step differences grow over thousands of steps, so it is not the test).
+    ``matmul_precision`` goes to ``jax.default_matmul_precision``: ``highest`` (the default)
+    makes a GPU multiply float32 matrices in float32, as the CPU run did; ``default`` lets it
+    use TF32, which is faster but moves a step's gradients by ~20 % on digits (docs/howto/replay.md).
+    """
     run_dir = Path(run_dir)
     run = load_run(run_dir)
     if run.scenario.workload.timing_only:
         raise ReplayError(f"{run_dir} is a timing-only run (workload.timing_only): it computed no numbers to replay")
     recorded = _read_tape(run_dir, run.summary)
+    made_on = run.summary.get("backend", "cpu")  # runs before fred recorded it all ran on CPU
+    backend = backend or made_on
     device = device_for(backend)
+    shadow = device_for(made_on) if check == "close" else None
     context = {"gradients": _gradients(run.scenario)}
     start = time.perf_counter()
-    with jax.default_device(device):
-        final, gradients, replayed = _execute(recorded, context)
+    with jax.default_device(device), jax.default_matmul_precision(matmul_precision):
+        final, gradients, replayed, steps = _execute(recorded, context, shadow, rtol, atol)
     wall_s = time.perf_counter() - start
     leaves = compare(final, run.params)
-    passed = bool(leaves["equal"].all()) if check == "bitwise" else _close(final, run.params, rtol, atol)
-    return ReplayReport(backend, str(device), len(recorded.calls), replayed, wall_s, gradients, leaves, check, passed)
+    if check == "bitwise":
+        passed = bool(leaves["equal"].all())
+    else:
+        passed = steps is not None and bool((steps["outside_tolerance"] == 0).all())
+    report = ReplayReport(backend, str(device), len(recorded.calls), replayed, wall_s, gradients, leaves, check, passed, steps)
+    report.notes = _notes(run.summary, made_on, backend, check)
+    return report
+
+
+def _notes(summary: dict[str, Any], made_on: str, backend: str, check: str) -> list[str]:
+    notes = []
+    if summary.get("jax_version") not in (None, jax.__version__):
+        notes.append(
+            f"the run was made with JAX {summary['jax_version']} and this is JAX {jax.__version__}: "
+            "XLA may compile some functions differently, so bits are promised only for the same version"
+        )
+    if check == "bitwise" and backend != made_on:
+        notes.append(f"the run was computed on {made_on}; a bitwise check on {backend} is not expected to pass (use --check close)")
+    return notes
 
 
 def _read_tape(run_dir: Path, summary: dict[str, Any]) -> Recorded:
@@ -102,11 +141,14 @@ def needed(calls: list[Call], final: tuple[int, Sequence[Any]]) -> list[bool]:
     return keep
 
 
-def _execute(recorded: Recorded, context: dict[str, Callable[..., Any]]) -> tuple[Params, pd.DataFrame, int]:
+def _execute(
+    recorded: Recorded, context: dict[str, Callable[..., Any]], shadow: jax.Device | None, rtol: float, atol: float
+) -> tuple[Params, pd.DataFrame, int, pd.DataFrame | None]:
     calls, treedefs = recorded.calls, recorded.treedefs
     keep = needed(calls, recorded.final)
     last_use = _last_uses(calls, keep, recorded.final)
     values: dict[int, Any] = {}
+    steps = _Steps(shadow, rtol, atol) if shadow is not None else None
 
     def build(treedef: int, codes: Sequence[Any]) -> Any:
         leaves = [_value(c[0], values, recorded.constants) if tape.is_ref(c) else c for c in codes]
@@ -127,6 +169,8 @@ def _execute(recorded: Recorded, context: dict[str, Callable[..., Any]]) -> tupl
             real_s = time.perf_counter() - began
             timings.append((i, args[2], len(args[1]), real_s, float(np.mean(simulated)) if simulated else np.nan, shape not in shapes))
             shapes.add(shape)
+        if steps is not None:
+            steps.check(call.name, fn, args, result)
         for code, value in zip(call.out_codes, jax.tree.leaves(result)):
             if tape.is_ref(code):
                 values[code[0]] = value
@@ -135,7 +179,40 @@ def _execute(recorded: Recorded, context: dict[str, Callable[..., Any]]) -> tupl
                 values.pop(r, None)  # free what no later call reads
     final = build(*recorded.final)
     columns = ["call", "shards", "rows", "real_s", "simulated_s", "compiled"]
-    return final, pd.DataFrame(timings, columns=columns), sum(keep)
+    return final, pd.DataFrame(timings, columns=columns), sum(keep), steps.table() if steps is not None else None
+
+
+class _Steps:
+    """Each replayed call run again on the reference device with the same inputs, compared.
+
+    The inputs are the replay's own, so a difference is that one step's and does not
+    carry the differences of the steps before it.
+    """
+
+    def __init__(self, device: jax.Device, rtol: float, atol: float):
+        self.device, self.rtol, self.atol = device, rtol, atol
+        self.by_name: dict[str, list[float]] = {}  # name -> [calls, max abs, max rel, outside]
+
+    def check(self, name: str, fn: Callable[..., Any], args: Any, result: Any) -> None:
+        moved = jax.tree.map(lambda v: jax.device_put(v, self.device) if isinstance(v, jax.Array) else v, args)
+        with jax.default_device(self.device), jax.default_matmul_precision(None):
+            reference = fn(*moved)
+        row = self.by_name.setdefault(name, [0, 0.0, 0.0, 0])
+        row[0] += 1
+        outside = False
+        for got, want in zip(jax.tree.leaves(result), jax.tree.leaves(reference)):
+            got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+            if got.size == 0:
+                continue
+            diff, scale = float(np.max(np.abs(got - want))), float(np.max(np.abs(want)))
+            row[1] = max(row[1], diff)
+            row[2] = max(row[2], diff / scale if scale > 0 else (0.0 if diff == 0 else np.inf))
+            outside = outside or not diff <= self.atol + self.rtol * scale  # NaN counts as outside
+        row[3] += int(outside)
+
+    def table(self) -> pd.DataFrame:
+        rows = [(name, int(c), a, r, int(o)) for name, (c, a, r, o) in sorted(self.by_name.items())]
+        return pd.DataFrame(rows, columns=["function", "calls", "max_abs_diff", "max_rel_diff", "outside_tolerance"])
 
 
 def _value(index: int, values: dict[int, Any], constants: dict[int, np.ndarray]) -> Any:
@@ -174,7 +251,3 @@ def compare(replayed: Params, recorded: Params) -> pd.DataFrame:
         equal = a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
         rows.append((name, equal, float(diff.max(initial=0.0)), float(rel.max(initial=0.0))))
     return pd.DataFrame(rows, columns=["leaf", "equal", "max_abs_diff", "max_rel_diff"])
-
-
-def _close(replayed: Params, recorded: Params, rtol: float, atol: float) -> bool:
-    return all(np.allclose(np.asarray(replayed[k]), recorded[k], rtol=rtol, atol=atol) for k in recorded)

@@ -248,9 +248,26 @@ def execute(
     With ``checkpointer`` it saves checkpoints as it goes; with ``resume`` (a checkpoint
     of this scenario) it fast-forwards to it first (:mod:`fred.checkpoint`).
     """
+    wall_start = time.perf_counter()
+    with jax.default_device(numerics_device()):
+        return _execute(scenario, progress, checkpointer, resume, wall_start)
+
+
+def numerics_device() -> jax.Device:
+    """Where a run's numbers are computed: always JAX's CPU backend.
+
+    A GPU computes the same steps with other roundings (and TF32 matrix products by
+    default), so a run's bits would depend on the machine it ran on; on CPU they do not.
+    Other backends are for ``fred replay`` and ``fred calibrate``, which say which they use.
+    """
+    return jax.devices("cpu")[0]
+
+
+def _execute(
+    scenario: Scenario, progress: Progress | None, checkpointer: Checkpointer | None, resume: Saved | None, wall_start: float
+) -> RunResult:
     from strategies import registry
 
-    wall_start = time.perf_counter()
     built = build(scenario)
     recorder = Recorder()
     built.sim.tracers.append(recorder.on_event)
@@ -308,6 +325,8 @@ def _summary(
         "scenario_sha256": scenario.digest(),
         "wall_time_s": round(wall_s, 3),
         "fred_version": fred.__version__,
+        "backend": numerics_device().platform,
+        "jax_version": jax.__version__,
     }
 
 

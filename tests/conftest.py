@@ -5,9 +5,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import jax
 import pytest
 
 from fred.loading import merge
+
+# The suite checks fred's CPU bits (fred.run computes on CPU anyway); on a machine with a GPU,
+# helpers that call jitted code directly would otherwise run there. gpu-marked tests ask for it.
+jax.config.update("jax_default_device", jax.devices("cpu")[0])
 
 TINY: dict[str, Any] = {
     "name": "tiny",

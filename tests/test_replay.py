@@ -16,7 +16,7 @@ import pytest
 import fred
 from fred import tape
 from fred.cli import main
-from fred.replay import ReplayError, needed, replay
+from fred.replay import ReplayError, _Steps, needed, replay
 from strategies import registry
 from tests.conftest import tiny
 
@@ -136,12 +136,48 @@ def _has_gpu() -> bool:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _has_gpu(), reason="no GPU backend")
-def test_replay_on_a_gpu_is_close_to_the_cpu_run(tmp_path):
-    strategy_run("ssgd", tmp_path / "run")
-    report = replay(tmp_path / "run", backend="gpu", check="close", rtol=1e-4, atol=1e-5)
+def test_a_cpu_run_replayed_on_a_gpu_agrees_step_by_step(tmp_path):
+    run = strategy_run("ssgd", tmp_path / "run")
+    assert run.summary["backend"] == "cpu"  # fred computes on CPU even where a GPU is present
+    report = replay(tmp_path / "run", backend="gpu", check="close", rtol=1e-5, atol=1e-6, matmul_precision="highest")
     assert report.device.lower().startswith(("cuda", "gpu"))
-    assert report.passed, report.leaves
+    assert report.passed, report.steps
+    assert report.steps["calls"].sum() == report.replayed_calls
     assert np.isfinite(report.gradients["real_s"]).all()
+
+
+def test_a_run_records_its_backend_and_jax_version(tmp_path):
+    run = strategy_run("asgd", tmp_path / "run")
+    assert run.summary["backend"] == "cpu" and run.summary["jax_version"] == jax.__version__
+    assert replay(tmp_path / "run").notes == []
+
+
+def test_a_run_from_another_jax_version_is_replayed_with_a_note(tmp_path, capsys):
+    strategy_run("asgd", tmp_path / "run")
+    path = tmp_path / "run" / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "jax_version": "0.0.1"}))
+    assert main(["replay", str(tmp_path / "run")]) == 0
+    assert "made with JAX 0.0.1" in capsys.readouterr().err
+
+
+def test_close_compares_every_step_from_the_same_inputs(tmp_path):
+    strategy_run("ssgd", tmp_path / "run")
+    report = replay(tmp_path / "run", check="close")
+    steps = report.steps
+    assert report.passed and set(steps["function"]) >= {"gradients"}
+    assert steps["calls"].sum() == report.replayed_calls
+    assert (steps["max_abs_diff"] == 0).all() and (steps["outside_tolerance"] == 0).all()  # same backend
+
+
+def test_a_step_outside_the_tolerance_is_counted():
+    steps = _Steps(jax.devices("cpu")[0], rtol=1e-5, atol=0.0)
+    double = lambda x: 2 * x  # noqa: E731
+    x = jax.numpy.arange(4.0)
+    steps.check("double", double, (x,), 2 * x)  # agrees
+    steps.check("double", double, (x,), 2 * x * (1 + 1e-3))  # one step off by 1e-3, relative
+    row = steps.table().iloc[0]
+    assert (row["calls"], row["outside_tolerance"]) == (2, 1)
+    assert row["max_rel_diff"] == pytest.approx(1e-3, rel=1e-3)
 
 
 def test_a_timing_only_run_has_nothing_to_replay(tmp_path, capsys):
