@@ -245,6 +245,24 @@ def overhead(updates: int, repeats: int, workers: int) -> list[dict[str, Any]]:
     return rows
 
 
+def simulation_floor(rows: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]]:
+    """Each SSGD case again with ``workload.timing_only``: the same events, no numerics.
+
+    Its time over the bare loop's is the ratio fred could not go below even if every
+    gradient and update were free; ASGD has no timing-only mode, so it is not measured.
+    """
+    out = []
+    for r in rows:
+        if r["strategy"] != "ssgd":
+            continue
+        scn = digits_scenario("ssgd", r["reduction"], r["updates"], r["workers"])
+        scn["workload"] = {"timing_only": True}
+        sim_s, _ = best_of(lambda: fred.run(scn), repeats)
+        out.append({**{k: r[k] for k in ("workers", "reduction", "fred_s", "bare_loop_s")},
+                    "timing_only_s": sim_s, "timing_only_over_bare_loop": sim_s / r["bare_loop_s"]})
+    return out
+
+
 def fixed_cost(repeats: int) -> float:
     """fred.run of one update: building, validating, evaluating, tables, summary."""
     scn = digits_scenario("ssgd", "exact", 1)
@@ -398,6 +416,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   {r['workers']} workers {r['strategy']} {r['reduction']}: max |fred params - bare params| = {diff:.3g}")
     print()
 
+    floor = simulation_floor(rows, args.repeats)
+    print("1b. The simulation alone: SSGD with workload.timing_only (same events, no numerics)")
+    print(
+        table(
+            ["workers", "reduction", "fred s", "timing-only s", "bare loop s", "timing-only/bare"],
+            [[f["workers"], f["reduction"], f["fred_s"], f["timing_only_s"], f["bare_loop_s"], f["timing_only_over_bare_loop"]]
+             for f in floor],
+        )
+    )
+    print("   fred/bare cannot fall below timing-only/bare, however cheap the numerics become\n")
+
     evf = exact_vs_fast(rows)
     print("2. Exact vs fast reduction")
     print(
@@ -448,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": facts,
         "overhead": rows,
         "fixed_cost_s": fixed,
+        "simulation_floor": floor,
         "exact_vs_fast": evf,
         "event_throughput": ev,
     }

@@ -134,7 +134,7 @@ def test_fred_run_killed_with_sigkill_resumes_bit_identical(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
     fred_cli = [sys.executable, "-m", "fred.cli"]
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
     killed = subprocess.Popen([*fred_cli, "run", str(path), "--out", str(tmp_path / "killed"), "--quiet",
                                "--checkpoint-every-s", "0.2"], env=env)
     deadline = time.monotonic() + 120
