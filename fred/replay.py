@@ -47,7 +47,8 @@ class ReplayReport:
     leaves: pd.DataFrame  # leaf, equal, max_abs_diff, max_rel_diff
     check: str
     passed: bool
-    steps: pd.DataFrame | None = None  # --check close: per function, each step against the run's backend
+    steps: pd.DataFrame | None = None  # --check close: per function, each step against the run's backend;
+    # worst_call is the tape index of its largest relative difference
     notes: list[str] = field(default_factory=list)
 
 
@@ -170,7 +171,7 @@ def _execute(
             timings.append((i, args[2], len(args[1]), real_s, float(np.mean(simulated)) if simulated else np.nan, shape not in shapes))
             shapes.add(shape)
         if steps is not None:
-            steps.check(call.name, fn, args, result)
+            steps.check(i, call.name, fn, args, result)
         for code, value in zip(call.out_codes, jax.tree.leaves(result)):
             if tape.is_ref(code):
                 values[code[0]] = value
@@ -191,13 +192,13 @@ class _Steps:
 
     def __init__(self, device: jax.Device, rtol: float, atol: float):
         self.device, self.rtol, self.atol = device, rtol, atol
-        self.by_name: dict[str, list[float]] = {}  # name -> [calls, max abs, max rel, outside]
+        self.by_name: dict[str, list[float]] = {}  # name -> [calls, max abs, max rel, outside, worst call]
 
-    def check(self, name: str, fn: Callable[..., Any], args: Any, result: Any) -> None:
+    def check(self, index: int, name: str, fn: Callable[..., Any], args: Any, result: Any) -> None:
         moved = jax.tree.map(lambda v: jax.device_put(v, self.device) if isinstance(v, jax.Array) else v, args)
         with jax.default_device(self.device), jax.default_matmul_precision(None):
             reference = fn(*moved)
-        row = self.by_name.setdefault(name, [0, 0.0, 0.0, 0])
+        row = self.by_name.setdefault(name, [0, 0.0, 0.0, 0, -1])
         row[0] += 1
         outside = False
         for got, want in zip(jax.tree.leaves(result), jax.tree.leaves(reference)):
@@ -205,14 +206,17 @@ class _Steps:
             if got.size == 0:
                 continue
             diff, scale = float(np.max(np.abs(got - want))), float(np.max(np.abs(want)))
+            rel = diff / scale if scale > 0 else (0.0 if diff == 0 else np.inf)
             row[1] = max(row[1], diff)
-            row[2] = max(row[2], diff / scale if scale > 0 else (0.0 if diff == 0 else np.inf))
+            if rel > row[2] or row[4] < 0:
+                row[2], row[4] = rel, index
             outside = outside or not diff <= self.atol + self.rtol * scale  # NaN counts as outside
         row[3] += int(outside)
 
     def table(self) -> pd.DataFrame:
-        rows = [(name, int(c), a, r, int(o)) for name, (c, a, r, o) in sorted(self.by_name.items())]
-        return pd.DataFrame(rows, columns=["function", "calls", "max_abs_diff", "max_rel_diff", "outside_tolerance"])
+        rows = [(name, int(c), a, r, int(o), int(w)) for name, (c, a, r, o, w) in sorted(self.by_name.items())]
+        columns = ["function", "calls", "max_abs_diff", "max_rel_diff", "outside_tolerance", "worst_call"]
+        return pd.DataFrame(rows, columns=columns)
 
 
 def _value(index: int, values: dict[int, Any], constants: dict[int, np.ndarray]) -> Any:

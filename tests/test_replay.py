@@ -173,10 +173,10 @@ def test_a_step_outside_the_tolerance_is_counted():
     steps = _Steps(jax.devices("cpu")[0], rtol=1e-5, atol=0.0)
     double = lambda x: 2 * x  # noqa: E731
     x = jax.numpy.arange(4.0)
-    steps.check("double", double, (x,), 2 * x)  # agrees
-    steps.check("double", double, (x,), 2 * x * (1 + 1e-3))  # one step off by 1e-3, relative
+    steps.check(3, "double", double, (x,), 2 * x)  # agrees
+    steps.check(5, "double", double, (x,), 2 * x * (1 + 1e-3))  # one step off by 1e-3, relative
     row = steps.table().iloc[0]
-    assert (row["calls"], row["outside_tolerance"]) == (2, 1)
+    assert (row["calls"], row["outside_tolerance"], row["worst_call"]) == (2, 1, 5)
     assert row["max_rel_diff"] == pytest.approx(1e-3, rel=1e-3)
 
 
