@@ -183,6 +183,17 @@ def _execute(
     return final, pd.DataFrame(timings, columns=columns), sum(keep), steps.table() if steps is not None else None
 
 
+@dataclass
+class _StepStats:
+    """One function's calls compared so far."""
+
+    calls: int = 0
+    max_abs_diff: float = 0.0
+    max_rel_diff: float = 0.0
+    outside_tolerance: int = 0
+    worst_call: int = -1  # the tape index of the largest relative difference
+
+
 class _Steps:
     """Each replayed call run again on the reference device with the same inputs, compared.
 
@@ -192,14 +203,14 @@ class _Steps:
 
     def __init__(self, device: jax.Device, rtol: float, atol: float):
         self.device, self.rtol, self.atol = device, rtol, atol
-        self.by_name: dict[str, list[float]] = {}  # name -> [calls, max abs, max rel, outside, worst call]
+        self.by_name: dict[str, _StepStats] = {}
 
     def check(self, index: int, name: str, fn: Callable[..., Any], args: Any, result: Any) -> None:
         moved = jax.tree.map(lambda v: jax.device_put(v, self.device) if isinstance(v, jax.Array) else v, args)
         with jax.default_device(self.device), jax.default_matmul_precision(None):
             reference = fn(*moved)
-        row = self.by_name.setdefault(name, [0, 0.0, 0.0, 0, -1])
-        row[0] += 1
+        stats = self.by_name.setdefault(name, _StepStats())
+        stats.calls += 1
         outside = False
         for got, want in zip(jax.tree.leaves(result), jax.tree.leaves(reference)):
             got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
@@ -207,16 +218,15 @@ class _Steps:
                 continue
             diff, scale = float(np.max(np.abs(got - want))), float(np.max(np.abs(want)))
             rel = diff / scale if scale > 0 else (0.0 if diff == 0 else np.inf)
-            row[1] = max(row[1], diff)
-            if rel > row[2] or row[4] < 0:
-                row[2], row[4] = rel, index
+            stats.max_abs_diff = max(stats.max_abs_diff, diff)
+            if rel > stats.max_rel_diff or stats.worst_call < 0:
+                stats.max_rel_diff, stats.worst_call = rel, index
             outside = outside or not diff <= self.atol + self.rtol * scale  # NaN counts as outside
-        row[3] += int(outside)
+        stats.outside_tolerance += int(outside)
 
     def table(self) -> pd.DataFrame:
-        rows = [(name, int(c), a, r, int(o), int(w)) for name, (c, a, r, o, w) in sorted(self.by_name.items())]
-        columns = ["function", "calls", "max_abs_diff", "max_rel_diff", "outside_tolerance", "worst_call"]
-        return pd.DataFrame(rows, columns=columns)
+        rows = [{"function": name, **vars(stats)} for name, stats in sorted(self.by_name.items())]
+        return pd.DataFrame(rows, columns=["function", *vars(_StepStats())])
 
 
 def _value(index: int, values: dict[int, Any], constants: dict[int, np.ndarray]) -> Any:
