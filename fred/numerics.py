@@ -8,8 +8,10 @@ on an example's position in it (one call over a whole large batch would not do: 
 compiles a bigger vmap differently, and from a few hundred rows on the last bits
 change). Summing them with one fixed pairwise tree whose
 subtrees are exactly the workers' shards then gives the same bits whichever
-way the global batch was split. ``fast`` skips this and differentiates each
-shard's summed loss in one go.
+way the global batch was split. One gradient call is one compiled program: the
+chunks, then the sums (see :func:`_exact_block_sums` for what keeps XLA from fusing
+the two into something else). ``fast`` skips this and differentiates each shard's
+summed loss in one go.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from fred.tape import op
 # computed one 64-row call at a time, so an example's gradient always comes from the
 # same compiled program, whatever batch (or batch of workers) it came in.
 CHUNK_ROWS = 64
+_ZERO = np.int32(0)  # a run-time argument of the exact gradient program: see _as_stored
 
 
 class GradSum(NamedTuple):
@@ -142,34 +145,67 @@ def _example_loss(model: Model, task: str, params: Params, x: jax.Array, y: jax.
     return -jax.nn.log_softmax(out)[y]
 
 
+def _exact_block_sums(per_example, params: Params, xs: jax.Array, ys: jax.Array, zero: jax.Array, rows: int, blocks: int):
+    """Per-example gradients of ``CHUNK_ROWS``-row chunks, then in-block pairwise sums of the first ``rows``.
+
+    One compiled program instead of one call per chunk and one for the sums. Left to
+    itself XLA would fuse the last multiply of a per-example gradient (an outer
+    product) into the first add of the tree, where LLVM contracts the two into one
+    fused multiply-add: a different rounding, and the exactness is lost (an
+    ``optimization_barrier`` does not stop it: XLA removes barriers before fusing).
+    :func:`_as_stored` makes every per-example value the rounded float a separate call
+    would have returned, so the sums add exactly what one call per chunk gave.
+    """
+    chunks = [
+        _as_stored(per_example(params, xs[i : i + CHUNK_ROWS], ys[i : i + CHUNK_ROWS]), zero)
+        for i in range(0, xs.shape[0], CHUNK_ROWS)
+    ]
+    per_block = rows // blocks
+    if per_block & (per_block - 1) == 0:
+        return _aligned_block_sums(chunks, per_block, blocks)
+    return _concatenated_block_sums(chunks, rows, blocks)
+
+
+def _as_stored(tree, zero: jax.Array):
+    """Each leaf, bit for bit, through its integer bits XOR a zero known only at run time.
+
+    Nothing changes, but XLA and LLVM cannot prove it: a product has to be rounded to
+    its stored float before the XOR, so it cannot become half of a fused multiply-add.
+    """
+
+    def leaf(a: jax.Array) -> jax.Array:
+        bits = jax.lax.bitcast_convert_type(a, jnp.dtype(f"int{a.dtype.itemsize * 8}"))
+        return jax.lax.bitcast_convert_type(bits ^ zero.astype(bits.dtype), a.dtype)
+
+    return jax.tree.map(leaf, tree)
+
+
+def _fast_block_sums(batch_loss, params: Params, xs: jax.Array, ys: jax.Array, blocks: int):
+    """Each block's summed loss differentiated in one go (``xs`` is ``(blocks, rows, ...)``)."""
+    losses, grads = jax.vmap(jax.value_and_grad(batch_loss), in_axes=(None, 0, 0))(params, xs, ys)
+    return _unstack(losses, grads, blocks)
+
+
+def _gathered(block_sums, fn, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array, *static):
+    """``block_sums`` of the training rows ``rows``, gathered inside the call."""
+    return block_sums(fn, params, x_all[rows], y_all[rows], *static)
+
+
 class Numerics:
     """Jitted gradient and evaluation functions for one model and task."""
 
     def __init__(self, model: Model, task: Literal["classification", "regression"], reduction: str):
         self.model, self.task, self.reduction = model, task, reduction
         loss = functools.partial(_example_loss, model, task)
-        value_and_grad = jax.value_and_grad(loss)
-        self._per_example = jax.jit(jax.vmap(value_and_grad, in_axes=(None, 0, 0)))
-        self._shard_sums = jax.jit(self._block_sums, static_argnums=(1, 2))
+        per_example = jax.vmap(jax.value_and_grad(loss), in_axes=(None, 0, 0))
+        self._per_example = jax.jit(per_example)  # one chunk alone: what the exact program must match
+        self._exact = jax.jit(functools.partial(_exact_block_sums, per_example), static_argnums=(4, 5))
+        self._exact_at = jax.jit(functools.partial(_gathered, _exact_block_sums, per_example), static_argnums=(5, 6))
         batch_loss = lambda p, x, y: jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0))(p, x, y))
-        self._fast = jax.jit(functools.partial(self._fast_sums, batch_loss), static_argnums=(3,))
+        self._fast = jax.jit(functools.partial(_fast_block_sums, batch_loss), static_argnums=(3,))
+        self._fast_at = jax.jit(functools.partial(_gathered, _fast_block_sums, batch_loss), static_argnums=(4,))
         self._evaluate = jax.jit(self._eval_fn)
-
-    @staticmethod
-    def _block_sums(
-        chunks: list[tuple[jax.Array, Params]], rows: int, blocks: int
-    ) -> tuple[list[jax.Array], list[Params]]:
-        # Separate jit from the per-example gradients on purpose: fused with them, XLA
-        # computes the per-example gradients differently and the exactness is lost.
-        per_block = rows // blocks
-        if per_block & (per_block - 1) == 0:
-            return _aligned_block_sums(chunks, per_block, blocks)
-        return _concatenated_block_sums(chunks, rows, blocks)
-
-    @staticmethod
-    def _fast_sums(loss_fn, params: Params, xs: jax.Array, ys: jax.Array, blocks: int):
-        losses, grads = jax.vmap(jax.value_and_grad(loss_fn), in_axes=(None, 0, 0))(params, xs, ys)
-        return _unstack(losses, grads, blocks)
+        self._device_data: tuple[Dataset, str, jax.Array, jax.Array] | None = None
 
     def shard_sums(self, params: Params, xs: np.ndarray, ys: np.ndarray, shards: int) -> list[GradSum]:
         """Gradient sums of ``shards`` equal, contiguous blocks of the rows ``xs`` at ``params``."""
@@ -181,20 +217,30 @@ class Numerics:
         if pad:  # padding rows are real-looking inputs whose gradients are dropped
             xs = np.concatenate([xs, np.zeros((pad, *xs.shape[1:]), xs.dtype)])
             ys = np.concatenate([ys, np.zeros((pad,), ys.dtype)])
-        return self._exact_sums(params, xs, ys, rows, shards)
+        losses, grads = self._exact(params, xs, ys, _ZERO, rows, shards)
+        return _grad_sums(losses, grads, rows // shards)
 
     def shard_sums_of(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int) -> list[GradSum]:
-        """:meth:`shard_sums` of the training examples ``rows``, padded on the indices before one gather."""
-        if self.reduction == "fast" or len(rows) % CHUNK_ROWS == 0:
-            return self.shard_sums(params, dataset.x_train[rows], dataset.y_train[rows], shards)
-        padded = np.concatenate([rows, np.zeros(CHUNK_ROWS - len(rows) % CHUNK_ROWS, rows.dtype)])
-        return self._exact_sums(params, dataset.x_train[padded], dataset.y_train[padded], len(rows), shards)
+        """:meth:`shard_sums` of the training examples ``rows``, gathered inside the call from
+        a copy of the training set kept on the device (the same values, one small transfer)."""
+        x_all, y_all = self._on_device(dataset)
+        count = len(rows)
+        if self.reduction == "fast":
+            losses, grads = self._fast_at(params, x_all, y_all, rows.reshape(shards, -1), shards)
+            return _grad_sums(losses, grads, count // shards)
+        pad = (-count) % CHUNK_ROWS
+        if pad:  # padding rows are real examples (row 0) whose gradients are dropped
+            rows = np.concatenate([rows, np.zeros(pad, rows.dtype)])
+        losses, grads = self._exact_at(params, x_all, y_all, rows, _ZERO, count, shards)
+        return _grad_sums(losses, grads, count // shards)
 
-    def _exact_sums(self, params: Params, xs: np.ndarray, ys: np.ndarray, rows: int, shards: int) -> list[GradSum]:
-        """The exact path on rows already padded to a multiple of CHUNK_ROWS; the first ``rows`` count."""
-        chunks = [self._per_example(params, xs[i : i + CHUNK_ROWS], ys[i : i + CHUNK_ROWS]) for i in range(0, len(xs), CHUNK_ROWS)]
-        losses, grads = self._shard_sums(chunks, rows, shards)
-        return _grad_sums(losses, grads, rows // shards)
+    def _on_device(self, dataset: Dataset) -> tuple[jax.Array, jax.Array]:
+        """The training set as arrays on the default device, made once per data set and device."""
+        device = str(jax.config.jax_default_device)
+        cached = self._device_data
+        if cached is None or cached[0] is not dataset or cached[1] != device:
+            cached = self._device_data = (dataset, device, jnp.asarray(dataset.x_train), jnp.asarray(dataset.y_train))
+        return cached[2], cached[3]
 
     def _eval_fn(self, params: Params, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
         out = self.model.apply(params, x)

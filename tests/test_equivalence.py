@@ -14,7 +14,7 @@ from fred import rng
 from fred.data import load_dataset
 from fred.models import build_model
 from fred.numerics import Numerics
-from fred.scenario import DataConfig, MLPModel
+from fred.scenario import CNNModel, DataConfig, LogisticModel, MLPModel
 from tests.conftest import tiny
 
 STEPS = 4
@@ -116,3 +116,42 @@ def test_in_block_sums_read_in_place_are_the_concatenated_sums_bit_for_bit(per_b
     assert jax.tree.structure(aligned) == jax.tree.structure(concatenated)
     for a, b in zip(jax.tree.leaves(aligned), jax.tree.leaves(concatenated)):
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        MLPModel(hidden=[16], activation="relu"),
+        MLPModel(hidden=[8, 8], activation="tanh"),
+        LogisticModel(),
+        CNNModel(channels=[2], kernel_size=3, hidden=8),
+    ],
+    ids=["relu", "tanh", "logistic", "cnn"],
+)
+@pytest.mark.parametrize("rows, shards", [(2, 1), (64, 2), (128, 4), (256, 8), (96, 3), (130, 2), (12, 3)])
+def test_the_one_program_exact_gradients_are_one_call_per_chunk_bit_for_bit(model, rows, shards):
+    """One compiled program per gradient call gives the bits of a call per 64-row chunk plus a
+    call for the sums. Without numerics._as_stored it does not: XLA fuses the outer product of
+    a weight gradient into the first add of the tree and LLVM makes the pair one fused
+    multiply-add (seen as 1e-8..1e-6 differences here for every model but the bias-only sums)."""
+    import jax
+
+    from fred.models import build_model as build
+    from fred.numerics import CHUNK_ROWS, _concatenated_block_sums
+
+    ds = load_dataset(DataConfig(), rng.stream(0, "data", "load"))
+    net = build(model, ds.feature_shape, ds.num_classes)
+    params = jax.tree.map(lambda p: p + 0.01, net.init(rng.jax_key(rows, "model")))
+    numerics = Numerics(net, ds.task, "exact")
+    picked = rng.stream(rows, shards, "rows").choice(len(ds.y_train), size=rows)
+    padded = np.concatenate([picked, np.zeros((-rows) % CHUNK_ROWS, picked.dtype)])
+    chunks = [
+        numerics._per_example(params, ds.x_train[padded[i : i + CHUNK_ROWS]], ds.y_train[padded[i : i + CHUNK_ROWS]])
+        for i in range(0, len(padded), CHUNK_ROWS)
+    ]
+    losses, grads = jax.jit(lambda c: _concatenated_block_sums(c, rows, shards))(chunks)
+    together = numerics.shard_sums_of(params, ds, picked, shards)
+    for block, part in enumerate(together):
+        assert np.asarray(part.loss).tobytes() == np.asarray(losses[block]).tobytes()
+        for a, b in zip(jax.tree.leaves(part.grad), jax.tree.leaves(grads[block]), strict=True):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
