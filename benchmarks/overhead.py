@@ -182,8 +182,8 @@ class Bare:
 
 def gradient_share(scenario: dict[str, Any]) -> tuple[float, float]:
     """One extra, instrumented fred.run: its wall time and the seconds spent making
-    gradients (GradientService._flush_like: data gather, the jitted gradient calls and
-    splitting the result into per-worker sums, waited for so that the time lands here)."""
+    gradients (GradientService._flush_like: the jitted gradient calls, waited for so that
+    the time lands here; a stacked result is waited for as it is, not split into rows)."""
     original = GradientService._flush_like
     spent = [0.0]
 
@@ -191,7 +191,8 @@ def gradient_share(scenario: dict[str, Any]) -> tuple[float, float]:
         t0 = time.perf_counter()
         try:
             original(self, first)
-            jax.block_until_ready(first.result)
+            part = first.result
+            jax.block_until_ready(part.source.stacked if part.source is not None else part)
         finally:
             spent[0] += time.perf_counter() - t0
 
@@ -310,7 +311,8 @@ def event_throughput(updates: int, repeats: int, workers: int = 64) -> dict[str,
         def timed_flush(first):  # instance attribute: wraps this run's gradient batches only
             t0 = time.perf_counter()
             flush(first)
-            jax.block_until_ready(first.result)
+            part = first.result
+            jax.block_until_ready(part.source.stacked if part.source is not None else part)
             grad_s[0] += time.perf_counter() - t0
 
         built.sim.gradients._flush_like = timed_flush

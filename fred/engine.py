@@ -38,7 +38,7 @@ from fred.data import Dataset
 from fred.faults import Crash, Faults
 from fred.models import Params
 from fred.network import Network, Transfer, ring_by_chunk
-from fred.numerics import GradSum, Numerics, sum_grads, tree_sum
+from fred.numerics import GradSum, Numerics, parts_of, sum_grads, tree_sum
 from fred.scenario import FaultsConfig
 from fred.tape import active_tape, op
 
@@ -72,10 +72,14 @@ MAX_EXACT_ROWS = 256  # rows per exact gradient call when several workers are se
 
 
 class _GradientRequest:
-    __slots__ = ("params", "rows", "result", "duration_s")
+    __slots__ = ("params", "rows", "worker", "result", "duration_s")
 
-    def __init__(self, params: Params, rows: np.ndarray):
-        self.params, self.rows, self.result, self.duration_s = params, rows, None, 0.0
+    def __init__(self, params: Params, rows: np.ndarray, worker: int):
+        self.params, self.rows, self.worker, self.result, self.duration_s = params, rows, worker, None, 0.0
+
+
+def _by_worker(req: _GradientRequest) -> int:
+    return req.worker
 
 
 class GradientService:
@@ -95,10 +99,10 @@ class GradientService:
         # parameters (by identity; each request holds them) and batch size. In request order.
         self._pending: dict[tuple[int, int], list[_GradientRequest]] = {}
         # On the numerics tape as "gradients": replay rebuilds it from the run's scenario.
-        self._shard_sums = op("gradients")(lambda params, rows, shards: numerics.shard_sums_of(params, dataset, rows, shards))
+        self._gradients = op("gradients")(lambda params, rows, shards: numerics.gradients(params, dataset, rows, shards))
 
-    def request(self, params: Params, rows: np.ndarray) -> _GradientRequest:
-        req = _GradientRequest(params, rows)
+    def request(self, params: Params, rows: np.ndarray, worker: int = 0) -> _GradientRequest:
+        req = _GradientRequest(params, rows, worker)
         self._pending.setdefault((id(params), len(rows)), []).append(req)
         return req
 
@@ -117,12 +121,15 @@ class GradientService:
         return req.result
 
     def _flush_like(self, first: _GradientRequest) -> None:
-        same = self._pending.pop((id(first.params), len(first.rows)))
+        # In worker order (a stable sort: ties keep request order), as all-reduces sum: one of
+        # whole calls then adds the stacked rows where they are (numerics.sum_grads). Which
+        # call serves a worker never changes its bits.
+        same = sorted(self._pending.pop((id(first.params), len(first.rows))), key=_by_worker)
         per_call = self._workers_per_call(len(first.rows), len(same))
         for start in range(0, len(same), per_call):
             group = same[start : start + per_call]
             rows = np.concatenate([r.rows for r in group])
-            for req, part in zip(group, self._shard_sums(first.params, rows, len(group))):
+            for req, part in zip(group, parts_of(self._gradients(first.params, rows, len(group)), len(group), len(first.rows))):
                 req.result = part
             tape = active_tape()
             if tape is not None:  # replay reports real step times next to these simulated ones
@@ -298,7 +305,7 @@ class Simulation:
         all the same, because durations never depend on the numbers.
         """
         self._own(worker)
-        request = self.gradients.request(params, worker.next_batch()) if self.gradients else None
+        request = self.gradients.request(params, worker.next_batch(), worker.index) if self.gradients else None
         start = self.now
         if duration_s is None:
             duration_s = self.compute_model.duration_s(worker.index, self.now)

@@ -17,7 +17,7 @@ summed loss in one go.
 from __future__ import annotations
 
 import functools
-from typing import Literal, NamedTuple, Sequence
+from typing import Any, Literal, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -34,16 +34,87 @@ CHUNK_ROWS = 64
 _ZERO = np.int32(0)  # a run-time argument of the exact gradient program: see _as_stored
 
 
-class GradSum(NamedTuple):
+class Stacked(NamedTuple):
+    """The shard sums of one gradient call, stacked along a leading axis of length ``shards``."""
+
+    loss: jax.Array
+    grad: Params
+
+
+class _Source:
+    """One gradient call's stacked result, shared by its parts; split into rows only when asked."""
+
+    __slots__ = ("stacked", "size", "rows")
+
+    def __init__(self, stacked: Stacked, size: int):
+        # The row count is kept: a resumed run's stacked values are placeholders, shapeless until filled.
+        self.stacked, self.size, self.rows = stacked, size, None
+
+    def row(self, i: int) -> tuple[jax.Array, Params]:
+        if self.rows is None:
+            self.rows = unstack(self.stacked)
+        return self.rows[i]
+
+
+@jax.tree_util.register_pytree_node_class
+class GradSum:
     """A shard's gradient *sum* (not mean) with its loss sum and example count.
 
     Sums travel instead of means so that aggregation is one pairwise tree and
     the division by the global example count happens exactly once.
+
+    A part of a gradient call that served several workers starts as a row of the
+    call's :class:`Stacked` result; its ``grad`` and ``loss`` are split off (one
+    call for all rows) only when something reads them. An all-reduce of whole calls
+    in order never does: :func:`sum_grads` adds the rows where they are.
     """
 
-    grad: Params
-    loss: jax.Array
-    count: int
+    __slots__ = ("_grad", "_loss", "count", "source", "row")
+    _fields = ("grad", "loss", "count")  # what it unpacks to; the tape writes it as it writes a named tuple
+
+    def __init__(self, grad: Params, loss: jax.Array, count: int):
+        self._grad, self._loss, self.count = grad, loss, count
+        self.source: _Source | None = None
+        self.row = 0
+
+    @classmethod
+    def part(cls, source: _Source, row: int, count: int) -> GradSum:
+        """Row ``row`` of a stacked gradient call, not split off yet."""
+        part = cls(None, None, count)
+        part.source, part.row = source, row
+        return part
+
+    @property
+    def grad(self) -> Params:
+        if self._grad is None and self.source is not None:
+            self._loss, self._grad = self.source.row(self.row)
+        return self._grad
+
+    @property
+    def loss(self) -> jax.Array:
+        if self._loss is None and self.source is not None:
+            self._loss, self._grad = self.source.row(self.row)
+        return self._loss
+
+    def loss_ref(self) -> tuple[jax.Array, int | None]:
+        """Where the loss sum is, without splitting anything off and without holding the
+        gradient: ``(array, row)`` for a part still stacked, ``(scalar, None)`` otherwise."""
+        if self._loss is None and self.source is not None:
+            return self.source.stacked.loss, self.row
+        return self.loss, None
+
+    def tree_flatten(self) -> tuple[tuple[Any, ...], None]:
+        return (self.grad, self.loss, self.count), None
+
+    @classmethod
+    def tree_unflatten(cls, _aux: None, children: tuple[Any, ...]) -> GradSum:
+        return cls(*children)
+
+    def __iter__(self):  # unpacks like the named tuple it was: grad, loss, count
+        return iter((self.grad, self.loss, self.count))
+
+    def __repr__(self) -> str:
+        return f"GradSum(count={self.count}, row={self.row if self.source is not None else None})"
 
 
 def pairwise_sum(x: jax.Array) -> jax.Array:
@@ -73,8 +144,50 @@ def sum_grads(parts: Sequence[GradSum]) -> GradSum:
     """Aggregate shard sums into one, by the fixed tree over shards in the given order."""
     if len(parts) == 1:
         return parts[0]
-    grads, loss = tree_sum([(p.grad, p.loss) for p in parts])
-    return GradSum(grads, loss, sum(p.count for p in parts))
+    count = sum(p.count for p in parts)
+    whole = _whole_calls(parts)
+    if whole is not None:  # the same adds in the same tree, on the rows where the calls left them
+        grads, loss = stacked_sum(whole)
+    else:
+        grads, loss = tree_sum([(p.grad, p.loss) for p in parts])
+    return GradSum(grads, loss, count)
+
+
+def _whole_calls(parts: Sequence[GradSum]) -> list[Stacked] | None:
+    """The stacked calls ``parts`` are, when they are every row of whole calls, in order."""
+    calls: list[Stacked] = []
+    expected = 0
+    for part in parts:
+        if part.source is None or part.row != expected:
+            return None
+        if expected == 0:
+            calls.append(part.source.stacked)
+        expected = 0 if part.row + 1 == part.source.size else part.row + 1
+    return calls if expected == 0 else None
+
+
+def parts_of(result: list[GradSum] | Stacked, shards: int, per_shard: int) -> list[GradSum]:
+    """Each shard's :class:`GradSum` from what :meth:`Numerics.gradients` returned."""
+    if isinstance(result, Stacked):
+        source = _Source(result, shards)
+        return [GradSum.part(source, i, per_shard) for i in range(shards)]
+    return result
+
+
+@op("fred.numerics:stacked_sum")
+@jax.jit
+def stacked_sum(calls: Sequence[Stacked]) -> tuple[Params, jax.Array]:
+    """:func:`tree_sum` of the rows of ``calls`` laid end to end: (gradient sum, loss sum)."""
+    rows = lambda *leaves: jnp.concatenate(leaves)[None] if len(leaves) > 1 else leaves[0][None]
+    stacked = jax.tree.map(rows, *[(c.grad, c.loss) for c in calls])
+    return jax.tree.map(lambda leaf: pairwise_sum(leaf)[0], stacked)  # type: ignore[return-value]
+
+
+@op("fred.numerics:unstack")
+@jax.jit
+def unstack(stacked: Stacked) -> list[tuple[jax.Array, Params]]:
+    """Every row of a stacked call as its own (loss, gradient sum), in one call."""
+    return [(stacked.loss[i], jax.tree.map(lambda g, i=i: g[i], stacked.grad)) for i in range(stacked.loss.shape[0])]
 
 
 @op("fred.numerics:mean_grad")
@@ -186,9 +299,13 @@ def _fast_block_sums(batch_loss, params: Params, xs: jax.Array, ys: jax.Array, b
     return _unstack(losses, grads, blocks)
 
 
-def _gathered(block_sums, fn, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array, *static):
-    """``block_sums`` of the training rows ``rows``, gathered inside the call."""
-    return block_sums(fn, params, x_all[rows], y_all[rows], *static)
+def _gathered(block_sums, fn, stack: bool, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array, *static):
+    """``block_sums`` of the training rows ``rows``, gathered inside the call; one
+    :class:`Stacked` when ``stack``, else the per-block lists."""
+    losses, grads = block_sums(fn, params, x_all[rows], y_all[rows], *static)
+    if stack:
+        return Stacked(jnp.stack(losses), jax.tree.map(lambda *g: jnp.stack(g), *grads))
+    return losses, grads
 
 
 class Numerics:
@@ -200,10 +317,16 @@ class Numerics:
         per_example = jax.vmap(jax.value_and_grad(loss), in_axes=(None, 0, 0))
         self._per_example = jax.jit(per_example)  # one chunk alone: what the exact program must match
         self._exact = jax.jit(functools.partial(_exact_block_sums, per_example), static_argnums=(4, 5))
-        self._exact_at = jax.jit(functools.partial(_gathered, _exact_block_sums, per_example), static_argnums=(5, 6))
+        self._exact_at = {
+            stack: jax.jit(functools.partial(_gathered, _exact_block_sums, per_example, stack), static_argnums=(5, 6))
+            for stack in (False, True)
+        }
         batch_loss = lambda p, x, y: jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0))(p, x, y))
         self._fast = jax.jit(functools.partial(_fast_block_sums, batch_loss), static_argnums=(3,))
-        self._fast_at = jax.jit(functools.partial(_gathered, _fast_block_sums, batch_loss), static_argnums=(4,))
+        self._fast_at = {
+            stack: jax.jit(functools.partial(_gathered, _fast_block_sums, batch_loss, stack), static_argnums=(4,))
+            for stack in (False, True)
+        }
         self._evaluate = jax.jit(self._eval_fn)
         self._device_data: tuple[Dataset, str, jax.Array, jax.Array] | None = None
 
@@ -223,16 +346,25 @@ class Numerics:
     def shard_sums_of(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int) -> list[GradSum]:
         """:meth:`shard_sums` of the training examples ``rows``, gathered inside the call from
         a copy of the training set kept on the device (the same values, one small transfer)."""
+        losses, grads = self._call(params, dataset, rows, shards, stack=False)
+        return _grad_sums(losses, grads, len(rows) // shards)
+
+    def gradients(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int) -> list[GradSum] | Stacked:
+        """What a run records as one gradient call: :meth:`shard_sums_of` for one shard,
+        the same sums as one :class:`Stacked` for several (fewer arrays to make and track)."""
+        if shards == 1:
+            return self.shard_sums_of(params, dataset, rows, 1)
+        return self._call(params, dataset, rows, shards, stack=True)
+
+    def _call(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int, stack: bool):
         x_all, y_all = self._on_device(dataset)
-        count = len(rows)
         if self.reduction == "fast":
-            losses, grads = self._fast_at(params, x_all, y_all, rows.reshape(shards, -1), shards)
-            return _grad_sums(losses, grads, count // shards)
+            return self._fast_at[stack](params, x_all, y_all, rows.reshape(shards, -1), shards)
+        count = len(rows)
         pad = (-count) % CHUNK_ROWS
         if pad:  # padding rows are real examples (row 0) whose gradients are dropped
             rows = np.concatenate([rows, np.zeros(pad, rows.dtype)])
-        losses, grads = self._exact_at(params, x_all, y_all, rows, _ZERO, count, shards)
-        return _grad_sums(losses, grads, count // shards)
+        return self._exact_at[stack](params, x_all, y_all, rows, _ZERO, count, shards)
 
     def _on_device(self, dataset: Dataset) -> tuple[jax.Array, jax.Array]:
         """The training set as arrays on the default device, made once per data set and device."""

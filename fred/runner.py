@@ -138,13 +138,13 @@ class _Controller:
         self.timing_only = built.scenario.workload.timing_only
         self.stop_reason: str | None = None
         self.status = "completed"
-        self._train: list[tuple[Any, int]] = []  # (loss sum, examples); not the gradients, to free them
+        self._train: list[tuple[Any, int | None, int]] = []  # (loss array, row, examples): not the gradients, to free them
         self._last_eval: tuple[float, int] | None = None
         self._last_loss = math.nan
         self._progress_every = max(1, (self.stop_cfg.max_updates or 20000) // 200)
 
     def on_compute(self, grad: GradSum) -> None:
-        self._train.append((grad.loss, grad.count))
+        self._train.append((*grad.loss_ref(), grad.count))
 
     def on_update(self, contributions: list[Contribution], version_applied: int) -> None:
         now = self.built.sim.now
@@ -180,9 +180,8 @@ class _Controller:
         else:
             ds = self.built.dataset
             loss, accuracy = self.built.numerics.evaluate(resolved(self.params_fn()), ds.x_eval, ds.y_eval)
-        examples = sum(count for _, count in self._train)
-        # np.asarray first: float() of a jax scalar takes ~6 us, of its numpy view <1 us (the same value).
-        train_loss = float(sum(float(np.asarray(loss)) for loss, _ in self._train) / examples) if examples else math.nan
+        examples = sum(count for _, _, count in self._train)
+        train_loss = float(sum(_loss_float(loss, row) for loss, row, _ in self._train) / examples) if examples else math.nan
         return loss, accuracy, train_loss
 
     def _restored(self, at_s: float, count: int) -> tuple[float, float, float]:
@@ -235,6 +234,11 @@ class _Controller:
             env.step()
             self.after_step()
         return env.now
+
+
+def _loss_float(loss: Any, row: int | None) -> float:
+    # np.asarray first: float() of a jax scalar takes ~6 us, of its numpy view <1 us (the same value).
+    return float(np.asarray(loss)) if row is None else float(np.asarray(loss)[row])
 
 
 def execute(

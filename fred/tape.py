@@ -185,8 +185,8 @@ class Tape:
         """Check the call against the recorded one and answer with placeholders, computing nothing."""
         recorded = self._replay
         assert recorded is not None
+        args_def, arg_codes = self.codes(args)  # first: reading a lazy input may itself be a call (GradSum)
         expected = recorded.calls[len(self.calls)]
-        args_def, arg_codes = self.codes(args)
         same = (name, key, arg_codes) == (expected.name, expected.key, expected.arg_codes)
         if not same or self.treedefs[args_def] != recorded.treedefs[expected.args]:
             raise ResumeMismatch(f"call {len(self.calls)} is {name}, not the checkpoint's {expected.name} with the same inputs")
@@ -404,7 +404,7 @@ def _codes(codes: list[Any]) -> tuple[Code, ...]:
 def encode(tree: Any) -> Any:
     if isinstance(tree, _Slot):
         return {"slot": tree.position}
-    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+    if hasattr(type(tree), "_fields"):  # a named tuple, or a class that unpacks like one (GradSum)
         cls = type(tree)
         return {"named": f"{cls.__module__}:{cls.__qualname__}", "items": [encode(x) for x in tree]}
     if isinstance(tree, (list, tuple)):

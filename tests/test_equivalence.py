@@ -155,3 +155,27 @@ def test_the_one_program_exact_gradients_are_one_call_per_chunk_bit_for_bit(mode
         assert np.asarray(part.loss).tobytes() == np.asarray(losses[block]).tobytes()
         for a, b in zip(jax.tree.leaves(part.grad), jax.tree.leaves(grads[block]), strict=True):
             assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+def test_an_all_reduce_of_whole_stacked_calls_adds_the_same_bits_as_of_split_parts():
+    """20 workers x 32 rows are served by three calls (8, 8, 4 workers); their parts stay rows
+    of the stacked results, and summing them in order splits nothing and gives the bits of
+    the tree over the split parts. Any other selection is split first, and is right too."""
+    from fred.engine import GradientService
+    from fred.numerics import GradSum, sum_grads
+
+    ds, numerics, params = digits_mlp()
+    service = GradientService(numerics, ds)
+    requests = [service.request(params, rng.stream(w, "rows").choice(len(ds.y_train), size=32)) for w in range(20)]
+    parts = [service.result(r) for r in requests]
+    assert len({id(p.source) for p in parts}) == 3
+    whole = sum_grads(parts)
+    assert all(p._grad is None for p in parts), "an all-reduce of whole calls split a row off"
+    split = [GradSum(p.grad, p.loss, p.count) for p in parts]
+    for chosen in (slice(None), slice(3, 9), slice(8, 16)):
+        lazy = whole if chosen == slice(None) else sum_grads(parts[chosen])
+        plain = sum_grads(split[chosen])
+        assert lazy.count == plain.count
+        assert np.asarray(lazy.loss).tobytes() == np.asarray(plain.loss).tobytes()
+        for name in params:
+            assert np.asarray(lazy.grad[name]).tobytes() == np.asarray(plain.grad[name]).tobytes(), name

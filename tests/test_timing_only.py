@@ -63,7 +63,7 @@ def test_a_timing_only_run_computes_no_gradient_and_no_evaluation(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a timing-only run asked for numbers")
 
-    monkeypatch.setattr(Numerics, "shard_sums_of", refuse)
+    monkeypatch.setattr(Numerics, "_call", refuse)  # every gradient call goes through it
     monkeypatch.setattr(Numerics, "evaluate", refuse)
     result = fred.run(timing_only(busy({"name": "sgp"})))
     assert result.summary["updates"] == 16
