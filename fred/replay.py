@@ -170,6 +170,12 @@ def _execute(
             real_s = time.perf_counter() - began
             timings.append((i, args[2], len(args[1]), real_s, float(np.mean(simulated)) if simulated else np.nan, shape not in shapes))
             shapes.add(shape)
+        if jax.tree.structure(result) != treedefs[call.out]:
+            raise ReplayError(
+                f"call {i} ({call.name}) returns {jax.tree.structure(result)}, but the run recorded "
+                f"{treedefs[call.out]}: the run was made by a fred whose numerics differ from this one; "
+                "run its scenario again with this fred to replay it"
+            )
         if steps is not None:
             steps.check(i, call.name, fn, args, result)
         for code, value in zip(call.out_codes, jax.tree.leaves(result)):

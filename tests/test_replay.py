@@ -185,3 +185,19 @@ def test_a_timing_only_run_has_nothing_to_replay(tmp_path, capsys):
     fred.run(data, out=tmp_path / "run")
     assert main(["replay", str(tmp_path / "run")]) == 2
     assert "timing-only run" in capsys.readouterr().err
+
+
+def test_a_call_that_now_returns_another_structure_is_a_clear_error(tmp_path):
+    """A tape from a fred whose gradient calls returned other trees (before 2026-11-23 a call
+    for several workers returned a list of per-worker sums, now one stacked result) is
+    refused, not replayed by pairing leaves that no longer match."""
+    strategy_run("ssgd", tmp_path / "run")
+    doc, blobs, _ = tape.read(tmp_path / "run" / "tape.npz")
+    call = next(c for c in doc["calls"] if c[0] == "gradients" and c[3][-1] > 1)
+    call[4] = next(c[4] for c in doc["calls"] if c[0] == "fred.numerics:stacked_sum")  # another recorded tree
+    tape.write(tmp_path / "run" / "tape.npz", doc, blobs)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    summary["tape_sha256"] = tape.digest(doc, blobs)
+    (tmp_path / "run" / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ReplayError, match="numerics differ from this one"):
+        replay(tmp_path / "run")
