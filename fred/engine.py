@@ -96,7 +96,7 @@ class GradientService:
     def __init__(self, numerics: Numerics, dataset: Dataset):
         self.numerics, self.dataset = numerics, dataset
         # Requests waiting, grouped by what a batched call needs in common: the same
-        # parameters (by identity; each request holds them) and batch size. In request order.
+        # parameters (by identity; each request holds them) and batch size. Served in worker order.
         self._pending: dict[tuple[int, int], list[_GradientRequest]] = {}
         # On the numerics tape as "gradients": replay rebuilds it from the run's scenario.
         self._gradients = op("gradients")(lambda params, rows, shards: numerics.gradients(params, dataset, rows, shards))

@@ -27,9 +27,10 @@ from fred.data import Dataset
 from fred.models import Model, Params
 from fred.tape import op
 
-# Rows per per-example gradient call: batches are padded to a multiple of this and
-# computed one 64-row call at a time, so an example's gradient always comes from the
-# same compiled program, whatever batch (or batch of workers) it came in.
+# Rows per per-example gradient chunk: batches are padded to a multiple of this and
+# computed 64 rows at a time (each chunk as a 64-row call of its own would compute it),
+# so an example's gradient always has the same bits, whatever batch (or batch of
+# workers) it came in.
 CHUNK_ROWS = 64
 _ZERO = np.int32(0)  # a run-time argument of the exact gradient program: see _as_stored
 
