@@ -180,6 +180,11 @@ class Bare:
         return jax.block_until_ready(params)
 
 
+def _wait_for(part) -> None:
+    """Block until a gradient is computed: a stacked call as it is, not split into rows."""
+    jax.block_until_ready(part.source.stacked if part.source is not None else part)
+
+
 def gradient_share(scenario: dict[str, Any]) -> tuple[float, float]:
     """One extra, instrumented fred.run: its wall time and the seconds spent making
     gradients (GradientService._flush_like: the jitted gradient calls, waited for so that
@@ -191,8 +196,7 @@ def gradient_share(scenario: dict[str, Any]) -> tuple[float, float]:
         t0 = time.perf_counter()
         try:
             original(self, first)
-            part = first.result
-            jax.block_until_ready(part.source.stacked if part.source is not None else part)
+            _wait_for(first.result)
         finally:
             spent[0] += time.perf_counter() - t0
 
@@ -311,8 +315,7 @@ def event_throughput(updates: int, repeats: int, workers: int = 64) -> dict[str,
         def timed_flush(first):  # instance attribute: wraps this run's gradient batches only
             t0 = time.perf_counter()
             flush(first)
-            part = first.result
-            jax.block_until_ready(part.source.stacked if part.source is not None else part)
+            _wait_for(first.result)
             grad_s[0] += time.perf_counter() - t0
 
         built.sim.gradients._flush_like = timed_flush

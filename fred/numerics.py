@@ -87,15 +87,17 @@ class GradSum:
 
     @property
     def grad(self) -> Params:
-        if self._grad is None and self.source is not None:
-            self._loss, self._grad = self.source.row(self.row)
+        self._split()
         return self._grad
 
     @property
     def loss(self) -> jax.Array:
+        self._split()
+        return self._loss
+
+    def _split(self) -> None:
         if self._loss is None and self.source is not None:
             self._loss, self._grad = self.source.row(self.row)
-        return self._loss
 
     def loss_ref(self) -> tuple[jax.Array, int | None]:
         """Where the loss sum is, without splitting anything off and without holding the
@@ -317,13 +319,11 @@ class Numerics:
         loss = functools.partial(_example_loss, model, task)
         per_example = jax.vmap(jax.value_and_grad(loss), in_axes=(None, 0, 0))
         self._per_example = jax.jit(per_example)  # one chunk alone: what the exact program must match
-        self._exact = jax.jit(functools.partial(_exact_block_sums, per_example), static_argnums=(4, 5))
         self._exact_at = {
             stack: jax.jit(functools.partial(_gathered, _exact_block_sums, per_example, stack), static_argnums=(5, 6))
             for stack in (False, True)
         }
         batch_loss = lambda p, x, y: jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0))(p, x, y))
-        self._fast = jax.jit(functools.partial(_fast_block_sums, batch_loss), static_argnums=(3,))
         self._fast_at = {
             stack: jax.jit(functools.partial(_gathered, _fast_block_sums, batch_loss, stack), static_argnums=(4,))
             for stack in (False, True)
@@ -331,22 +331,10 @@ class Numerics:
         self._evaluate = jax.jit(self._eval_fn)
         self._device_data: tuple[Dataset, str, jax.Array, jax.Array] | None = None
 
-    def shard_sums(self, params: Params, xs: np.ndarray, ys: np.ndarray, shards: int) -> list[GradSum]:
-        """Gradient sums of ``shards`` equal, contiguous blocks of the rows ``xs`` at ``params``."""
-        rows = xs.shape[0]
-        if self.reduction == "fast":
-            losses, grads = self._fast(params, xs.reshape(shards, -1, *xs.shape[1:]), ys.reshape(shards, -1), shards)
-            return _grad_sums(losses, grads, rows // shards)
-        pad = (-rows) % CHUNK_ROWS
-        if pad:  # padding rows are real-looking inputs whose gradients are dropped
-            xs = np.concatenate([xs, np.zeros((pad, *xs.shape[1:]), xs.dtype)])
-            ys = np.concatenate([ys, np.zeros((pad,), ys.dtype)])
-        losses, grads = self._exact(params, xs, ys, _ZERO, rows, shards)
-        return _grad_sums(losses, grads, rows // shards)
-
     def shard_sums_of(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int) -> list[GradSum]:
-        """:meth:`shard_sums` of the training examples ``rows``, gathered inside the call from
-        a copy of the training set kept on the device (the same values, one small transfer)."""
+        """Gradient sums of ``shards`` equal, contiguous blocks of the training examples ``rows``
+        at ``params``, gathered inside the call from a copy of the training set kept on the
+        device (the same values, one small transfer)."""
         losses, grads = self._call(params, dataset, rows, shards, stack=False)
         return _grad_sums(losses, grads, len(rows) // shards)
 

@@ -73,8 +73,8 @@ def test_a_per_example_gradient_does_not_depend_on_its_batch(example, batch, pos
     at = position.draw(st.integers(0, batch - 1))
     rows = rng.stream(batch, "rows").choice(len(ds.y_train), size=batch)
     rows[at] = example
-    alone = numerics.shard_sums(params, ds.x_train[[example]], ds.y_train[[example]], 1)[0]
-    within = numerics.shard_sums(params, ds.x_train[rows], ds.y_train[rows], batch)[at]
+    alone = numerics.shard_sums_of(params, ds, np.array([example]), 1)[0]
+    within = numerics.shard_sums_of(params, ds, rows, batch)[at]
     for name in params:
         assert np.array_equal(np.asarray(alone.grad[name]), np.asarray(within.grad[name])), name
 
