@@ -9,6 +9,8 @@ randomness never depends on another's progress.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fred import rng
@@ -50,7 +52,9 @@ class ComputeModel:
         if self.changes:
             seconds *= self.base_speed[worker] / self.speed_at(worker, now_s)
         if self.sigma > 0:
-            seconds *= float(np.exp(self.sigma * stream.standard_normal()))
+            # math.exp, not np.exp: numpy's AVX-512 exp differs from libm's in the last bit
+            # (numpy issue 23523), which would make the event trace depend on the CPU.
+            seconds *= math.exp(self.sigma * float(stream.standard_normal()))
         seconds += self.delay_s[worker]
         if self.straggle.probability > 0 and stream.random() < self.straggle.probability:
             seconds += self.straggle.delay_s

@@ -24,6 +24,7 @@ from fred import rng, tape
 from fred.api import load_run
 from fred.calibrate import device_for
 from fred.data import load_dataset
+from fred.host import cpu_isa
 from fred.models import Params
 from fred.runner import _model_and_numerics
 from fred.scenario import Scenario
@@ -100,6 +101,11 @@ def _notes(summary: dict[str, Any], made_on: str, backend: str, check: str) -> l
         notes.append(
             f"the run was made with JAX {summary['jax_version']} and this is JAX {jax.__version__}: "
             "XLA may compile some functions differently, so bits are promised only for the same version"
+        )
+    if summary.get("cpu_isa") not in (None, cpu_isa()) and backend == "cpu":
+        notes.append(
+            f"the run was made on a {summary['cpu_isa']} CPU and this is {cpu_isa()}: XLA compiles for the CPU "
+            "it runs on, so bits are promised only for the same instruction set (use --check close)"
         )
     if check == "bitwise" and backend != made_on:
         notes.append(f"the run was computed on {made_on}; a bitwise check on {backend} is not expected to pass (use --check close)")

@@ -20,6 +20,7 @@ from fred import rng
 from fred.compute import ComputeModel
 from fred.data import BatchStream, Dataset, GlobalBatchStream, load_dataset, shard
 from fred.engine import Contribution, GradientService, Simulation, Worker
+from fred.host import cpu_isa
 from fred.models import Model, Params, build_model, param_count
 from fred.network import Network
 from fred.numerics import GradSum, Numerics
@@ -331,6 +332,7 @@ def _summary(
         "fred_version": fred.__version__,
         "backend": numerics_device().platform,
         "jax_version": jax.__version__,
+        "cpu_isa": cpu_isa(),
     }
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 import fred
+from fred import rng
 from fred.compute import ComputeModel
 from fred.loading import validate
 from tests.conftest import tiny
@@ -72,3 +75,11 @@ def test_a_worker_can_slow_down_mid_run():
     before = computes[computes["end_s"] < 0.9]
     after = computes[computes["start_s"] > 1.1]
     assert (before["end_s"] - before["start_s"]).max() < 0.006 < 0.019 < (after["end_s"] - after["start_s"]).min()
+
+
+def test_jitter_is_the_c_library_exp_of_the_workers_normal_draws():
+    # math.exp and not np.exp: on AVX-512 CPUs numpy's exp differs from libm's in the last
+    # bit, and the event trace would depend on the machine (docs/determinism.md).
+    data = tiny(cluster={"jitter": {"kind": "lognormal", "sigma": 0.3}})
+    normals = rng.stream(validate(data).seed, "compute", 1).standard_normal(200)
+    assert draws(data, 1).tolist() == [0.01 * math.exp(0.3 * float(z)) for z in normals]

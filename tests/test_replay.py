@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import fred
-from fred import tape
+from fred import host, tape
 from fred.cli import main
+from fred.host import cpu_isa
 from fred.replay import ReplayError, _Steps, needed, replay
 from strategies import registry
 from tests.conftest import tiny
@@ -158,6 +159,27 @@ def test_a_run_from_another_jax_version_is_replayed_with_a_note(tmp_path, capsys
     path.write_text(json.dumps({**json.loads(path.read_text()), "jax_version": "0.0.1"}))
     assert main(["replay", str(tmp_path / "run")]) == 0
     assert "made with JAX 0.0.1" in capsys.readouterr().err
+
+
+def test_a_run_from_another_cpu_instruction_set_is_replayed_with_a_note(tmp_path):
+    run = strategy_run("asgd", tmp_path / "run")
+    assert run.summary["cpu_isa"] == cpu_isa()
+    path = tmp_path / "run" / "summary.json"
+    other = "x86_64-avx2" if cpu_isa() != "x86_64-avx2" else "x86_64-avx512f"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "cpu_isa": other}))
+    report = replay(tmp_path / "run")
+    assert report.passed  # the same machine still gives the same bits; the note is about promises
+    assert any(f"made on a {other} CPU" in note for note in report.notes)
+
+
+def test_the_cpu_instruction_set_is_named_by_its_widest_vector_extension(monkeypatch):
+    monkeypatch.setattr(host.platform, "machine", lambda: "x86_64")
+    for flags, expected in [({"sse2", "avx", "avx2", "avx512f"}, "x86_64-avx512f"), ({"sse2", "avx", "avx2"}, "x86_64-avx2"),
+                            ({"sse2"}, "x86_64-sse"), (set(), "x86_64-unknown")]:  # fmt: skip
+        monkeypatch.setattr(host, "_x86_flags", lambda flags=flags: frozenset(flags))
+        assert host.cpu_isa() == expected
+    monkeypatch.setattr(host.platform, "machine", lambda: "arm64")
+    assert host.cpu_isa() == "arm64"
 
 
 def test_close_compares_every_step_from_the_same_inputs(tmp_path):
