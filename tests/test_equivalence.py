@@ -128,7 +128,7 @@ def test_in_block_sums_read_in_place_are_the_concatenated_sums_bit_for_bit(per_b
     ],
     ids=["relu", "tanh", "logistic", "cnn"],
 )
-@pytest.mark.parametrize("rows, shards", [(2, 1), (64, 2), (128, 4), (256, 8), (96, 3), (130, 2), (12, 3)])
+@pytest.mark.parametrize("rows, shards", [(2, 1), (64, 2), (128, 4), (256, 8), (256, 16), (96, 3), (130, 2), (12, 3)])
 def test_the_one_program_exact_gradients_are_one_call_per_chunk_bit_for_bit(model, rows, shards):
     """One compiled program per gradient call gives the bits of a call per 64-row chunk plus a
     call for the sums. Without numerics._as_stored it does not: XLA fuses the outer product of
