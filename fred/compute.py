@@ -29,6 +29,8 @@ class ComputeModel:
         for s in cluster.stragglers:
             self.scale[s.worker] *= s.slow_factor
             self.delay_s[s.worker] += s.delay_s
+        # Python floats from here on: numpy scalar arithmetic costs microseconds per draw.
+        self.scale, self.delay_s = self.scale.tolist(), self.delay_s.tolist()
         self.sigma = cluster.jitter.sigma if cluster.jitter.kind == "lognormal" else 0.0
         self.changes = sorted(((c.at_s, c.worker, c.speed) for c in cluster.speed_changes), key=lambda c: c[0])
         self.base_speed = [cluster.speed.get(w, 1.0) for w in range(n)]
