@@ -6,7 +6,8 @@
         fetch theta and its version
 
 This is SASGD's server loop with one gradient per update and no staleness scaling,
-so it runs on both clocks (``clock: logical`` is the original FRED dispatcher).
+so it runs on both clocks (``clock: logical`` is the original FRED dispatcher), and
+without numbers (``workload.timing_only``: its schedule never reads them).
 """
 
 from __future__ import annotations
@@ -30,6 +31,6 @@ class ASGD(StrategyConfig):
         return PS_FAULTS
 
 
-@register(ASGD)
+@register(ASGD, timing_only=True)
 def start(sim: Simulation, config: ASGD):
     return run_parameter_server(sim, sasgd_rule(config.lr, 1, staleness_aware=False), c=1, clock=config.clock)

@@ -139,8 +139,9 @@ def run_parameter_server(
             return
         batch = sorted(pending, key=lambda item: item[0].worker)
         state["pending"] = []
-        staleness = [server.version - con.version_read for con, _ in batch]
-        server.params, state["rule"] = rule.apply(server.params, state["rule"], [g for _, g in batch], staleness)
+        if not sim.timing_only:  # a timing-only run has no gradients: the schedule goes on without them
+            staleness = [server.version - con.version_read for con, _ in batch]
+            server.params, state["rule"] = rule.apply(server.params, state["rule"], [g for _, g in batch], staleness)
         sim.applied([con for con, _ in batch], server.version)
         server.version += 1
         release()
@@ -203,7 +204,7 @@ def run_parameter_server(
     return lambda: server.params
 
 
-@register(SASGD)
+@register(SASGD, timing_only=True)
 def start(sim: Simulation, config: SASGD):
     c = config.gradients_per_update(len(sim.workers))
     return run_parameter_server(sim, sasgd_rule(config.lr, c, config.staleness_aware), c, config.clock)

@@ -97,3 +97,11 @@ def test_ssgd_on_a_parameter_server_is_refused():
 def test_a_loss_target_is_refused_because_there_are_no_losses():
     with pytest.raises(ScenarioError, match="stop.target_eval_loss is never reached in a timing-only run"):
         validate(timing_only(tiny(strategy={"name": "sgp"}, stop={"target_eval_loss": 0.5})))
+
+
+def test_parameter_server_timing_on_the_logical_clock_and_with_softsync_matches_too():
+    for strategy in ({"name": "asgd", "clock": "logical"}, {"name": "sasgd", "n_soft": 2}):
+        data = busy(strategy)
+        timed, real = fred.run(timing_only(data)), fred.run(data)
+        pd.testing.assert_frame_equal(timed.events, real.events)
+        pd.testing.assert_frame_equal(timed.updates, real.updates)
