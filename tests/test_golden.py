@@ -63,7 +63,28 @@ def record(result: fred.RunResult, old: dict | None) -> dict:
     return {**now, "params_sha256": dict(sorted(params.items()))}
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=[golden_name(p) for p in SHIPPED])
+# One shipped scenario per strategy (and the quickstart) in the default run; the others,
+# the same strategies at other sizes, are marked slow (`pytest -m slow`, run by .ci/run).
+DEFAULT_RUN = {
+    "quickstart", "baselines/ssgd", "baselines/ssgd_ps", "fasgd/fasgd_4", "fasgd/sasgd_4",
+    "fasgd/bfasgd_16", "hpsgd/hpsgd_4", "hpsgd/local_sgd_4", "pipe_sgd/pipe_k1", "pipe_sgd/arsgd",
+    "sgp/sgp_4", "sgp/osgp_4", "sgp/dpsgd_4", "hybrid/grouped_hybrid", "faults/base",
+}  # fmt: skip
+
+
+def shipped_params() -> list:
+    def marks(path: Path) -> tuple:
+        return () if path.relative_to(ROOT / "scenarios").with_suffix("").as_posix() in DEFAULT_RUN else (pytest.mark.slow,)
+
+    return [pytest.param(p, marks=marks(p), id=golden_name(p)) for p in SHIPPED]
+
+
+def test_the_default_run_names_shipped_scenarios_only():
+    names = {p.relative_to(ROOT / "scenarios").with_suffix("").as_posix() for p in SHIPPED}
+    assert DEFAULT_RUN <= names, DEFAULT_RUN - names
+
+
+@pytest.mark.parametrize("path", shipped_params())
 def test_shipped_scenario_matches_its_golden_summary(path, tmp_path):
     result = fred.run(path, out=tmp_path / "run")
     assert replay(tmp_path / "run").passed, "its numerics replayed from the tape give the same bits"
