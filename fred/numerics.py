@@ -337,7 +337,7 @@ class Numerics:
             for stack in (False, True)
         }
         self._evaluate = jax.jit(self._eval_fn)
-        self._device_data: tuple[Dataset, str, jax.Array, jax.Array] | None = None
+        self._device_data: tuple[Dataset, str, jax.Array, jax.Array, jax.Array] | None = None
 
     def shard_sums_of(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int) -> list[GradSum]:
         """Gradient sums of ``shards`` equal, contiguous blocks of the training examples ``rows``
@@ -354,22 +354,24 @@ class Numerics:
         return self._call(params, dataset, rows, shards, stack=True)
 
     def _call(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int, stack: bool):
-        x_all, y_all = self._on_device(dataset)
+        x_all, y_all, zero = self._on_device(dataset)
         if self.reduction == "fast":
             return self._fast_at[stack](params, x_all, y_all, rows.reshape(shards, -1), shards)
         count = len(rows)
         pad = (-count) % CHUNK_ROWS
         if pad:  # padding rows are real examples (row 0) whose gradients are dropped
             rows = np.concatenate([rows, np.zeros(pad, rows.dtype)])
-        return self._exact_at[stack](params, x_all, y_all, rows, _ZERO, count, shards)
+        return self._exact_at[stack](params, x_all, y_all, rows, zero, count, shards)
 
-    def _on_device(self, dataset: Dataset) -> tuple[jax.Array, jax.Array]:
-        """The training set as arrays on the default device, made once per data set and device."""
+    def _on_device(self, dataset: Dataset) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """The training set as arrays on the default device, made once per data set and device,
+        and the exact program's zero there too (a host scalar would be copied over on every call)."""
         device = str(jax.config.jax_default_device)
         cached = self._device_data
         if cached is None or cached[0] is not dataset or cached[1] != device:
-            cached = self._device_data = (dataset, device, jnp.asarray(dataset.x_train), jnp.asarray(dataset.y_train))
-        return cached[2], cached[3]
+            on_device = (jnp.asarray(dataset.x_train), jnp.asarray(dataset.y_train), jnp.asarray(_ZERO))
+            cached = self._device_data = (dataset, device, *on_device)
+        return cached[2], cached[3], cached[4]
 
     def _eval_fn(self, params: Params, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
         out = self.model.apply(params, x)
