@@ -26,6 +26,19 @@ def best_of(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     return best, out
 
 
+def best_in_turn(fns: dict[str, Callable[[], Any]], repeats: int) -> tuple[dict[str, float], dict[str, Any]]:
+    """Like :func:`best_of` for several functions, timed in turn within each repeat, so that
+    a change of load on a shared machine hits all of them: best seconds and last result, by name."""
+    out = {name: fn() for name, fn in fns.items()}  # warm-up: compiles
+    best = {name: float("inf") for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            out[name] = fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best, out
+
+
 def machine() -> dict[str, Any]:
     """The facts a timing depends on, stored next to it."""
     return {
