@@ -281,7 +281,7 @@ def gradient_share(scenario: dict[str, Any]) -> tuple[float, float]:
 
 def python_thread(scenario: dict[str, Any], repeats: int) -> dict[str, float]:
     """Where a run's Python thread goes: its CPU seconds over the run's wall seconds (near 1:
-    the run waits for no computation, it is bound by what Python does), and the run again
+    the thread is busy for the whole run, which is bound by what Python does), and the run again
     with the numerics tape not recording (each op called directly; such a run could not be
     replayed), timed in turn with the normal one."""
     from fred.tape import Tape
@@ -295,17 +295,18 @@ def python_thread(scenario: dict[str, Any], repeats: int) -> dict[str, float]:
         finally:
             self.depth -= 1
 
-    def run(record: bool) -> tuple[float, float]:
+    def run(record: bool) -> float:
+        """One fred.run; returns the Python thread's CPU seconds in it."""
         Tape.call = recording if record else unrecorded  # type: ignore[method-assign]
         try:
             cpu0 = time.thread_time()
             fred.run(scenario)
-            return time.thread_time() - cpu0, 0.0
+            return time.thread_time() - cpu0
         finally:
             Tape.call = recording  # type: ignore[method-assign]
 
-    best, out = best_in_turn({"taped": lambda: run(True), "untaped": lambda: run(False)}, repeats)
-    cpu = min(run(True)[0] for _ in range(repeats))
+    best, _ = best_in_turn({"taped": lambda: run(True), "untaped": lambda: run(False)}, repeats)
+    cpu = min(run(True) for _ in range(repeats))
     return {"python_cpu_over_wall": cpu / best["taped"], "untaped_s": best["untaped"], "taped_s": best["taped"]}
 
 
