@@ -19,8 +19,58 @@ import numpy as np
 import yaml
 
 from fred import rng
+from fred.loading import ScenarioError, apply_overrides, include_profiles, read_yaml, set_path, validate
 from fred.runner import build
 from fred.scenario import Scenario
+
+# What ``fred calibrate`` times without a scenario file: fred's defaults (digits, an MLP with
+# one hidden layer of 64, batch 32, the exact reduction). The strategy and stop are required
+# by a scenario but play no part in one gradient step.
+DEFAULTS: dict[str, Any] = {"name": "calibrate", "strategy": {"name": "sgd"}, "stop": {"max_updates": 1}}
+MODEL_KINDS = ("logistic", "mlp", "cnn")
+
+
+def calibration_scenario(
+    path: str | Path | None = None,
+    sets: list[str] | None = None,
+    model: str | None = None,
+    batch: int | None = None,
+    reduction: str | None = None,
+) -> Scenario:
+    """The scenario whose gradient step ``fred calibrate`` times.
+
+    A scenario file's model, data, batch size and reduction, or fred's defaults without one;
+    then ``--set`` overrides; then the flags: ``model`` is a kind (``mlp``) or a YAML mapping
+    (``{kind: mlp, hidden: [128, 64]}``) that replaces the model section, ``batch`` the batch
+    size and ``reduction`` the strategy's reduction.
+    """
+    source = str(path) if path is not None else "fred calibrate"
+    data = read_yaml(path) if path is not None else dict(DEFAULTS)
+    data = apply_overrides(data, list(sets or []))
+    if model is not None:
+        data["model"] = _model_section(model)
+    if batch is not None:
+        set_path(data, "data.batch_size", batch)
+    if reduction is not None:
+        set_path(data, "strategy.reduction", reduction)
+    base_dir = Path(path).parent if path is not None else Path.cwd()
+    return validate(include_profiles(data, base_dir, source), source)
+
+
+def _model_section(spec: str) -> dict[str, Any]:
+    """``--model``: a kind, or a YAML mapping with one."""
+    try:
+        value = yaml.safe_load(spec)
+    except yaml.YAMLError:
+        value = None
+    if isinstance(value, str):
+        value = {"kind": value}
+    if not isinstance(value, dict):
+        raise ScenarioError(
+            [f"--model {spec!r}: give a kind ({', '.join(MODEL_KINDS)}) or a mapping like '{{kind: mlp, hidden: [128, 64]}}'"],
+            "--model",
+        )
+    return value
 
 
 def device_for(backend: str) -> jax.Device:

@@ -62,7 +62,11 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--out", help="where the figures go (default: RUN_DIR/plots)")
     plot.set_defaults(handler=_plot)
     cal = sub.add_parser("calibrate", help="measure real per-batch gradient time; write a compute profile")
-    cal.add_argument("scenario", help="the model, data, batch size and reduction to time")
+    cal.add_argument("scenario", nargs="?",
+                     help="the model, data, batch size and reduction to time (default: digits, MLP [64], batch 32, exact)")
+    cal.add_argument("--model", metavar="SPEC", help="a model kind (logistic, mlp, cnn) or a YAML mapping, e.g. '{kind: mlp, hidden: [128, 64]}'")
+    cal.add_argument("--batch", type=int, metavar="N", help="the batch size (rows per gradient step)")
+    cal.add_argument("--reduction", choices=["exact", "fast"], help="how the batch's gradient is summed")
     cal.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE")
     cal.add_argument("--backend", default="cpu", help="JAX backend: cpu, gpu, ... (default: cpu)")
     cal.add_argument("--repeats", type=int, default=20)
@@ -145,10 +149,10 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from fred.calibrate import measure, write_profile
-    from fred.loading import load_scenario
+    from fred.calibrate import calibration_scenario, measure, write_profile
 
-    measured = measure(load_scenario(args.scenario, args.sets), args.backend, args.repeats, args.warmup)
+    scenario = calibration_scenario(args.scenario, args.sets, args.model, args.batch, args.reduction)
+    measured = measure(scenario, args.backend, args.repeats, args.warmup)
     path = write_profile(measured, args.output)
     print(
         f"{measured['device']}: median {measured['median_s'] * 1e3:.3f} ms per batch of {measured['batch_size']} "

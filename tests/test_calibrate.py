@@ -51,3 +51,43 @@ def test_an_absent_backend_is_a_clear_error(tmp_path, capsys):
     scenario.write_text(yaml.safe_dump(tiny()))
     assert main(["calibrate", str(scenario), "--backend", "gpu", "-o", str(tmp_path / "p.yaml")]) == 2
     assert "no gpu backend here" in capsys.readouterr().err
+
+
+def test_calibrate_takes_a_model_and_batch_without_a_scenario(tmp_path):
+    profile = tmp_path / "mlp.yaml"
+    args = ["calibrate", "--model", "{kind: mlp, hidden: [8]}", "--batch", "16", "--reduction", "fast"]
+    assert main([*args, "--repeats", "2", "--warmup", "1", "-o", str(profile)]) == 0
+    measured = yaml.safe_load(profile.read_text())["measured"]
+    assert measured["model"] == {"kind": "mlp", "hidden": [8], "activation": "relu"}
+    assert (measured["batch_size"], measured["reduction"]) == (16, "fast")
+
+    assert main(["calibrate", "--repeats", "2", "--warmup", "1", "-o", str(profile)]) == 0  # fred's defaults
+    measured = yaml.safe_load(profile.read_text())["measured"]
+    assert (measured["model"]["kind"], measured["batch_size"], measured["reduction"]) == ("mlp", 32, "exact")
+
+
+def test_calibrate_flags_override_a_scenario(tmp_path):
+    from fred.calibrate import calibration_scenario
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(tiny(model={"kind": "mlp", "hidden": [4]})))
+    kept = calibration_scenario(scenario, batch=8)
+    assert (kept.model.kind, kept.model.hidden, kept.data.batch_size) == ("mlp", [4], 8)
+    assert kept.data.source == fred.load_scenario(scenario).data.source  # the file's data set
+    replaced = calibration_scenario(scenario, ["data.batch_size=4"], model="logistic")  # the whole section
+    assert (replaced.model.kind, replaced.data.batch_size) == ("logistic", 4)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--model", "foo"], "'logistic', 'mlp', 'cnn'"),
+        (["--model", "[1, 2]"], "give a kind (logistic, mlp, cnn) or a mapping"),
+        (["--model", "{kind: mlp, hidden: [0]}"], "model.hidden.0: got 0"),
+        (["--batch", "0"], "data.batch_size: got 0"),
+    ],
+)
+def test_calibrate_says_what_is_wrong_with_a_flag(tmp_path, capsys, flags, message):
+    assert main(["calibrate", *flags, "-o", str(tmp_path / "p.yaml")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "p.yaml").exists()
