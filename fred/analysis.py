@@ -39,7 +39,7 @@ def summary_row(result, target_loss: float | None = None) -> dict[str, object]:
     s, st = result.summary, result.updates["staleness"]
     hit = result.time_to(target_loss) if target_loss is not None else None
     return {
-        "run": s["name"],
+        "run": result.title,
         "strategy": s["strategy"],
         "workers": s["workers"],
         "final_loss": s["final_eval_loss"],

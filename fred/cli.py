@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list the registered strategies")
     lst.set_defaults(handler=_list)
     cmp_ = sub.add_parser("compare", help="run (or reuse) several scenarios; one table and side-by-side plots")
-    cmp_.add_argument("items", nargs="+", help="scenario YAML files or finished run directories")
+    cmp_.add_argument("items", nargs="+", help="scenario YAML files, finished run directories or sweep tables (.parquet from fred sweep)")
     cmp_.add_argument("--out", default="comparison", help="where the table and plots go (default: comparison/)")
     cmp_.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
     cmp_.add_argument("--target-loss", type=float, help="report simulated time and updates to this eval loss")

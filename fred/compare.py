@@ -15,7 +15,8 @@ from fred.runner import RunResult
 
 
 def gather(items: list[str], runs_root: Path, progress: Callable | None = None) -> tuple[list[RunResult], int]:
-    """Load run directories; run scenario files unless a finished run of the same resolved scenario exists.
+    """Load run directories and the runs of sweep tables (``.parquet``, from ``fred sweep``); run
+    scenario files unless a finished run of the same resolved scenario exists.
 
     Returns the results in order and how many had to be run.
     """
@@ -25,6 +26,9 @@ def gather(items: list[str], runs_root: Path, progress: Callable | None = None) 
         if path.is_dir():
             results.append(load_run(path))
             continue
+        if path.suffix == ".parquet":
+            results += sweep_runs(path)
+            continue
         scenario = load_scenario(path)
         done = finished_run(scenario, runs_root)
         if done is None:
@@ -32,6 +36,35 @@ def gather(items: list[str], runs_root: Path, progress: Callable | None = None) 
             ran += 1
         results.append(done)
     return results, ran
+
+
+def sweep_runs(table_path: str | Path) -> list[RunResult]:
+    """The runs a ``fred sweep`` table lists, each named by its scenario and grid combination."""
+    table_path = Path(table_path)
+    try:
+        table = pd.read_parquet(table_path)
+    except FileNotFoundError:
+        raise ValueError(f"{table_path}: no such sweep table") from None
+    except Exception as err:  # pyarrow's errors for a file that is not parquet
+        raise ValueError(f"{table_path} is not a parquet table ({type(err).__name__}); give a table written by fred sweep") from None
+    if "run_dir" not in table.columns:
+        raise ValueError(f"{table_path} has no run_dir column, so it is not a fred sweep table")
+    runs = []
+    for row in table.itertuples(index=False):
+        run_dir = _run_dir(Path(row.run_dir), table_path)
+        result = load_run(run_dir)
+        grid = getattr(row, "grid", None)
+        result.label = f"{result.summary['name']} ({grid})" if grid else run_dir.name
+        runs.append(result)
+    return runs
+
+
+def _run_dir(recorded: Path, table_path: Path) -> Path:
+    """A table's run directory as written (relative to where the sweep ran), else next to the table."""
+    for candidate in (recorded, table_path.parent / recorded):
+        if candidate.is_dir():
+            return candidate
+    raise ValueError(f"{table_path} lists {recorded}, which is not here: run the sweep again, or compare from where it ran")
 
 
 def compare(items: list[str], out: Path, runs_root: Path, target_loss: float | None = None) -> tuple[pd.DataFrame, int]:

@@ -29,7 +29,7 @@ def _save(fig, out: Path, stem: str) -> list[Path]:
 
 def _label(result) -> str:
     s = result.summary
-    return f"{s['name']} ({s['strategy']}, {s['workers']} workers)"
+    return f"{result.title} ({s['strategy']}, {s['workers']} workers)"
 
 
 def loss_curves(results: Sequence, out: Path) -> list[Path]:

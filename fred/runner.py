@@ -103,6 +103,12 @@ class RunResult:
     params: Params
     path: Path | None = None
     tape: tuple[dict[str, Any], dict[str, np.ndarray]] | None = None  # what replay needs (tape.npz)
+    label: str | None = None  # how comparison tables and plots name it; the scenario's name if None
+
+    @property
+    def title(self) -> str:
+        """The name tables and plots give the run: its ``label``, else its scenario's name."""
+        return self.label if self.label is not None else str(self.summary["name"])
 
     def staleness(self, by: str = "overall", bins: int = 20) -> pd.DataFrame:
         """Staleness distribution ``overall``, per ``worker`` or over ``time`` (see fred.analysis)."""

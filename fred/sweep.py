@@ -77,6 +77,11 @@ def _ray(todo: Todo, jobs: int) -> None:
 EXECUTORS: dict[str, Callable[[Todo, int], None]] = {"local": _local, "ray": _ray}
 
 
+def grid_label(settings: dict[str, Any]) -> str:
+    """A combination as one line, ``strategy.lr=0.1, seed=2``: how ``fred compare`` names its run."""
+    return ", ".join(f"{path}={value}" for path, value in settings.items())
+
+
 def sweep(
     scenario_path: str | Path, grid: dict[str, list[Any]], runs_root: Path, jobs: int = 1, executor: str = "local"
 ) -> tuple[pd.DataFrame, int]:
@@ -95,5 +100,6 @@ def sweep(
     for settings, scenario in combos:
         out = default_run_dir(scenario, runs_root)
         summary = load_run(out).summary
-        rows.append({**settings, **{k: v for k, v in summary.items() if not isinstance(v, (list, dict))}, "run_dir": str(out)})
+        facts = {k: v for k, v in summary.items() if not isinstance(v, (list, dict))}
+        rows.append({**settings, **facts, "grid": grid_label(settings), "run_dir": str(out)})
     return pd.DataFrame(rows), len(todo)

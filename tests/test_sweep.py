@@ -107,3 +107,28 @@ def test_without_ray_the_executor_says_how_to_install_it(scenario, tmp_path, cap
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and 'pip install "fred[ray]"' in err and "Traceback" not in err
     assert not (tmp_path / "r").exists()  # nothing was run
+
+
+def test_fred_compare_reads_a_sweep_table(scenario, tmp_path, monkeypatch, capsys):
+    from fred.compare import compare
+
+    monkeypatch.chdir(tmp_path)  # as a user would: relative runs/ and table
+    assert main(["sweep", str(scenario), "--grid", "strategy.lr=0.05,0.1", "--grid", "seed=0,1", "--out", "s.parquet"]) == 0
+    swept = pd.read_parquet("s.parquet")
+    assert list(swept["grid"]) == [f"strategy.lr={lr}, seed={s}" for lr in (0.05, 0.1) for s in (0, 1)]
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # run directories are found next to the table too
+    table, ran = compare(["../s.parquet"], Path("cmp"), Path("runs"))
+    assert ran == 0 and list(table["run"]) == [f"{swept['name'][0]} ({g})" for g in swept["grid"]]
+    assert list(table["final_loss"]) == list(swept["final_eval_loss"])
+    assert (Path("cmp") / "loss_vs_time.png").is_file()
+    capsys.readouterr()
+
+    pd.DataFrame({"x": [1]}).to_parquet("plain.parquet")
+    assert main(["compare", "plain.parquet"]) == 2
+    assert "has no run_dir column" in capsys.readouterr().err
+    pd.DataFrame({"run_dir": ["runs/gone"], "grid": ["seed=0"]}).to_parquet("gone.parquet")
+    assert main(["compare", "gone.parquet"]) == 2
+    assert "lists runs/gone, which is not here" in capsys.readouterr().err
