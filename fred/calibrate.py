@@ -8,9 +8,11 @@ that scenarios include with ``cluster.compute.profile: path/to/profile.yaml``.
 
 from __future__ import annotations
 
+import json
 import platform
 import statistics
 import time
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +21,15 @@ import numpy as np
 import yaml
 
 from fred import rng
-from fred.loading import ScenarioError, apply_overrides, include_profiles, read_yaml, set_path, validate
+from fred.loading import ScenarioError, apply_overrides, include_profiles, load_scenario, validate
 from fred.runner import build
-from fred.scenario import Scenario
+from fred.scenario import ModelConfig, Scenario
 
 # What ``fred calibrate`` times without a scenario file: fred's defaults (digits, an MLP with
 # one hidden layer of 64, batch 32, the exact reduction). The strategy and stop are required
 # by a scenario but play no part in one gradient step.
 DEFAULTS: dict[str, Any] = {"name": "calibrate", "strategy": {"name": "sgd"}, "stop": {"max_updates": 1}}
-MODEL_KINDS = ("logistic", "mlp", "cnn")
+MODEL_KINDS = tuple(m.model_fields["kind"].default for m in typing.get_args(typing.get_args(ModelConfig)[0]))
 
 
 def calibration_scenario(
@@ -44,17 +46,16 @@ def calibration_scenario(
     (``{kind: mlp, hidden: [128, 64]}``) that replaces the model section, ``batch`` the batch
     size and ``reduction`` the strategy's reduction.
     """
-    source = str(path) if path is not None else "fred calibrate"
-    data = read_yaml(path) if path is not None else dict(DEFAULTS)
-    data = apply_overrides(data, list(sets or []))
-    if model is not None:
-        data["model"] = _model_section(model)
+    overrides = list(sets or [])
+    if model is not None:  # JSON is YAML: the section goes through --set's parser whole
+        overrides.append(f"model={json.dumps(_model_section(model))}")
     if batch is not None:
-        set_path(data, "data.batch_size", batch)
+        overrides.append(f"data.batch_size={batch}")
     if reduction is not None:
-        set_path(data, "strategy.reduction", reduction)
-    base_dir = Path(path).parent if path is not None else Path.cwd()
-    return validate(include_profiles(data, base_dir, source), source)
+        overrides.append(f"strategy.reduction={reduction}")
+    if path is not None:
+        return load_scenario(path, overrides)
+    return validate(include_profiles(apply_overrides(DEFAULTS, overrides), Path.cwd()), "fred calibrate")
 
 
 def _model_section(spec: str) -> dict[str, Any]:
