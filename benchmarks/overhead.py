@@ -7,13 +7,18 @@
 
 Three measurements, all taken in this one process (so they share its CPU, its
 JAX version and its thread settings), each the best of ``--repeats`` timed
-repeats after one untimed warm-up run that pays every compilation:
+repeats (things compared are timed in turn within each) after one untimed
+warm-up run that pays every compilation:
 
-1. Overhead. An 8-worker digits-MLP run through ``fred.run(dict)`` against a
-   bare jitted JAX loop that computes the same gradients of the same sizes and
-   applies the same SGD updates, with no simulation around it. Done for SSGD
-   (``aggregation: allreduce``, iid sharding) and ASGD, each with
-   ``reduction: exact`` and ``reduction: fast``.
+1. Overhead. 8- and 64-worker digits-MLP runs through ``fred.run(dict)`` against
+   bare jitted JAX loops that compute the same gradients of the same sizes and
+   apply the same SGD updates, with no simulation around them: a plain loop (one
+   vmap over the batch) and a same-bits loop (fred's own exact program), each
+   checked bit for bit against fred's first step. Done for SSGD (``aggregation:
+   allreduce``, iid sharding) and ASGD, each with ``reduction: exact`` and
+   ``reduction: fast``. 1b: the same runs without numerics (timing only) and the
+   floor of one call per computed value; 1c: the Python thread's busy share and
+   the numerics tape's cost.
 2. Exact vs fast: the cost of the bit-reproducible reduction, as a ratio.
 3. Event throughput: a timing-heavy 64-worker logistic SSGD run; event rows per
    second from ``fred.run``, and SimPy events per second from stepping the
