@@ -48,7 +48,7 @@ from fred import rng
 from fred.api import resolve
 from fred.data import GlobalBatchStream
 from fred.engine import GradientService
-from fred.numerics import _ZERO, CHUNK_ROWS, _exact_block_sums, _example_loss, pairwise_sum
+from fred.numerics import _ZERO, CHUNK_ROWS, _exact_block_sums, _example_loss, pairwise_sum, tree_sum
 from fred.optim import make_sum_step, sgd
 from fred.records import Recorder
 from fred.runner import build
@@ -140,11 +140,10 @@ def _fast_shard_sums(loss, params, x, y, shards):
 def _same_bits_shard_sums(per_example, params, x, y, zero, rows, shards):
     """fred's own exact program (``fred.numerics._exact_block_sums``: per-example gradients
     64 rows at a time, each value stored before it is summed, the pairwise tree inside
-    each shard), then the pairwise tree across shards: fred's bits for any batch size.
+    each shard), then fred's tree across shards (``tree_sum``): fred's bits for any batch size.
     ``x`` and ``y`` are already padded to a multiple of CHUNK_ROWS."""
     losses, grads = _exact_block_sums(per_example, params, x, y, zero, rows, shards)
-    across = lambda *parts: pairwise_sum(jnp.stack(parts)[None])[0]
-    return across(*losses), jax.tree.map(across, *grads)
+    return tree_sum(losses), tree_sum(grads)
 
 
 class Bare:
@@ -225,7 +224,7 @@ class Bare:
         first update's rows (``Numerics.shard_sums_of``), summed by its tree, then its update."""
         shards = self.shards
         sums = self.numerics.shard_sums_of(self.init_params, self.dataset, self.idx[0], shards)
-        grad = jax.tree.map(lambda *g: pairwise_sum(jnp.stack(g)[None])[0], *[s.grad for s in sums])
+        grad = tree_sum([s.grad for s in sums])
         opt = sgd(LR)
         fred_params, _ = make_sum_step(opt)(self.init_params, opt.init(self.init_params), grad, self.rows)
         plain, _ = self.step(self.init_params, self.x, self.y, self.idx[0])
