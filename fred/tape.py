@@ -14,9 +14,11 @@ once freed). A call's inputs and outputs are stored flat, as leaf codes plus the
 of their tree structure, which repeats from update to update and is written once.
 
 In memory a value reference is the tuple ``(index,)`` and a call's codes are a tuple:
-tuples of numbers are untracked by Python's garbage collector, so a long tape adds
-nothing to the full collections that would otherwise walk it again and again. JSON
-writes the same tuples as ``[index]`` lists, so the file is unchanged.
+plain tuples of numbers are untracked by Python's garbage collector, so a call's codes
+add nothing to the full collections that would otherwise walk them again and again. The
+:class:`Call` holding them is a named tuple, which Python keeps tracked (it untracks
+exact tuples only): one object per call. JSON writes the same tuples as ``[index]``
+lists, so the file is unchanged.
 """
 
 from __future__ import annotations
