@@ -20,6 +20,7 @@ groups of one are ASGD, bit for bit (tested).
 Faults: a group's all-reduce and the regrouping barrier go on without a crashed worker
 once it is given up on (``faults.sync_timeout_s``); the group's leader is its first
 member still running. A leader that crashes while pushing loses that group update.
+Regrouping leaves crashed workers out: the live ones fill the groups.
 """
 
 from __future__ import annotations
@@ -68,11 +69,12 @@ class GroupedHybrid(StrategyConfig):
         return self.probe_iterations if self.probe_iterations is not None or self.probe_s is not None else 10
 
 
-def make_groups(step_s: list[float], config: GroupedHybrid) -> list[list[int]]:
-    """Workers sorted by measured seconds per step, fastest first (ties by index), cut into groups."""
-    order = sorted(range(len(step_s)), key=lambda w: (step_s[w], w))
+def make_groups(step_s: list[float], config: GroupedHybrid, workers: list[int] | None = None) -> list[list[int]]:
+    """``workers`` (default: all) sorted by measured seconds per step, fastest first (ties by
+    index), cut into groups; with fewer workers than ``config.groups``, fewer groups."""
+    order = sorted(range(len(step_s)) if workers is None else workers, key=lambda w: (step_s[w], w))
     if config.groups is not None:
-        return [sorted(int(w) for w in part) for part in np.array_split(order, config.groups)]
+        return [sorted(int(w) for w in part) for part in np.array_split(order, config.groups) if len(part)]
     size = config.group_size or 3
     return [sorted(order[i : i + size]) for i in range(0, len(order), size)]
 
@@ -110,7 +112,9 @@ def start(sim: Simulation, config: GroupedHybrid):
         # Seconds per step, not iteration counts: inside a group everyone runs at the group's
         # pace, so counts after the first grouping would not tell a slow worker from its mates.
         step_s = [b / c if c else (0.0 if not any(plan.counts) else float("inf")) for b, c in zip(plan.busy_s, plan.counts)]
-        plan.groups = make_groups(step_s, config)
+        # A crashed worker never comes back here (no rejoin): grouped, it would leave a hole in
+        # its group, whose all-reduce goes on without it only after sync_timeout_s, every round.
+        plan.groups = make_groups(step_s, config, [w for w in range(n) if w not in sim.faults.down])
         plan.of = {w: g for g, members in enumerate(plan.groups) for w in members}
         plan.reads = {g: {} for g in range(len(plan.groups))}
         plan.applied = {g: sim.env.event() for g in range(len(plan.groups))}

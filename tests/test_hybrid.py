@@ -78,3 +78,21 @@ def test_a_kept_probe_trains_the_model():
     data = tiny(strategy={"name": "grouped_hybrid", "probe_iterations": 5, "keep_probe_updates": True}, stop={"max_updates": 10})
     result = fred.run(data)
     assert result.updates.groupby("update")["worker"].count().iloc[:5].eq(1).all()  # probe: ASGD updates
+
+
+def test_regrouping_leaves_out_a_crashed_worker():
+    # Worker 2 crashes before the first regrouping and never comes back (the hybrid has no
+    # rejoin): it must not be given a group, where its mates would wait for it every round.
+    data = tiny(
+        cluster={"workers": 6},
+        strategy={"name": "grouped_hybrid", "probe_s": 0.1, "group_size": 2, "regroup_every_s": 0.3},
+        faults={"worker_crash": [{"worker": 2, "at_s": 0.2}], "sync_timeout_s": 0.05},
+        stop={"max_sim_time_s": 1.5, "max_updates": None},
+    )
+    result = fred.run(data)
+    assert result.summary["regroupings"] >= 1
+    grouped = [w for g in result.summary["groups"] for w in g]
+    assert sorted(grouped) == [0, 1, 3, 4, 5], result.summary["groups"]
+    assert all(len(g) == 2 for g in result.summary["groups"][:2])  # the live workers fill whole groups
+    after = result.updates[result.updates["update"] > result.updates["update"].max() // 2]
+    assert 2 not in set(after["worker"])
