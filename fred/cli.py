@@ -91,6 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("scenario")
     sw.add_argument("--grid", action="append", default=[], metavar="PATH=V1,V2",
                     help="a field and its values, e.g. --grid strategy.lr=0.01,0.1 (repeatable)")
+    sw.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
+                    help="override a scenario field in every run, e.g. --set stop.max_updates=200 (repeatable)")
     sw.add_argument("--jobs", type=int, default=1, help="runs at once, in separate processes (local executor)")
     sw.add_argument("--executor", choices=["local", "ray"], default="local",
                     help="local: this machine's processes; ray: Ray tasks, on the cluster RAY_ADDRESS names "
@@ -193,7 +195,8 @@ def _replay(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> int:
     from fred.sweep import parse_grid, sweep
 
-    table, ran = sweep(args.scenario, parse_grid(args.grid), Path(args.runs), args.jobs, args.executor)
+    progress = lambda line: print(line, file=sys.stderr, flush=True)  # a line per finished run
+    table, ran = sweep(args.scenario, parse_grid(args.grid), Path(args.runs), args.jobs, args.executor, args.sets, progress)
     table.to_parquet(args.out, index=False)
     print(f"{len(table)} combinations: {ran} run, {len(table) - ran} reused; table in {args.out}")
     return 0

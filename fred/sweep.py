@@ -13,7 +13,7 @@ import concurrent.futures as cf
 import copy
 import itertools
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import pandas as pd
 import yaml
 
 from fred.api import default_run_dir, finished_run, load_run, run
-from fred.loading import ScenarioError, include_profiles, read_yaml, set_path, validate
+from fred.loading import ScenarioError, apply_overrides, include_profiles, read_yaml, set_path, validate
 from fred.scenario import Scenario
 
 
@@ -55,26 +55,29 @@ def _run_one(resolved: dict[str, Any], out: str) -> str:
 
 
 Todo = list[tuple[dict[str, Any], str]]  # (resolved scenario, run directory) for each missing run
+Done = Callable[[str], None]  # told each run directory as its run finishes
 
 
-def _local(todo: Todo, jobs: int) -> None:
+def _local(todo: Todo, jobs: int, done: Done) -> None:
     if jobs > 1 and len(todo) > 1:
-        # spawn, not fork: JAX's runtime does not survive a fork
+        # spawn, not fork: JAX's runtime does not survive a fork. A run that fails stops the
+        # sweep only after the runs already started have finished and been kept.
         with cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            list(pool.map(_run_one, *zip(*todo)))
+            for future in cf.as_completed([pool.submit(_run_one, resolved, out) for resolved, out in todo]):
+                done(future.result())
     else:
         for resolved, out in todo:
-            _run_one(resolved, out)
+            done(_run_one(resolved, out))
 
 
-def _ray(todo: Todo, jobs: int) -> None:
+def _ray(todo: Todo, jobs: int, done: Done) -> None:
     # imported only when chosen: Ray is an optional extra
     from fred.sweep_ray import run_all
 
-    run_all(todo)  # Ray's scheduler, not ``jobs``, decides how many run at once
+    run_all(todo, done)  # Ray's scheduler, not ``jobs``, decides how many run at once
 
 
-EXECUTORS: dict[str, Callable[[Todo, int], None]] = {"local": _local, "ray": _ray}
+EXECUTORS: dict[str, Callable[[Todo, int, Done], None]] = {"local": _local, "ray": _ray}
 
 
 def grid_label(settings: dict[str, Any]) -> str:
@@ -83,19 +86,39 @@ def grid_label(settings: dict[str, Any]) -> str:
 
 
 def sweep(
-    scenario_path: str | Path, grid: dict[str, list[Any]], runs_root: Path, jobs: int = 1, executor: str = "local"
+    scenario_path: str | Path,
+    grid: dict[str, list[Any]],
+    runs_root: Path,
+    jobs: int = 1,
+    executor: str = "local",
+    sets: Sequence[str] = (),
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[pd.DataFrame, int]:
-    """Run what is missing (with ``executor``) and return the table and how many runs were made."""
+    """Run what is missing (with ``executor``) and return the table and how many runs were made.
+
+    ``sets`` are ``path=value`` overrides of the scenario for every combination (as ``fred run
+    --set``), not grid columns; ``progress`` is told one line per run as it finishes.
+    """
     if executor not in EXECUTORS:
         raise ValueError(f"executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
-    base = include_profiles(read_yaml(scenario_path), Path(scenario_path).parent, str(scenario_path))
+    base = apply_overrides(read_yaml(scenario_path), list(sets))
+    base = include_profiles(base, Path(scenario_path).parent, str(scenario_path))
     combos = expand(base, grid, str(scenario_path))
     todo: Todo = []
-    for _, scenario in combos:
+    labels: dict[str, str] = {}
+    for settings, scenario in combos:
         out = default_run_dir(scenario, runs_root)
-        if finished_run(scenario, runs_root) is None and str(out) not in {o for _, o in todo}:
+        if finished_run(scenario, runs_root) is None and str(out) not in labels:
             todo.append((scenario.resolved(), str(out)))
-    EXECUTORS[executor](todo, jobs)
+            labels[str(out)] = grid_label(settings)
+    finished: list[str] = []
+
+    def done(out: str) -> None:
+        finished.append(out)
+        if progress is not None:
+            progress(f"[{len(finished)}/{len(todo)}] {labels[out] or 'the scenario'}: {out}")
+
+    EXECUTORS[executor](todo, jobs, done)
     rows = []
     for settings, scenario in combos:
         out = default_run_dir(scenario, runs_root)

@@ -14,7 +14,7 @@ import os
 import warnings
 from typing import Any
 
-from fred.sweep import Todo, _run_one
+from fred.sweep import Done, Todo, _run_one
 
 
 def _import_ray() -> Any:
@@ -35,8 +35,8 @@ def _run_in(cwd: str, resolved: dict[str, Any], out: str) -> str:
     return _run_one(resolved, out)
 
 
-def run_all(todo: Todo) -> None:
-    """Make every run in ``todo`` as a Ray task and wait for all of them."""
+def run_all(todo: Todo, done: Done = lambda out: None) -> None:
+    """Make every run in ``todo`` as a Ray task and wait for all of them, telling ``done`` of each."""
     ray = _import_ray()
     if not todo:  # a finished sweep needs no Ray started or joined
         return
@@ -49,7 +49,10 @@ def run_all(todo: Todo) -> None:
             ray.init()
     try:
         task = ray.remote(_run_in)
-        ray.get([task.remote(os.getcwd(), resolved, out) for resolved, out in todo])
+        waiting = [task.remote(os.getcwd(), resolved, out) for resolved, out in todo]
+        while waiting:
+            ready, waiting = ray.wait(waiting, num_returns=1)
+            done(ray.get(ready[0]))
     finally:
         if started_here:
             ray.shutdown()

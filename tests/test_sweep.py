@@ -56,6 +56,23 @@ def test_fred_sweep_writes_the_table(scenario, tmp_path, capsys):
     assert len(pd.read_parquet(out)) == 2 and "2 run, 0 reused" in capsys.readouterr().out
 
 
+def test_set_fixes_a_field_in_every_run_and_each_finished_run_is_told(scenario, tmp_path, capsys):
+    out = tmp_path / "sweep.parquet"
+    args = ["sweep", str(scenario), "--grid", "seed=5,6", "--set", "stop.max_updates=3", "--runs", str(tmp_path / "runs"), "--out", str(out)]
+    assert main(args) == 0
+    table = pd.read_parquet(out)
+    assert list(table["updates"]) == [3, 3] and "stop.max_updates" not in table.columns  # not a grid column
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(" ")[0] for line in err] == ["[1/2]", "[2/2]"] and "seed=5" in err[0]
+    assert main(args) == 0  # resumed: nothing left to run, nothing told
+    assert capsys.readouterr().err == ""
+
+
+def test_a_bad_set_is_named(scenario, tmp_path, capsys):
+    assert main(["sweep", str(scenario), "--grid", "seed=1", "--set", "cluster.workers=0", "--runs", str(tmp_path / "r")]) == 2
+    assert "cluster.workers" in capsys.readouterr().err
+
+
 def test_a_bad_grid_value_is_named(scenario, tmp_path, capsys):
     assert main(["sweep", str(scenario), "--grid", "cluster.workers=2,-1", "--runs", str(tmp_path / "r")]) == 2
     assert "cluster.workers: got -1" in capsys.readouterr().err
