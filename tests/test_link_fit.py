@@ -1,0 +1,69 @@
+"""A link's earliest fit by binary search against the scan it replaced.
+
+``Link`` keeps its busy intervals sorted by start with the running latest end (``reach``),
+and ``earliest_fit`` jumps to the latest end among the intervals that start too early.
+The scan below is the earlier code, verbatim: it moves past overlapping intervals one by
+one until none overlaps. Both must give the same float for every link state, the
+overlapping intervals that only hand-made bookings can leave included.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fred.network import Link, earliest_fit
+
+
+def scanned_fit(links: tuple[Link, Link], start_s: float, duration_s: float) -> float:
+    if all(start_s >= link.free_at_s for link in links):
+        return start_s
+    moved = True
+    while moved:
+        moved = False
+        for link in links:
+            for s, e in link.busy:
+                if s < start_s + duration_s and e > start_s:
+                    start_s, moved = e, True
+    return start_s
+
+
+times = st.one_of(st.just(0.0), st.just(1.0), st.floats(0.0, 10.0), st.floats(1e9, 1e10))
+durations = st.one_of(st.just(0.0), st.floats(0.0, 3.0), st.floats(1e-12, 1e-6))
+actions = st.lists(st.tuples(st.sampled_from(["book", "book", "book", "forget"]), st.booleans(), times, durations), max_size=30)
+
+
+def check_invariants(link: Link) -> None:
+    assert [s for s, _ in link.busy] == sorted(s for s, _ in link.busy)
+    assert link.reach == list(itertools.accumulate((e for _, e in link.busy), max))
+
+
+@settings(max_examples=500, deadline=None)
+@given(actions=actions, probes=st.lists(st.tuples(times, durations), max_size=8))
+def test_the_binary_search_fits_where_the_scan_fits(actions, probes):
+    links = (Link(), Link())
+    for kind, second, time_s, duration_s in actions:
+        link = links[second]
+        if kind == "book":
+            link.book(time_s, time_s + duration_s)
+        else:
+            link.forget_before(time_s)
+        check_invariants(link)
+    edges = [t for link in links for interval in link.busy for t in interval]
+    for start_s, duration_s in probes + [(t, d) for t in edges[:12] for d in (0.0, 0.5)]:
+        assert earliest_fit(links, start_s, duration_s) == scanned_fit(links, start_s, duration_s)
+
+
+def test_a_resent_chunk_booked_ahead_leaves_room_before_it():
+    """What a lost ring chunk does: its resend is booked later, and the link's next chunks
+    fit in the gap before it, found without scanning the link's whole list."""
+    link = Link()
+    for k in range(4):
+        link.book(float(k), k + 0.5)
+    link.book(10.0, 10.5)  # the resend
+    assert earliest_fit((link, Link()), 4.0, 0.5) == 4.0
+    link.book(4.0, 4.5)
+    assert link.busy[-2:] == [(4.0, 4.5), (10.0, 10.5)] and link.reach[-2:] == [4.5, 10.5]
+    assert earliest_fit((link, Link()), 9.8, 0.5) == 10.5
