@@ -167,7 +167,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from fred.replay import replay
 
-    report = replay(args.run_dir, args.backend, args.check, args.rtol, args.atol, args.matmul_precision)
+    with _count_bar(f"replay {Path(args.run_dir).name}", sys.stderr.isatty()) as progress:
+        report = replay(args.run_dir, args.backend, args.check, args.rtol, args.atol, args.matmul_precision, progress)
     for note in report.notes:
         print(f"note: {note}", file=sys.stderr)
     grads = report.gradients
@@ -255,6 +256,27 @@ class _progress:
         done = updates if self.by_updates else sim_time_s
         info = f"t={sim_time_s:.3f}s  updates={updates}  eval_loss={eval_loss:.4f}"
         self.bar.update(self.task, completed=min(done, self.total), info=info)
+
+    def __exit__(self, *exc) -> None:
+        if self.show:
+            self.bar.stop()
+
+
+class _count_bar:
+    """A rich bar of ``(done, total)`` on a terminal; nothing at all otherwise."""
+
+    def __init__(self, description: str, show: bool):
+        self.description, self.show = description, show
+
+    def __enter__(self) -> Callable[[int, int], None] | None:
+        if not self.show:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+        self.task = self.bar.add_task(self.description, total=None)
+        self.bar.start()
+        return lambda done, total: self.bar.update(self.task, completed=done, total=total)
 
     def __exit__(self, *exc) -> None:
         if self.show:

@@ -60,6 +60,7 @@ def replay(
     rtol: float = 1e-5,
     atol: float = 1e-6,
     matmul_precision: str | None = "highest",
+    progress: Callable[[int, int], None] | None = None,
 ) -> ReplayReport:
     """Replay ``run_dir`` on ``backend`` (default: the one that made the run) and check it.
 
@@ -70,6 +71,7 @@ def replay(
     ``matmul_precision`` goes to ``jax.default_matmul_precision``: ``highest`` (the default)
     makes a GPU multiply float32 matrices in float32, as the CPU run did; ``default`` lets it
     use TF32, which is faster but moves a step's gradients by ~20 % on digits (docs/howto/replay.md).
+    ``progress`` is told ``(calls replayed, calls to replay)`` as the replay goes.
     """
     run_dir = Path(run_dir)
     run = load_run(run_dir)
@@ -83,7 +85,7 @@ def replay(
     context = {"gradients": _gradients(run.scenario)}
     start = time.perf_counter()
     with jax.default_device(device), jax.default_matmul_precision(matmul_precision):
-        final, gradients, replayed, steps = _execute(recorded, context, shadow, rtol, atol)
+        final, gradients, replayed, steps = _execute(recorded, context, shadow, rtol, atol, progress)
     wall_s = time.perf_counter() - start
     leaves = compare(final, run.params)
     if check == "bitwise":
@@ -149,10 +151,17 @@ def needed(calls: list[Call], final: tuple[int, Sequence[Any]]) -> list[bool]:
 
 
 def _execute(
-    recorded: Recorded, context: dict[str, Callable[..., Any]], shadow: jax.Device | None, rtol: float, atol: float
+    recorded: Recorded,
+    context: dict[str, Callable[..., Any]],
+    shadow: jax.Device | None,
+    rtol: float,
+    atol: float,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[Params, pd.DataFrame, int, pd.DataFrame | None]:
     calls, treedefs = recorded.calls, recorded.treedefs
     keep = needed(calls, recorded.final)
+    total, done = sum(keep), 0
+    every = max(-(-total // 100), 1)  # at most a hundred reports (and the last), whatever the length
     last_use = _last_uses(calls, keep, recorded.final)
     values: dict[int, Any] = {}
     steps = _Steps(shadow, rtol, atol) if shadow is not None else None
@@ -190,6 +199,9 @@ def _execute(
         for r in tape.refs(call.arg_codes):
             if last_use.get(r) == i:
                 values.pop(r, None)  # free what no later call reads
+        done += 1
+        if progress is not None and (done % every == 0 or done == total):
+            progress(done, total)
     final = build(*recorded.final)
     columns = ["call", "shards", "rows", "real_s", "simulated_s", "compiled"]
     return final, pd.DataFrame(timings, columns=columns), sum(keep), steps.table() if steps is not None else None

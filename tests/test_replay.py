@@ -59,6 +59,14 @@ def test_gradient_timings_sit_next_to_the_simulated_compute_time(tmp_path):
     assert grads["compiled"].sum() == len(grads[["rows", "shards"]].drop_duplicates())  # one first call per shape
 
 
+def test_a_replay_tells_how_far_it_is(tmp_path):
+    told = []
+    fred.run(tiny(stop={"max_updates": 150}), out=tmp_path / "run")  # ~300 calls: a report every third
+    report = replay(tmp_path / "run", progress=lambda done, total: told.append((done, total)))
+    assert told[-1] == (report.replayed_calls, report.replayed_calls)
+    assert [d for d, _ in told] == sorted({d for d, _ in told}) and 90 <= len(told) <= 101
+
+
 def test_only_the_calls_the_final_parameters_need_are_replayed():
     calls = [
         tape.Call("a", None, 0, [[0]], 1, [[1]]),
