@@ -143,7 +143,8 @@ def _resume(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from fred.compare import compare
 
-    table, ran = compare(args.items, Path(args.out), Path(args.runs), args.target_loss)
+    show = sys.stderr.isatty()  # a bar for each scenario that has to be run
+    table, ran = compare(args.items, Path(args.out), Path(args.runs), args.target_loss, lambda s: _progress(s, show))
     with __import__("pandas").option_context("display.width", 200, "display.max_columns", 20):
         print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"\n{ran} run(s) made, {len(table) - ran} reused; table and plots in {args.out}/")

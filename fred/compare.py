@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ContextManager
 
 import pandas as pd
 
@@ -12,13 +13,18 @@ from fred.api import default_run_dir, finished_run, load_run, run
 from fred.loading import load_scenario
 from fred.plots import loss_curves, staleness_histograms
 from fred.runner import RunResult
+from fred.scenario import Scenario
 
 
-def gather(items: list[str], runs_root: Path, progress: Callable | None = None) -> tuple[list[RunResult], int]:
+Watch = Callable[[Scenario], ContextManager[Callable[[float, int, float], None] | None]]
+
+
+def gather(items: list[str], runs_root: Path, watch: Watch | None = None) -> tuple[list[RunResult], int]:
     """Load run directories and the runs of sweep tables (``.parquet``, from ``fred sweep``); run
     scenario files unless a finished run of the same resolved scenario exists.
 
-    Returns the results in order and how many had to be run.
+    ``watch(scenario)`` gives each run made a progress callback (``fred run``'s), for the
+    length of the run. Returns the results in order and how many had to be run.
     """
     results, ran = [], 0
     for item in items:
@@ -32,7 +38,8 @@ def gather(items: list[str], runs_root: Path, progress: Callable | None = None) 
         scenario = load_scenario(path)
         done = finished_run(scenario, runs_root)
         if done is None:
-            done = run(scenario, out=default_run_dir(scenario, runs_root), progress=progress)
+            with watch(scenario) if watch is not None else contextlib.nullcontext() as progress:
+                done = run(scenario, out=default_run_dir(scenario, runs_root), progress=progress)
             ran += 1
         results.append(done)
     return results, ran
@@ -67,9 +74,11 @@ def _run_dir(recorded: Path, table_path: Path) -> Path:
     raise ValueError(f"{table_path} lists {recorded}, which is not here: run the sweep again, or compare from where it ran")
 
 
-def compare(items: list[str], out: Path, runs_root: Path, target_loss: float | None = None) -> tuple[pd.DataFrame, int]:
+def compare(
+    items: list[str], out: Path, runs_root: Path, target_loss: float | None = None, watch: Watch | None = None
+) -> tuple[pd.DataFrame, int]:
     """Write ``comparison.csv`` and the plots under ``out``; returns the table and the runs made."""
-    results, ran = gather(items, runs_root)
+    results, ran = gather(items, runs_root, watch)
     table = pd.DataFrame([summary_row(r, target_loss) for r in results])
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "comparison.csv", index=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -66,6 +67,22 @@ def test_compare_reuses_finished_runs(tmp_path):
     run_dirs = sorted((tmp_path / "runs").iterdir())
     table, ran = compare([str(d) for d in run_dirs], tmp_path / "out2", tmp_path / "runs")
     assert ran == 0 and len(table) == 2
+
+
+def test_compare_watches_each_run_it_makes(tmp_path):
+    path = tmp_path / "a.yaml"
+    path.write_text(json.dumps(tiny(name="a", stop={"max_updates": 12})))
+    seen, updates = [], []
+
+    @contextlib.contextmanager
+    def watch(scenario):
+        seen.append(scenario.name)
+        yield lambda sim_time_s, done, eval_loss: updates.append(done)
+
+    compare([str(path)], tmp_path / "out", tmp_path / "runs", watch=watch)
+    assert seen == ["a"] and updates and updates[-1] == 12
+    compare([str(path)], tmp_path / "out", tmp_path / "runs", watch=watch)
+    assert seen == ["a"]  # a finished run is reused, not watched
 
 
 def test_plot_and_trace_commands(tmp_path, capsys):
