@@ -15,6 +15,11 @@ bit: same tape, same tables, same parameters.
 If the strategy reads a number outside a recorded computation during fast-forward
 (B-FASGD's gates read a statistic), the fast-forward cannot answer it; the resume then
 says so and runs the scenario from the start, which gives the same bits more slowly.
+
+The tape is kept in segments: each checkpoint writes only the calls made since the one
+before (``tape-<first call>-<end>.npz``), then ``checkpoint.npz``, which names the
+segments it needs. Writing the whole tape every time made each checkpoint of a long run
+slower than the last (a 16,000-update ASGD run: 3.8 s a checkpoint, most of the run).
 """
 
 from __future__ import annotations
@@ -59,6 +64,10 @@ class Checkpointer:
     clock: Callable[[], float] = time.monotonic
     saved: int = 0
     _next_s: float = field(default=0.0, init=False)
+    # The segments this checkpointer wrote, and how much of the tape they hold. A resumed
+    # run's checkpointer starts afresh: its first segment holds everything up to then.
+    _segments: list[str] = field(default_factory=list, init=False)
+    _mark: tapes.Mark = field(default=tapes.Mark(), init=False)
 
     def __post_init__(self) -> None:
         self._next_s = self.clock() + self.every_s
@@ -67,26 +76,60 @@ class Checkpointer:
         return self.clock() >= self._next_s
 
     def save(self, steps: int, tape: tapes.Tape, metrics: list[list[float]]) -> None:
-        """Write the checkpoint file atomically (a kill mid-write leaves the previous one)."""
+        """Write the tape's new segment, then the checkpoint file naming every segment, each
+        atomically: a kill at any point leaves the previous checkpoint whole."""
         gc.collect()  # so that the arrays still alive are exactly the ones the run can still read
-        doc, blobs = tapes.document(tape, (0, []))
-        state = {"steps": steps, "metrics": metrics, "scenario_sha256": self.scenario_sha256}
-        values = {f"v{index}": value for index, value in tape.live_values().items()}
         self.path.mkdir(parents=True, exist_ok=True)
-        tmp = self.path / f".checkpoint.npz.{os.getpid()}"
-        tapes.write(tmp, doc, blobs, state=tapes.json_array(state), **values)
-        os.replace(tmp, self.path / "checkpoint.npz")
+        now = tapes.mark(tape)
+        segments = self._segments
+        if now.calls > self._mark.calls or not segments:
+            name = f"tape-{self._mark.calls}-{now.calls}.npz"
+            self._replace(name, lambda f: tapes.write(f, *tapes.document(tape, (0, []), self._mark)))
+            segments = [*segments, name]
+        table, values = tapes.pack(tape.live_values(), "values")  # thousands of scalars: a few entries
+        state = {"steps": steps, "metrics": metrics, "scenario_sha256": self.scenario_sha256, "segments": segments, "values": table}
+        self._replace("checkpoint.npz", lambda f: _write_state(f, state, values))
+        self._segments, self._mark = segments, now
+        self._forget_others(segments)
         self.saved += 1
         self._next_s = self.clock() + self.every_s
 
+    def _replace(self, name: str, write: Callable[[Path], None]) -> None:
+        tmp = self.path / f".{name}.{os.getpid()}"
+        write(tmp)
+        os.replace(tmp, self.path / name)
+
+    def _forget_others(self, segments: list[str]) -> None:
+        """Segments no checkpoint names any more: an interrupted save's, or an earlier run's."""
+        keep = set(segments)
+        for file in self.path.glob("tape-*.npz"):
+            if file.name not in keep:
+                file.unlink(missing_ok=True)
+
+
+def _write_state(path: Path, state: dict, values: dict[str, np.ndarray]) -> None:
+    with open(path, "wb") as f:
+        np.savez_compressed(f, state=tapes.json_array(state), **values)
+
 
 def load(path: Path) -> Saved:
-    """Read ``path/checkpoint.npz`` written by :meth:`Checkpointer.save`."""
+    """Read ``path/checkpoint.npz`` written by :meth:`Checkpointer.save`, and its tape's segments."""
     file = path / "checkpoint.npz"
     if not file.is_file():
         raise ValueError(f"{path} holds no checkpoint (checkpoint.npz); nothing to resume")
-    doc, blobs, extra = tapes.read(file)
+    with np.load(file, allow_pickle=False) as data:
+        extra = {name: data[name] for name in data.files}
     state = json.loads(bytes(extra.pop("state")).decode())
-    values = {int(name[1:]): value for name, value in extra.items()}
-    recorded = tapes.parse(doc, blobs)
+    if "tape" in extra:  # written before the tape was kept in segments: all of it is here
+        doc = json.loads(bytes(extra.pop("tape")).decode())
+        recorded = tapes.parse(doc, {n: extra.pop(n) for n in [n for n in extra if n.startswith("blob")]})
+    else:
+        missing = [name for name in state["segments"] if not (path / name).is_file()]
+        if missing:
+            raise ValueError(f"{path}: the checkpoint's tape segment {missing[0]} is missing")
+        recorded = tapes.joined([tapes.parse(*tapes.read(path / name)[:2]) for name in state["segments"]], (0, ()))
+    if "values" in state:
+        values = tapes.unpack(state["values"], extra, "values")
+    else:  # written before the live values were packed: one entry each
+        values = {int(name[1:]): value for name, value in extra.items()}
     return Saved(state["steps"], recorded, values, state["metrics"], state["scenario_sha256"])

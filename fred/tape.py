@@ -329,30 +329,63 @@ class Recorded(NamedTuple):
     compute_s: dict[int, list[float]]
 
 
-def document(tape: Tape, final: tuple[int, Sequence[Code]]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+class Mark(NamedTuple):
+    """How much of a tape a file already holds: calls, tree structures and value indices."""
+
+    calls: int = 0
+    treedefs: int = 0
+    values: int = 0
+
+
+def mark(tape: Tape) -> Mark:
+    """Where ``tape`` is now: a later :func:`document` from here holds only what came after."""
+    return Mark(len(tape.calls), len(tape.treedefs), tape.values)
+
+
+def document(
+    tape: Tape, final: tuple[int, Sequence[Code]], since: Mark = Mark()
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The tape as JSON-able data plus its constants packed into one flat array per dtype.
 
-    The codes' tuples go in as they are: JSON writes them as the lists a file holds.
+    The codes' tuples go in as they are: JSON writes them as the lists a file holds. From a
+    :class:`Mark` it is the part of the tape made since (a checkpoint's next segment): the
+    later calls, structures, constants and compute times, with their indices unchanged.
     """
+    table, blobs = pack({i: v for i, v in tape.constants.items() if i >= since.values})
+    treedefs, calls = tape.treedefs[since.treedefs :], tape.calls[since.calls :]
+    structures = [encode(jax.tree.unflatten(td, [_Slot(i) for i in range(td.num_leaves)])) for td in treedefs]
+    doc = {
+        "calls": [[c.name, list(c.key) if c.key is not None else None, c.args, c.arg_codes, c.out, c.out_codes] for c in calls],
+        "treedefs": structures,
+        "constants": table,
+        "final": list(final),
+        "compute_s": {str(i): d for i, d in tape.compute_s.items() if i >= since.calls},
+    }
+    return doc, blobs
+
+
+def pack(arrays: dict[int, np.ndarray], prefix: str = "blob") -> tuple[list[list[Any]], dict[str, np.ndarray]]:
+    """Arrays by index as one flat array per dtype (``prefix<dtype>``) and a table of
+    ``[index, dtype, shape, offset]``: a file of thousands of small arrays is a few entries."""
     packed: dict[str, list[np.ndarray]] = {}
     offsets: dict[str, int] = {}
     table = []
-    for index in sorted(tape.constants):
-        value = tape.constants[index]
+    for index in sorted(arrays):
+        value = np.asarray(arrays[index])
         kind = value.dtype.str
         table.append([index, kind, list(value.shape), offsets.get(kind, 0)])
         packed.setdefault(kind, []).append(value.ravel())
         offsets[kind] = offsets.get(kind, 0) + value.size
-    structures = [encode(jax.tree.unflatten(td, [_Slot(i) for i in range(td.num_leaves)])) for td in tape.treedefs]
-    doc = {
-        "calls": [[c.name, list(c.key) if c.key is not None else None, c.args, c.arg_codes, c.out, c.out_codes] for c in tape.calls],
-        "treedefs": structures,
-        "constants": table,
-        "final": list(final),
-        "compute_s": {str(i): d for i, d in tape.compute_s.items()},
-    }
-    blobs = {f"blob{kind}": np.concatenate(parts) for kind, parts in packed.items()}
-    return doc, blobs
+    return table, {f"{prefix}{kind}": np.concatenate(parts) for kind, parts in packed.items()}
+
+
+def unpack(table: list[list[Any]], blobs: dict[str, np.ndarray], prefix: str = "blob") -> dict[int, np.ndarray]:
+    """What :func:`pack` packed."""
+    arrays = {}
+    for index, kind, shape, offset in table:
+        size = int(np.prod(shape, dtype=np.int64))
+        arrays[index] = blobs[f"{prefix}{kind}"][offset : offset + size].reshape(shape)
+    return arrays
 
 
 def digest(doc: dict[str, Any], blobs: dict[str, np.ndarray]) -> str:
@@ -385,15 +418,23 @@ def json_array(document: Any) -> np.ndarray:
 
 
 def parse(doc: dict[str, Any], blobs: dict[str, np.ndarray]) -> Recorded:
-    constants = {}
-    for index, kind, shape, offset in doc["constants"]:
-        size = int(np.prod(shape, dtype=np.int64))
-        constants[index] = blobs[f"blob{kind}"][offset : offset + size].reshape(shape)
+    constants = unpack(doc["constants"], blobs)
     treedefs = [jax.tree.structure(decode(node)) for node in doc["treedefs"]]
     calls = [Call(name, tuple(key) if key is not None else None, a, _codes(ac), o, _codes(oc)) for name, key, a, ac, o, oc in doc["calls"]]
     compute_s = {int(i): d for i, d in doc["compute_s"].items()}
     final_def, final_codes = doc["final"]
     return Recorded(calls, treedefs, constants, (final_def, _codes(final_codes)), compute_s)
+
+
+def joined(parts: Sequence[Recorded], final: tuple[int, tuple[Code, ...]]) -> Recorded:
+    """Segments of one tape, each documented since the end of the one before, as one."""
+    calls, treedefs, constants, compute_s = [], [], {}, {}
+    for part in parts:
+        calls += part.calls
+        treedefs += part.treedefs
+        constants.update(part.constants)
+        compute_s.update(part.compute_s)
+    return Recorded(calls, treedefs, constants, final, compute_s)
 
 
 def _codes(codes: list[Any]) -> tuple[Code, ...]:

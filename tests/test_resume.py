@@ -98,6 +98,65 @@ def test_a_run_resumed_from_a_mid_run_checkpoint_is_the_uninterrupted_run(name, 
     assert computed < calls[0], "the steps before the checkpoint were fast-forwarded, not computed"
 
 
+class Every(Checkpointer):
+    """A checkpoint every ``every_s`` env steps, at most ``times`` of them; keeps what each one loads as."""
+
+    times = 4
+
+    def due(self) -> bool:
+        return self.saved < self.times and super().due()
+
+    def save(self, steps, tape, metrics):
+        super().save(steps, tape, metrics)
+        self.seen = getattr(self, "seen", []) + [(sorted(p.name for p in self.path.glob("tape-*")), len(tape.calls))]
+
+
+def test_each_checkpoint_writes_only_the_calls_made_since_the_last(tmp_path):
+    sc = scenario("asgd")
+    every = Every(tmp_path, 40, sc.digest(), clock=itertools.count().__next__)
+    clean = execute(sc, checkpointer=every)
+    (segments, calls), *_ = every.seen
+    assert segments == [f"tape-0-{calls}.npz"]
+    names, ends = every.seen[-1][0], [n for _, n in every.seen]
+    assert len(names) == 4 and sorted(names) == sorted(f"tape-{a}-{b}.npz" for a, b in zip([0] + ends, ends))
+    saved = checkpoint.load(tmp_path)
+    whole = fred.tape.parse(*clean.tape)  # the uninterrupted run's whole tape
+    assert saved.recorded.calls == whole.calls[: ends[-1]]
+    assert saved.recorded.treedefs == whole.treedefs[: len(saved.recorded.treedefs)]
+    as_lists = lambda times: {i: list(d) for i, d in times.items()}  # noqa: E731
+    assert as_lists(saved.recorded.compute_s) == {i: d for i, d in as_lists(whole.compute_s).items() if i < ends[-1]}
+    assert saved.recorded.constants and all((v == whole.constants[i]).all() for i, v in saved.recorded.constants.items())
+    same_run(execute(sc, resume=saved), clean)
+
+
+def test_a_missing_segment_makes_resume_run_from_the_start(tmp_path):
+    sc = scenario("asgd")
+    run_dir = tmp_path / "run"
+    every = Every(checkpoint_dir(run_dir), 40, sc.digest(), clock=itertools.count().__next__)
+    every.path.mkdir(parents=True)
+    (every.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
+    execute(sc, checkpointer=every)
+    (every.path / every.seen[-1][0][0]).unlink()
+    with pytest.raises(ValueError, match="segment tape-0-.* is missing"):
+        checkpoint.load(every.path)
+    result, reason = fred.api.resume(run_dir)
+    assert "is missing" in reason
+    same_run(result, execute(sc))
+
+
+def test_a_resumed_run_checkpoints_afresh_and_drops_the_old_segments(tmp_path):
+    sc = scenario("asgd")
+    first = Every(tmp_path, 40, sc.digest(), clock=itertools.count().__next__)
+    execute(sc, checkpointer=first)
+    saved = checkpoint.load(tmp_path)
+    (tmp_path / "tape-7-9.npz").write_bytes(b"left by an interrupted save")
+    second = Every(tmp_path, 10, sc.digest(), clock=itertools.count().__next__)
+    second.times = 1
+    execute(sc, checkpointer=second, resume=saved)
+    (names, calls), = second.seen
+    assert names == [f"tape-0-{calls}.npz"] and calls > len(saved.recorded.calls)
+
+
 def test_resume_falls_back_to_a_full_run_when_it_cannot_fast_forward(tmp_path):
     # B-FASGD's gates read the server's statistic: a number fast-forward does not have.
     sc = validate(tiny(strategy={"name": "bfasgd", "c_fetch": 0.03}, stop={"max_updates": 30}))
