@@ -157,6 +157,23 @@ def test_a_resumed_run_checkpoints_afresh_and_drops_the_old_segments(tmp_path):
     assert names == [f"tape-0-{calls}.npz"] and calls > len(saved.recorded.calls)
 
 
+def test_a_checkpoint_from_before_segments_still_resumes(tmp_path):
+    """The single-file layout fred wrote until 2026-11-24: the whole tape and one entry per value."""
+    sc = scenario("asgd")
+    every = Every(tmp_path / "new", 40, sc.digest(), clock=itertools.count().__next__)
+    clean = execute(sc, checkpointer=every)
+    saved = checkpoint.load(every.path)
+    old = fred.tape.Tape()  # the same tape, rebuilt to be documented whole
+    old.calls, old.treedefs, old.constants, old.compute_s = (
+        saved.recorded.calls, saved.recorded.treedefs, saved.recorded.constants, saved.recorded.compute_s)
+    doc, blobs = fred.tape.document(old, (0, []))
+    state = {"steps": saved.steps, "metrics": saved.metrics, "scenario_sha256": saved.scenario_sha256}
+    (tmp_path / "old").mkdir()
+    fred.tape.write(tmp_path / "old" / "checkpoint.npz", doc, blobs, state=fred.tape.json_array(state),
+                    **{f"v{i}": v for i, v in saved.values.items()})
+    same_run(execute(sc, resume=checkpoint.load(tmp_path / "old")), clean)
+
+
 def test_resume_falls_back_to_a_full_run_when_it_cannot_fast_forward(tmp_path):
     # B-FASGD's gates read the server's statistic: a number fast-forward does not have.
     sc = validate(tiny(strategy={"name": "bfasgd", "c_fetch": 0.03}, stop={"max_updates": 30}))
