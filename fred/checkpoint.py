@@ -52,6 +52,7 @@ class Saved:
     values: dict[int, np.ndarray]
     metrics: list[list[float]]
     scenario_sha256: str
+    train: tuple[float, int] = (0, 0)  # the train losses added up since the last evaluation, and their examples
 
 
 @dataclass
@@ -75,7 +76,7 @@ class Checkpointer:
     def due(self) -> bool:
         return self.clock() >= self._next_s
 
-    def save(self, steps: int, tape: tapes.Tape, metrics: list[list[float]]) -> None:
+    def save(self, steps: int, tape: tapes.Tape, metrics: list[list[float]], train: tuple[float, int] = (0, 0)) -> None:
         """Write the tape's new segment, then the checkpoint file naming every segment, each
         atomically: a kill at any point leaves the previous checkpoint whole."""
         gc.collect()  # so that the arrays still alive are exactly the ones the run can still read
@@ -87,7 +88,8 @@ class Checkpointer:
             self._replace(name, lambda f: tapes.write(f, *tapes.document(tape, (0, []), self._mark)))
             segments = [*segments, name]
         table, values = tapes.pack(tape.live_values(), "values")  # thousands of scalars: a few entries
-        state = {"steps": steps, "metrics": metrics, "scenario_sha256": self.scenario_sha256, "segments": segments, "values": table}
+        state = {"steps": steps, "metrics": metrics, "scenario_sha256": self.scenario_sha256,
+                 "segments": segments, "values": table, "train": list(train)}
         self._replace("checkpoint.npz", lambda f: _write_state(f, state, values))
         self._segments, self._mark = segments, now
         self._forget_others(segments)
@@ -132,4 +134,5 @@ def load(path: Path) -> Saved:
         values = tapes.unpack(state["values"], extra, "values")
     else:  # written before the live values were packed: one entry each
         values = {int(name[1:]): value for name, value in extra.items()}
-    return Saved(state["steps"], recorded, values, state["metrics"], state["scenario_sha256"])
+    train = tuple(state.get("train", (0, 0)))  # none before train losses were added up as a run went
+    return Saved(state["steps"], recorded, values, state["metrics"], state["scenario_sha256"], train)  # type: ignore[arg-type]

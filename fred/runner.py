@@ -146,12 +146,27 @@ class _Controller:
         self.stop_reason: str | None = None
         self.status = "completed"
         self._train: list[tuple[Any, int | None, int]] = []  # (loss array, row, examples): not the gradients, to free them
+        self._train_sum: float = 0  # the oldest train losses since the last evaluation, added up in order (_fold)
+        self._train_examples = 0
         self._last_eval: tuple[float, int] | None = None
         self._last_loss = math.nan
         self._progress_every = max(1, (self.stop_cfg.max_updates or 20000) // 200)
 
     def on_compute(self, grad: GradSum) -> None:
         self._train.append((*grad.loss_ref(), grad.count))
+        if len(self._train) >= 2 * FOLD_LOSSES:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Add the oldest train losses to a running sum, in order (the same float as summing
+        them all at the evaluation). A run evaluated rarely held one array per gradient until
+        then (~2.6 KB each), and every checkpoint saved them all. Fast-forwarding, the values
+        are not there: the losses are dropped and the sum comes from the checkpoint."""
+        oldest, self._train = self._train[:FOLD_LOSSES], self._train[FOLD_LOSSES:]
+        if self.resume is None:
+            for loss, row, _ in oldest:
+                self._train_sum += _loss_float(loss, row)
+        self._train_examples += sum(count for _, _, count in oldest)
 
     def on_update(self, contributions: list[Contribution], version_applied: int) -> None:
         now = self.built.sim.now
@@ -172,6 +187,7 @@ class _Controller:
         self._last_eval = (at_s, count)
         loss, accuracy, train_loss = self._restored(at_s, count) if self._restoring is not None else self._measure()
         self._train.clear()
+        self._train_sum, self._train_examples = 0, 0
         self.recorder.on_metric(at_s, loss, accuracy, train_loss)
         self._last_loss = loss
         if self.progress is not None:
@@ -187,8 +203,11 @@ class _Controller:
         else:
             ds = self.built.dataset
             loss, accuracy = self.built.numerics.evaluate(resolved(self.params_fn()), ds.x_eval, ds.y_eval)
-        examples = sum(count for _, _, count in self._train)
-        train_loss = float(sum(_loss_float(loss, row) for loss, row, _ in self._train) / examples) if examples else math.nan
+        examples = self._train_examples + sum(count for _, _, count in self._train)
+        total = self._train_sum
+        for train, row, _ in self._train:
+            total += _loss_float(train, row)
+        train_loss = float(total / examples) if examples else math.nan
         return loss, accuracy, train_loss
 
     def _restored(self, at_s: float, count: int) -> tuple[float, float, float]:
@@ -209,10 +228,11 @@ class _Controller:
             if self._restoring:
                 raise ResumeMismatch(f"{len(self._restoring)} evaluations of the checkpoint were not reached")
             self.tape.fill(self.resume.values)
+            self._train_sum, self._train_examples = self.resume.train
             self.resume, self._restoring = None, None
         if self.checkpointer is not None and self.resume is None and self.checkpointer.due():
             rows = [list(map(float, row)) for row in zip(*(self.recorder.metrics[c] for c in METRIC_COLUMNS))]
-            self.checkpointer.save(self.steps, self.tape, rows)
+            self.checkpointer.save(self.steps, self.tape, rows, (self._train_sum, self._train_examples))
 
     def drive(self) -> float:
         """Step the simulation until a stop condition holds; returns the end time."""
@@ -241,6 +261,9 @@ class _Controller:
             env.step()
             self.after_step()
         return env.now
+
+
+FOLD_LOSSES = 512  # train losses held as arrays before the oldest are added up (_Controller._fold)
 
 
 def _loss_float(loss: Any, row: int | None) -> float:

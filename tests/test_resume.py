@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 import fred
+import fred.runner
 from fred import checkpoint
 from fred.checkpoint import Checkpointer, checkpoint_dir
 from fred.cli import main
@@ -106,8 +107,8 @@ class Every(Checkpointer):
     def due(self) -> bool:
         return self.saved < self.times and super().due()
 
-    def save(self, steps, tape, metrics):
-        super().save(steps, tape, metrics)
+    def save(self, steps, tape, metrics, train=(0, 0)):
+        super().save(steps, tape, metrics, train)
         self.seen = getattr(self, "seen", []) + [(sorted(p.name for p in self.path.glob("tape-*")), len(tape.calls))]
 
 
@@ -155,6 +156,28 @@ def test_a_resumed_run_checkpoints_afresh_and_drops_the_old_segments(tmp_path):
     execute(sc, checkpointer=second, resume=saved)
     (names, calls), = second.seen
     assert names == [f"tape-0-{calls}.npz"] and calls > len(saved.recorded.calls)
+
+
+def test_train_losses_added_up_as_the_run_goes_give_the_same_bits_and_resume(tmp_path, monkeypatch):
+    """A run evaluated rarely adds its oldest train losses up as it goes (fred.runner.FOLD_LOSSES);
+    the train loss is the same float as adding them all at the evaluation, and a checkpoint
+    taken between carries the partial sum."""
+    sc = validate(tiny(strategy={"name": "asgd"}, stop={"max_updates": 120}, eval={"every_updates": 60}))
+    whole = execute(sc)  # 120 losses at most between evaluations: nothing added up early
+    folds = []
+    real_fold = fred.runner._Controller._fold
+    monkeypatch.setattr(fred.runner, "FOLD_LOSSES", 4)
+    monkeypatch.setattr(fred.runner._Controller, "_fold", lambda self: (folds.append(1), real_fold(self)))
+    early = execute(sc)
+    assert len(folds) > 20
+    same_run(early, whole)
+    assert early.metrics["train_loss"].notna().sum() == 2
+    every = Every(tmp_path, 150, sc.digest(), clock=itertools.count().__next__)
+    every.times = 1
+    execute(sc, checkpointer=every)
+    saved = checkpoint.load(tmp_path)
+    assert saved.train[1] > 0  # a partial sum was saved
+    same_run(execute(sc, resume=saved), whole)
 
 
 def test_a_checkpoint_from_before_segments_still_resumes(tmp_path):
