@@ -44,9 +44,9 @@ class Link:
             # (a ring leaves 2(p-1) intervals on each of its links).
             if self.free_at_s <= now_s:
                 self.busy, self.reach = [], []
-            else:
-                self.busy = [(s, e) for s, e in self.busy if e > now_s]
-                self.reach = list(itertools.accumulate((e for _, e in self.busy), max))
+            else:  # the prefix whose latest end has passed (later ones that ended can never overlap again)
+                ended = bisect.bisect_right(self.reach, now_s)
+                self.busy, self.reach = self.busy[ended:], self.reach[ended:]
             self.shared = False
 
     def book(self, start_s: float, end_s: float) -> None:
@@ -74,10 +74,23 @@ class Link:
                 break
             reach[k] = end_s
 
-    def latest_end_before(self, time_s: float) -> float:
-        """The latest end among the intervals that start before ``time_s`` (-inf if none)."""
-        count = bisect.bisect_left(self.busy, time_s, key=_start)
-        return self.reach[count - 1] if count else float("-inf")
+    def fit_after(self, start_s: float, duration_s: float) -> float:
+        """The first time >= ``start_s`` at which this link alone is free for ``duration_s``.
+
+        The intervals starting before ``start_s + duration_s`` are a prefix of ``busy``; the
+        latest end among them (``reach``) is a lower bound on any fit. From there, the ones
+        after the prefix that the moved window reaches are walked in order (a queue of
+        back-to-back transfers is walked once, as the scan did).
+        """
+        busy = self.busy
+        at = bisect.bisect_left(busy, start_s + duration_s, key=_start)
+        if at and self.reach[at - 1] > start_s:
+            start_s = self.reach[at - 1]
+        while at < len(busy) and busy[at][0] < start_s + duration_s:
+            if busy[at][1] > start_s:
+                start_s = busy[at][1]
+            at += 1
+        return start_s
 
     def share(self, busy: list[tuple[float, float]], reach: list[float]) -> None:
         """Take ``busy`` (sorted, never changed in place again) and its ``reach`` as this link's."""
@@ -115,9 +128,9 @@ def earliest_fit(links: tuple[Link, Link], start_s: float, duration_s: float) ->
     """The first time >= ``start_s`` at which every link is free for ``duration_s``.
 
     An interval ``(s, e)`` with ``s < start + duration`` and ``e > start`` overlaps; no start
-    before ``e`` can then fit, so the search moves to the latest such ``e`` (the link's
-    ``reach`` over the intervals starting before ``start + duration``) until nothing
-    overlaps: the least fitting time, whichever overlapping interval is looked at first.
+    before ``e`` can then fit, so every move (:meth:`Link.fit_after`, one link at a time,
+    until neither moves) goes to such an ``e``: the result is the least fitting time,
+    whichever overlapping interval is looked at first.
     """
     if all(start_s >= link.free_at_s for link in links):
         return start_s  # the common case: nothing booked after this point
@@ -125,9 +138,9 @@ def earliest_fit(links: tuple[Link, Link], start_s: float, duration_s: float) ->
     while moved:
         moved = False
         for link in links:
-            reach_s = link.latest_end_before(start_s + duration_s)
-            if reach_s > start_s:
-                start_s, moved = reach_s, True
+            fit_s = link.fit_after(start_s, duration_s)
+            if fit_s > start_s:
+                start_s, moved = fit_s, True
     return start_s
 
 

@@ -67,3 +67,17 @@ def test_a_resent_chunk_booked_ahead_leaves_room_before_it():
     link.book(4.0, 4.5)
     assert link.busy[-2:] == [(4.0, 4.5), (10.0, 10.5)] and link.reach[-2:] == [4.5, 10.5]
     assert earliest_fit((link, Link()), 9.8, 0.5) == 10.5
+
+
+def test_a_transfer_waits_for_the_whole_queue_on_a_server_downlink():
+    """A parameter server's downlink holds back-to-back pushes; a new one fits only after
+    the last of them, and a gap wide enough in the queue is taken instead."""
+    link = Link()
+    for k in range(100):
+        link.book(k * 1.0, k * 1.0 + 1.0)
+    assert earliest_fit((link, Link()), 0.0, 0.5) == 100.0
+    link.forget_before(50.25)
+    assert link.busy[0] == (50.0, 51.0) and len(link.busy) == 50
+    link.book(101.0, 102.0)
+    assert earliest_fit((Link(), link), 60.0, 1.0) == 100.0
+    assert earliest_fit((Link(), link), 60.0, 1.5) == 102.0
