@@ -30,30 +30,46 @@ def scanned_fit(links: tuple[Link, Link], start_s: float, duration_s: float) -> 
     return start_s
 
 
-times = st.one_of(st.just(0.0), st.just(1.0), st.floats(0.0, 10.0), st.floats(1e9, 1e10))
-durations = st.one_of(st.just(0.0), st.floats(0.0, 3.0), st.floats(1e-12, 1e-6))
+# small integers make bookings that touch end to start, joined in one block
+times = st.one_of(st.integers(0, 4).map(float), st.floats(0.0, 10.0), st.floats(1e9, 1e10))
+durations = st.one_of(st.just(0.0), st.just(1.0), st.floats(0.0, 3.0), st.floats(1e-12, 1e-6))
 actions = st.lists(st.tuples(st.sampled_from(["book", "book", "book", "forget"]), st.booleans(), times, durations), max_size=30)
 
 
-def check_invariants(link: Link) -> None:
+def check_invariants(link: Link, forgot_s: float) -> None:
     assert [s for s, _ in link.busy] == sorted(s for s, _ in link.busy)
     assert link.reach == list(itertools.accumulate((e for _, e in link.busy), max))
+    if link.blocks is not None:  # disjoint, sorted, not touching, and covering what is kept
+        assert all(s < e for s, e in link.blocks)
+        assert all(e < s for (_, e), (s, _) in zip(link.blocks, link.blocks[1:]))
+        for s, e in link.busy:
+            assert e <= forgot_s or any(bs <= s and e <= be for bs, be in link.blocks)
+        for bs, be in link.blocks:  # nothing forgotten is kept
+            assert any(bs <= s and e <= be for s, e in link.busy)
 
 
 @settings(max_examples=500, deadline=None)
 @given(actions=actions, probes=st.lists(st.tuples(times, durations), max_size=8))
 def test_the_binary_search_fits_where_the_scan_fits(actions, probes):
-    links = (Link(), Link())
+    """Fits from the latest forgetting time on are the scan's, over what is kept and over
+    everything ever booked (what was forgotten had ended and cannot be in the way)."""
+    links, everything, forgot_s = (Link(), Link()), (Link(), Link()), 0.0
     for kind, second, time_s, duration_s in actions:
         link = links[second]
         if kind == "book":
             link.book(time_s, time_s + duration_s)
+            everything[second].book(time_s, time_s + duration_s)
         else:
             link.forget_before(time_s)
-        check_invariants(link)
+            forgot_s = max(forgot_s, time_s)
+        check_invariants(link, forgot_s)
     edges = [t for link in links for interval in link.busy for t in interval]
-    for start_s, duration_s in probes + [(t, d) for t in edges[:12] for d in (0.0, 0.5)]:
-        assert earliest_fit(links, start_s, duration_s) == scanned_fit(links, start_s, duration_s)
+    for start_s, duration_s in probes + [(t, d) for t in edges[:12] for d in (0.0, 0.5, 1.0)]:
+        start_s = max(start_s, forgot_s)
+        fit_s = earliest_fit(links, start_s, duration_s)
+        assert fit_s == scanned_fit(links, start_s, duration_s) == scanned_fit(everything, start_s, duration_s)
+        for link in links:  # one link alone, in one call: the least fit, not just a step towards it
+            assert link.fit_after(start_s, duration_s) == scanned_fit((link, Link()), start_s, duration_s)
 
 
 def test_a_resent_chunk_booked_ahead_leaves_room_before_it():
