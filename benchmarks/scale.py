@@ -1,15 +1,18 @@
 #!/usr/bin/env python
 """Scale: simulated events per second and wall time at 32, 256 and 1,024 workers, timing only.
 
-    python benchmarks/scale.py            # 32, 256, 1024 workers x 1, 2, 4 iterations (~1.5 min on 2 cores)
-    python benchmarks/scale.py --quick    # 32, 256 workers x 1, 2, 4 iterations (~10 s)
+    python benchmarks/scale.py            # 32, 256, 1024 workers x 1, 2, 4 iterations
+    python benchmarks/scale.py --quick    # 32, 256 workers x 1, 2, 4 iterations
 
 Real gradients for 1,024 workers would measure JAX, not the engine, so every run
 here has ``workload.timing_only: true``: the same schedule, links and records, with
-no numbers. Two strategies: ring all-reduce (``arsgd``: every iteration all n
-workers all-reduce a ResNet-50-sized gradient) and SGP (``directed_exponential``,
-one peer: every iteration each node sends one message). An iteration is one
-round of arsgd (one update) and one step of every SGP node (n updates).
+no numbers. Four strategies: ring all-reduce (``arsgd``: every iteration all n
+workers all-reduce a ResNet-50-sized gradient), SGP (``directed_exponential``,
+one peer: every iteration each node sends one message), and two on one parameter
+server, whose downlink every push queues on: ASGD (each push is an update) and
+SASGD with 4 soft-sync groups (an update every n/4 pushes). An iteration is one
+round of arsgd (one update), one step of every SGP node (n updates), one push of
+every ASGD worker on average (n updates) and 4 SASGD updates (n pushes).
 
 For each run: ``fred.run`` wall time (best of ``--repeats``; runs over 5 s once),
 SimPy events (counted in one extra run by wrapping ``simpy.Environment.step``: the
@@ -41,6 +44,8 @@ from fred.runner import _Controller
 STRATEGIES: dict[str, dict[str, Any]] = {
     "ring all-reduce": {"name": "arsgd"},
     "sgp": {"name": "sgp", "topology": "directed_exponential", "peers": 1},
+    "ps asgd": {"name": "asgd"},
+    "ps sasgd/4": {"name": "sasgd", "n_soft": 4},
 }
 RESULTS = RESULTS_DIR / "scale.json"
 ONCE_OVER_S = 5.0  # a run this long is timed once: its noise is small next to its length
@@ -48,7 +53,8 @@ ONCE_OVER_S = 5.0  # a run this long is timed once: its noise is small next to i
 
 def scenario(strategy: dict[str, Any], workers: int, iterations: int) -> dict[str, Any]:
     """ResNet-50 messages and 0.1 s steps; evaluation (NaN rows in timing-only runs) only at the ends."""
-    updates = iterations if strategy["name"] == "arsgd" else iterations * workers
+    per_iteration = {"arsgd": 1, "sasgd": strategy.get("n_soft", workers)}.get(strategy["name"], workers)
+    updates = iterations * per_iteration
     return {
         "name": f"scale-{strategy['name']}-{workers}",
         "seed": 0,
