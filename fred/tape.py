@@ -5,7 +5,8 @@ mixing). Each is declared with :func:`op`; while a run records, every call is wr
 down as *(function, inputs, outputs)*, where an input is either the output of an
 earlier call (``[index]``), a literal (Python number, string, ``None``) or a
 constant array seen for the first time (the initial parameters, a batch's row
-indices, a mixing weight). ``fred replay`` (:mod:`fred.replay`) re-executes the calls
+indices, a mixing weight), which the tape keeps as a numpy copy so that it does not
+keep the jax array alive. ``fred replay`` (:mod:`fred.replay`) re-executes the calls
 that lead to the final parameters, in the recorded order, with no SimPy at all.
 
 Only the outermost call is recorded (a recorded function that calls another is one
@@ -251,7 +252,7 @@ class Tape:
         if not is_array(leaf):
             return _literal(leaf)
         code = self._new(leaf)
-        self.constants[code[0]] = np.asarray(leaf)
+        self.constants[code[0]] = _host_copy(leaf)
         return code
 
     def _outputs(self, leaves: list[Any]) -> tuple[Code, ...]:
@@ -300,6 +301,14 @@ def _forgetter(refs: dict[int, _Ref]) -> Callable[[_Ref], None]:
             del refs[ref.key]
 
     return forget
+
+
+def _host_copy(leaf: Any) -> np.ndarray:
+    # A copy, not np.asarray's view: the view holds the jax array through the buffer protocol
+    # (a memoryview and its buffer: three objects the collector walks, and the device buffer)
+    # for as long as the tape. A 32-node OSGP run's mixing weights made 32,000 such constants,
+    # ~97,000 of the ~600,000 objects every full collection walked. A numpy input is kept as is.
+    return np.array(leaf) if isinstance(leaf, jax.Array) else np.asarray(leaf)
 
 
 _LITERALS = (bool, int, float, str)

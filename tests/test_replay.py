@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import weakref
 
 import jax
 import numpy as np
@@ -231,3 +232,20 @@ def test_a_call_that_now_returns_another_structure_is_a_clear_error(tmp_path):
     (tmp_path / "run" / "summary.json").write_text(json.dumps(summary))
     with pytest.raises(ReplayError, match="numerics differ from this one"):
         replay(tmp_path / "run")
+
+
+def test_a_constant_array_is_copied_onto_the_tape_not_kept_alive_by_it():
+    # np.asarray's view of a jax array held the array (and its device buffer) for the
+    # whole run: SGP's per-share mixing weights, 32,000 of them in a 32-node OSGP run.
+    @tape.op("tests:scale")
+    def scale(x, weight):
+        return x * weight
+
+    weight = jax.numpy.float32(0.25)
+    alive = weakref.ref(weight)
+    with tape.Tape() as recording:
+        scale(jax.numpy.ones(3), weight)
+    del weight
+    assert alive() is None  # freed by its reference count: no collection ran in between
+    (constant,) = [c for c in recording.constants.values() if c.shape == ()]
+    assert constant.dtype == np.float32 and constant == 0.25 and constant.base is None
