@@ -246,6 +246,6 @@ def test_a_constant_array_is_copied_onto_the_tape_not_kept_alive_by_it():
     with tape.Tape() as recording:
         scale(jax.numpy.ones(3), weight)
     del weight
-    assert alive() is None  # freed by its reference count: no collection ran in between
+    assert alive() is None  # the tape holds no reference: gone as soon as the caller drops it
     (constant,) = [c for c in recording.constants.values() if c.shape == ()]
     assert constant.dtype == np.float32 and constant == 0.25 and constant.base is None
