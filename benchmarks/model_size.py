@@ -1,0 +1,157 @@
+#!/usr/bin/env python
+"""fred's overhead against model size: at what cost per step the simulation stops showing.
+
+    python benchmarks/model_size.py            # 4 MLP sizes x SSGD/ASGD x exact/fast x 8/64 workers, ~5 min
+    python benchmarks/model_size.py --quick    # 2 sizes, 8 workers, exact only, best of 2, ~45 s
+
+A simulated update costs fred roughly the same Python whatever the model (events, links,
+the tape, one call per computed value), while the bare loop's step grows with the model.
+So fred/bare falls as the model grows; ``overhead.py`` measures it on the digits MLP
+``[64]`` only, whose bare step (0.03-0.6 ms) is about the cost of simulating one update.
+This script runs ``overhead.py``'s scenarios and bare loops (same data, batches, initial
+parameters, and the same check of which loop gives fred's bits) with wider MLPs, and
+reports, per case, fred over the fastest bare loop, fred over the fastest loop that gives
+fred's bits, and what fred adds per update in milliseconds. Ratios, never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from common import RESULTS_DIR, best_in_turn, machine, table, write_results
+from overhead import PERF_TARGET_RATIO, WORKERS, Bare, batch_for, digits_scenario
+
+import fred
+
+# (hidden layers, SSGD updates at 8 workers): fewer rounds for wider models keep each case near a second.
+# ASGD always makes ASGD_UPDATES: with fewer, the gradients its workers have in flight when the
+# run stops (computed by fred, never applied, absent from the loop) would be a large part of it.
+MODELS: tuple[tuple[tuple[int, ...], int], ...] = (((64,), 300), ((128, 128), 150), ((256, 256), 50), ((512, 512), 16))
+ASGD_UPDATES = 300
+QUICK_MODELS = MODELS[0:1] + MODELS[2:3]
+RESULTS = RESULTS_DIR / "model_size.json"
+
+
+def scenario(hidden: tuple[int, ...], strategy: str, reduction: str, updates: int, workers: int) -> dict[str, Any]:
+    scn = digits_scenario(strategy, reduction, updates, workers)
+    scn["model"] = {**scn["model"], "hidden": list(hidden)}
+    return scn
+
+
+def case(hidden: tuple[int, ...], updates: int, strategy: str, reduction: str, workers: int, repeats: int) -> dict[str, Any]:
+    """fred against both bare loops on one model, timed in turn; which loops give fred's bits is checked."""
+    if strategy == "ssgd":  # as overhead.py: an update at 64 workers is 8x the gradients of one at 8
+        updates = max(updates * WORKERS[0] // workers, 4)
+    else:
+        updates = ASGD_UPDATES
+    scn = scenario(hidden, strategy, reduction, updates, workers)
+    bare = Bare(scn, shards=workers if strategy == "ssgd" else 1)
+    best, out = best_in_turn({"fred": lambda: fred.run(scn), "plain": bare.run_loop, "same_bits": bare.run_same_bits}, repeats)
+    first = bare.first_step_equal()
+    params = out["fred"].params
+    gives_bits = {
+        loop: first[key] and (strategy != "ssgd" or _same(params, out[loop]))
+        for loop, key in (("plain", "plain"), ("same_bits", "same_bits"))
+    }
+    same_bits = [best[loop] for loop in ("plain", "same_bits") if gives_bits[loop]]
+    fastest = min(best["plain"], best["same_bits"])
+    fastest_same = min(same_bits) if same_bits else float("nan")
+    return {
+        "hidden": list(hidden),
+        "params": int(sum(np.size(p) for p in bare.init_params.values())),
+        "workers": workers,
+        "batch_per_worker": batch_for(workers),
+        "strategy": strategy,
+        "reduction": reduction,
+        "updates": updates,
+        "fred_gradients": int(out["fred"].summary["gradients"]),
+        "loop_gradients": updates * (workers if strategy == "ssgd" else 1),
+        "fred_s": best["fred"],
+        "plain_loop_s": best["plain"],
+        "same_bits_loop_s": best["same_bits"],
+        "plain_gives_fred_bits": gives_bits["plain"],
+        "same_bits_gives_fred_bits": gives_bits["same_bits"],
+        "fastest_loop_ms_per_update": 1e3 * fastest / updates,
+        "ratio_fred_over_fastest_loop": best["fred"] / fastest,
+        "ratio_fred_over_fastest_same_bits": best["fred"] / fastest_same,
+        "fred_added_ms_per_update": 1e3 * (best["fred"] - fastest_same) / updates,
+    }
+
+
+def _same(a, b) -> bool:
+    return all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a)
+
+
+def crossover(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per case, the smallest model at which fred is within the target of each loop (None: none measured)."""
+    out = []
+    for key in sorted({(r["workers"], r["strategy"], r["reduction"]) for r in rows}, key=lambda k: (k[0], k[1] != "ssgd", k[2])):
+        mine = [r for r in rows if (r["workers"], r["strategy"], r["reduction"]) == key]
+        within = lambda ratio: next((r["hidden"] for r in mine if r[ratio] <= PERF_TARGET_RATIO), None)
+        out.append({"workers": key[0], "strategy": key[1], "reduction": key[2],
+                    "within_target_of_fastest_loop_from": within("ratio_fred_over_fastest_loop"),
+                    "within_target_of_same_bits_from": within("ratio_fred_over_fastest_same_bits")})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2 model sizes, 8 workers, exact only")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per case, in turn (best is kept)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
+    args = parser.parse_args(argv)
+    repeats = 2 if args.quick and args.repeats == 3 else args.repeats
+    started = time.perf_counter()
+    facts = machine()
+    print(f"fred {fred.__version__} | jax {facts['jax']} on {facts['backend']} | {facts['cpu_count']} CPUs")
+    print(f"{'quick' if args.quick else 'full'} run: best of {repeats} after one warm-up, fred and the loops in turn\n")
+
+    models = QUICK_MODELS if args.quick else MODELS
+    workers = WORKERS[:1] if args.quick else WORKERS
+    reductions = ("exact",) if args.quick else ("exact", "fast")
+    rows = []
+    for w in workers:
+        for strategy in ("ssgd", "asgd"):
+            for reduction in reductions:
+                for hidden, updates in models:
+                    rows.append(case(hidden, updates, strategy, reduction, w, repeats))
+                    r = rows[-1]
+                    print(f"  {w} workers {strategy} {reduction} {list(hidden)}: fred/fastest "
+                          f"{r['ratio_fred_over_fastest_loop']:.2f}", file=sys.stderr, flush=True)
+
+    print(f"Overhead against model size: digits, MLP (relu) of the given hidden layers, batch {batch_for(WORKERS[0])} "
+          f"per worker at {WORKERS[0]} workers, {batch_for(WORKERS[1])} at {WORKERS[1]} (target {PERF_TARGET_RATIO})")
+    headers = ["workers", "strategy", "reduction", "hidden", "params", "updates", "grads: fred, loop", "loop ms/update", "fred/fastest loop",
+               "fred/same-bits", "fred adds ms/update", "bits: plain, same-bits"]
+    print(table(headers, [[r["workers"], r["strategy"], r["reduction"], "x".join(map(str, r["hidden"])), r["params"],
+                           r["updates"], f"{r['fred_gradients']:,}, {r['loop_gradients']:,}", r["fastest_loop_ms_per_update"], r["ratio_fred_over_fastest_loop"],
+                           r["ratio_fred_over_fastest_same_bits"], r["fred_added_ms_per_update"],
+                           f"{_yes(r['plain_gives_fred_bits'])}, {_yes(r['same_bits_gives_fred_bits'])}"] for r in rows]))
+    print("   loop ms/update: the faster bare loop (plain or same-bits) whatever its bits; fred/same-bits: over the")
+    print("   faster loop that gave fred's bits (first step; SSGD: final parameters too); fred adds: (fred - that loop) / updates\n")
+    cross = crossover(rows)
+    print(f"Smallest model measured at which fred is within {PERF_TARGET_RATIO}x")
+    print(table(["workers", "strategy", "reduction", "of the fastest loop", "of the same-bits loop"],
+                [[c["workers"], c["strategy"], c["reduction"], _hidden(c["within_target_of_fastest_loop_from"]),
+                  _hidden(c["within_target_of_same_bits_from"])] for c in cross]))
+    print()
+    write_results(args.out, {"quick": args.quick, "repeats": repeats, "target_ratio": PERF_TARGET_RATIO, "machine": facts,
+                                "cases": rows, "crossover": cross}, started)
+    return 0
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _hidden(hidden: list[int] | None) -> str:
+    return "none measured" if hidden is None else "x".join(map(str, hidden))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
