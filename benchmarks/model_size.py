@@ -98,10 +98,10 @@ def crossover(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 model sizes, 8 workers, exact only")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per case, in turn (best is kept)")
+    parser.add_argument("--repeats", type=int, help="timed repeats per case, in turn (best is kept); default 3, --quick 2")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args(argv)
-    repeats = 2 if args.quick and args.repeats == 3 else args.repeats
+    repeats = args.repeats or (2 if args.quick else 3)
     started = time.perf_counter()
     facts = machine()
     print(f"fred {fred.__version__} | jax {facts['jax']} on {facts['backend']} | {facts['cpu_count']} CPUs")
