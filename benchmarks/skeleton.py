@@ -1,0 +1,210 @@
+#!/usr/bin/env python
+"""The least a SimPy model can cost around the bare step: where fred's overhead comes from.
+
+    python benchmarks/skeleton.py            # SSGD/ASGD x exact/fast x 8/64 workers, ~2 min
+    python benchmarks/skeleton.py --quick    # 8 workers only, best of 2, ~30 s
+
+``overhead.py`` compares fred with a bare jitted loop. Two *skeletons* sit between them:
+the same cluster as a minimal SimPy model (one process per worker, each compute and each
+push/fetch or all-reduce a timeout; no records, no tape, no links, no faults), with the
+numerics done in one of two ways:
+
+- **fused**: one compiled program per update, the bare loop's step. For ASGD it takes the
+  gradient at the worker's (stale) copy and applies it to the server's parameters in the
+  same program, so the work per update is the bare loop's exactly.
+- **fred's programs**: the calls fred makes, built from fred's own jitted programs (the
+  gradient call when a worker's compute ends, exact calls of up to ``MAX_EXACT_ROWS`` rows;
+  ``stacked_sum`` across SSGD's workers; the update), with none of fred's Python around them.
+
+So, per case, ``fused / bare`` is what a SimPy model costs at all, ``fred's programs / bare``
+what fred's call structure costs on top of it, and ``fred / fred's programs`` what the rest of
+fred (records, links, tape, gradient service, hooks) costs per update. Ratios, never asserts;
+the skeletons' simulated times do not matter here, only what they make the machine do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import numpy as np
+import simpy
+from common import RESULTS_DIR, best_in_turn, machine, table, write_results
+from overhead import LR, PERF_TARGET_RATIO, WORKERS, Bare, _exact_shard_sums, _fast_shard_sums, _sgd, digits_scenario
+
+import fred
+from fred.engine import MAX_EXACT_ROWS
+from fred.numerics import CHUNK_ROWS, _example_loss, stacked_sum
+from fred.optim import make_sum_step, sgd
+
+RESULTS = RESULTS_DIR / "skeleton.json"
+UPDATES = 300  # ASGD always; SSGD at 8 workers (a 64-worker round is 8x the gradients: 1/8 of them)
+TRANSFER_S = 5.0e-5  # a push or fetch in the skeletons; any constant does: the clock only orders events
+ALLREDUCE_S = 1.0e-3
+
+Numbers = Callable[..., Any]  # the numerics of one update, as each skeleton calls them
+
+
+# ----------------------------------------------------------------------------- the two ways to compute
+class Programs:
+    """One case's compiled programs: the bare step, the fused parameter-server step, fred's calls."""
+
+    def __init__(self, bare: Bare, reduction: str, per_worker_rows: int):
+        loss = functools.partial(_example_loss, bare.numerics.model, bare.dataset.task)
+        sums = _exact_shard_sums if reduction == "exact" else _fast_shard_sums
+
+        def ps_step(server, read, x_all, y_all, idx):  # the gradient at the worker's copy, applied to the server's
+            _, grad_sum = sums(loss, read, x_all[idx], y_all[idx], 1)
+            return _sgd(server, grad_sum, idx.shape[0])
+
+        self.bare, self.reduction, self.rows = bare, reduction, per_worker_rows
+        self.ps_step = jax.jit(ps_step)
+        self.opt = sgd(LR)
+        self.sum_step = make_sum_step(self.opt)
+        self.x_all, self.y_all, self.zero = bare.numerics._on_device(bare.dataset)
+
+    def gradient(self, params, rows: np.ndarray, shards: int, stack: bool):
+        """fred's gradient program on ``rows`` (``Numerics._call`` without the Python around it)."""
+        num = self.bare.numerics
+        if self.reduction == "fast":
+            return num._fast_at[stack](params, self.x_all, self.y_all, rows.reshape(shards, -1), shards)
+        pad = (-len(rows)) % CHUNK_ROWS
+        padded = np.concatenate([rows, np.zeros(pad, rows.dtype)]) if pad else rows
+        return num._exact_at[stack](params, self.x_all, self.y_all, padded, self.zero, len(rows), shards)
+
+    def fred_round(self, params, state, idx: np.ndarray, workers: int):
+        """fred's SSGD round: gradient calls of up to MAX_EXACT_ROWS rows (fast: one), the sum across them, the update."""
+        per_call = workers if self.reduction == "fast" else max(1, MAX_EXACT_ROWS // self.rows)
+        calls = [self.gradient(params, idx[s * self.rows : (s + per_call) * self.rows], min(per_call, workers - s), True)
+                 for s in range(0, workers, per_call)]
+        grad, _ = stacked_sum(calls)
+        return self.sum_step(params, state, grad, len(idx))
+
+
+# ----------------------------------------------------------------------------- the SimPy skeletons
+def ring(progs: Programs, workers: int, fused: bool, durations_s: np.ndarray) -> Callable[[], Any]:
+    """SSGD: every worker computes, the last to finish makes the round's numbers, all wait for the all-reduce."""
+    bare = progs.bare
+
+    def run():
+        env = simpy.Environment()
+        st = {"params": bare.init_params, "opt": progs.opt.init(bare.init_params), "arrived": 0, "reduced": env.event()}
+
+        def worker(i: int):
+            for k in range(bare.updates):
+                yield env.timeout(durations_s[k, i])
+                st["arrived"] += 1
+                if st["arrived"] < workers:
+                    yield st["reduced"]
+                    continue
+                if fused:
+                    st["params"], _ = bare.step(st["params"], bare.x, bare.y, bare.idx[k])
+                else:
+                    st["params"], st["opt"] = progs.fred_round(st["params"], st["opt"], bare.idx[k], workers)
+                yield env.timeout(ALLREDUCE_S)
+                st["arrived"], reduced, st["reduced"] = 0, st["reduced"], env.event()
+                reduced.succeed()
+
+        for i in range(workers):
+            env.process(worker(i))
+        env.run()
+        return jax.block_until_ready(st["params"])
+
+    return run
+
+
+def parameter_server(progs: Programs, workers: int, fused: bool, durations_s: np.ndarray) -> Callable[[], Any]:
+    """ASGD: a worker computes on its copy, pushes, the server applies it at once, the worker fetches."""
+    bare = progs.bare
+
+    def run():
+        env = simpy.Environment()
+        st = {"params": bare.init_params, "opt": progs.opt.init(bare.init_params), "k": 0}
+
+        def worker(i: int):
+            held, n = st["params"], 0
+            while st["k"] < bare.updates:
+                yield env.timeout(durations_s[n, i])
+                n += 1
+                if st["k"] >= bare.updates:  # the run ended while it computed
+                    return
+                k = st["k"]
+                if not fused:  # fred computes a gradient when its compute time has passed
+                    _, grads = progs.gradient(held, bare.idx[k], 1, False)
+                yield env.timeout(TRANSFER_S)
+                if fused:
+                    st["params"] = progs.ps_step(st["params"], held, bare.x, bare.y, bare.idx[k])
+                else:
+                    st["params"], st["opt"] = progs.sum_step(st["params"], st["opt"], grads[0], len(bare.idx[k]))
+                st["k"] += 1
+                yield env.timeout(TRANSFER_S)
+                held = st["params"]
+
+        for i in range(workers):
+            env.process(worker(i))
+        env.run()
+        return jax.block_until_ready(st["params"])
+
+    return run
+
+
+# ----------------------------------------------------------------------------- one case
+def case(strategy: str, reduction: str, workers: int, repeats: int) -> dict[str, Any]:
+    updates = max(UPDATES * WORKERS[0] // workers, 5) if strategy == "ssgd" else UPDATES  # as overhead.py
+    scn = digits_scenario(strategy, reduction, updates, workers)
+    bare = Bare(scn, shards=workers if strategy == "ssgd" else 1)
+    progs = Programs(bare, reduction, scn["data"]["batch_size"])
+    rng = np.random.default_rng(0)  # the skeletons' compute times: lognormal around 10 ms, as the scenario's
+    durations_s = 0.01 * rng.lognormal(0.0, 0.1, size=(updates + workers, workers))
+    model = ring if strategy == "ssgd" else parameter_server
+    best, _ = best_in_turn({"bare": bare.run_loop, "fused": model(progs, workers, True, durations_s),
+                            "programs": model(progs, workers, False, durations_s), "fred": lambda: fred.run(scn)}, repeats)
+    per_update_us = {name: 1e6 * seconds / updates for name, seconds in best.items()}
+    return {
+        "workers": workers, "strategy": strategy, "reduction": reduction, "updates": updates,
+        **{f"{name}_s": seconds for name, seconds in best.items()},
+        "bare_us_per_update": per_update_us["bare"],
+        "ratio_fused_over_bare": best["fused"] / best["bare"],
+        "ratio_programs_over_bare": best["programs"] / best["bare"],
+        "ratio_fred_over_bare": best["fred"] / best["bare"],
+        "fred_rest_us_per_update": per_update_us["fred"] - per_update_us["programs"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="8 workers only")
+    parser.add_argument("--repeats", type=int, help="timed repeats per case, in turn (best is kept); default 5, --quick 2")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
+    args = parser.parse_args(argv)
+    repeats = args.repeats or (2 if args.quick else 5)
+    started = time.perf_counter()
+    facts = machine()
+    print(f"fred {fred.__version__} | jax {facts['jax']} on {facts['backend']} | {facts['cpu_count']} CPUs")
+    print(f"{'quick' if args.quick else 'full'} run: best of {repeats} after one warm-up, all four timed in turn\n")
+    rows = []
+    for workers in WORKERS[:1] if args.quick else WORKERS:
+        for strategy in ("ssgd", "asgd"):
+            for reduction in ("exact", "fast"):
+                rows.append(case(strategy, reduction, workers, repeats))
+                print(f"  {workers} workers {strategy} {reduction}: fred/bare {rows[-1]['ratio_fred_over_bare']:.2f}",
+                      file=sys.stderr, flush=True)
+    print(f"Skeletons: overhead.py's digits MLP [64] cases, each over its bare loop (target {PERF_TARGET_RATIO})")
+    print(table(["workers", "strategy", "reduction", "updates", "bare us/update", "fused skeleton", "fred's programs",
+                 "fred", "rest of fred us/update"],
+                [[r["workers"], r["strategy"], r["reduction"], r["updates"], r["bare_us_per_update"], r["ratio_fused_over_bare"],
+                  r["ratio_programs_over_bare"], r["ratio_fred_over_bare"], r["fred_rest_us_per_update"]] for r in rows]))
+    print("   fused: a minimal SimPy model making one bare-step call per update; fred's programs: the same model")
+    print("   making fred's calls; rest of fred: (fred - fred's programs) / updates, the Python fred adds around them\n")
+    write_results(args.out, {"quick": args.quick, "repeats": repeats, "target_ratio": PERF_TARGET_RATIO,
+                             "machine": facts, "cases": rows}, started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
