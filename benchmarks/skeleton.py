@@ -87,8 +87,9 @@ class Programs:
 
 
 # ----------------------------------------------------------------------------- the SimPy skeletons
-def ring(progs: Programs, workers: int, fused: bool, durations_s: np.ndarray) -> Callable[[], Any]:
-    """SSGD: every worker computes, the last to finish makes the round's numbers, all wait for the all-reduce."""
+def ring(progs: Programs, workers: int, numbers: str, durations_s: np.ndarray) -> Callable[[], Any]:
+    """SSGD: every worker computes, the last to finish makes the round's numbers, all wait for the all-reduce.
+    ``numbers``: "none" (the SimPy model alone), "fused" or "programs"."""
     bare = progs.bare
 
     def run():
@@ -102,9 +103,9 @@ def ring(progs: Programs, workers: int, fused: bool, durations_s: np.ndarray) ->
                 if st["arrived"] < workers:
                     yield st["reduced"]
                     continue
-                if fused:
+                if numbers == "fused":
                     st["params"], _ = bare.step(st["params"], bare.x, bare.y, bare.idx[k])
-                else:
+                elif numbers == "programs":
                     st["params"], st["opt"] = progs.fred_round(st["params"], st["opt"], bare.idx[k], workers)
                 yield env.timeout(ALLREDUCE_S)
                 st["arrived"], reduced, st["reduced"] = 0, st["reduced"], env.event()
@@ -118,8 +119,9 @@ def ring(progs: Programs, workers: int, fused: bool, durations_s: np.ndarray) ->
     return run
 
 
-def parameter_server(progs: Programs, workers: int, fused: bool, durations_s: np.ndarray) -> Callable[[], Any]:
-    """ASGD: a worker computes on its copy, pushes, the server applies it at once, the worker fetches."""
+def parameter_server(progs: Programs, workers: int, numbers: str, durations_s: np.ndarray) -> Callable[[], Any]:
+    """ASGD: a worker computes on its copy, pushes, the server applies it at once, the worker fetches.
+    ``numbers`` as for :func:`ring`."""
     bare = progs.bare
 
     def run():
@@ -134,12 +136,12 @@ def parameter_server(progs: Programs, workers: int, fused: bool, durations_s: np
                 if st["k"] >= bare.updates:  # the run ended while it computed
                     return
                 k = st["k"]
-                if not fused:  # fred computes a gradient when its compute time has passed
+                if numbers == "programs":  # fred computes a gradient when its compute time has passed
                     _, grads = progs.gradient(held, bare.idx[k], 1, False)
                 yield env.timeout(TRANSFER_S)
-                if fused:
+                if numbers == "fused":
                     st["params"] = progs.ps_step(st["params"], held, bare.x, bare.y, bare.idx[k])
-                else:
+                elif numbers == "programs":
                     st["params"], st["opt"] = progs.sum_step(st["params"], st["opt"], grads[0], len(bare.idx[k]))
                 st["k"] += 1
                 yield env.timeout(TRANSFER_S)
@@ -162,13 +164,18 @@ def case(strategy: str, reduction: str, workers: int, repeats: int) -> dict[str,
     rng = np.random.default_rng(0)  # the skeletons' compute times: lognormal around 10 ms, as the scenario's
     durations_s = 0.01 * rng.lognormal(0.0, 0.1, size=(updates + workers, workers))
     model = ring if strategy == "ssgd" else parameter_server
-    best, _ = best_in_turn({"bare": bare.run_loop, "fused": model(progs, workers, True, durations_s),
-                            "programs": model(progs, workers, False, durations_s), "fred": lambda: fred.run(scn)}, repeats)
+    timing_only = {**scn, "workload": {"timing_only": True}}
+    best, _ = best_in_turn({"bare": bare.run_loop, "simpy": model(progs, workers, "none", durations_s),
+                            "fused": model(progs, workers, "fused", durations_s),
+                            "programs": model(progs, workers, "programs", durations_s),
+                            "fred_timing_only": lambda: fred.run(timing_only), "fred": lambda: fred.run(scn)}, repeats)
     per_update_us = {name: 1e6 * seconds / updates for name, seconds in best.items()}
     return {
         "workers": workers, "strategy": strategy, "reduction": reduction, "updates": updates,
         **{f"{name}_s": seconds for name, seconds in best.items()},
         "bare_us_per_update": per_update_us["bare"],
+        "simpy_model_us_per_update": per_update_us["simpy"],
+        "fred_timing_only_us_per_update": per_update_us["fred_timing_only"],
         "ratio_fused_over_bare": best["fused"] / best["bare"],
         "ratio_programs_over_bare": best["programs"] / best["bare"],
         "ratio_fred_over_bare": best["fred"] / best["bare"],
@@ -195,12 +202,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {workers} workers {strategy} {reduction}: fred/bare {rows[-1]['ratio_fred_over_bare']:.2f}",
                       file=sys.stderr, flush=True)
     print(f"Skeletons: overhead.py's digits MLP [64] cases, each over its bare loop (target {PERF_TARGET_RATIO})")
-    print(table(["workers", "strategy", "reduction", "updates", "bare us/update", "fused skeleton", "fred's programs",
-                 "fred", "rest of fred us/update"],
-                [[r["workers"], r["strategy"], r["reduction"], r["updates"], r["bare_us_per_update"], r["ratio_fused_over_bare"],
+    print(table(["workers", "strategy", "reduction", "updates", "bare us/update", "SimPy model us/update",
+                 "fred timing-only us/update", "fused skeleton", "fred's programs", "fred", "rest of fred us/update"],
+                [[r["workers"], r["strategy"], r["reduction"], r["updates"], r["bare_us_per_update"],
+                  r["simpy_model_us_per_update"], r["fred_timing_only_us_per_update"], r["ratio_fused_over_bare"],
                   r["ratio_programs_over_bare"], r["ratio_fred_over_bare"], r["fred_rest_us_per_update"]] for r in rows]))
-    print("   fused: a minimal SimPy model making one bare-step call per update; fred's programs: the same model")
-    print("   making fred's calls; rest of fred: (fred - fred's programs) / updates, the Python fred adds around them\n")
+    print("   SimPy model: the skeleton computing nothing; fred timing-only: fred computing nothing (workload.timing_only);")
+    print("   fused: the skeleton making one bare-step call per update; fred's programs: the skeleton making fred's calls;")
+    print("   the last three over the bare loop; rest of fred: (fred - fred's programs) / updates, the Python fred adds\n")
     write_results(args.out, {"quick": args.quick, "repeats": repeats, "target_ratio": PERF_TARGET_RATIO,
                              "machine": facts, "cases": rows}, started)
     return 0
