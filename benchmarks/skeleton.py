@@ -35,7 +35,8 @@ import jax
 import numpy as np
 import simpy
 from common import RESULTS_DIR, best_in_turn, machine, table, write_results
-from overhead import LR, PERF_TARGET_RATIO, WORKERS, Bare, _exact_shard_sums, _fast_shard_sums, _sgd, digits_scenario
+from overhead import (LR, PERF_TARGET_RATIO, WORKERS, Bare, _exact_shard_sums, _fast_shard_sums, _sgd, digits_scenario,
+                      max_abs_diff)
 
 import fred
 from fred.engine import MAX_EXACT_ROWS
@@ -165,7 +166,7 @@ def case(strategy: str, reduction: str, workers: int, repeats: int) -> dict[str,
     durations_s = 0.01 * rng.lognormal(0.0, 0.1, size=(updates + workers, workers))
     model = ring if strategy == "ssgd" else parameter_server
     timing_only = {**scn, "workload": {"timing_only": True}}
-    best, _ = best_in_turn({"bare": bare.run_loop, "simpy": model(progs, workers, "none", durations_s),
+    best, out = best_in_turn({"bare": bare.run_loop, "simpy": model(progs, workers, "none", durations_s),
                             "fused": model(progs, workers, "fused", durations_s),
                             "programs": model(progs, workers, "programs", durations_s),
                             "fred_timing_only": lambda: fred.run(timing_only), "fred": lambda: fred.run(scn)}, repeats)
@@ -180,6 +181,9 @@ def case(strategy: str, reduction: str, workers: int, repeats: int) -> dict[str,
         "ratio_programs_over_bare": best["programs"] / best["bare"],
         "ratio_fred_over_bare": best["fred"] / best["bare"],
         "fred_rest_us_per_update": per_update_us["fred"] - per_update_us["programs"],
+        # SSGD's rounds are the same batches in any schedule: making fred's calls must give fred's bits
+        # (a check that the skeleton does fred's work); ASGD's order depends on the schedule, so no check.
+        "programs_max_abs_diff_vs_fred": max_abs_diff(out["programs"], out["fred"].params) if strategy == "ssgd" else None,
     }
 
 
@@ -203,13 +207,16 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr, flush=True)
     print(f"Skeletons: overhead.py's digits MLP [64] cases, each over its bare loop (target {PERF_TARGET_RATIO})")
     print(table(["workers", "strategy", "reduction", "updates", "bare us/update", "SimPy model us/update",
-                 "fred timing-only us/update", "fused skeleton", "fred's programs", "fred", "rest of fred us/update"],
+                 "fred timing-only us/update", "fused skeleton", "fred's programs", "fred", "rest of fred us/update",
+                 "programs vs fred: max abs diff"],
                 [[r["workers"], r["strategy"], r["reduction"], r["updates"], r["bare_us_per_update"],
                   r["simpy_model_us_per_update"], r["fred_timing_only_us_per_update"], r["ratio_fused_over_bare"],
-                  r["ratio_programs_over_bare"], r["ratio_fred_over_bare"], r["fred_rest_us_per_update"]] for r in rows]))
+                  r["ratio_programs_over_bare"], r["ratio_fred_over_bare"], r["fred_rest_us_per_update"],
+                  "-" if r["programs_max_abs_diff_vs_fred"] is None else r["programs_max_abs_diff_vs_fred"]] for r in rows]))
     print("   SimPy model: the skeleton computing nothing; fred timing-only: fred computing nothing (workload.timing_only);")
     print("   fused: the skeleton making one bare-step call per update; fred's programs: the skeleton making fred's calls;")
-    print("   the last three over the bare loop; rest of fred: (fred - fred's programs) / updates, the Python fred adds\n")
+    print("   the last three over the bare loop; rest of fred: (fred - fred's programs) / updates, the Python fred adds;")
+    print("   max abs diff: the skeleton's final parameters against fred's (SSGD only: ASGD's order depends on the schedule)\n")
     write_results(args.out, {"quick": args.quick, "repeats": repeats, "target_ratio": PERF_TARGET_RATIO,
                              "machine": facts, "cases": rows}, started)
     return 0
