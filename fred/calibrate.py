@@ -84,6 +84,10 @@ def device_for(backend: str) -> jax.Device:
 
 def measure(scenario: Scenario, backend: str = "cpu", repeats: int = 20, warmup: int = 3) -> dict[str, Any]:
     """Time one batch's gradient ``repeats`` times after ``warmup`` untimed calls."""
+    if repeats < 1:
+        raise ValueError(f"--repeats {repeats}: a median needs at least 1 timed call (20 is the default)")
+    if warmup < 0:
+        raise ValueError(f"--warmup {warmup}: give 0 or more untimed calls (the first one compiles; 3 is the default)")
     built = build(scenario)
     device = device_for(backend)
     batch = scenario.data.batch_size

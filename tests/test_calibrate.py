@@ -85,6 +85,8 @@ def test_calibrate_flags_override_a_scenario(tmp_path):
         (["--model", "[1, 2]"], "give a kind (logistic, mlp, cnn) or a mapping"),
         (["--model", "{kind: mlp, hidden: [0]}"], "model.hidden.0: got 0"),
         (["--batch", "0"], "data.batch_size: got 0"),
+        (["--repeats", "0"], "--repeats 0: a median needs at least 1 timed call"),
+        (["--warmup", "-1"], "--warmup -1: give 0 or more untimed calls"),
     ],
 )
 def test_calibrate_says_what_is_wrong_with_a_flag(tmp_path, capsys, flags, message):
