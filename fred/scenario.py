@@ -130,10 +130,16 @@ class ClusterConfig(Section):
 
     @model_validator(mode="after")
     def _workers_exist(self) -> "ClusterConfig":
-        named = list(self.speed) + [s.worker for s in self.stragglers] + [c.worker for c in self.speed_changes]
-        bad = sorted({w for w in named if w >= self.workers})
+        named = [(f"speed.{w}", w) for w in self.speed]
+        named += [(f"stragglers.{i}.worker", s.worker) for i, s in enumerate(self.stragglers)]
+        named += [(f"speed_changes.{i}.worker", c.worker) for i, c in enumerate(self.speed_changes)]
+        bad = [(path, w) for path, w in named if w >= self.workers]
         if bad:
-            raise ValueError(f"worker index {bad[0]} does not exist; workers are 0..{self.workers - 1}")
+            path, w = bad[0]
+            raise ValueError(
+                f"{path}: worker index {w} does not exist; workers are 0..{self.workers - 1} "
+                f"(cluster.workers is {self.workers}): drop the entry or give more workers"
+            )
         return self
 
 

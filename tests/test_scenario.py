@@ -62,7 +62,20 @@ def test_missing_sections_are_named():
 
 def test_stragglers_must_name_existing_workers():
     [message] = problems(tiny(cluster={"workers": 2, "stragglers": [{"worker": 5, "slow_factor": 2}]}))
-    assert "worker index 5 does not exist; workers are 0..1" in message
+    assert "stragglers.0.worker: worker index 5 does not exist; workers are 0..1" in message
+
+
+@pytest.mark.parametrize(
+    ("cluster", "field"),
+    [
+        ({"speed": {1: 2.0, 3: 0.5}}, "speed.3: worker index 3"),
+        ({"stragglers": [{"worker": 0, "slow_factor": 2}, {"worker": 2, "slow_factor": 2}]}, "stragglers.1.worker: worker index 2"),
+        ({"speed_changes": [{"worker": 4, "at_s": 1.0, "speed": 0.5}]}, "speed_changes.0.worker: worker index 4"),
+    ],
+)
+def test_a_missing_worker_is_named_by_its_field(cluster, field):
+    [message] = problems(tiny(cluster={"workers": 2, **cluster}))
+    assert field in message and "(cluster.workers is 2)" in message
 
 
 def test_a_strategy_checks_the_cluster_it_runs_on():
