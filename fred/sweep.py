@@ -29,11 +29,26 @@ def parse_grid(items: list[str]) -> dict[str, list[Any]]:
     """``["strategy.lr=0.01,0.1", "seed=0,1"]`` -> ``{"strategy.lr": [0.01, 0.1], "seed": [0, 1]}``."""
     grid: dict[str, list[Any]] = {}
     for item in items:
-        if "=" not in item:
+        path, _, values = (part.strip() for part in item.partition("="))
+        if "=" not in item or not path:
             raise ScenarioError([f"--grid {item!r}: write it as path.to.key=value1,value2"], "--grid")
-        path, _, values = item.partition("=")
-        grid[path.strip()] = [yaml.safe_load(v) for v in values.split(",")]
+        if path in grid:  # a second --grid of the same field would silently replace the first
+            raise ScenarioError([f"--grid {item!r}: {path} is already gridded; give all its values in one --grid"], "--grid")
+        grid[path] = _grid_values(item, values)
     return grid
+
+
+def _grid_values(item: str, values: str) -> list[Any]:
+    """The parsed values of one ``--grid``: none empty (write ``null`` for None), none twice."""
+    parsed: list[Any] = []
+    for text in values.split(","):
+        if not text.strip():
+            raise ScenarioError([f"--grid {item!r}: a value is empty; write null for a missing one"], "--grid")
+        value = yaml.safe_load(text)
+        if value in parsed:  # the same run twice: a table with duplicate rows
+            raise ScenarioError([f"--grid {item!r}: {text.strip()} is given twice (as {value!r}); give each value once"], "--grid")
+        parsed.append(value)
+    return parsed
 
 
 def expand(base: dict[str, Any], grid: dict[str, list[Any]], source: str) -> list[tuple[dict[str, Any], Scenario]]:
@@ -101,6 +116,8 @@ def sweep(
     """
     if executor not in EXECUTORS:
         raise ValueError(f"executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
+    if jobs < 1:
+        raise ValueError(f"--jobs {jobs}: give 1 or more runs at once")
     base = apply_overrides(read_yaml(scenario_path), list(sets))
     base = include_profiles(base, Path(scenario_path).parent, str(scenario_path))
     combos = expand(base, grid, str(scenario_path))

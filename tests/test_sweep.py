@@ -28,6 +28,27 @@ def test_the_grid_parses_values_as_yaml():
         parse_grid(["strategy.lr"])
 
 
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        (["=1,2"], "write it as path.to.key=value1,value2"),
+        (["seed=0", "seed=1"], "seed is already gridded; give all its values in one --grid"),
+        (["seed=0,,1"], "a value is empty; write null for a missing one"),
+        (["cluster.workers="], "a value is empty"),
+        (["seed=0,1,0"], "0 is given twice"),
+        (["strategy.lr=0.1,0.10"], "0.10 is given twice (as 0.1)"),
+    ],
+)
+def test_a_grid_that_would_lose_or_repeat_runs_is_refused(items, message):
+    with pytest.raises(ScenarioError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_grid(items)
+
+
+def test_jobs_must_be_at_least_one(scenario, tmp_path, capsys):
+    assert main(["sweep", str(scenario), "--grid", "seed=0", "--jobs", "0", "--runs", str(tmp_path / "r")]) == 2
+    assert "--jobs 0: give 1 or more" in capsys.readouterr().err
+
+
 def test_a_sweep_runs_every_combination_once_and_resumes(scenario, tmp_path):
     grid = {"strategy.lr": [0.05, 0.1], "seed": [0, 1]}
     table, ran = sweep(scenario, grid, tmp_path / "runs")
