@@ -14,7 +14,7 @@ import yaml
 from fred import checkpoint
 from fred.checkpoint import Checkpointer, checkpoint_dir
 from fred.loading import ScenarioError, include_profiles, merge, read_yaml, validate
-from fred.records import is_complete, write_run_dir
+from fred.records import check_out, is_complete, write_run_dir
 from fred.runner import Progress, RunResult, execute
 from fred.scenario import Scenario
 
@@ -59,6 +59,8 @@ def run(
     while the run goes on, so that :func:`resume` can finish it after a kill.
     """
     resolved = resolve(scenario, **overrides)
+    if out is not None:  # before the run, not after it: a refused path would lose the run too
+        check_out(out)
     checkpointer = None
     if checkpoint_every_s is not None:
         if out is None:
@@ -77,6 +79,7 @@ def resume(
     Returns the result and ``None`` when it fast-forwarded to the checkpoint, or the reason
     it had to run the scenario from the start instead (the result is the same bits).
     """
+    check_out(run_dir)
     path = checkpoint_dir(run_dir)
     if not (path / "scenario.yaml").is_file():
         raise ScenarioError([f"no checkpoint for {run_dir} (looked in {path}); start runs with --checkpoint-every-s"], str(run_dir))

@@ -108,6 +108,7 @@ def write_run_dir(
 ) -> Path:
     """Write every record file under a temporary name, then rename it to ``out`` in one step."""
     out = Path(out)
+    check_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     if tmp.exists():
@@ -138,6 +139,25 @@ def _write_files(
         write_tape(tmp / "tape.npz", *tape)
     # summary.json is written last: its presence marks the files before it as complete.
     (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+def check_out(out: str | Path) -> None:
+    """Refuse a run directory's path where writing it would delete what is not a run.
+
+    A run directory replaces what is at ``out``: an earlier run of it (it has a summary.json)
+    or an empty directory, never a file or a directory of other things (``--out .`` would
+    otherwise delete the working directory's files).
+    """
+    out = Path(out)
+    if not out.exists() and not out.is_symlink():
+        return
+    if not out.is_dir() or out.is_symlink():
+        raise ValueError(f"{out} is a file, not a run directory; writing the run there would delete it: choose another --out")
+    if not (out / "summary.json").is_file() and any(out.iterdir()):
+        raise ValueError(
+            f"{out} is a directory of other files, not a fred run directory (it has no summary.json); "
+            "writing the run there would delete them: choose another --out, or empty it first"
+        )
 
 
 def _replace_dir(new: Path, out: Path) -> None:

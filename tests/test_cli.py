@@ -92,6 +92,27 @@ def test_a_failure_while_writing_leaves_no_directory_that_looks_complete(tmp_pat
     assert list(tmp_path.glob(".run*")) == []
 
 
+def test_out_never_deletes_what_is_not_a_run(tmp_path, capsys):
+    scenario = write(tmp_path, tiny())
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "notes.txt").write_text("keep me")
+    (tmp_path / "profile.yaml").write_text("step_time_s: 0.01\n")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "notes"), "--quiet"]) == 2
+    assert "has no summary.json); writing the run there would delete them" in capsys.readouterr().err
+    assert main(["run", str(scenario), "--out", str(tmp_path / "profile.yaml"), "--quiet"]) == 2
+    assert "is a file, not a run directory" in capsys.readouterr().err
+    assert (tmp_path / "notes" / "notes.txt").read_text() == "keep me"
+    assert (tmp_path / "profile.yaml").read_text() == "step_time_s: 0.01\n"
+
+
+def test_out_replaces_an_earlier_run_or_fills_an_empty_directory(tmp_path):
+    scenario, out = write(tmp_path, tiny()), tmp_path / "run"
+    out.mkdir()
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    assert main(["run", str(scenario), "--out", str(out), "--quiet", "--seed", "3"]) == 0
+    assert is_complete(out) and yaml.safe_load((out / "scenario.yaml").read_text())["seed"] == 3
+
+
 def test_the_console_script_runs_the_quickstart_shipped_with_the_repo(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "fred.cli", "run", str(ROOT / "scenarios" / "quickstart.yaml"),
