@@ -98,6 +98,8 @@ def resume(
 
 
 def _checkpointer(scenario: Scenario, out: Path, every_s: float) -> Checkpointer:
+    if not every_s > 0:  # 0 would save (and collect garbage) after every simulated step
+        raise ValueError(f"--checkpoint-every-s {every_s}: give a positive number of wall-clock seconds, e.g. 60")
     path = checkpoint_dir(out)
     path.mkdir(parents=True, exist_ok=True)
     return Checkpointer(path, every_s, scenario.digest())

@@ -120,7 +120,7 @@ def _run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.sets, args.seed)
     out = Path(args.out) if args.out else default_run_dir(scenario)
     show = not args.quiet and sys.stderr.isatty()
-    if args.checkpoint_every_s is not None and not args.quiet:
+    if args.checkpoint_every_s is not None and args.checkpoint_every_s > 0 and not args.quiet:
         print(f"checkpoints in {out}.checkpoint/; after a kill: fred run --resume {out}", file=sys.stderr)
     with _progress(scenario, show) as progress:
         result = run(scenario, out=out, progress=progress, checkpoint_every_s=args.checkpoint_every_s)

@@ -228,6 +228,16 @@ def test_resume_without_a_checkpoint_or_with_a_scenario_is_a_clear_error(tmp_pat
     assert "only the run directory" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("every_s", ["0", "-5"])
+def test_a_checkpoint_interval_must_be_positive(tmp_path, capsys, every_s):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(tiny()))
+    out = tmp_path / "run"
+    assert main(["run", str(scenario), "--out", str(out), "--quiet", "--checkpoint-every-s", every_s]) == 2
+    assert f"--checkpoint-every-s {float(every_s)}: give a positive number" in capsys.readouterr().err
+    assert not out.exists() and not checkpoint_dir(out).exists()
+
+
 def test_fred_run_killed_with_sigkill_resumes_bit_identical(tmp_path):
     data = tiny(strategy={"name": "asgd"}, stop={"max_updates": 3000}, eval={"every_updates": 100})
     path = tmp_path / "s.yaml"
