@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     sw.set_defaults(handler=_sweep)
     trace = sub.add_parser("trace", help="export the event timeline as Chrome trace-event JSON (Perfetto)")
     trace.add_argument("run_dir")
-    trace.add_argument("-o", "--output", help="output file (default: RUN_DIR/trace.json)")
+    trace.add_argument("-o", "--output", help="output file, or a directory to write trace.json in (default: RUN_DIR/trace.json)")
     trace.set_defaults(handler=_trace)
     return parser
 
@@ -230,8 +230,10 @@ def _trace(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     from strategies import registry
 
-    for strategy in registry.all_strategies():
-        print(f"{strategy.name:<12} {strategy.summary}")
+    strategies = registry.all_strategies()
+    width = max(len(s.name) for s in strategies)  # one column, however long a name
+    for strategy in strategies:
+        print(f"{strategy.name:<{width}}  {strategy.summary}")
     return 0
 
 

@@ -19,6 +19,9 @@ COLOURS = {"compute": "#4C72B0", "communicate": "#DD8452", "wait": "#B0B0B0", "o
 
 
 def _save(fig, out: Path, stem: str) -> list[Path]:
+    if out.exists() and not out.is_dir():
+        plt.close(fig)
+        raise ValueError(f"{out} is a file; the figures go in a directory: give another --out")
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.png", out / f"{stem}.svg"]
     for path in paths:

@@ -61,6 +61,10 @@ def trace_events(events: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def write_trace(events: pd.DataFrame, path: str | Path) -> Path:
+    """Write the trace-event JSON to ``path``; to ``path/trace.json`` when ``path`` is a directory."""
     path = Path(path)
+    if path.is_dir():
+        path = path / "trace.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"traceEvents": trace_events(events), "displayTimeUnit": "ms"}))
     return path

@@ -43,7 +43,7 @@ def register(config: type[StrategyConfig], timing_only: bool = False) -> Callabl
         if name in _REGISTRY:
             raise ValueError(f"strategy {name!r} is registered twice")
         doc = (start.__module__ and __import__(start.__module__, fromlist=["_"]).__doc__) or ""
-        _REGISTRY[name] = Strategy(name, config, start, doc.strip().splitlines()[0] if doc.strip() else "", timing_only)
+        _REGISTRY[name] = Strategy(name, config, start, _summary(doc), timing_only)
         return start
 
     return decorate
@@ -67,3 +67,8 @@ def config_class(name: str) -> type[StrategyConfig]:
 
 def all_strategies() -> list[Strategy]:
     return [_REGISTRY[n] for n in names()]
+
+
+def _summary(doc: str) -> str:
+    """A module docstring's first paragraph on one line (a first sentence may wrap)."""
+    return " ".join(line.strip() for line in doc.strip().split("\n\n")[0].splitlines())

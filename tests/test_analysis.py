@@ -94,6 +94,19 @@ def test_plot_and_trace_commands(tmp_path, capsys):
     assert len(json.loads((tmp_path / "t.json").read_text())["traceEvents"]) > 0
 
 
+def test_plot_and_trace_outputs_are_a_directory_or_a_file_as_given(tmp_path, capsys):
+    out = tmp_path / "run"
+    fred.run(tiny(), out=out)
+    (tmp_path / "dir").mkdir()
+    assert main(["trace", str(out), "-o", str(tmp_path / "dir")]) == 0  # a directory: trace.json in it
+    assert json.loads((tmp_path / "dir" / "trace.json").read_text())["traceEvents"]
+    assert main(["trace", str(out), "-o", str(tmp_path / "new" / "t.json")]) == 0  # missing parents are made
+    (tmp_path / "notes.txt").write_text("keep")
+    assert main(["plot", str(out), "--out", str(tmp_path / "notes.txt")]) == 2
+    assert "notes.txt is a file; the figures go in a directory" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "keep"
+
+
 def test_staleness_views():
     result = fred.run(tiny(cluster={"workers": 4, "stragglers": [{"worker": 3, "slow_factor": 3}]}, stop={"max_updates": 80}))
     overall = result.staleness()

@@ -74,8 +74,12 @@ def test_missing_mnist_files_are_reported_cleanly(tmp_path, capsys):
 
 def test_fred_list_prints_the_registry(capsys):
     assert main(["list"]) == 0
-    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    lines = capsys.readouterr().out.splitlines()
+    names = [line.split()[0] for line in lines]
     assert {"sgd", "ssgd", "asgd"} <= set(names)
+    starts = {len(line) - len(line[len(name):].lstrip()) for line, name in zip(lines, names)}
+    assert len(starts) == 1  # one column of summaries, however long a name
+    assert all(line.endswith(".") for line in lines)  # whole first paragraphs, not a wrapped sentence's first line
 
 
 def test_a_failure_while_writing_leaves_no_directory_that_looks_complete(tmp_path, monkeypatch):
