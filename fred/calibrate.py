@@ -22,6 +22,7 @@ import yaml
 
 from fred import rng
 from fred.loading import ScenarioError, apply_overrides, include_profiles, load_scenario, validate
+from fred.paths import output_file
 from fred.runner import build
 from fred.scenario import ModelConfig, Scenario
 
@@ -119,7 +120,8 @@ def measure(scenario: Scenario, backend: str = "cpu", repeats: int = 20, warmup:
 
 
 def write_profile(measured: dict[str, Any], path: str | Path) -> Path:
-    path = Path(path)
+    """Write the profile to ``path`` (``path/profile.yaml`` when it is a directory)."""
+    path = output_file(path, "profile.yaml")
     header = "# fred compute profile, measured by `fred calibrate`; include it with\n# cluster: {compute: {profile: <this file>}}\n"
     body = yaml.safe_dump({"step_time_s": measured["median_s"], "measured": measured}, sort_keys=False)
     path.write_text(header + body)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from fred.loading import ScenarioError
+from fred.paths import output_file
 
 SUMMARY_KEYS = [
     "status", "stop_reason", "strategy", "workers", "sim_time_s", "updates",
@@ -87,7 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--matmul-precision", choices=["default", "high", "highest"], default="highest",
                      help="jax.default_matmul_precision for the replay (default: highest, float32 products as "
                           "on CPU; 'default' lets a GPU use TF32)")
-    rep.add_argument("--timings", help="write every gradient call's real and simulated time here (.csv or .parquet)")
+    rep.add_argument("--timings", help="write every gradient call's real and simulated time here (.parquet, else CSV; "
+                     "a directory: timings.csv in it)")
     rep.set_defaults(handler=_replay)
     sw = sub.add_parser("sweep", help="run a Cartesian grid over scenario fields (resumable)")
     sw.add_argument("scenario")
@@ -157,8 +159,9 @@ def _calibrate(args: argparse.Namespace) -> int:
     from fred.calibrate import calibration_scenario, measure, write_profile
 
     scenario = calibration_scenario(args.scenario, args.sets, args.model, args.batch, args.reduction)
+    output = output_file(args.output, "profile.yaml")  # before measuring: a bad path fails at once
     measured = measure(scenario, args.backend, args.repeats, args.warmup)
-    path = write_profile(measured, args.output)
+    path = write_profile(measured, output)
     print(
         f"{measured['device']}: median {measured['median_s'] * 1e3:.3f} ms per batch of {measured['batch_size']} "
         f"(p10 {measured['p10_s'] * 1e3:.3f}, p90 {measured['p90_s'] * 1e3:.3f}, {measured['repeats']} repeats)\n"
@@ -170,6 +173,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from fred.replay import replay
 
+    timings = output_file(args.timings, "timings.csv") if args.timings else None  # before replaying: fail at once
     with _count_bar(f"replay {Path(args.run_dir).name}", sys.stderr.isatty()) as progress:
         report = replay(args.run_dir, args.backend, args.check, args.rtol, args.atol, args.matmul_precision, progress)
     for note in report.notes:
@@ -188,9 +192,9 @@ def _replay(args: argparse.Namespace) -> int:
         print(report.steps.to_string(index=False, float_format=floats))
         print("final parameters against the run's (differences of single steps grow over a long run):")
     print(report.leaves.to_string(index=False, float_format=floats))
-    if args.timings:
-        write = grads.to_parquet if args.timings.endswith(".parquet") else grads.to_csv
-        write(args.timings, index=False)
+    if timings is not None:
+        write = grads.to_parquet if timings.suffix == ".parquet" else grads.to_csv
+        write(timings, index=False)
     tolerance = "" if args.check == "bitwise" else f" (rtol {args.rtol:g}, atol {args.atol:g})"
     print(f"{args.check} check{tolerance}: {'passed' if report.passed else 'FAILED'}")
     return 0 if report.passed else 1
@@ -200,9 +204,10 @@ def _sweep(args: argparse.Namespace) -> int:
     from fred.sweep import parse_grid, sweep
 
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # a line per finished run
+    out = output_file(args.out, "sweep.parquet")  # before the runs: a bad path fails at once
     table, ran = sweep(args.scenario, parse_grid(args.grid), Path(args.runs), args.jobs, args.executor, args.sets, progress)
-    table.to_parquet(args.out, index=False)
-    print(f"{len(table)} combinations: {ran} run, {len(table) - ran} reused; table in {args.out}")
+    table.to_parquet(out, index=False)
+    print(f"{len(table)} combinations: {ran} run, {len(table) - ran} reused; table in {out}")
     return 0
 
 

@@ -11,6 +11,7 @@ import pandas as pd
 from fred.analysis import summary_row
 from fred.api import default_run_dir, finished_run, load_run, run
 from fred.loading import load_scenario
+from fred.paths import output_dir
 from fred.plots import loss_curves, staleness_histograms
 from fred.runner import RunResult
 from fred.scenario import Scenario
@@ -78,9 +79,9 @@ def compare(
     items: list[str], out: Path, runs_root: Path, target_loss: float | None = None, watch: Watch | None = None
 ) -> tuple[pd.DataFrame, int]:
     """Write ``comparison.csv`` and the plots under ``out``; returns the table and the runs made."""
+    out = output_dir(out)  # before running anything: a refused path would lose the runs' summary
     results, ran = gather(items, runs_root, watch)
     table = pd.DataFrame([summary_row(r, target_loss) for r in results])
-    out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "comparison.csv", index=False)
     loss_curves(results, out)
     staleness_histograms(results, out)

@@ -14,15 +14,18 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from fred.paths import output_dir  # noqa: E402
+
 COMMUNICATION = {"push", "fetch", "send", "allreduce"}
 COLOURS = {"compute": "#4C72B0", "communicate": "#DD8452", "wait": "#B0B0B0", "other": "#55A868"}
 
 
 def _save(fig, out: Path, stem: str) -> list[Path]:
-    if out.exists() and not out.is_dir():
-        plt.close(fig)
-        raise ValueError(f"{out} is a file; the figures go in a directory: give another --out")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        output_dir(out)
+    except ValueError:
+        plt.close(fig)  # a refused path must not leave the figure open
+        raise
     paths = [out / f"{stem}.png", out / f"{stem}.svg"]
     for path in paths:
         fig.savefig(path, bbox_inches="tight", metadata={"Date": None} if path.suffix == ".svg" else None)

@@ -15,6 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+from fred.paths import output_file
+
 
 def track_ids(entities: list[str]) -> dict[str, int]:
     """Stable thread ids: workers by index, then everything else by name."""
@@ -62,9 +64,6 @@ def trace_events(events: pd.DataFrame) -> list[dict[str, Any]]:
 
 def write_trace(events: pd.DataFrame, path: str | Path) -> Path:
     """Write the trace-event JSON to ``path``; to ``path/trace.json`` when ``path`` is a directory."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "trace.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = output_file(path, "trace.json")
     path.write_text(json.dumps({"traceEvents": trace_events(events), "displayTimeUnit": "ms"}))
     return path

@@ -103,7 +103,7 @@ def test_plot_and_trace_outputs_are_a_directory_or_a_file_as_given(tmp_path, cap
     assert main(["trace", str(out), "-o", str(tmp_path / "new" / "t.json")]) == 0  # missing parents are made
     (tmp_path / "notes.txt").write_text("keep")
     assert main(["plot", str(out), "--out", str(tmp_path / "notes.txt")]) == 2
-    assert "notes.txt is a file; the figures go in a directory" in capsys.readouterr().err
+    assert "notes.txt is a file; these outputs go in a directory" in capsys.readouterr().err
     assert (tmp_path / "notes.txt").read_text() == "keep"
 
 

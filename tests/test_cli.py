@@ -117,6 +117,26 @@ def test_out_replaces_an_earlier_run_or_fills_an_empty_directory(tmp_path):
     assert is_complete(out) and yaml.safe_load((out / "scenario.yaml").read_text())["seed"] == 3
 
 
+def test_an_output_given_as_a_directory_goes_in_it(tmp_path):
+    scenario, run_dir, out = write(tmp_path, tiny()), tmp_path / "run", tmp_path / "out"
+    out.mkdir()
+    assert main(["run", str(scenario), "--out", str(run_dir), "--quiet"]) == 0
+    assert main(["calibrate", "--repeats", "1", "-o", str(out)]) == 0
+    assert main(["replay", str(run_dir), "--timings", str(out)]) == 0
+    assert main(["sweep", str(scenario), "--grid", "seed=0", "--runs", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["profile.yaml", "sweep.parquet", "timings.csv"]
+    assert main(["calibrate", "--repeats", "1", "-o", str(tmp_path / "new" / "p.yaml")]) == 0  # parents are made
+    assert (tmp_path / "new" / "p.yaml").is_file()
+
+
+def test_a_file_where_a_directory_of_outputs_goes_is_refused_before_any_run(tmp_path, capsys):
+    scenario, taken = write(tmp_path, tiny()), tmp_path / "taken"
+    taken.write_text("keep")
+    assert main(["compare", str(scenario), "--out", str(taken), "--runs", str(tmp_path / "runs")]) == 2
+    assert "taken is a file; these outputs go in a directory" in capsys.readouterr().err
+    assert taken.read_text() == "keep" and not (tmp_path / "runs").exists()
+
+
 def test_the_console_script_runs_the_quickstart_shipped_with_the_repo(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "fred.cli", "run", str(ROOT / "scenarios" / "quickstart.yaml"),

@@ -1,0 +1,27 @@
+"""Where a command's outputs go, settled before it works: a file, or a directory of files.
+
+A path that cannot take the output is found out before a replay, a sweep or a comparison
+has run (its work would otherwise be lost at the end), and never by a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def output_file(path: str | Path, default_name: str) -> Path:
+    """``path`` as a file to write: ``path/default_name`` when it is a directory; parents are made."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / default_name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def output_dir(path: str | Path) -> Path:
+    """``path`` as a directory of outputs, made when missing; a file there is refused, not replaced."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path} is a file; these outputs go in a directory: give another --out")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
