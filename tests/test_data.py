@@ -369,3 +369,23 @@ def test_an_unknown_worker_is_refused() -> None:
     stream = GlobalBatchStream(100, 2, 4, rng(0))
     with pytest.raises(ValueError, match="worker 2 does not exist"):
         stream.next_for(2)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"batch_size": 5000}, r"data.batch_size: 5000 rows a batch do not fit \d+ training examples \(iid sharding.*"
+                               r"set data.batch_size to at most \d+, or use fewer than 4 workers"),
+        ({"batch_size": 400, "sharding": "dirichlet", "dirichlet_alpha": 0.5},
+         r"data.batch_size: 400 rows a batch do not fit worker \d+'s dirichlet shard of \d+ examples: set data.batch_size to at most"),
+    ],
+)
+def test_a_batch_the_data_cannot_fill_is_refused_naming_the_field_and_what_fits(data: dict, message: str) -> None:
+    from fred.loading import validate
+    from fred.runner import build
+    from tests.conftest import tiny
+
+    scenario = tiny(cluster={"workers": 4})
+    scenario["data"] = {**scenario["data"], **data}
+    with pytest.raises(ValueError, match=message):
+        build(validate(scenario))
