@@ -90,7 +90,7 @@ def validate(data: dict[str, Any], source: str = "scenario") -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as err:
-        raise ScenarioError([_describe(e, data) for e in err.errors()], source) from None
+        raise ScenarioError(_merged([_describe(e, data) for e in err.errors()]), source) from None
 
 
 def load_scenario(path: str | Path, sets: list[str] | None = None, seed: int | None = None) -> Scenario:
@@ -124,32 +124,55 @@ def include_profiles(data: dict[str, Any], base_dir: Path, source: str = "scenar
 
 
 # ----------------------------------------------------------------------------- messages
-def _describe(error: dict[str, Any], data: dict[str, Any]) -> str:
-    loc, model_at = _walk(error["loc"], data)
+def _merged(problems: list[tuple[str, str, bool]]) -> list[str]:
+    """One line per field and value: a value that fits no branch of a union ("a name or a list")
+    gives pydantic one error per branch, which read as one problem with its alternatives."""
+    wheres = [head.split(": ", 1)[0] for head, _, _ in problems]
+    lines: dict[str, list[str]] = {}
+    for (head, message, branch), where in zip(problems, wheres):
+        if branch and any(w.startswith(where + ".") for w in wheres):
+            continue  # a union branch the value's shape did not take: the deeper problem is the one to fix
+        said = lines.setdefault(head, [])
+        said.append(message.removeprefix(_SHOULD) if said and said[0].startswith(_SHOULD) else message)
+    return [head + ", or ".join(messages) for head, messages in lines.items()]
+
+
+_SHOULD = "Input should be "
+
+
+def _describe(error: dict[str, Any], data: dict[str, Any]) -> tuple[str, str, bool]:
+    """(the field and the value it got, what is wrong, whether it is one branch of a union's),
+    head and message to be joined as they are: the same head for each branch of a union."""
+    loc, model_at, branch = _walk(error["loc"], data)
     where = ".".join(str(p) for p in loc) or "scenario"
     kind = error["type"]
     if kind == "extra_forbidden":
         allowed = sorted(model_at.model_fields) if model_at else []
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else "."
-        return f"{where}: unknown key{hint} Allowed here: {', '.join(allowed)}"
+        return f"{where}: unknown key{hint} Allowed here: {', '.join(allowed)}", "", branch
     if kind == "missing":
-        return f"{where}: missing; this field is required"
+        return f"{where}: missing; this field is required", "", branch
     message = error["msg"].removeprefix("Value error, ")
     if kind in ("value_error", "assertion_error") or "input" not in error or isinstance(error["input"], dict):
-        return f"{where}: {message}"
-    return f"{where}: got {error['input']!r}; {message}"
+        return f"{where}: ", message, branch
+    return f"{where}: got {error['input']!r}; ", message, branch
 
 
-def _walk(loc: tuple, data: Any) -> tuple[list, type[BaseModel] | None]:
-    """Readable path (union tags dropped) and the model class that owns the last key."""
+def _walk(loc: tuple, data: Any) -> tuple[list, type[BaseModel] | None, bool]:
+    """Readable path (union tags dropped), the model class that owns the last key, and whether
+    the path went through one branch of a (not discriminated) union."""
     shown: list = []
+    branch = False
     annotation: Any = Scenario
     owner: type[BaseModel] | None = None
     for part in loc:
         if typing.get_origin(annotation) in (list, dict):  # an item of a list or a mapping
             shown.append(part)
             annotation = typing.get_args(annotation)[-1]
+            continue
+        if _is_union(annotation) and isinstance(part, str) and not _models(annotation):
+            annotation, branch = None, True  # a branch pydantic tried ("literal[...]", "list[...]"), not a key
             continue
         options = _models(annotation)
         if len(options) > 1 and isinstance(part, str):
@@ -170,7 +193,7 @@ def _walk(loc: tuple, data: Any) -> tuple[list, type[BaseModel] | None]:
                 annotation = _strategy_class(data) or annotation
         else:
             annotation = None
-    return shown, owner
+    return shown, owner, branch
 
 
 def _strategy_class(value: Any) -> type[BaseModel] | None:
@@ -182,6 +205,13 @@ def _strategy_class(value: Any) -> type[BaseModel] | None:
         return registry.config_class(value["name"])
     except ValueError:
         return None
+
+
+def _is_union(annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _is_union(typing.get_args(annotation)[0])
+    return origin in (typing.Union, types.UnionType)
 
 
 def _models(annotation: Any) -> list[type[BaseModel]]:

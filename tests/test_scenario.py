@@ -130,3 +130,14 @@ def test_scenarios_are_built_in_python_the_same_way():
 
     scenario = Scenario(strategy=ASGD(lr=0.2), stop={"max_updates": 3})
     assert scenario.strategy.lr == 0.2 and scenario.cluster.workers == 1
+
+
+def test_a_value_that_fits_no_branch_of_a_union_is_one_problem_with_its_alternatives():
+    [message] = problems(tiny(cluster={"workers": 4}, strategy={"name": "sgp", "lr": 0.1, "topology": "star"}))
+    assert message == ("strategy.topology: got 'star'; Input should be 'directed_exponential', 'ring' or 'complete', "
+                       "or a valid list")
+
+
+def test_a_value_shaped_like_one_branch_of_a_union_is_told_what_is_wrong_inside_it():
+    [message] = problems(tiny(cluster={"workers": 4}, strategy={"name": "sgp", "lr": 0.1, "topology": [[[1, "x"]]]}))
+    assert message.startswith("strategy.topology.0.0.1: got 'x'; Input should be a valid number")
