@@ -63,7 +63,10 @@ class GroupedHybrid(StrategyConfig):
     def check(self, scenario: Scenario) -> None:
         n = scenario.cluster.workers
         if self.groups is not None and self.groups > n:
-            raise ValueError(f"strategy.groups is {self.groups} but there are {n} workers")
+            raise ValueError(f"strategy.groups is {self.groups} but there are {n} workers; use 1..{n}")
+        if self.group_size is not None and self.group_size > n:  # a typo, not a wish: it would be one group of all
+            raise ValueError(f"strategy.group_size is {self.group_size} but there are {n} workers; "
+                             f"use 1..{n} ({n}: one group of all, SSGD on a parameter server)")
 
     def probe_limit(self) -> int | None:
         return self.probe_iterations if self.probe_iterations is not None or self.probe_s is not None else 10

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fred
+from fred.loading import ScenarioError, validate
 from tests.conftest import tiny
 
 STOP = {"max_updates": 30}
@@ -96,3 +97,11 @@ def test_regrouping_leaves_out_a_crashed_worker():
     assert all(len(g) == 2 for g in result.summary["groups"][:2])  # the live workers fill whole groups
     after = result.updates[result.updates["update"] > result.updates["update"].max() // 2]
     assert 2 not in set(after["worker"])
+
+
+@pytest.mark.parametrize(("choice", "message"), [({"group_size": 5}, "strategy.group_size is 5 but there are 4 workers; use 1..4"),
+                                                 ({"groups": 5}, "strategy.groups is 5 but there are 4 workers; use 1..4")])
+def test_more_workers_per_group_or_groups_than_workers_is_refused(choice, message):
+    with pytest.raises(ScenarioError) as err:
+        validate(tiny(cluster={"workers": 4}, strategy={"name": "grouped_hybrid", "lr": 0.1, **choice}))
+    assert any(message in problem for problem in err.value.problems)
