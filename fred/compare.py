@@ -43,7 +43,35 @@ def gather(items: list[str], runs_root: Path, watch: Watch | None = None) -> tup
                 done = run(scenario, out=default_run_dir(scenario, runs_root), progress=progress)
             ran += 1
         results.append(done)
+    _tell_apart(results)
     return results, ran
+
+
+def _tell_apart(results: list[RunResult]) -> None:
+    """Runs that would share a name in the table and the legends are named by what differs
+    between their scenarios (``quickstart (seed=1)``), or by their directories if nothing does."""
+    by_title: dict[str, list[RunResult]] = {}
+    for result in results:
+        by_title.setdefault(result.title, []).append(result)
+    for title, same in by_title.items():
+        if len(same) < 2:
+            continue
+        flats = [_flat(r.scenario.resolved()) for r in same]
+        differ = [k for k in flats[0] | {k: None for f in flats[1:] for k in f} if len({repr(f.get(k)) for f in flats}) > 1]
+        for result, flat in zip(same, flats):
+            shown = ", ".join(f"{k}={flat.get(k)}" for k in differ[:3]) + (", ..." if len(differ) > 3 else "")
+            where = result.path.name if result.path is not None else "?"
+            result.label = f"{title} ({shown or where})"
+
+
+def _flat(tree: object, prefix: str = "") -> dict[str, object]:
+    """A nested scenario as ``{"cluster.workers": 8, ...}``."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, object] = {}
+    for key, value in tree.items():
+        out |= _flat(value, f"{prefix}.{key}" if prefix else str(key))
+    return out
 
 
 def sweep_runs(table_path: str | Path) -> list[RunResult]:

@@ -69,6 +69,18 @@ def test_compare_reuses_finished_runs(tmp_path):
     assert ran == 0 and len(table) == 2
 
 
+def test_compare_tells_apart_runs_of_the_same_name_by_what_differs(tmp_path):
+    out = []
+    for seed, workers in [(0, 4), (1, 4), (0, 2)]:
+        out.append(str(tmp_path / f"r{seed}{workers}"))
+        fred.run(tiny(name="same", seed=seed, cluster={"workers": workers}), out=out[-1])
+    table, _ = compare(out + [out[0]], tmp_path / "cmp", tmp_path / "runs")
+    assert list(table["run"]) == ["same (seed=0, cluster.workers=4)", "same (seed=1, cluster.workers=4)",
+                                  "same (seed=0, cluster.workers=2)", "same (seed=0, cluster.workers=4)"]
+    table, _ = compare(out[:1] + out[:1], tmp_path / "cmp", tmp_path / "runs")  # nothing differs: the directory
+    assert list(table["run"]) == ["same (r04)", "same (r04)"]
+
+
 def test_compare_watches_each_run_it_makes(tmp_path):
     path = tmp_path / "a.yaml"
     path.write_text(json.dumps(tiny(name="a", stop={"max_updates": 12})))
