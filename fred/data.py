@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import zipfile
 import zlib
 from collections import deque
 from dataclasses import dataclass
@@ -244,6 +245,8 @@ def _read_bytes(path: Path) -> bytes:
 
 def _read_npz(path: Path) -> tuple[Pair, Pair | None]:
     """``x_train``/``y_train`` and, if both are present, ``x_test``/``y_test``."""
+    if not zipfile.is_zipfile(path):  # np.load would call any other file pickled data
+        raise ValueError(f"{path} is not a .npz file (not a zip archive); write one with numpy.savez(path, x_train=..., y_train=...)")
     try:
         archive = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as err:

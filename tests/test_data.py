@@ -230,6 +230,13 @@ def test_an_npz_without_training_arrays_is_rejected_by_name(tmp_path: Path) -> N
         load_dataset(DataConfig(source=MNISTData(path=str(path))), rng(0))
 
 
+def test_a_file_that_is_not_an_npz_is_named_as_such(tmp_path: Path) -> None:
+    path = tmp_path / "notes.npz"
+    path.write_text("not an archive")
+    with pytest.raises(ValueError, match=r"notes\.npz is not a \.npz file \(not a zip archive\); write one with numpy\.savez"):
+        load_dataset(DataConfig(source=MNISTData(path=str(path))), rng(0))
+
+
 # ----------------------------------------------------------------------------- sharding
 def check_partition(parts: list[np.ndarray], n: int, workers: int) -> None:
     assert len(parts) == workers
