@@ -14,7 +14,7 @@ def output_file(path: str | Path, default_name: str) -> Path:
     path = Path(path)
     if path.is_dir():
         path = path / default_name
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make(path.parent)
     return path
 
 
@@ -23,5 +23,12 @@ def output_dir(path: str | Path) -> Path:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{path} is a file; these outputs go in a directory: give another --out")
-    path.mkdir(parents=True, exist_ok=True)
+    _make(path)
     return path
+
+
+def _make(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file where one of its parents should be
+        raise ValueError(f"cannot make the directory {directory}: a file is in the way") from None

@@ -135,6 +135,8 @@ def test_a_file_where_a_directory_of_outputs_goes_is_refused_before_any_run(tmp_
     assert main(["compare", str(scenario), "--out", str(taken), "--runs", str(tmp_path / "runs")]) == 2
     assert "taken is a file; these outputs go in a directory" in capsys.readouterr().err
     assert taken.read_text() == "keep" and not (tmp_path / "runs").exists()
+    assert main(["calibrate", "-o", str(taken / "sub" / "p.yaml")]) == 2  # a file in the way of a parent
+    assert "a file is in the way" in capsys.readouterr().err
 
 
 def test_the_console_script_runs_the_quickstart_shipped_with_the_repo(tmp_path):
