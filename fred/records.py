@@ -149,6 +149,9 @@ def check_out(out: str | Path) -> None:
     otherwise delete the working directory's files).
     """
     out = Path(out)
+    existing = next((p for p in out.parents if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ValueError(f"cannot make the run directory {out}: {existing} is a file: choose another --out")
     if not out.exists() and not out.is_symlink():
         return
     if not out.is_dir() or out.is_symlink():

@@ -105,6 +105,8 @@ def test_out_never_deletes_what_is_not_a_run(tmp_path, capsys):
     assert "has no summary.json); writing the run there would delete them" in capsys.readouterr().err
     assert main(["run", str(scenario), "--out", str(tmp_path / "profile.yaml"), "--quiet"]) == 2
     assert "is a file, not a run directory" in capsys.readouterr().err
+    assert main(["run", str(scenario), "--out", str(tmp_path / "profile.yaml" / "run"), "--quiet"]) == 2
+    assert "profile.yaml is a file: choose another --out" in capsys.readouterr().err
     assert (tmp_path / "notes" / "notes.txt").read_text() == "keep me"
     assert (tmp_path / "profile.yaml").read_text() == "step_time_s: 0.01\n"
 
