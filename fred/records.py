@@ -155,7 +155,8 @@ def check_out(out: str | Path) -> None:
     if not out.exists() and not out.is_symlink():
         return
     if not out.is_dir() or out.is_symlink():
-        raise ValueError(f"{out} is a file, not a run directory; writing the run there would delete it: choose another --out")
+        kind = "a link" if out.is_symlink() else "a file"
+        raise ValueError(f"{out} is {kind}, not a run directory; writing the run there would replace it: choose another --out")
     if not (out / "summary.json").is_file() and any(out.iterdir()):
         raise ValueError(
             f"{out} is a directory of other files, not a fred run directory (it has no summary.json); "
