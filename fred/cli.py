@@ -205,7 +205,11 @@ def _sweep(args: argparse.Namespace) -> int:
 
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # a line per finished run
     out = output_file(args.out, "sweep.parquet")  # before the runs: a bad path fails at once
-    table, ran = sweep(args.scenario, parse_grid(args.grid), Path(args.runs), args.jobs, args.executor, args.sets, progress)
+    try:
+        table, ran = sweep(args.scenario, parse_grid(args.grid), Path(args.runs), args.jobs, args.executor, args.sets, progress)
+    except KeyboardInterrupt:
+        print("fred: interrupted; every run that finished is kept, and fred sweep again reuses them", file=sys.stderr)
+        return 130
     table.to_parquet(out, index=False)
     print(f"{len(table)} combinations: {ran} run, {len(table) - ran} reused; table in {out}")
     return 0

@@ -75,11 +75,15 @@ Done = Callable[[str], None]  # told each run directory as its run finishes
 
 def _local(todo: Todo, jobs: int, done: Done) -> None:
     if jobs > 1 and len(todo) > 1:
-        # spawn, not fork: JAX's runtime does not survive a fork. A run that fails stops the
-        # sweep only after the runs already started have finished and been kept.
-        with cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        # spawn, not fork: JAX's runtime does not survive a fork. A run that fails, or Ctrl-C,
+        # stops the sweep: no queued run starts, and those already started finish and are kept
+        # (a pool left to its own exit would run every queued one, silently, before stopping).
+        pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+        try:
             for future in cf.as_completed([pool.submit(_run_one, resolved, out) for resolved, out in todo]):
                 done(future.result())
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
     else:
         for resolved, out in todo:
             done(_run_one(resolved, out))

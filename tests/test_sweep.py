@@ -11,6 +11,7 @@ import yaml
 
 from fred.cli import main
 from fred.loading import ScenarioError
+from fred.records import is_complete
 from fred.sweep import parse_grid, sweep
 from tests.conftest import tiny
 
@@ -68,6 +69,20 @@ def test_parallel_processes_give_the_same_table(scenario, tmp_path):
     parallel, ran = sweep(scenario, grid, tmp_path / "b", jobs=2)
     assert ran == 2
     assert list(serial["params_sha256"]) == list(parallel["params_sha256"])
+
+
+def test_ctrl_c_stops_a_parallel_sweep_and_keeps_what_finished(scenario, tmp_path):
+    def interrupt(line):  # Ctrl-C as the first run finishes
+        raise KeyboardInterrupt
+
+    grid = {"seed": list(range(8))}
+    with pytest.raises(KeyboardInterrupt):
+        sweep(scenario, grid, tmp_path / "runs", jobs=2, progress=interrupt)
+    kept = [d for d in (tmp_path / "runs").iterdir() if is_complete(d)]
+    assert 1 <= len(kept) < 8  # the queued runs never started (the pool used to run them all first)
+    assert all(is_complete(d) for d in (tmp_path / "runs").iterdir() if not d.name.startswith("."))
+    _, ran = sweep(scenario, grid, tmp_path / "runs")
+    assert ran == 8 - len(kept)
 
 
 def test_fred_sweep_writes_the_table(scenario, tmp_path, capsys):
