@@ -30,8 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as err:  # data files, shard sizes, a missing extra: not bugs
         print(f"fred: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("fred: interrupted; no run directory was written", file=sys.stderr)
+    except KeyboardInterrupt:  # runs are written whole or not at all: only the one cut short is lost
+        lost = "no run directory was written" if args.command == "run" else "runs that finished are kept"
+        print(f"fred: interrupted; {lost}", file=sys.stderr)
         return 130
 
 
