@@ -57,7 +57,8 @@ def _tell_apart(results: list[RunResult]) -> None:
         if len(same) < 2:
             continue
         flats = [_flat(r.scenario.resolved()) for r in same]
-        differ = [k for k in flats[0] | {k: None for f in flats[1:] for k in f} if len({repr(f.get(k)) for f in flats}) > 1]
+        fields = dict.fromkeys(k for flat in flats for k in flat)  # every field, in the scenarios' order
+        differ = [k for k in fields if len({repr(flat.get(k)) for flat in flats}) > 1]
         for result, flat in zip(same, flats):
             shown = ", ".join(f"{k}={flat.get(k)}" for k in differ[:3]) + (", ..." if len(differ) > 3 else "")
             where = result.path.name if result.path is not None else "?"
