@@ -222,7 +222,10 @@ def _plot(args: argparse.Namespace) -> int:
 
     result = load_run(args.run_dir)
     out = Path(args.out) if args.out else Path(args.run_dir) / "plots"
-    paths = loss_curves([result], out) + staleness_histograms([result], out) + timeline(result, out)
+    losses = loss_curves([result], out)
+    if not losses:
+        print("note: no loss curves: the run has no evaluation losses (a timing-only run)", file=sys.stderr)
+    paths = losses + staleness_histograms([result], out) + timeline(result, out)
     print("\n".join(str(p) for p in paths))
     return 0
 

@@ -39,11 +39,15 @@ def _label(result) -> str:
 
 
 def loss_curves(results: Sequence, out: Path) -> list[Path]:
-    """Eval loss against simulated time and against updates, one line per run."""
+    """Eval loss against simulated time and against updates, one line per run that has losses
+    (a timing-only run has none); no figure when no run has."""
+    with_losses = [r for r in results if r.metrics["eval_loss"].notna().any()]
+    if not with_losses:
+        return []
     written = []
     for x, stem, xlabel in [("sim_time_s", "loss_vs_time", "simulated time (s)"), ("updates", "loss_vs_updates", "updates")]:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for r in results:
+        for r in with_losses:
             ax.plot(r.metrics[x], r.metrics["eval_loss"], marker=".", label=_label(r))
         ax.set(xlabel=xlabel, ylabel="eval loss", yscale="log", title=f"eval loss vs {xlabel}")
         ax.grid(alpha=0.3)

@@ -119,6 +119,14 @@ def test_plot_and_trace_outputs_are_a_directory_or_a_file_as_given(tmp_path, cap
     assert (tmp_path / "notes.txt").read_text() == "keep"
 
 
+def test_a_timing_only_run_is_plotted_without_empty_loss_figures(tmp_path, capsys):
+    out = tmp_path / "run"
+    fred.run(tiny(workload={"timing_only": True}), out=out)
+    assert main(["plot", str(out)]) == 0
+    assert "no loss curves" in capsys.readouterr().err
+    assert sorted(p.stem for p in (out / "plots").iterdir()) == ["staleness", "staleness", "timeline", "timeline"]
+
+
 def test_staleness_views():
     result = fred.run(tiny(cluster={"workers": 4, "stragglers": [{"worker": 3, "slow_factor": 3}]}, stop={"max_updates": 80}))
     overall = result.staleness()
