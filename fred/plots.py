@@ -6,6 +6,7 @@ display. Every figure is written as PNG and SVG.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -62,7 +63,7 @@ def staleness_histograms(results: Sequence, out: Path) -> list[Path]:
     for ax, r in zip(axes[0], results):
         st = r.updates["staleness"]
         ax.hist(st, bins=range(int(st.max()) + 2) if len(st) else 1, color=COLOURS["compute"])
-        ax.set(title=_label(r), xlabel="staleness (updates)", ylabel="gradients")
+        ax.set(title=textwrap.fill(_label(r), 45), xlabel="staleness (updates)", ylabel="gradients")  # side by side: no overlap
         ax.title.set_fontsize(8)
     fig.tight_layout()
     return _save(fig, out, "staleness")
