@@ -52,7 +52,7 @@ def loss_curves(results: Sequence, out: Path) -> list[Path]:
             ax.plot(r.metrics[x], r.metrics["eval_loss"], marker=".", label=_label(r))
         ax.set(xlabel=xlabel, ylabel="eval loss", yscale="log", title=f"eval loss vs {xlabel}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: never over a curve
         written += _save(fig, out, stem)
     return written
 
