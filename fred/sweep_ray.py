@@ -50,9 +50,14 @@ def run_all(todo: Todo, done: Done = lambda out: None) -> None:
     try:
         task = ray.remote(_run_in)
         waiting = [task.remote(os.getcwd(), resolved, out) for resolved, out in todo]
-        while waiting:
-            ready, waiting = ray.wait(waiting, num_returns=1)
-            done(ray.get(ready[0]))
+        try:
+            while waiting:
+                ready, waiting = ray.wait(waiting, num_returns=1)
+                done(ray.get(ready[0]))
+        except BaseException:  # Ctrl-C or a failed run: a Ray the caller keeps must not go on with the sweep
+            for ref in waiting:
+                ray.cancel(ref)  # a queued run never starts; a running one stops, its directory unwritten
+            raise
     finally:
         if started_here:
             ray.shutdown()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -137,6 +138,20 @@ def test_ray_tasks_give_the_local_table_and_resume(ray_here, scenario, tmp_path)
     again, ran_again = sweep(scenario, {"strategy.lr": [0.05, 0.1, 0.2], "seed": [0, 1]}, tmp_path / "ray", executor="ray")
     assert ran_again == 2 and len(again) == 6  # the four finished runs are reused, not remade
     assert ray_here.is_initialized()  # a Ray the caller started is left running
+
+
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # see fred/sweep_ray.py
+def test_ctrl_c_stops_a_ray_sweep_in_a_ray_that_stays_up(ray_here, scenario, tmp_path):
+    def interrupt(line):  # Ctrl-C in a notebook as the first run finishes
+        raise KeyboardInterrupt
+
+    grid = {"seed": list(range(8))}
+    with pytest.raises(KeyboardInterrupt):
+        sweep(scenario, grid, tmp_path / "runs", executor="ray", progress=interrupt)
+    time.sleep(5)  # long enough for any run left going to finish (each takes well under a second)
+    kept = [d for d in (tmp_path / "runs").iterdir() if is_complete(d)]
+    assert 1 <= len(kept) < 8
+    assert all(is_complete(d) for d in (tmp_path / "runs").iterdir() if not d.name.startswith("."))
 
 
 def test_fred_sweep_starts_ray_here_and_stops_it(scenario, tmp_path, capsys, monkeypatch):
