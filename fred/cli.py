@@ -161,6 +161,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     scenario = calibration_scenario(args.scenario, args.sets, args.model, args.batch, args.reduction)
     output = output_file(args.output, "profile.yaml")  # before measuring: a bad path fails at once
+    if args.scenario is not None and output.resolve() == Path(args.scenario).resolve():
+        raise ValueError(f"-o {args.output} is the scenario being timed; writing the profile there would replace it: give another -o")
     measured = measure(scenario, args.backend, args.repeats, args.warmup)
     path = write_profile(measured, output)
     print(

@@ -93,3 +93,12 @@ def test_calibrate_says_what_is_wrong_with_a_flag(tmp_path, capsys, flags, messa
     assert main(["calibrate", *flags, "-o", str(tmp_path / "p.yaml")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_the_profile_never_replaces_the_scenario_it_times(tmp_path, capsys):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(tiny()))
+    before = scenario.read_text()
+    assert main(["calibrate", str(scenario), "--repeats", "1", "-o", str(scenario)]) == 2
+    assert "is the scenario being timed" in capsys.readouterr().err
+    assert scenario.read_text() == before
