@@ -160,9 +160,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     from fred.calibrate import calibration_scenario, measure, write_profile
 
     scenario = calibration_scenario(args.scenario, args.sets, args.model, args.batch, args.reduction)
-    output = output_file(args.output, "profile.yaml")  # before measuring: a bad path fails at once
-    if args.scenario is not None and output.resolve() == Path(args.scenario).resolve():
-        raise ValueError(f"-o {args.output} is the scenario being timed; writing the profile there would replace it: give another -o")
+    inputs = (args.scenario,) if args.scenario is not None else ()
+    output = output_file(args.output, "profile.yaml", inputs)  # before measuring: a bad path fails at once
     measured = measure(scenario, args.backend, args.repeats, args.warmup)
     path = write_profile(measured, output)
     print(
@@ -176,7 +175,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from fred.replay import replay
 
-    timings = output_file(args.timings, "timings.csv") if args.timings else None  # before replaying: fail at once
+    timings = output_file(args.timings, "timings.csv", (args.run_dir,)) if args.timings else None  # fail at once
     with _count_bar(f"replay {Path(args.run_dir).name}", sys.stderr.isatty()) as progress:
         report = replay(args.run_dir, args.backend, args.check, args.rtol, args.atol, args.matmul_precision, progress)
     for note in report.notes:
@@ -207,7 +206,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from fred.sweep import parse_grid, sweep
 
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # a line per finished run
-    out = output_file(args.out, "sweep.parquet")  # before the runs: a bad path fails at once
+    out = output_file(args.out, "sweep.parquet", (args.scenario,))  # before the runs: a bad path fails at once
     try:
         table, ran = sweep(args.scenario, parse_grid(args.grid), Path(args.runs), args.jobs, args.executor, args.sets, progress)
     except KeyboardInterrupt:
@@ -237,7 +236,8 @@ def _trace(args: argparse.Namespace) -> int:
     from fred.trace import write_trace
 
     result = load_run(args.run_dir)
-    path = write_trace(result.events, args.output or Path(args.run_dir) / "trace.json")
+    output = output_file(args.output, "trace.json", (args.run_dir,)) if args.output else Path(args.run_dir) / "trace.json"
+    path = write_trace(result.events, output)
     print(f"{path}: {len(result.events)} events; open it in https://ui.perfetto.dev or chrome://tracing")
     return 0
 

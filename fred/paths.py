@@ -8,12 +8,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# A run directory's records (``fred.records.FILES`` and the tape): never an output's name inside one.
+RUN_FILES = ("scenario.yaml", "summary.json", "metrics.parquet", "updates.parquet", "events.parquet", "params.npz", "tape.npz")
 
-def output_file(path: str | Path, default_name: str) -> Path:
-    """``path`` as a file to write: ``path/default_name`` when it is a directory; parents are made."""
+
+def output_file(path: str | Path, default_name: str, inputs: tuple[str | Path, ...] = ()) -> Path:
+    """``path`` as a file to write: ``path/default_name`` when it is a directory; parents are made.
+
+    ``inputs`` are what the command reads (a scenario file, a run directory): an output that
+    would overwrite one of them, or one of a run directory's records, is refused.
+    """
     path = Path(path)
     if path.is_dir():
         path = path / default_name
+    for given in map(Path, inputs):
+        if path.resolve() == given.resolve() or (given.is_dir() and path.resolve().parent == given.resolve()
+                                                 and path.name in RUN_FILES):
+            raise ValueError(f"{path} is what this command reads; writing its output there would replace it: give another path")
     _make(path.parent)
     return path
 

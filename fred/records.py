@@ -22,6 +22,7 @@ import yaml
 
 from fred.engine import Contribution
 from fred.models import Params
+from fred.paths import RUN_FILES
 from fred.tape import write as write_tape
 
 EVENT_DTYPES = {"start_s": "float64", "end_s": "float64", "entity": "string", "kind": "string", "bytes": "float64", "peer": "string"}
@@ -32,7 +33,7 @@ METRIC_DTYPES = {"sim_time_s": "float64", "updates": "int64", "eval_loss": "floa
 EVENT_COLUMNS = list(EVENT_DTYPES)
 UPDATE_COLUMNS = list(UPDATE_DTYPES)
 METRIC_COLUMNS = list(METRIC_DTYPES)
-FILES = ["scenario.yaml", "summary.json", "metrics.parquet", "updates.parquet", "events.parquet", "params.npz"]
+FILES = [name for name in RUN_FILES if name != "tape.npz"]  # what a complete run directory has (the tape is optional)
 
 
 @dataclass

@@ -100,5 +100,5 @@ def test_the_profile_never_replaces_the_scenario_it_times(tmp_path, capsys):
     scenario.write_text(yaml.safe_dump(tiny()))
     before = scenario.read_text()
     assert main(["calibrate", str(scenario), "--repeats", "1", "-o", str(scenario)]) == 2
-    assert "is the scenario being timed" in capsys.readouterr().err
+    assert "is what this command reads" in capsys.readouterr().err
     assert scenario.read_text() == before

@@ -131,6 +131,21 @@ def test_an_output_given_as_a_directory_goes_in_it(tmp_path):
     assert (tmp_path / "new" / "p.yaml").is_file()
 
 
+def test_an_output_never_replaces_what_the_command_reads(tmp_path, capsys):
+    scenario, run_dir = write(tmp_path, tiny()), tmp_path / "run"
+    assert main(["run", str(scenario), "--out", str(run_dir), "--quiet"]) == 0
+    before = {f.name: f.read_bytes() for f in run_dir.iterdir()}
+    commands = [["calibrate", str(scenario), "-o", str(scenario)],
+                ["sweep", str(scenario), "--grid", "seed=1", "--runs", str(tmp_path / "runs"), "--out", str(scenario)],
+                ["trace", str(run_dir), "-o", str(run_dir / "summary.json")],
+                ["replay", str(run_dir), "--timings", str(run_dir / "events.parquet")]]
+    for command in commands:
+        assert main(command) == 2, command
+        assert "is what this command reads" in capsys.readouterr().err
+    assert scenario.read_text() == yaml.safe_dump(tiny())
+    assert {f.name: f.read_bytes() for f in run_dir.iterdir()} == before and not (tmp_path / "runs").exists()
+
+
 def test_a_file_where_a_directory_of_outputs_goes_is_refused_before_any_run(tmp_path, capsys):
     scenario, taken = write(tmp_path, tiny()), tmp_path / "taken"
     taken.write_text("keep")
