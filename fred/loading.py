@@ -7,7 +7,7 @@ import difflib
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -124,25 +124,31 @@ def include_profiles(data: dict[str, Any], base_dir: Path, source: str = "scenar
 
 
 # ----------------------------------------------------------------------------- messages
-def _merged(problems: list[tuple[str, str, bool]]) -> list[str]:
+class _Problem(NamedTuple):
+    """One pydantic error, described: ``head + message`` is its line."""
+
+    where: str  # the field's readable path
+    head: str  # the path and the value it got, ready for the message: the same for each branch of a union
+    message: str
+    branch: bool  # one branch of a (not discriminated) union's
+
+
+def _merged(problems: list[_Problem]) -> list[str]:
     """One line per field and value: a value that fits no branch of a union ("a name or a list")
     gives pydantic one error per branch, which read as one problem with its alternatives."""
-    wheres = [head.split(": ", 1)[0] for head, _, _ in problems]
     lines: dict[str, list[str]] = {}
-    for (head, message, branch), where in zip(problems, wheres):
-        if branch and any(w.startswith(where + ".") for w in wheres):
+    for p in problems:
+        if p.branch and any(q.where.startswith(p.where + ".") for q in problems):
             continue  # a union branch the value's shape did not take: the deeper problem is the one to fix
-        said = lines.setdefault(head, [])
-        said.append(message.removeprefix(_SHOULD) if said and said[0].startswith(_SHOULD) else message)
+        said = lines.setdefault(p.head, [])
+        said.append(p.message.removeprefix(_SHOULD) if said and said[0].startswith(_SHOULD) else p.message)
     return [head + ", or ".join(messages) for head, messages in lines.items()]
 
 
 _SHOULD = "Input should be "
 
 
-def _describe(error: dict[str, Any], data: dict[str, Any]) -> tuple[str, str, bool]:
-    """(the field and the value it got, what is wrong, whether it is one branch of a union's),
-    head and message to be joined as they are: the same head for each branch of a union."""
+def _describe(error: dict[str, Any], data: dict[str, Any]) -> _Problem:
     loc, model_at, branch = _walk(error["loc"], data)
     where = ".".join(str(p) for p in loc) or "scenario"
     kind = error["type"]
@@ -150,13 +156,13 @@ def _describe(error: dict[str, Any], data: dict[str, Any]) -> tuple[str, str, bo
         allowed = sorted(model_at.model_fields) if model_at else []
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else "."
-        return f"{where}: unknown key{hint} Allowed here: {', '.join(allowed)}", "", branch
+        return _Problem(where, f"{where}: unknown key{hint} Allowed here: {', '.join(allowed)}", "", branch)
     if kind == "missing":
-        return f"{where}: missing; this field is required", "", branch
+        return _Problem(where, f"{where}: missing; this field is required", "", branch)
     message = error["msg"].removeprefix("Value error, ")
     if kind in ("value_error", "assertion_error") or "input" not in error or isinstance(error["input"], dict):
-        return f"{where}: ", message, branch
-    return f"{where}: got {error['input']!r}; ", message, branch
+        return _Problem(where, f"{where}: ", message, branch)
+    return _Problem(where, f"{where}: got {error['input']!r}; ", message, branch)
 
 
 def _walk(loc: tuple, data: Any) -> tuple[list, type[BaseModel] | None, bool]:
@@ -171,10 +177,10 @@ def _walk(loc: tuple, data: Any) -> tuple[list, type[BaseModel] | None, bool]:
             shown.append(part)
             annotation = typing.get_args(annotation)[-1]
             continue
-        if _is_union(annotation) and isinstance(part, str) and not _models(annotation):
+        options = _models(annotation)
+        if not options and isinstance(part, str) and _is_union(annotation):
             annotation, branch = None, True  # a branch pydantic tried ("literal[...]", "list[...]"), not a key
             continue
-        options = _models(annotation)
         if len(options) > 1 and isinstance(part, str):
             tagged = [m for m in options if _tag(m) == part]
             if tagged:  # a discriminated-union tag in the path: not a key the user wrote
