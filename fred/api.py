@@ -14,7 +14,8 @@ import yaml
 from fred import checkpoint
 from fred.checkpoint import Checkpointer, checkpoint_dir
 from fred.loading import ScenarioError, include_profiles, merge, read_yaml, validate
-from fred.records import check_out, is_complete, write_run_dir
+from fred.paths import check_out
+from fred.records import is_complete, write_run_dir
 from fred.runner import Progress, RunResult, execute
 from fred.scenario import Scenario
 

@@ -1,4 +1,4 @@
-"""Where a command's outputs go, settled before it works: a file, or a directory of files.
+"""Where a command's outputs go, settled before it works: a file, a directory of files, or a run directory.
 
 A path that cannot take the output is found out before a replay, a sweep or a comparison
 has run (its work would otherwise be lost at the end), and never by a traceback.
@@ -36,6 +36,29 @@ def output_dir(path: str | Path) -> Path:
         raise ValueError(f"{path} is a file; these outputs go in a directory: give another --out")
     _make(path)
     return path
+
+
+def check_out(out: str | Path) -> None:
+    """Refuse a run directory's path where writing it would delete what is not a run.
+
+    A run directory replaces what is at ``out``: an earlier run of it (it has a summary.json)
+    or an empty directory, never a file or a directory of other things (``--out .`` would
+    otherwise delete the working directory's files).
+    """
+    out = Path(out)
+    existing = next((p for p in out.parents if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ValueError(f"cannot make the run directory {out}: {existing} is a file: choose another --out")
+    if not out.exists() and not out.is_symlink():
+        return
+    if not out.is_dir() or out.is_symlink():
+        kind = "a link" if out.is_symlink() else "a file"
+        raise ValueError(f"{out} is {kind}, not a run directory; writing the run there would replace it: choose another --out")
+    if not (out / "summary.json").is_file() and any(out.iterdir()):
+        raise ValueError(
+            f"{out} is a directory of other files, not a fred run directory (it has no summary.json); "
+            "writing the run there would delete them: choose another --out, or empty it first"
+        )
 
 
 def _make(directory: Path) -> None:

@@ -22,7 +22,7 @@ import yaml
 
 from fred.engine import Contribution
 from fred.models import Params
-from fred.paths import RUN_FILES
+from fred.paths import RUN_FILES, check_out
 from fred.tape import write as write_tape
 
 EVENT_DTYPES = {"start_s": "float64", "end_s": "float64", "entity": "string", "kind": "string", "bytes": "float64", "peer": "string"}
@@ -140,29 +140,6 @@ def _write_files(
         write_tape(tmp / "tape.npz", *tape)
     # summary.json is written last: its presence marks the files before it as complete.
     (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-
-
-def check_out(out: str | Path) -> None:
-    """Refuse a run directory's path where writing it would delete what is not a run.
-
-    A run directory replaces what is at ``out``: an earlier run of it (it has a summary.json)
-    or an empty directory, never a file or a directory of other things (``--out .`` would
-    otherwise delete the working directory's files).
-    """
-    out = Path(out)
-    existing = next((p for p in out.parents if p.exists()), None)
-    if existing is not None and not existing.is_dir():
-        raise ValueError(f"cannot make the run directory {out}: {existing} is a file: choose another --out")
-    if not out.exists() and not out.is_symlink():
-        return
-    if not out.is_dir() or out.is_symlink():
-        kind = "a link" if out.is_symlink() else "a file"
-        raise ValueError(f"{out} is {kind}, not a run directory; writing the run there would replace it: choose another --out")
-    if not (out / "summary.json").is_file() and any(out.iterdir()):
-        raise ValueError(
-            f"{out} is a directory of other files, not a fred run directory (it has no summary.json); "
-            "writing the run there would delete them: choose another --out, or empty it first"
-        )
 
 
 def _replace_dir(new: Path, out: Path) -> None:
