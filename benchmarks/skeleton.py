@@ -48,8 +48,6 @@ UPDATES = 300  # ASGD always; SSGD at 8 workers (a 64-worker round is 8x the gra
 TRANSFER_S = 5.0e-5  # a push or fetch in the skeletons; any constant does: the clock only orders events
 ALLREDUCE_S = 1.0e-3
 
-Numbers = Callable[..., Any]  # the numerics of one update, as each skeleton calls them
-
 
 # ----------------------------------------------------------------------------- the two ways to compute
 class Programs:
