@@ -6,6 +6,7 @@ has run (its work would otherwise be lost at the end), and never by a traceback.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 # A run directory's records (``fred.records.FILES`` and the tape): never an output's name inside one.
@@ -13,13 +14,15 @@ RUN_FILES = ("scenario.yaml", "summary.json", "metrics.parquet", "updates.parque
 
 
 def output_file(path: str | Path, default_name: str, inputs: tuple[str | Path, ...] = ()) -> Path:
-    """``path`` as a file to write: ``path/default_name`` when it is a directory; parents are made.
+    """``path`` as a file to write: ``path/default_name`` when it is a directory, or is named as
+    one with a trailing slash (``-o results/``, made if missing); parents are made.
 
     ``inputs`` are what the command reads (a scenario file, a run directory): an output that
     would overwrite one of them, or one of a run directory's records, is refused.
     """
+    named_as_dir = str(path).endswith(("/", os.sep))  # Path() drops the slash: look before
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() or named_as_dir:
         path = path / default_name
     for given in map(Path, inputs):
         if path.resolve() == given.resolve() or (given.is_dir() and path.resolve().parent == given.resolve()

@@ -131,6 +131,13 @@ def test_an_output_given_as_a_directory_goes_in_it(tmp_path):
     assert (tmp_path / "new" / "p.yaml").is_file()
 
 
+def test_an_output_named_as_a_directory_with_a_slash_is_made_as_one(tmp_path):
+    scenario, run_dir = write(tmp_path, tiny()), tmp_path / "run"
+    assert main(["run", str(scenario), "--out", str(run_dir), "--quiet"]) == 0
+    assert main(["trace", str(run_dir), "-o", f"{tmp_path / 'results'}/"]) == 0
+    assert main(["sweep", str(scenario), "--grid", "seed=0", "--runs", str(tmp_path / "runs"), "--out", f"{tmp_path / 'sw'}/"]) == 0
+    assert (tmp_path / "results" / "trace.json").is_file() and (tmp_path / "sw" / "sweep.parquet").is_file()
+
 def test_an_output_never_replaces_what_the_command_reads(tmp_path, capsys):
     scenario, run_dir = write(tmp_path, tiny()), tmp_path / "run"
     assert main(["run", str(scenario), "--out", str(run_dir), "--quiet"]) == 0
