@@ -11,7 +11,8 @@ import pandas as pd
 
 def staleness(updates: pd.DataFrame, by: Literal["overall", "worker", "time"] = "overall", bins: int = 20) -> pd.DataFrame:
     """Staleness distribution: ``overall`` (count per staleness value), per ``worker``
-    (count, mean, p50, p99, max) or over ``time`` (mean and p99 in ``bins`` equal windows)."""
+    (count, mean, p50, p99, max) or over ``time`` (count, mean and p99 in ``bins`` equal
+    windows of the updates' simulated times; every window is a row, NaN where it has none)."""
     s = updates["staleness"]
     if by == "overall":
         counts = s.value_counts().sort_index()
@@ -22,16 +23,28 @@ def staleness(updates: pd.DataFrame, by: Literal["overall", "worker", "time"] = 
             {"count": g.size(), "mean": g.mean(), "p50": g.quantile(0.5), "p99": g.quantile(0.99), "max": g.max()}
         )
     if by == "time":
-        if updates.empty:
-            return pd.DataFrame(columns=["start_s", "end_s", "mean", "p99"])
-        edges = np.linspace(updates["sim_time_s"].min(), updates["sim_time_s"].max() + 1e-12, bins + 1)
-        window = pd.cut(updates["sim_time_s"], edges, right=False, labels=False)
-        g = updates.groupby(window)["staleness"]
-        return pd.DataFrame(
-            {"start_s": edges[:-1][g.mean().index], "end_s": edges[1:][g.mean().index], "mean": g.mean().to_numpy(),
-             "p99": g.quantile(0.99).to_numpy()}
-        ).reset_index(drop=True)
+        return _over_time(updates, bins)
     raise ValueError(f"by must be 'overall', 'worker' or 'time', got {by!r}")
+
+
+def _over_time(updates: pd.DataFrame, bins: int) -> pd.DataFrame:
+    if bins < 1:
+        raise ValueError(f"bins must be at least 1, got {bins}")
+    if updates.empty:
+        return pd.DataFrame(columns=["start_s", "end_s", "count", "mean", "p99"])
+    t = updates["sim_time_s"].to_numpy(float)
+    t0, t1 = t.min(), t.max()
+    edges = np.linspace(t0, t1, bins + 1)
+    # Window by index, the last one closed: an edge nudged past the last update (max + eps)
+    # is lost to rounding once times reach ~1e4 s, and that update fell in no window.
+    span = t1 - t0
+    window = np.zeros(len(t), int) if span == 0 else np.minimum(((t - t0) / span * bins).astype(int), bins - 1)
+    g = updates["staleness"].groupby(window)
+    rows = pd.RangeIndex(bins)
+    return pd.DataFrame(
+        {"start_s": edges[:-1], "end_s": edges[1:], "count": g.size().reindex(rows, fill_value=0).to_numpy(),
+         "mean": g.mean().reindex(rows).to_numpy(), "p99": g.quantile(0.99).reindex(rows).to_numpy()}
+    )
 
 
 def summary_row(result, target_loss: float | None = None) -> dict[str, object]:
