@@ -3,9 +3,9 @@
 Quick use::
 
     import fred
-    result = fred.run("scenarios/quickstart.yaml", stop={"max_updates": 50})
+    result = fred.run("scenarios/quickstart.yaml", out="runs/quickstart-50", stop={"max_updates": 50})
     result.metrics            # eval loss/accuracy against simulated time
-    again = fred.load_run(result.path)
+    again = fred.load_run(result.path)  # result.path is None when run without out=
 """
 
 __version__ = "0.1.0"

@@ -121,8 +121,10 @@ def _tables(result: RunResult) -> dict[str, pd.DataFrame]:
     return {"metrics": result.metrics, "updates": result.updates, "events": result.events}
 
 
-def load_run(path: str | Path) -> RunResult:
+def load_run(path: str | Path | None) -> RunResult:
     """Read a run directory written by ``fred run`` or :func:`run`."""
+    if path is None:  # the path of a result run without out=
+        raise ValueError("no run directory to load: this result was not written; pass out= to fred.run to write one")
     path = Path(path)
     if not is_complete(path):
         raise ScenarioError([f"{path} is not a complete run directory (no summary.json or a missing table)"], str(path))
