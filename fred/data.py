@@ -172,6 +172,8 @@ def _load_mnist(cfg: MNISTData, eval_fraction: float, rng: np.random.Generator) 
         )
     if test is None:
         return _split(*train, eval_fraction, rng, "classification", MNIST_CLASSES)
+    if len(test[0]) == 0:  # evaluating on nothing would divide by zero
+        raise ValueError(f"{path}: the test split has no examples; give at least one, or leave it out to hold out part of train")
     return Dataset(*train, *test, "classification", MNIST_CLASSES)
 
 
@@ -284,6 +286,8 @@ def _mnist_pixels(images: np.ndarray, source: Path) -> np.ndarray:
     [0, 1] are kept as they are.
     """
     x = images.astype(np.float32)
+    if not np.isfinite(x).all():  # NaN passes every range check below, then a run "diverges" at t=0
+        raise ValueError(f"{source}: pixel values are NaN or infinite")
     if np.issubdtype(images.dtype, np.integer) or (x.size and x.max() > 1.0):
         x /= 255.0
     if x.size and (x.min() < 0.0 or x.max() > 1.0):

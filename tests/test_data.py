@@ -237,6 +237,21 @@ def test_a_file_that_is_not_an_npz_is_named_as_such(tmp_path: Path) -> None:
         load_dataset(DataConfig(source=MNISTData(path=str(path))), rng(0))
 
 
+def test_an_empty_mnist_test_split_is_refused_by_name(tmp_path: Path) -> None:
+    write_mnist_dir(tmp_path, gz=False)
+    write_idx(tmp_path / "t10k-images-idx3-ubyte", 0x803, np.zeros((0, 28, 28)), gz=False)
+    write_idx(tmp_path / "t10k-labels-idx1-ubyte", 0x801, np.zeros(0), gz=False)
+    with pytest.raises(ValueError, match="the test split has no examples"):
+        load_dataset(DataConfig(source=MNISTData(path=str(tmp_path))), rng(0))
+
+
+def test_nan_pixels_in_an_npz_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "nan.npz"
+    np.savez(path, x_train=np.full((20, 28, 28), np.nan, np.float32), y_train=np.arange(20) % 10)
+    with pytest.raises(ValueError, match=r"nan\.npz: pixel values are NaN or infinite"):
+        load_dataset(DataConfig(source=MNISTData(path=str(path))), rng(0))
+
+
 # ----------------------------------------------------------------------------- sharding
 def check_partition(parts: list[np.ndarray], n: int, workers: int) -> None:
     assert len(parts) == workers
