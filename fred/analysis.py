@@ -55,8 +55,9 @@ def summary_row(result, target_loss: float | None = None) -> dict[str, object]:
         "run": result.title,
         "strategy": s["strategy"],
         "workers": s["workers"],
-        "final_loss": s["final_eval_loss"],
-        "final_accuracy": s["final_eval_accuracy"],
+        "status": s["status"],  # a failed or diverged run's numbers are not a finished run's
+        "final_loss": _nan_if_none(s["final_eval_loss"]),
+        "final_accuracy": _nan_if_none(s["final_eval_accuracy"]),
         "sim_time_s": s["sim_time_s"],
         "updates": s["updates"],
         "time_to_target_s": hit[0] if hit else math.nan,
@@ -66,3 +67,8 @@ def summary_row(result, target_loss: float | None = None) -> dict[str, object]:
         "staleness_p50": float(st.quantile(0.5)) if len(st) else math.nan,
         "staleness_p99": float(st.quantile(0.99)) if len(st) else math.nan,
     }
+
+
+def _nan_if_none(value: float | None) -> float:
+    """A summary's missing number (a timing-only or diverged run) as NaN, as the other columns have it."""
+    return math.nan if value is None else value

@@ -83,6 +83,15 @@ def test_compare_tells_apart_runs_of_the_same_name_by_what_differs(tmp_path):
     assert list(table["run"]) == ["same (r04)", "same (r04)"]
 
 
+def test_compare_shows_which_runs_did_not_complete(tmp_path):
+    diverged, timing = str(tmp_path / "diverged"), str(tmp_path / "timing")
+    fred.run(tiny(name="diverged", strategy={"lr": 1e30}), out=diverged)
+    fred.run(tiny(name="timing", workload={"timing_only": True}), out=timing)
+    table, _ = compare([diverged, timing], tmp_path / "cmp", tmp_path / "runs")
+    assert list(table["status"]) == ["diverged", "completed"]
+    assert table["final_loss"].isna().all() and table["final_loss"].dtype == float  # NaN, not None
+
+
 def test_compare_watches_each_run_it_makes(tmp_path):
     path = tmp_path / "a.yaml"
     path.write_text(json.dumps(tiny(name="a", stop={"max_updates": 12})))
