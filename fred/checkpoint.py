@@ -118,7 +118,7 @@ def load(path: Path) -> Saved:
     """Read ``path/checkpoint.npz`` written by :meth:`Checkpointer.save`, and its tape's segments."""
     file = path / "checkpoint.npz"
     if not file.is_file():
-        raise ValueError(f"{path} holds no checkpoint (checkpoint.npz); nothing to resume")
+        raise ValueError(f"{path} holds no checkpoint yet (the run stopped before its first checkpoint.npz)")
     with np.load(file, allow_pickle=False) as data:
         extra = {name: data[name] for name in data.files}
     state = json.loads(bytes(extra.pop("state")).decode())
