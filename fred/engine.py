@@ -336,9 +336,14 @@ class Simulation:
             self.trace(kind, entity, start, self.now)
 
     def send(
-        self, src: str, dst: str, nbytes: float, kind: str = "send", payload: Any = None
+        self, src: str, dst: str, nbytes: float, kind: str = "send", payload: Any = None,
+        delivered: Callable[[], bool] | None = None,
     ) -> Generator[simpy.Event, Any, None]:
-        """Move ``nbytes`` from ``src`` to ``dst``; a ``payload`` is delivered to ``dst``'s mailbox."""
+        """Move ``nbytes`` from ``src`` to ``dst``; a ``payload`` is delivered to ``dst``'s mailbox.
+
+        ``delivered``, asked on arrival, may say the message was lost on the way (its end
+        went down): it is then recorded as ``lost``, not as ``kind``, and not delivered.
+        """
         self._own_entity(src)
         transfer = self._book(src, dst, nbytes)
         yield self.wait(src, transfer.start_s)
@@ -347,6 +352,9 @@ class Simulation:
         except simpy.Interrupt:  # the sender crashed: what was on the wire is lost
             self.trace("lost", src, transfer.start_s, self.now, nbytes, dst)
             raise
+        if delivered is not None and not delivered():
+            self.trace("lost", src, transfer.start_s, self.now, nbytes, dst)
+            return
         self.trace(kind, src, transfer.start_s, self.now, nbytes, dst)
         if payload is not None:
             self.mailbox(dst).put((src, payload))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -70,10 +71,18 @@ class Recorder:
         for column, value in zip(METRIC_COLUMNS, [now_s, self.update_count, eval_loss, eval_accuracy, train_loss]):
             self.metrics[column].append(value)
 
-    def tables(self) -> dict[str, pd.DataFrame]:
-        """The three tables, with stable dtypes even when empty."""
+    def tables(self, end_s: float = math.inf) -> dict[str, pd.DataFrame]:
+        """The three tables, with stable dtypes even when empty; no event starting after ``end_s``.
+
+        Some activities are recorded when they are booked, ahead of their time (a lost ring
+        chunk, the wait for a busy link): those the run ended before are not in its records.
+        """
+        events = _frame(self.events, EVENT_DTYPES)
+        late = events["start_s"].to_numpy() > end_s
+        if late.any():
+            events = events[~late].reset_index(drop=True)
         return {
-            "events": _frame(self.events, EVENT_DTYPES),
+            "events": events,
             "updates": _frame(self.updates, UPDATE_DTYPES),
             "metrics": _frame(self.metrics, METRIC_DTYPES),
         }

@@ -6,6 +6,7 @@ import functools
 import math
 import time
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -251,7 +252,8 @@ class _Controller:
         env = self.built.sim.env
         max_s = self.stop_cfg.max_sim_time_s if self.stop_cfg.max_sim_time_s is not None else math.inf
         every_s = self.eval_cfg.every_s
-        next_eval_s = every_s if every_s is not None else math.inf
+        evals = 1
+        next_eval_s = eval_time_s(every_s, evals) if every_s is not None else math.inf
         self.evaluate(0.0)
         sim = self.built.sim
         while self.stop_reason is None:
@@ -259,11 +261,15 @@ class _Controller:
                 self.status, self.stop_reason = "failed", "failed"
                 return env.now
             upcoming = env.peek()
+            if upcoming == math.inf and max_s == math.inf:  # nothing will happen again: no evaluations forever
+                self.status, self.stop_reason = "stalled", "no_events"
+                return env.now
             while next_eval_s <= min(upcoming, max_s) and self.stop_reason is None:
                 self.evaluate(next_eval_s)
-                next_eval_s += every_s  # type: ignore[operator]
-            if self.stop_reason is not None:
-                return env.now
+                evals += 1
+                next_eval_s = eval_time_s(every_s, evals)  # type: ignore[arg-type]
+            if self.stop_reason is not None:  # that evaluation stopped the run: it ends there, not before
+                return max(env.now, self._last_eval[0])  # type: ignore[index]
             if upcoming > max_s:
                 self.stop_reason = "max_sim_time_s"
                 return max_s
@@ -273,6 +279,13 @@ class _Controller:
             env.step()
             self.after_step()
         return env.now
+
+
+def eval_time_s(every_s: float, k: int) -> float:
+    """The k-th evaluation time: k times ``every_s`` as written (0.05 -> 0.15 at k = 3, not the
+    0.15000000000000002 that adding 0.05 up, or 3 * 0.05, gives), so that times do not drift
+    and the last one falls on a stop time that is a multiple of ``every_s``."""
+    return float(Decimal(repr(every_s)) * k)
 
 
 FOLD_LOSSES = 512  # train losses held as arrays before the oldest are added up (_Controller._fold)
@@ -328,7 +341,7 @@ def _execute(
         final = {} if scenario.workload.timing_only else params_fn()
         recorded = document(tape, tape.codes(final))
     params = jax.tree.map(np.asarray, resolved(final))
-    tables = recorder.tables()
+    tables = recorder.tables(end_s)
     summary = _summary(scenario, built, controller, tables, params, end_s, time.perf_counter() - wall_start)
     summary["tape_sha256"] = digest(*recorded)
     return RunResult(scenario, summary, tables["metrics"], tables["updates"], tables["events"], params, tape=recorded)

@@ -46,6 +46,11 @@ class ParameterServer:
         yield from self._transfer(self.name, worker.name, self._bytes(nbytes), "fetch", capture)
         return sent[-1]
 
+    def until_up(self, entity: str) -> Generator[simpy.Event, Any, None]:
+        """Wait while the server is down (a crash), recorded as ``entity``'s ``wait``."""
+        while self.down:
+            yield from self.sim.wait_for(entity, self._up)  # type: ignore[arg-type]
+
     def dropped(self, worker: Worker, kind: str) -> None:
         """Record a push or fetch the worker chose not to make (``push_dropped``, ``fetch_dropped``)."""
         self.sim.trace(f"{kind}_dropped", worker.name, self.sim.now, self.sim.now, 0.0, self.name)
@@ -70,15 +75,14 @@ class ParameterServer:
             attempt()
             return
         while True:
-            while self.down:
-                yield from self.sim.wait_for(src if src != self.name else dst, self._up)
+            yield from self.until_up(src if src != self.name else dst)
             crashes = self.crashes
             attempt()
-            yield from self.sim.send(src, dst, nbytes, kind=kind)
+            # A transfer the server went down during (or before it began) is gone: recorded
+            # once, as lost, and sent again once the server is back.
+            yield from self.sim.send(src, dst, nbytes, kind=kind, delivered=lambda: self.crashes == crashes)
             if self.crashes == crashes:
                 return
-            # the server went down mid-transfer: that message is gone, send it again
-            self.sim.trace("lost", src, self.sim.now, self.sim.now, nbytes, dst)
 
     def _bytes(self, nbytes: float | None) -> float:
         return self.sim.param_bytes if nbytes is None else nbytes

@@ -184,6 +184,7 @@ def run_parameter_server(
                 entry = (Contribution(w.index, version), g)
             else:  # the server re-applies this worker's last gradient, with its original version
                 server.dropped(w, "push")
+                yield from server.until_up(w.name)  # a server that is down applies nothing
                 cached, cached_version = cache[w.index]
                 entry = (Contribution(w.index, cached_version, cached=True), cached)
             pushes += 1

@@ -186,6 +186,30 @@ def test_a_server_crash_loses_the_updates_since_its_checkpoint(name):
     assert applied[(applied["sim_time_s"] > 0.05) & (applied["sim_time_s"] < 0.07)].empty, "nothing applied while down"
 
 
+def test_bfasgd_re_applies_no_cached_gradient_while_the_server_is_down():
+    # A dropped push re-applies the worker's cached gradient: a down server cannot.
+    crash = {"checkpoint_every_s": 0.05, "crashes": [{"at_s": 0.12, "restart_s": 0.04}]}
+    data = scenario("bfasgd", {"server_crash": crash}, workload={"param_bytes": 1e6}, eval={"every_s": 0.05, "every_updates": None},
+                    strategy={"name": "bfasgd", "c_push": 0.03, "c_fetch": 0.03}, stop={"max_sim_time_s": 0.3, "max_updates": None})
+    result = fred.run(data)
+    updates = result.updates
+    assert updates["cached"].any() and (result.events["kind"] == "push_dropped").any()
+    assert updates[(updates["sim_time_s"] > 0.12) & (updates["sim_time_s"] < 0.16)].empty
+
+
+def test_a_transfer_the_server_crash_cuts_is_recorded_once_as_lost():
+    crash = {"checkpoint_every_s": 0.05, "crashes": [{"at_s": 0.1, "restart_s": 0.04}]}
+    data = scenario("ssgd_ps", {"server_crash": crash}, workload={"param_bytes": 1e6}, eval={"every_s": 0.05, "every_updates": None},
+                    stop={"max_sim_time_s": 0.3, "max_updates": None})
+    result = fred.run(data)
+    events = result.events
+    sent = events[events["kind"].isin(["push", "fetch"])]
+    assert not ((sent["start_s"] < 0.14) & (sent["end_s"] > 0.1)).any(), "no push or fetch delivered across the outage"
+    lost = events[events["kind"] == "lost"]
+    assert len(lost) > 0 and (lost["end_s"] > lost["start_s"]).all() and (lost["bytes"] == 1e6).all()
+    assert result.summary["bytes_sent"] == sent["bytes"].sum() and result.summary["bytes_lost"] == lost["bytes"].sum()
+
+
 def test_after_a_restart_the_server_serves_its_checkpoint():
     # The first fetch after the restart carries the checkpointed parameters, so a server
     # crashing right after a checkpoint loses nothing: the run is the fault-free run, delayed.
@@ -227,3 +251,14 @@ def test_a_run_without_faults_has_zero_fault_counters():
     assert summary["failure"] is None
     assert all(summary[k] == 0 for k in ("worker_crashes", "messages_lost", "server_crashes", "updates_lost"))
     assert not math.isnan(summary["final_eval_loss"])
+
+
+@pytest.mark.parametrize("name", ["pipe_sgd", "grouped_hybrid"])
+def test_no_event_starts_after_the_run_ends(name):
+    # Lost ring chunks are booked when the ring starts: those after the end are not records.
+    loss = {"probability": 0.2, "retransmit_timeout_s": 0.002}
+    data = scenario(name, {"message_loss": loss}, cluster={"workers": 5}, workload={"param_bytes": 1e6},
+                    stop={"max_sim_time_s": 0.3, "max_updates": None}, eval={"every_s": 0.05, "every_updates": None})
+    result = fred.run(data)
+    assert result.summary["sim_time_s"] == 0.3 and (result.events["start_s"] <= 0.3).all()
+    assert result.summary["messages_lost"] == (result.events["kind"] == "lost").sum() > 0

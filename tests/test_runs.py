@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 
@@ -15,6 +16,23 @@ def test_evaluation_every_simulated_interval_lands_on_the_grid():
     times = result.metrics["sim_time_s"].tolist()
     assert times == pytest.approx([0.0, 0.01, 0.02, 0.03, 0.04, 0.05])
     assert result.summary["sim_time_s"] == 0.05 and result.summary["stop_reason"] == "max_sim_time_s"
+
+
+def test_evaluation_times_are_multiples_of_the_interval_as_written_and_never_doubled():
+    # Adding 0.05 up drifted (0.15000000000000002, ..., 0.9999999999999999), and the end's
+    # evaluation at 1.0 then doubled the last one, with a NaN train loss.
+    result = fred.run(tiny(eval={"every_s": 0.05, "every_updates": None}, stop={"max_sim_time_s": 1.0, "max_updates": None}))
+    assert result.metrics["sim_time_s"].tolist() == [round(0.05 * k, 10) for k in range(21)]
+    assert not result.metrics["train_loss"].iloc[1:].isna().any()
+
+
+def test_a_run_stopped_by_an_evaluation_on_the_grid_ends_at_it():
+    # The run used to end at the last event before that evaluation, and its end's evaluation
+    # then went back in time (0.091, then 0.0909813 with a NaN train loss).
+    result = fred.run(tiny(eval={"every_s": 0.013, "every_updates": None}, stop={"max_sim_time_s": 1.0, "max_updates": None, "target_eval_loss": 2.0}))
+    times = result.metrics["sim_time_s"].tolist()
+    assert result.summary["stop_reason"] == "target_eval_loss" and times == sorted(set(times))
+    assert result.summary["sim_time_s"] == times[-1] == round(0.013 * (len(times) - 1), 10)
 
 
 def test_evaluation_every_n_updates():
@@ -78,3 +96,23 @@ def test_progress_is_reported_between_evaluations():
     seen = []
     fred.run(tiny(stop={"max_updates": 400}, eval={"every_updates": 200}), progress=lambda t, u, loss: seen.append(u))
     assert len(seen) > 10 and seen == sorted(seen) and seen[-1] == 400
+
+
+def test_loading_a_result_that_was_not_written_says_how_to_write_it():
+    result = fred.run(tiny(stop={"max_updates": 2}))
+    assert result.path is None
+    with pytest.raises(ValueError, match="pass out= to fred.run"):
+        fred.load_run(result.path)
+
+
+def test_a_run_with_nothing_left_to_happen_stops_as_stalled(monkeypatch):
+    # With every_s and no time limit it used to evaluate on the grid forever.
+    from strategies import registry
+
+    idle = registry.get("asgd")._replace(start=lambda sim, config: lambda: sim.init_params)
+    monkeypatch.setitem(registry._REGISTRY, "asgd", idle)
+    done = []
+    thread = threading.Thread(target=lambda: done.append(fred.run(tiny(eval={"every_s": 0.01, "every_updates": None}))), daemon=True)
+    thread.start()
+    thread.join(60)
+    assert done and done[0].summary["status"] == "stalled" and done[0].summary["stop_reason"] == "no_events"
