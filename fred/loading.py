@@ -6,6 +6,7 @@ import copy
 import difflib
 import types
 import typing
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -36,7 +37,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as err:
         raise ScenarioError([f"not UTF-8 text (byte {err.start}); save the file as UTF-8"], str(path)) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeys)
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         at = f"line {where.line + 1}, column {where.column + 1}: " if where else ""
@@ -46,6 +47,20 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ScenarioError([f"the top level must be a mapping of sections, got {type(data).__name__}"], str(path))
     return data
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """The safe loader, refusing a key given twice in one mapping (YAML keeps the last silently:
+    a second ``cluster:`` section replaced the first, workers and all)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice; merge the two into one", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def apply_overrides(data: dict[str, Any], sets: list[str]) -> dict[str, Any]:
@@ -64,14 +79,25 @@ def apply_overrides(data: dict[str, Any], sets: list[str]) -> dict[str, Any]:
 
 
 def set_path(data: dict[str, Any], path: str, value: Any) -> None:
-    """Set ``a.b.c`` in nested mappings, creating the mappings on the way."""
-    node = data
+    """Set ``a.b.c`` in nested mappings, creating missing mappings on the way; a number
+    indexes a list (``cluster.stragglers.0.slow_factor``)."""
     keys = path.split(".")
-    for key in keys[:-1]:
-        if not isinstance(node.get(key), dict):
+    if not all(keys):
+        raise ScenarioError([f"--set {path}={value!r}: a part of the path is empty; write it as path.to.key=value"], "--set")
+    node: Any = data
+    for depth, key in enumerate(keys):
+        last, parent = depth == len(keys) - 1, ".".join(keys[:depth])
+        if isinstance(node, list):
+            if not (key.isdigit() and int(key) < len(node)):
+                raise ScenarioError([f"--set {path}: {parent} is a list of {len(node)}; index it 0..{len(node) - 1}"], "--set")
+            key = int(key)  # type: ignore[assignment]
+        elif not isinstance(node, dict):
+            raise ScenarioError([f"--set {path}: {parent} is {node!r}, not a section; set it whole"], "--set")
+        if last:
+            node[key] = value
+        elif isinstance(node, dict) and node.get(key) is None:
             node[key] = {}
         node = node[key]
-    node[keys[-1]] = value
 
 
 def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -63,6 +63,8 @@ def _cnn(cfg: CNNModel, feature_shape: tuple[int, ...], outputs: int) -> Model:
         raise ValueError(f"model 'cnn' needs image data of shape (H, W, C); this data set has {feature_shape}")
     height, width, in_channels = feature_shape
     k = cfg.kernel_size
+    if k > max(height, width):  # a larger kernel only multiplies padding, and its memory
+        raise ValueError(f"model.kernel_size is {k} but the images are {height} x {width}: use at most {max(height, width)}")
     chans = [in_channels, *cfg.channels]
     flat = height * width * chans[-1]  # 'SAME' padding, stride 1: spatial size is kept
     head = _mlp([flat, cfg.hidden, outputs], jax.nn.relu)

@@ -15,9 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 class Section(BaseModel):
-    """Base of every scenario section: frozen, unknown keys rejected."""
+    """Base of every scenario section: frozen, unknown keys rejected, every number finite
+    (an infinite time or size passed the bounds and then hung or crashed the run)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -81,7 +82,8 @@ class DataConfig(Section):
 # ----------------------------------------------------------------------------- cluster
 class Jitter(Section):
     kind: Literal["none", "lognormal"] = "none"
-    sigma: NonNegFloat = 0.0
+    # exp(sigma * N(0, 1)) scales a step: past ~10 the factor overflows a float on a rare draw
+    sigma: Annotated[float, Field(ge=0, le=10)] = 0.0
 
 
 class Straggler(Section):
@@ -133,7 +135,7 @@ class ClusterConfig(Section):
         named = [(f"speed.{w}", w) for w in self.speed]
         named += [(f"stragglers.{i}.worker", s.worker) for i, s in enumerate(self.stragglers)]
         named += [(f"speed_changes.{i}.worker", c.worker) for i, c in enumerate(self.speed_changes)]
-        bad = [(path, w) for path, w in named if w >= self.workers]
+        bad = [(path, w) for path, w in named if not 0 <= w < self.workers]
         if bad:
             path, w = bad[0]
             raise ValueError(

@@ -58,6 +58,8 @@ class SGP(StrategyConfig):
     def _column_stochastic(cls, value: Any) -> Any:
         if isinstance(value, str):
             return value
+        if not value:
+            raise ValueError("give at least one mixing matrix (they are used in turn), or a named topology")
         for k, matrix in enumerate(value):
             m = np.asarray(matrix, dtype=float)
             if m.ndim != 2 or m.shape[0] != m.shape[1]:

@@ -103,6 +103,25 @@ def test_malformed_files_are_refused_with_a_short_message(text, tmp_path, capsys
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ({"cluster": {"compute": {"step_time_s": float("inf")}}}, "cluster.compute.step_time_s: got inf; Input should be a finite number"),
+        ({"stop": {"max_sim_time_s": float("inf"), "max_updates": None}}, "stop.max_sim_time_s: got inf"),
+        ({"stop": {"target_eval_loss": float("nan")}}, "stop.target_eval_loss: got nan"),
+        ({"cluster": {"jitter": {"kind": "lognormal", "sigma": 1000}}}, "cluster.jitter.sigma: got 1000; Input should be less than or equal to 10"),
+        ({"cluster": {"speed": {-1: 0.5}}}, "speed.-1: worker index -1 does not exist"),
+        ({"strategy": {"name": "sgp", "topology": []}}, "strategy.topology: give at least one mixing matrix"),
+        ({"model": {"kind": "cnn", "kernel_size": 1000, "hidden": 16}}, "model.kernel_size is 1000 but the images are 8 x 8: use at most 8"),
+    ],
+)
+def test_values_that_passed_validation_and_then_hung_or_crashed_are_refused(override, needle, tmp_path, capsys):
+    # Each of these used to run forever, end in a traceback (overflow, division by zero, out of
+    # memory), or be ignored.
+    code, err, out = run_cli(tmp_path, yaml.safe_dump(tiny(**override)).encode(), capsys)
+    assert code == 2 and needle in err and "Traceback" not in err and not out.exists()
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(matrix=st.lists(st.lists(st.floats(-1, 2, allow_nan=False), min_size=4, max_size=4), min_size=4, max_size=4))
 def test_a_mixing_matrix_that_is_not_column_stochastic_is_refused(matrix, tmp_path, capsys):

@@ -96,6 +96,24 @@ def test_set_overrides_parse_values_as_yaml():
     assert scenario.cluster.workers == 16 and scenario.model.hidden == [32, 8] and scenario.strategy.lr == 0.5
 
 
+def test_set_indexes_lists_and_refuses_paths_through_values():
+    data = apply_overrides(tiny(cluster={"stragglers": [{"worker": 1, "slow_factor": 3}]}), ["cluster.stragglers.0.slow_factor=2"])
+    assert validate(data).cluster.stragglers[0].slow_factor == 2  # the list was replaced by {"0": ...}
+    for item, needle in [("cluster.stragglers.1.worker=0", "cluster.stragglers is a list of 1; index it 0..0"),
+                         ("name.x=1", "name is 'tiny', not a section"), ("=5", "a part of the path is empty"),
+                         ("cluster.workers.=3", "a part of the path is empty")]:
+        with pytest.raises(ScenarioError, match=needle):
+            apply_overrides(data, [item])
+
+
+def test_a_key_given_twice_in_a_file_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("name: x\ncluster: {workers: 4}\nstop: {max_updates: 3}\ncluster: {compute: {step_time_s: 0.5}}\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert "line 4, column 1: the key 'cluster' is given twice" in err.value.problems[0]
+
+
 def test_yaml_syntax_errors_name_the_line(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("name: x\nmodel: {kind: mlp\n")
