@@ -9,7 +9,7 @@ Two processes per worker share ``{status, counter, replica, acc_grad}``:
         else:                 status <- syncing; start Ps
 
     Ps (synchronisation), once per start:
-        if a previous round's sum exists: W <- W - lr * sum / n       (Eq. 1)
+        if a previous round's sum exists: W <- W - lr * sum / n       (Eq. 1; applied as Ps starts)
         take acc_grad (and start a fresh one), all-reduce it over the workers
         keep the sum for the next round; counter <- 0; status <- idle
 
@@ -93,13 +93,17 @@ def start(sim: Simulation, config: HPSGD):
                 s.counter += 1
             else:  # lines 12-14: only accumulate, and start a synchronisation
                 s.status = "syncing"
+                # Ps first applies the previous round (Algorithm 3, lines 1-2). Applied here, before
+                # this Pt copies W again, every worker syncing at this instant copies the same W:
+                # in Ps, started after this Pt went on, worker 0 copied W before it was applied
+                # and the others after (SimPy runs a new process before the other Pt's resume).
+                if s.rounds > 0:
+                    apply_round(s.rounds - 1)
                 sim.process(ps(w, s))
 
     def ps(w: Worker, s: Shared):
         r = s.rounds
         s.rounds += 1
-        if r > 0:
-            apply_round(r - 1)
         acc, s.acc_grad = s.acc_grad, None  # swap buffers: Pt accumulates afresh meanwhile
         rounds.setdefault(r, Round([0] * n)).reads[w.index] = s.acc_version
         rounds[r].total = yield from sim.allreduce(sim.workers, w, sim.param_bytes, acc)

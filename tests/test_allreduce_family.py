@@ -132,6 +132,14 @@ def test_hpsgd_synchronises_as_often_as_the_paper_says(k):
     assert all(abs(c - expected) <= 1 for c in counts), (counts, expected)
 
 
+def test_hpsgd_workers_alike_train_on_the_same_version():
+    # Without jitter every worker syncs at the same instants, so each round's gradients were
+    # all computed on the same W (worker 0 used to read one version behind the others).
+    result, _, _ = hpsgd_run(k=2)
+    reads = result.updates.groupby("update")["version_read"].nunique()
+    assert len(reads) > 5 and (reads == 1).all()
+
+
 def test_hpsgd_applies_each_sum_one_synchronisation_late():
     result, _, _ = hpsgd_run(k=2)
     syncs = result.events[(result.events["entity"] == "worker0") & (result.events["kind"] == "allreduce")]
