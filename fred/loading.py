@@ -140,6 +140,9 @@ def include_profiles(data: dict[str, Any], base_dir: Path, source: str = "scenar
     profile = compute["profile"]
     if not isinstance(profile, str):
         raise ScenarioError([f"cluster.compute.profile: got {profile!r}; give the path of a profile file"], source)
+    others = sorted(k for k, v in compute.items() if k != "profile" and v is not None)
+    if others:  # the profile's time would silently replace step_time_s, or clash with FLOPs
+        raise ScenarioError([f"cluster.compute: a profile gives the step time; drop {', '.join(others)}, or the profile"], source)
     try:
         step_time_s = read_profile(base_dir / profile)
     except ValueError as err:

@@ -33,13 +33,28 @@ def test_calibrate_writes_a_profile_that_a_scenario_includes(tmp_path, capsys):
 
 def test_a_missing_or_bad_profile_is_named(tmp_path, capsys):
     scenario = tmp_path / "s.yaml"
-    scenario.write_text(yaml.safe_dump(tiny(cluster={"compute": {"profile": "nope.yaml"}})))
+    scenario.write_text(yaml.safe_dump(tiny(cluster={"compute": {"step_time_s": None, "profile": "nope.yaml"}})))
     assert main(["run", str(scenario), "--out", str(tmp_path / "o")]) == 2
     assert "no such file" in capsys.readouterr().err
     (tmp_path / "bad.yaml").write_text("step_time_s: -1\n")
-    scenario.write_text(yaml.safe_dump(tiny(cluster={"compute": {"profile": "bad.yaml"}})))
+    scenario.write_text(yaml.safe_dump(tiny(cluster={"compute": {"step_time_s": None, "profile": "bad.yaml"}})))
     assert main(["run", str(scenario), "--out", str(tmp_path / "o")]) == 2
-    assert "no positive step_time_s" in capsys.readouterr().err
+    assert "no positive, finite step_time_s" in capsys.readouterr().err
+    (tmp_path / "dir.yaml").mkdir()
+    (tmp_path / "latin1.yaml").write_bytes(b"step_time_s: 0.1 # \xe9\n")
+    cases = [("step_time_s: .nan\n", "no positive, finite step_time_s"), ("step_time_s: true\n", "no positive, finite step_time_s"),
+             ("step_time_s: .inf\n", "no positive, finite step_time_s")]
+    for i, (text, needle) in enumerate(cases):
+        (tmp_path / f"p{i}.yaml").write_text(text)
+    named = [(f"p{i}.yaml", needle) for i, (_, needle) in enumerate(cases)]
+    for profile, needle in named + [("dir.yaml", "is a directory"), ("latin1.yaml", "is not UTF-8 text")]:
+        scenario.write_text(yaml.safe_dump(tiny(cluster={"compute": {"step_time_s": None, "profile": profile}})))
+        assert main(["run", str(scenario), "--out", str(tmp_path / "o")]) == 2, profile
+        assert needle in capsys.readouterr().err, profile
+    (tmp_path / "ok.yaml").write_text("step_time_s: 0.02\n")
+    scenario.write_text(yaml.safe_dump(tiny(cluster={"compute": {"profile": "ok.yaml", "step_time_s": 5}})))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "o")]) == 2  # 5 was silently replaced by 0.02
+    assert "a profile gives the step time; drop step_time_s, or the profile" in capsys.readouterr().err
 
 
 def test_an_absent_backend_is_a_clear_error(tmp_path, capsys):
