@@ -83,25 +83,33 @@ def _model_and_numerics(
 def _workers(scenario: Scenario, dataset: Dataset) -> list[Worker]:
     n, data = scenario.cluster.workers, scenario.data
     if data.sharding == "iid":
-        _check_fits(data.batch_size, n, len(dataset.y_train) // n, f"{len(dataset.y_train)} training examples "
-                    f"(iid sharding cuts every step's {n} batches from all of them, {data.batch_size * n} rows)")
+        total = len(dataset.y_train)
+        _check_fits(data.batch_size, n, total // n, f"{total} training examples "
+                    f"(iid sharding cuts every step's {n} batches from all of them, {data.batch_size * n} rows)", total)
         # One global permutation per epoch; worker i takes block i of every global batch,
         # so n workers of batch b see exactly what one worker of batch n*b sees.
         stream = GlobalBatchStream(len(dataset.y_train), n, data.batch_size, rng.stream(scenario.seed, "data", "batches"))
         return [Worker(i, lambda i=i: stream.next_for(i)) for i in range(n)]
     shards = shard(dataset.y_train, n, data, rng.stream(scenario.seed, "data", "shard"))
     smallest = min(range(n), key=lambda i: len(shards[i]))
-    _check_fits(data.batch_size, n, len(shards[smallest]), f"worker {smallest}'s {data.sharding} shard of {len(shards[smallest])} examples")
+    _check_fits(data.batch_size, n, len(shards[smallest]), f"worker {smallest}'s {data.sharding} shard of {len(shards[smallest])} examples",
+                len(dataset.y_train))
     streams = [BatchStream(s, data.batch_size, rng.stream(scenario.seed, "data", "batches", i)) for i, s in enumerate(shards)]
     return [Worker(i, streams[i].next) for i in range(n)]
 
 
-def _check_fits(batch_size: int, workers: int, most: int, where: str) -> None:
-    """Refuse a batch that ``where`` cannot fill, naming the field and what would fit (``most`` rows a batch)."""
-    if batch_size > most:
-        fewer = f"use fewer than {workers} workers"
-        fix = f"set data.batch_size to at most {most}, or {fewer}" if most >= 1 else fewer
-        raise ValueError(f"data.batch_size: {batch_size} rows a batch do not fit {where}: {fix}")
+def _check_fits(batch_size: int, workers: int, most: int, where: str, total: int) -> None:
+    """Refuse a batch that ``where`` cannot fill, naming the field and what would fit (``most``
+    rows a batch here; ``total`` training examples, what one worker would have)."""
+    if batch_size <= most:
+        return
+    fixes = [f"set data.batch_size to at most {most}"] if most >= 1 else []
+    if workers > 1 and batch_size <= total:  # fewer workers helps only if one worker's all would do
+        fixes.append(f"use fewer than {workers} workers")
+    if not fixes:
+        fixes.append(f"set data.batch_size to at most {total} and use fewer than {workers} workers" if workers > 1 and total >= 1
+                     else "give a data set with more examples")
+    raise ValueError(f"data.batch_size: {batch_size} rows a batch do not fit {where}: {', or '.join(fixes)}")
 
 
 @dataclass

@@ -394,20 +394,25 @@ def test_an_unknown_worker_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("data", "message"),
+    ("data", "workers", "message"),
     [
-        ({"batch_size": 5000}, r"data.batch_size: 5000 rows a batch do not fit \d+ training examples \(iid sharding.*"
-                               r"set data.batch_size to at most \d+, or use fewer than 4 workers"),
-        ({"batch_size": 400, "sharding": "dirichlet", "dirichlet_alpha": 0.5},
-         r"data.batch_size: 400 rows a batch do not fit worker \d+'s dirichlet shard of \d+ examples: set data.batch_size to at most"),
+        ({"batch_size": 1000}, 4, r"data.batch_size: 1000 rows a batch do not fit \d+ training examples \(iid sharding.*"
+                                  r"set data.batch_size to at most \d+, or use fewer than 4 workers$"),
+        # fewer workers cannot fit a batch larger than the whole training set: not offered
+        ({"batch_size": 5000}, 4, r"set data.batch_size to at most 359$"),
+        ({"batch_size": 1500}, 1, r"do not fit (\d+) training examples .*: set data.batch_size to at most \1$"),
+        ({"batch_size": 400, "sharding": "dirichlet", "dirichlet_alpha": 0.5}, 4,
+         r"data.batch_size: 400 rows a batch do not fit worker \d+'s dirichlet shard of \d+ examples: set data.batch_size to at most \d+, or use fewer"),
+        ({"batch_size": 32, "source": {"kind": "synthetic", "examples": 2}}, 2,
+         r"do not fit 1 training examples .*: set data.batch_size to at most 1 and use fewer than 2 workers$"),
     ],
 )
-def test_a_batch_the_data_cannot_fill_is_refused_naming_the_field_and_what_fits(data: dict, message: str) -> None:
+def test_a_batch_the_data_cannot_fill_is_refused_naming_the_field_and_what_fits(data: dict, workers: int, message: str) -> None:
     from fred.loading import validate
     from fred.runner import build
     from tests.conftest import tiny
 
-    scenario = tiny(cluster={"workers": 4})
+    scenario = tiny(cluster={"workers": workers})
     scenario["data"] = {**scenario["data"], **data}
     with pytest.raises(ValueError, match=message):
         build(validate(scenario))
