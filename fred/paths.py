@@ -49,6 +49,10 @@ def check_out(out: str | Path) -> None:
     otherwise delete the working directory's files).
     """
     out = Path(out)
+    here = Path.cwd().resolve()
+    if out.resolve() == here or out.resolve() in here.parents:  # '--out .': renaming it away fails, or deletes the shell's directory
+        raise ValueError(f"{out} is the working directory or holds it; the run directory replaces what is at --out: "
+                         "give a directory inside it, e.g. --out runs/mine")
     existing = next((p for p in out.parents if p.exists()), None)
     if existing is not None and not existing.is_dir():
         raise ValueError(f"cannot make the run directory {out}: {existing} is a file: choose another --out")

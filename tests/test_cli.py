@@ -119,6 +119,17 @@ def test_out_replaces_an_earlier_run_or_fills_an_empty_directory(tmp_path):
     assert is_complete(out) and yaml.safe_load((out / "scenario.yaml").read_text())["seed"] == 3
 
 
+def test_the_working_directory_is_refused_as_a_run_directory_before_the_run(tmp_path, capsys, monkeypatch):
+    # '--out .' ran to the end, then failed to rename '.' and left the run hidden in ./..partial-*
+    scenario, here = write(tmp_path, tiny()), tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for out in [".", str(here), str(tmp_path)]:
+        assert main(["run", str(scenario), "--out", out, "--quiet"]) == 2
+        assert "is the working directory or holds it" in capsys.readouterr().err
+    assert list(here.iterdir()) == [] and here.is_dir()
+
+
 def test_an_output_given_as_a_directory_goes_in_it(tmp_path):
     scenario, run_dir, out = write(tmp_path, tiny()), tmp_path / "run", tmp_path / "out"
     out.mkdir()
