@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -15,7 +15,7 @@ from fred import checkpoint
 from fred.checkpoint import Checkpointer, checkpoint_dir
 from fred.loading import ScenarioError, include_profiles, merge, read_yaml, validate
 from fred.paths import check_out
-from fred.records import is_complete, write_run_dir
+from fred.records import FILES, is_complete, write_run_dir
 from fred.runner import Progress, RunResult, execute
 from fred.scenario import Scenario
 
@@ -84,7 +84,7 @@ def resume(
     path = checkpoint_dir(run_dir)
     if not (path / "scenario.yaml").is_file():
         raise ScenarioError([f"no checkpoint for {run_dir} (looked in {path}); start runs with --checkpoint-every-s"], str(run_dir))
-    scenario = validate(yaml.safe_load((path / "scenario.yaml").read_text()), str(path / "scenario.yaml"))
+    scenario = validate(read_yaml(path / "scenario.yaml"), str(path / "scenario.yaml"))
     checkpointer = _checkpointer(scenario, Path(run_dir), checkpoint_every_s) if checkpoint_every_s else None
     reason = None
     try:
@@ -126,17 +126,31 @@ def load_run(path: str | Path | None) -> RunResult:
     if path is None:  # the path of a result run without out=
         raise ValueError("no run directory to load: this result was not written; pass out= to fred.run to write one")
     path = Path(path)
-    if not is_complete(path):
-        raise ScenarioError([f"{path} is not a complete run directory (no summary.json or a missing table)"], str(path))
-    scenario = validate(yaml.safe_load((path / "scenario.yaml").read_text()), str(path / "scenario.yaml"))
-    with np.load(path / "params.npz") as npz:
-        params = {k: npz[k] for k in npz.files}
+    if not path.is_dir():
+        raise ScenarioError([f"{path} is not a directory; give a run directory written by fred run"], str(path))
+    missing = [f for f in FILES if not (path / f).is_file()]
+    if missing:
+        raise ScenarioError([f"{path} is not a complete run directory: it has no {', '.join(missing)}"], str(path))
+    scenario = validate(read_yaml(path / "scenario.yaml"), str(path / "scenario.yaml"))
     return RunResult(
         scenario=scenario,
-        summary=json.loads((path / "summary.json").read_text()),
-        metrics=pd.read_parquet(path / "metrics.parquet"),
-        updates=pd.read_parquet(path / "updates.parquet"),
-        events=pd.read_parquet(path / "events.parquet"),
-        params=params,
+        summary=_read(path / "summary.json", lambda f: json.loads(f.read_text())),
+        metrics=_read(path / "metrics.parquet", pd.read_parquet),
+        updates=_read(path / "updates.parquet", pd.read_parquet),
+        events=_read(path / "events.parquet", pd.read_parquet),
+        params=_read(path / "params.npz", _npz),
         path=path,
     )
+
+
+def _npz(file: Path) -> dict[str, np.ndarray]:
+    with np.load(file) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def _read(file: Path, reader: Callable[[Path], Any]) -> Any:
+    """``reader(file)``, or an error that names the file: a damaged record is not a traceback."""
+    try:
+        return reader(file)
+    except Exception as err:  # noqa: BLE001 - json, zip, zlib and pyarrow each raise their own
+        raise ScenarioError([f"{file} cannot be read ({type(err).__name__}: {err}); the run directory is damaged"], str(file)) from None

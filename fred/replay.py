@@ -12,6 +12,8 @@ gradient call, next to the simulated compute time the run assumed for it.
 from __future__ import annotations
 
 import time
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -75,6 +77,10 @@ def replay(
     """
     run_dir = Path(run_dir)
     run = load_run(run_dir)
+    recorded_sha = run.summary.get("scenario_sha256")
+    if recorded_sha is not None and run.scenario.digest() != recorded_sha:  # another model would replay "FAILED"
+        raise ReplayError(f"{run_dir / 'scenario.yaml'} does not match scenario_sha256 in {run_dir / 'summary.json'}: "
+                          "the run directory was changed after the run")
     if run.scenario.workload.timing_only:
         raise ReplayError(f"{run_dir} is a timing-only run (workload.timing_only): it computed no numbers to replay")
     recorded = _read_tape(run_dir, run.summary)
@@ -120,8 +126,8 @@ def _read_tape(run_dir: Path, summary: dict[str, Any]) -> Recorded:
         raise ReplayError(f"{run_dir} has no tape.npz, so it cannot be replayed; run the scenario again with this fred to record one")
     try:
         doc, large, _ = tape.read(path)
-    except (OSError, ValueError, KeyError) as err:
-        raise ReplayError(f"{path} cannot be read ({err}); the run directory is damaged") from None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        raise ReplayError(f"{path} cannot be read ({type(err).__name__}: {err}); the run directory is damaged") from None
     if tape.digest(doc, large) != summary.get("tape_sha256"):
         raise ReplayError(
             f"{path} does not match tape_sha256 in {run_dir / 'summary.json'}: the run directory was changed after the run"

@@ -117,7 +117,28 @@ def test_a_missing_tape_or_table_is_a_clear_error(tmp_path, capsys):
     assert "has no tape.npz" in capsys.readouterr().err
     (tmp_path / "run" / "updates.parquet").unlink()
     assert main(["replay", str(tmp_path / "run")]) == 2
-    assert "not a complete run directory" in capsys.readouterr().err
+    assert "not a complete run directory: it has no updates.parquet" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", ["tape.npz", "params.npz", "summary.json", "events.parquet", "scenario.yaml"])
+def test_a_damaged_record_is_named_not_a_traceback(tmp_path, capsys, damage):
+    strategy_run("asgd", tmp_path / "run")
+    file = tmp_path / "run" / damage
+    file.write_bytes(b"name: [unclosed\n" if damage == "scenario.yaml" else file.read_bytes()[: len(file.read_bytes()) // 2])
+    for command in (["replay", str(tmp_path / "run")], ["trace", str(tmp_path / "run"), "-o", str(tmp_path / "t.json")]):
+        if command[0] == "trace" and damage == "tape.npz":
+            continue  # trace does not read the tape
+        assert main(command) == 2, command
+        err = capsys.readouterr().err
+        assert damage in err and "Traceback" not in err, err
+
+
+def test_a_changed_scenario_is_told_from_a_failed_replay(tmp_path):
+    strategy_run("asgd", tmp_path / "run")
+    path = tmp_path / "run" / "scenario.yaml"
+    path.write_text(path.read_text().replace("activation: relu", "activation: tanh"))
+    with pytest.raises(ReplayError, match="scenario.yaml does not match scenario_sha256"):
+        replay(tmp_path / "run")
 
 
 def test_the_command_line_reports_and_writes_timings(tmp_path, capsys):
