@@ -246,12 +246,13 @@ class _Steps:
             got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
             if got.size == 0:
                 continue
-            diff, scale = float(np.max(np.abs(got - want))), float(np.max(np.abs(want)))
+            finite = np.abs(want[np.isfinite(want)])
+            diff, scale = float(np.max(_abs_diff(got, want))), float(finite.max(initial=0.0))
             rel = diff / scale if scale > 0 else (0.0 if diff == 0 else np.inf)
             stats.max_abs_diff = max(stats.max_abs_diff, diff)
             if rel > stats.max_rel_diff or stats.worst_call < 0:
                 stats.max_rel_diff, stats.worst_call = rel, index
-            outside = outside or not diff <= self.atol + self.rtol * scale  # NaN counts as outside
+            outside = outside or not diff <= self.atol + self.rtol * scale
         stats.outside_tolerance += int(outside)
 
     def table(self) -> pd.DataFrame:
@@ -285,13 +286,24 @@ def _function(call: Call, context: dict[str, Callable[..., Any]]) -> Callable[..
     return target(*call.key) if call.key is not None else target
 
 
+def _abs_diff(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """|got - want| per element: 0 where they agree, NaN and infinities included (a diverged
+    run's steps are the same NaN on both sides: inf - inf is NaN, which read as outside
+    any tolerance), inf where only one side is NaN or infinite."""
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(got - want)
+    return np.where(same, 0.0, np.where(np.isnan(diff), np.inf, diff))
+
+
 def compare(replayed: Params, recorded: Params) -> pd.DataFrame:
     """Per leaf: bit-equal?, max |difference|, max relative difference."""
     rows = []
     for name in sorted(recorded):
         a, b = np.asarray(replayed[name]), np.asarray(recorded[name])
-        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-        rel = diff / np.maximum(np.abs(b.astype(np.float64)), np.finfo(np.float32).tiny)
+        diff = _abs_diff(a.astype(np.float64), b.astype(np.float64))
+        with np.errstate(invalid="ignore"):
+            rel = np.where(diff == 0, 0.0, diff / np.maximum(np.abs(b.astype(np.float64)), np.finfo(np.float32).tiny))
         equal = a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
         rows.append((name, equal, float(diff.max(initial=0.0)), float(rel.max(initial=0.0))))
     return pd.DataFrame(rows, columns=["leaf", "equal", "max_abs_diff", "max_rel_diff"])

@@ -18,7 +18,7 @@ import fred
 from fred import host, tape
 from fred.cli import main
 from fred.host import cpu_isa
-from fred.replay import ReplayError, _Steps, needed, replay
+from fred.replay import ReplayError, _Steps, compare, needed, replay
 from strategies import registry
 from tests.conftest import tiny
 
@@ -230,6 +230,25 @@ def test_a_step_outside_the_tolerance_is_counted():
     row = steps.table().iloc[0]
     assert (row["calls"], row["outside_tolerance"], row["worst_call"]) == (2, 1, 5)
     assert row["max_rel_diff"] == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_the_same_nan_and_inf_agree_and_a_nan_against_a_number_does_not():
+    steps = _Steps(jax.devices("cpu")[0], rtol=1e-5, atol=0.0)
+    same = lambda x: x  # noqa: E731
+    x = jax.numpy.array([1.0, jax.numpy.nan, jax.numpy.inf, -jax.numpy.inf])
+    steps.check(0, "same", same, (x,), x)  # a diverged run's step, replayed: inf - inf is NaN
+    steps.check(1, "same", same, (x,), x.at[0].set(jax.numpy.nan))
+    row = steps.table().iloc[0]
+    assert (row["outside_tolerance"], row["worst_call"], row["max_abs_diff"]) == (1, 1, np.inf)
+    leaves = compare({"w": np.asarray(x)}, {"w": np.asarray(x)})
+    assert leaves["equal"].all() and (leaves["max_abs_diff"] == 0).all() and (leaves["max_rel_diff"] == 0).all()
+
+
+def test_a_diverged_run_passes_the_close_check_on_its_own_backend(tmp_path):
+    data = tiny(strategy={"lr": 1e30}, stop={"max_updates": 40}, eval={"every_updates": 40})
+    fred.run(data, out=tmp_path / "run")
+    report = replay(tmp_path / "run", check="close")
+    assert fred.load_run(tmp_path / "run").summary["status"] == "diverged" and report.passed
 
 
 def test_a_timing_only_run_has_nothing_to_replay(tmp_path, capsys):
