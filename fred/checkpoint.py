@@ -27,6 +27,8 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +57,28 @@ class Saved:
     train: tuple[float, int] = (0, 0)  # the train losses added up since the last evaluation, and their examples
 
 
+def collect() -> None:
+    """``gc.collect()``, with a Ctrl-C that comes during it raised after it.
+
+    Raised where it lands, inside JAX's collection callback, Python reports it ("Exception
+    ignored in ...") and drops it: the run went on to its end.
+    """
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        gc.collect()
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        gc.collect()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        if callable(previous):
+            previous(signal.SIGINT, None)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+
 @dataclass
 class Checkpointer:
     """Saves a checkpoint every ``every_s`` seconds of wall time (``clock`` is replaceable for tests)."""
@@ -79,7 +103,7 @@ class Checkpointer:
     def save(self, steps: int, tape: tapes.Tape, metrics: list[list[float]], train: tuple[float, int] = (0, 0)) -> None:
         """Write the tape's new segment, then the checkpoint file naming every segment, each
         atomically: a kill at any point leaves the previous checkpoint whole."""
-        gc.collect()  # so that the arrays still alive are exactly the ones the run can still read
+        collect()  # so that the arrays still alive are exactly the ones the run can still read
         self.path.mkdir(parents=True, exist_ok=True)
         now = tapes.mark(tape)
         segments = self._segments

@@ -261,3 +261,23 @@ def test_fred_run_killed_with_sigkill_resumes_bit_identical(tmp_path):
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "killed" / f"{table}.parquet"),
                                       pd.read_parquet(tmp_path / "clean" / f"{table}.parquet"))
     assert not checkpoint_dir(tmp_path / "killed").exists()
+
+
+def test_a_ctrl_c_during_a_checkpoints_collection_stops_the_run():
+    # Raised inside a collection callback (JAX has one), Python printed and dropped it.
+    import gc
+
+    from fred.checkpoint import collect
+
+    def interrupt(phase, info):
+        if phase == "start":
+            gc.callbacks.remove(interrupt)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    gc.callbacks.append(interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            collect()
+    finally:
+        if interrupt in gc.callbacks:
+            gc.callbacks.remove(interrupt)
