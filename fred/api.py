@@ -81,11 +81,12 @@ def resume(
     it had to run the scenario from the start instead (the result is the same bits).
     """
     check_out(run_dir)
+    _check_interval(checkpoint_every_s)  # before anything runs (0 was taken as "no checkpoints")
     path = checkpoint_dir(run_dir)
     if not (path / "scenario.yaml").is_file():
         raise ScenarioError([f"no checkpoint for {run_dir} (looked in {path}); start runs with --checkpoint-every-s"], str(run_dir))
     scenario = validate(read_yaml(path / "scenario.yaml"), str(path / "scenario.yaml"))
-    checkpointer = _checkpointer(scenario, Path(run_dir), checkpoint_every_s) if checkpoint_every_s else None
+    checkpointer = _checkpointer(scenario, Path(run_dir), checkpoint_every_s) if checkpoint_every_s is not None else None
     reason = None
     try:
         saved = checkpoint.load(path)
@@ -98,9 +99,13 @@ def resume(
     return _finish(scenario, result, run_dir, checkpointer or Checkpointer(path, float("inf"), "")), reason
 
 
-def _checkpointer(scenario: Scenario, out: Path, every_s: float) -> Checkpointer:
-    if not every_s > 0:  # 0 would save (and collect garbage) after every simulated step
+def _check_interval(every_s: float | None) -> None:
+    if every_s is not None and not every_s > 0:  # 0 would save (and collect garbage) after every simulated step
         raise ValueError(f"--checkpoint-every-s {every_s}: give a positive number of wall-clock seconds, e.g. 60")
+
+
+def _checkpointer(scenario: Scenario, out: Path, every_s: float) -> Checkpointer:
+    _check_interval(every_s)
     path = checkpoint_dir(out)
     path.mkdir(parents=True, exist_ok=True)
     return Checkpointer(path, every_s, scenario.digest())

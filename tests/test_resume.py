@@ -236,6 +236,8 @@ def test_a_checkpoint_interval_must_be_positive(tmp_path, capsys, every_s):
     assert main(["run", str(scenario), "--out", str(out), "--quiet", "--checkpoint-every-s", every_s]) == 2
     assert f"--checkpoint-every-s {float(every_s)}: give a positive number" in capsys.readouterr().err
     assert not out.exists() and not checkpoint_dir(out).exists()
+    assert main(["run", "--resume", str(out), "--checkpoint-every-s", every_s]) == 2  # resuming too
+    assert f"--checkpoint-every-s {float(every_s)}: give a positive number" in capsys.readouterr().err
 
 
 def test_fred_run_killed_with_sigkill_resumes_bit_identical(tmp_path):
