@@ -30,6 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as err:  # data files, shard sizes, a missing extra: not bugs
         print(f"fred: {err}", file=sys.stderr)
         return 2
+    except MemoryError as err:  # numpy's "Unable to allocate 745. GiB": the scenario, not a bug
+        print(f"fred: out of memory ({err}); make the data set or the model smaller", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # runs are written whole or not at all: only the one cut short is lost
         lost = "no run directory was written" if args.command == "run" else "runs that finished are kept"
         print(f"fred: interrupted; {lost}", file=sys.stderr)

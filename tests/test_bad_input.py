@@ -122,6 +122,12 @@ def test_values_that_passed_validation_and_then_hung_or_crashed_are_refused(over
     assert code == 2 and needle in err and "Traceback" not in err and not out.exists()
 
 
+def test_a_data_set_too_large_for_memory_is_a_message(tmp_path, capsys):
+    data = tiny(data={"source": {"kind": "synthetic", "examples": 100_000_000_000, "features": 1_000_000}})
+    code, err, out = run_cli(tmp_path, yaml.safe_dump(data).encode(), capsys)
+    assert code == 2 and err.startswith("fred: out of memory") and "Traceback" not in err and not out.exists()
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(matrix=st.lists(st.lists(st.floats(-1, 2, allow_nan=False), min_size=4, max_size=4), min_size=4, max_size=4))
 def test_a_mixing_matrix_that_is_not_column_stochastic_is_refused(matrix, tmp_path, capsys):
