@@ -369,6 +369,7 @@ class Scenario(Section):
             raise ValueError("cluster.compute.device_flops needs flops_per_example (here or in workload)")
         self.strategy.check(self)
         _check_faults(self)
+        _check_cadences(self)
         if self.workload.timing_only:
             _check_timing_only(self)
         return self
@@ -390,6 +391,20 @@ class Scenario(Section):
         """SHA-256 of the resolved scenario in canonical JSON: equal scenarios, equal digest."""
         canonical = json.dumps(self.resolved(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+MAX_CADENCE_EVENTS = 10_000_000  # evaluations or checkpoints in one run: past this, a typo, not a plan
+
+
+def _check_cadences(scenario: Scenario) -> None:
+    """Refuse an interval that would run for ever: 1e-20 s evaluations hung the run, silently."""
+    end_s = scenario.stop.max_sim_time_s
+    server = scenario.faults.server_crash
+    for field, every_s in [("eval.every_s", scenario.eval.every_s),
+                           ("faults.server_crash.checkpoint_every_s", server.checkpoint_every_s if server else None)]:
+        if end_s is not None and every_s is not None and end_s / every_s > MAX_CADENCE_EVENTS:
+            raise ValueError(f"{field} is {every_s} s: {end_s / every_s:.3g} times in stop.max_sim_time_s {end_s} s; "
+                             f"give at most {MAX_CADENCE_EVENTS:,} (every_s >= {end_s / MAX_CADENCE_EVENTS:.3g})")
 
 
 def _check_faults(scenario: Scenario) -> None:

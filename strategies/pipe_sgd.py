@@ -35,7 +35,7 @@ class PipeSGD(StrategyConfig):
     lr: float = Field(default=0.1, gt=0)
     staleness: int = Field(default=1, ge=0, description="k: iteration t applies the sum of iteration t-(k+1)")
     pipeline_level: Literal[1, 2] = 1
-    segments: int = Field(default=4, ge=1, description="L: gradient pieces all-reduced in turn at level 2")
+    segments: int = Field(default=4, ge=1, le=4096, description="L: gradient pieces all-reduced in turn at level 2")
     compression: Scheme = "none"
     codec_s_per_byte: float = Field(default=0.0, ge=0, description="compress or decompress cost per raw byte")
     update_s: float = Field(default=0.0, ge=0, description="l_up: time to apply one update")
