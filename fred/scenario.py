@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import typing
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -19,6 +20,27 @@ class Section(BaseModel):
     (an infinite time or size passed the bounds and then hung or crashed the run)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        # pydantic takes true as 1: "workers: yes" ran one worker. (A model validator: a field
+        # validator for every field is not allowed on the fields unions are told apart by.)
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key) if isinstance(key, str) else None
+                if isinstance(value, bool) and field is not None and not _takes_bool(field.annotation):
+                    raise ValueError(f"{key}: got {str(value).lower()}; a number or a name is needed here, not true or false")
+        return data
+
+
+def _takes_bool(annotation: Any) -> bool:
+    """Whether a field's type admits a boolean (``bool``, ``Any``, a Literal of one, or a union with one)."""
+    if annotation is bool or annotation is Any:
+        return True
+    if typing.get_origin(annotation) is Literal:
+        return any(isinstance(v, bool) for v in typing.get_args(annotation))
+    return any(_takes_bool(arg) for arg in typing.get_args(annotation))
 
 
 PositiveFloat = Annotated[float, Field(gt=0)]
