@@ -89,5 +89,5 @@ def timeline(result, out: Path, max_events: int = 20000) -> list[Path]:
                 ax.broken_barh(spans, (row - 0.4, 0.8), color=colour, label=group if row == 0 else None)
     ax.set(yticks=range(len(entities)), yticklabels=entities, xlabel="simulated time (s)", title=_label(result))
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
-    ax.legend(handles, list(COLOURS), loc="upper right", fontsize=8)
+    ax.legend(handles, list(COLOURS), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # not over the bars
     return _save(fig, out, "timeline")

@@ -161,3 +161,15 @@ def test_staleness_over_time_keeps_every_update_and_every_window():
     assert over_time["start_s"].iloc[0] == 20000.0 and over_time["end_s"].iloc[-1] == 20010.0
     with pytest.raises(ValueError, match="bins must be at least 1"):
         staleness(updates, "time", bins=0)
+
+
+def test_the_timeline_legend_is_beside_the_bars_not_over_them(monkeypatch, tmp_path):
+    import fred.plots as plots
+
+    shown = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
+    timeline(fred.run(tiny(stop={"max_updates": 4})), tmp_path)
+    fig = shown[0]
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert not ax.get_legend().get_window_extent().overlaps(ax.get_window_extent())
