@@ -84,6 +84,8 @@ def resume(
     _check_interval(checkpoint_every_s)  # before anything runs (0 was taken as "no checkpoints")
     path = checkpoint_dir(run_dir)
     if not (path / "scenario.yaml").is_file():
+        if is_complete(Path(run_dir)):
+            raise ScenarioError([f"{run_dir} is a finished run: there is nothing to resume"], str(run_dir))
         raise ScenarioError([f"no checkpoint for {run_dir} (looked in {path}); start runs with --checkpoint-every-s"], str(run_dir))
     scenario = validate(read_yaml(path / "scenario.yaml"), str(path / "scenario.yaml"))
     checkpointer = _checkpointer(scenario, Path(run_dir), checkpoint_every_s) if checkpoint_every_s is not None else None

@@ -226,6 +226,9 @@ def test_resume_without_a_checkpoint_or_with_a_scenario_is_a_clear_error(tmp_pat
     assert "no checkpoint for" in capsys.readouterr().err
     assert main(["run", "x.yaml", "--resume", str(tmp_path / "nothing")]) == 2
     assert "only the run directory" in capsys.readouterr().err
+    fred.run(tiny(), out=tmp_path / "done")
+    assert main(["run", "--resume", str(tmp_path / "done")]) == 2  # it said to start runs with --checkpoint-every-s
+    assert "is a finished run: there is nothing to resume" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("every_s", ["0", "-5"])
