@@ -94,6 +94,8 @@ def resume(
         saved = checkpoint.load(path)
         if saved.scenario_sha256 != scenario.digest():
             raise ValueError(f"{path}: the checkpoint is of another scenario than its scenario.yaml")
+        if checkpointer is not None:
+            checkpointer.wall_before_s = saved.wall_s
         result = execute(scenario, progress, checkpointer, resume=saved)
     except Exception as err:  # noqa: BLE001 - any failure to fast-forward: the slow path gives the same bits
         reason = f"{type(err).__name__}: {err}"

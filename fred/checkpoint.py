@@ -55,6 +55,7 @@ class Saved:
     metrics: list[list[float]]
     scenario_sha256: str
     train: tuple[float, int] = (0, 0)  # the train losses added up since the last evaluation, and their examples
+    wall_s: float = 0.0  # wall-clock seconds the run had taken when it was saved (earlier processes included)
 
 
 def collect() -> None:
@@ -88,7 +89,9 @@ class Checkpointer:
     scenario_sha256: str
     clock: Callable[[], float] = time.monotonic
     saved: int = 0
+    wall_before_s: float = 0.0  # wall seconds the run took in earlier processes (a resumed run's checkpoint)
     _next_s: float = field(default=0.0, init=False)
+    _born_s: float = field(default=0.0, init=False)
     # The segments this checkpointer wrote, and how much of the tape they hold. A resumed
     # run's checkpointer starts afresh: its first segment holds everything up to then.
     _segments: list[str] = field(default_factory=list, init=False)
@@ -96,6 +99,7 @@ class Checkpointer:
 
     def __post_init__(self) -> None:
         self._next_s = self.clock() + self.every_s
+        self._born_s = time.perf_counter()
 
     def due(self) -> bool:
         return self.clock() >= self._next_s
@@ -113,7 +117,8 @@ class Checkpointer:
             segments = [*segments, name]
         table, values = tapes.pack(tape.live_values(), "values")  # thousands of scalars: a few entries
         state = {"steps": steps, "metrics": metrics, "scenario_sha256": self.scenario_sha256,
-                 "segments": segments, "values": table, "train": list(train)}
+                 "segments": segments, "values": table, "train": list(train),
+                 "wall_s": self.wall_before_s + time.perf_counter() - self._born_s}
         self._replace("checkpoint.npz", lambda f: _write_state(f, state, values))
         self._segments, self._mark = segments, now
         self._forget_others(segments)
@@ -159,4 +164,5 @@ def load(path: Path) -> Saved:
     else:  # written before the live values were packed: one entry each
         values = {int(name[1:]): value for name, value in extra.items()}
     train = tuple(state.get("train", (0, 0)))  # none before train losses were added up as a run went
-    return Saved(state["steps"], recorded, values, state["metrics"], state["scenario_sha256"], train)  # type: ignore[arg-type]
+    wall_s = float(state.get("wall_s", 0.0))  # not recorded before resumed runs reported the whole wall time
+    return Saved(state["steps"], recorded, values, state["metrics"], state["scenario_sha256"], train, wall_s)  # type: ignore[arg-type]

@@ -350,7 +350,8 @@ def _execute(
         recorded = document(tape, tape.codes(final))
     params = jax.tree.map(np.asarray, resolved(final))
     tables = recorder.tables(end_s)
-    summary = _summary(scenario, built, controller, tables, params, end_s, time.perf_counter() - wall_start)
+    wall_s = time.perf_counter() - wall_start + (resume.wall_s if resume is not None else 0.0)  # a resumed run: all of it
+    summary = _summary(scenario, built, controller, tables, params, end_s, wall_s)
     summary["tape_sha256"] = digest(*recorded)
     return RunResult(scenario, summary, tables["metrics"], tables["updates"], tables["events"], params, tape=recorded)
 

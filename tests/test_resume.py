@@ -211,6 +211,19 @@ def test_resume_falls_back_to_a_full_run_when_it_cannot_fast_forward(tmp_path):
     assert (run_dir / "summary.json").is_file() and not checkpoint_dir(run_dir).exists()
 
 
+def test_a_resumed_run_reports_the_wall_time_of_the_whole_run(tmp_path):
+    # It reported only the resumed part (13 s of a 53 s run).
+    sc = scenario("asgd")
+    run_dir = tmp_path / "run"
+    checkpointer = Once(checkpoint_dir(run_dir), 40, sc.digest(), clock=itertools.count().__next__, wall_before_s=1000.0)
+    checkpointer.path.mkdir(parents=True)
+    (checkpointer.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
+    execute(sc, checkpointer=checkpointer)
+    assert checkpoint.load(checkpointer.path).wall_s > 1000.0
+    result, reason = fred.api.resume(run_dir)
+    assert reason is None and result.summary["wall_time_s"] > 1000.0
+
+
 def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(tmp_path):
     sc = scenario("asgd")
     path = checkpoint_dir(tmp_path / "run")
