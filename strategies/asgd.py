@@ -33,4 +33,4 @@ class ASGD(StrategyConfig):
 
 @register(ASGD, timing_only=True)
 def start(sim: Simulation, config: ASGD):
-    return run_parameter_server(sim, sasgd_rule(config.lr, 1, staleness_aware=False), c=1, clock=config.clock)
+    return run_parameter_server(sim, sasgd_rule(config.lr, staleness_aware=False), c=1, clock=config.clock)

@@ -65,4 +65,4 @@ def _decider(config: BFASGD, kind: str, seed: int, workers: int):
 def start(sim: Simulation, config: BFASGD):
     n = len(sim.workers)
     gate = Gate(_decider(config, "push", sim.seed, n), _decider(config, "fetch", sim.seed, n))
-    return run_parameter_server(sim, rule_for(config, n), config.gradients_per_update(n), config.clock, gate)
+    return run_parameter_server(sim, rule_for(config), config.gradients_per_update(n), config.clock, gate)

@@ -106,7 +106,7 @@ def fasgd_one(statistic: str, gamma: float, beta: float, eps: float) -> Callable
 
 
 @functools.cache  # one compiled rule per hyper-parameter set, shared by runs in a process
-def fasgd_rule(lr: float, c: int, staleness_aware: bool, statistic: str, gamma: float, beta: float, eps: float) -> Rule:
+def fasgd_rule(lr: float, staleness_aware: bool, statistic: str, gamma: float, beta: float, eps: float) -> Rule:
     step = make_step(sgd(lr))
     one = fasgd_one(statistic, gamma, beta, eps)
 
@@ -115,7 +115,7 @@ def fasgd_rule(lr: float, c: int, staleness_aware: bool, statistic: str, gamma: 
 
     def apply(params: Params, state: Any, grads: list[GradSum], staleness: list[int]) -> tuple[Params, Any]:
         moments, opt_state = state
-        scales = staleness_scales(c, staleness, staleness_aware)
+        scales = staleness_scales(len(grads), staleness, staleness_aware)  # c: this batch's size (sasgd_rule)
         deltas = []
         for k, grad in enumerate(grads):  # statistics see every gradient, in order
             moments, delta = one(moments, mean_grad(grad), scales[k])
@@ -126,12 +126,11 @@ def fasgd_rule(lr: float, c: int, staleness_aware: bool, statistic: str, gamma: 
     return Rule(init, apply, statistic=lambda state: float(_mean_statistic(state[0])))
 
 
-def rule_for(config: FASGD, workers: int) -> Rule:
-    c = config.gradients_per_update(workers)
-    return fasgd_rule(config.lr, c, config.staleness_aware, config.statistic, config.gamma, config.beta, config.eps)
+def rule_for(config: FASGD) -> Rule:
+    return fasgd_rule(config.lr, config.staleness_aware, config.statistic, config.gamma, config.beta, config.eps)
 
 
 @register(FASGD)
 def start(sim: Simulation, config: FASGD):
     c = config.gradients_per_update(len(sim.workers))
-    return run_parameter_server(sim, rule_for(config, len(sim.workers)), c, config.clock)
+    return run_parameter_server(sim, rule_for(config), c, config.clock)

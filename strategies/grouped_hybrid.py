@@ -101,7 +101,7 @@ class Plan:
 @register(GroupedHybrid)
 def start(sim: Simulation, config: GroupedHybrid):
     n = len(sim.workers)
-    rule = sasgd_rule(config.lr, 1, staleness_aware=False)
+    rule = sasgd_rule(config.lr, staleness_aware=False)
     server = ParameterServer(sim, sim.init_params)
     state = {"rule": rule.init(server.params)}
     plan = Plan(counts=[0] * n, busy_s=[0.0] * n)

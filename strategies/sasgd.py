@@ -85,7 +85,10 @@ def scaled_sum(grads: list[Params], scales: jax.Array) -> Params:
 
 
 @functools.cache
-def sasgd_rule(lr: float, c: int, staleness_aware: bool) -> Rule:
+def sasgd_rule(lr: float, staleness_aware: bool) -> Rule:
+    """The server's update for a batch of c gradients; c is the batch's own size, the configured
+    c except after a crash, when the server applies what the live workers sent (a mean over
+    them, as the plain average is: dividing by the configured c shrank the step)."""
     step, sum_step = make_step(sgd(lr)), make_sum_step(sgd(lr))
 
     def apply(params: Params, state: Any, grads: list[GradSum], staleness: list[int]) -> tuple[Params, Any]:
@@ -93,7 +96,7 @@ def sasgd_rule(lr: float, c: int, staleness_aware: bool) -> Rule:
             total = sum_grads(grads)
             return sum_step(params, state, total.grad, total.count)
         means = [mean_grad(g) for g in grads]
-        return step(params, state, scaled_sum(means, staleness_scales(c, staleness, True)))
+        return step(params, state, scaled_sum(means, staleness_scales(len(grads), staleness, True)))
 
     return Rule(sgd(lr).init, apply)
 
@@ -208,4 +211,4 @@ def run_parameter_server(
 @register(SASGD, timing_only=True)
 def start(sim: Simulation, config: SASGD):
     c = config.gradients_per_update(len(sim.workers))
-    return run_parameter_server(sim, sasgd_rule(config.lr, c, config.staleness_aware), c, config.clock)
+    return run_parameter_server(sim, sasgd_rule(config.lr, config.staleness_aware), c, config.clock)

@@ -52,7 +52,7 @@ def _on_parameter_server(sim: Simulation, config: SSGD):
     # The server waits for all n gradients and applies their plain average: n-softsync
     # with n_soft = 1 and no staleness scaling, so the server loop is SASGD's.
     n = len(sim.workers)
-    return run_parameter_server(sim, sasgd_rule(config.lr, n, staleness_aware=False), c=n)
+    return run_parameter_server(sim, sasgd_rule(config.lr, staleness_aware=False), c=n)
 
 
 def run_allreduce_sgd(sim: Simulation, opt, step):

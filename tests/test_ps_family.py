@@ -51,7 +51,23 @@ def test_sasgd_rule_matches_a_numpy_reference(c, aware):
             scale = 1.0 / (c * (tau + 1)) if aware else 1.0 / c
             for k in expected:
                 expected[k] = expected[k] - LR * scale * (g[k] / 4)
-    got = run_rule(sasgd_rule(LR, c, aware), batches)
+    got = run_rule(sasgd_rule(LR, aware), batches)
+    for k in expected:
+        np.testing.assert_allclose(got[k], expected[k], rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("aware", [True, False])
+def test_a_batch_short_of_c_after_a_crash_is_scaled_by_its_own_size(aware):
+    # After a crash the server applies what the live workers sent: 3 of c = 4. Scaled by
+    # 1 / (4 (tau + 1)), the staleness-aware step shrank to 3/4, unlike the plain average.
+    batches = fixed_batches(3, 2, 4) + fixed_batches(4, 3, 3)
+    expected = start_params()
+    for grads, staleness in batches:
+        for g, tau in zip(grads, staleness):
+            scale = 1.0 / (len(grads) * (tau + 1)) if aware else 1.0 / len(grads)
+            for k in expected:
+                expected[k] = expected[k] - LR * scale * (g[k] / 4)
+    got = run_rule(sasgd_rule(LR, aware), batches)
     for k in expected:
         np.testing.assert_allclose(got[k], expected[k], rtol=2e-6, atol=1e-7)
 
@@ -61,7 +77,7 @@ def test_sasgd_rule_matches_a_numpy_reference(c, aware):
 @pytest.mark.parametrize("c", [1, 3])
 def test_fasgd_rule_matches_a_numpy_reference(statistic, aware, c):
     gamma, beta, eps = 0.8, 0.7, 1e-3
-    batches = fixed_batches(2, 6, c)
+    batches = fixed_batches(2, 6, c) + fixed_batches(5, 2, max(c - 1, 1))  # and short batches, as after a crash
     params = start_params()
     n = {k: np.zeros(s, np.float64) for k, s in SHAPES.items()}
     b = {k: np.zeros(s, np.float64) for k, s in SHAPES.items()}
@@ -69,7 +85,7 @@ def test_fasgd_rule_matches_a_numpy_reference(statistic, aware, c):
     for grads, staleness in batches:
         step = {k: np.zeros(s) for k, s in SHAPES.items()}
         for g, tau in zip(grads, staleness):
-            scale = 1.0 / (c * (tau + 1)) if aware else 1.0 / c
+            scale = 1.0 / (len(grads) * (tau + 1)) if aware else 1.0 / len(grads)
             for k in SHAPES:
                 mean = g[k] / 4
                 if statistic == "abs":
@@ -81,7 +97,7 @@ def test_fasgd_rule_matches_a_numpy_reference(statistic, aware, c):
                     v[k] = beta * v[k] + (1 - beta) * np.sqrt(np.maximum(n[k] - b[k] ** 2, 0) + eps)
                     step[k] += mean / v[k] * scale
         params = {k: params[k] - LR * step[k] for k in SHAPES}
-    got = run_rule(fasgd_rule(LR, c, aware, statistic, gamma, beta, eps), batches)
+    got = run_rule(fasgd_rule(LR, aware, statistic, gamma, beta, eps), batches)
     for k in SHAPES:
         np.testing.assert_allclose(got[k], params[k], rtol=1e-4, atol=1e-6)
 
