@@ -13,6 +13,7 @@ import concurrent.futures as cf
 import copy
 import itertools
 import multiprocessing
+import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,17 +77,52 @@ Done = Callable[[str], None]  # told each run directory as its run finishes
 def _local(todo: Todo, jobs: int, done: Done) -> None:
     if jobs > 1 and len(todo) > 1:
         # spawn, not fork: JAX's runtime does not survive a fork. A run that fails, or Ctrl-C,
-        # stops the sweep: no queued run starts, and those already started finish and are kept
-        # (a pool left to its own exit would run every queued one, silently, before stopping).
-        pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+        # stops the sweep: no queued run starts, and those already started finish and are kept;
+        # a second Ctrl-C stops them too (a run is written whole or not at all).
+        pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_ctrl_c)
         try:
-            for future in cf.as_completed([pool.submit(_run_one, resolved, out) for resolved, out in todo]):
-                done(future.result())
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            _in_turn(pool, todo, jobs, done)
+        except BaseException:
+            _stop(pool)
+            raise
+        pool.shutdown(wait=True)
     else:
         for resolved, out in todo:
             done(_run_one(resolved, out))
+
+
+def _ignore_ctrl_c() -> None:
+    """In a worker process: Ctrl-C goes to the whole process group, and only the sweep decides
+    what it stops (a worker's own KeyboardInterrupt could land in cleanup code and be dropped)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _in_turn(pool: cf.ProcessPoolExecutor, todo: Todo, jobs: int, done: Done) -> None:
+    """At most ``jobs`` runs submitted at once: a pool moves jobs + 1 submitted calls to its
+    workers' queue, past cancelling, so with all submitted Ctrl-C still started more."""
+    queued = iter(todo)
+    running = {pool.submit(_run_one, *item) for item in itertools.islice(queued, jobs)}
+    while running:
+        finished, running = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+        for future in finished:
+            done(future.result())
+            following = next(queued, None)
+            if following is not None:
+                running.add(pool.submit(_run_one, *following))
+
+
+def _stop(pool: cf.ProcessPoolExecutor) -> None:
+    """Let the started runs finish; on a second Ctrl-C, end them (a shutdown cut short by it
+    left workers that never got their stop signal, and the sweep hung at exit)."""
+    try:
+        pool.shutdown(wait=True, cancel_futures=True)
+    except KeyboardInterrupt:
+        processes = list((pool._processes or {}).values())  # noqa: SLF001 - the pool has no public kill
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join()
+        raise
 
 
 def _ray(todo: Todo, jobs: int, done: Done) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -84,6 +87,27 @@ def test_ctrl_c_stops_a_parallel_sweep_and_keeps_what_finished(scenario, tmp_pat
     assert all(is_complete(d) for d in (tmp_path / "runs").iterdir() if not d.name.startswith("."))
     _, ran = sweep(scenario, grid, tmp_path / "runs")
     assert ran == 8 - len(kept)
+
+
+def test_ctrl_c_twice_at_a_terminal_ends_a_parallel_sweep_at_once(tmp_path):
+    # A terminal's Ctrl-C reaches the whole process group. The second one cut the pool's shutdown
+    # short and the sweep hung at exit, its workers never told to stop.
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny(stop={"max_updates": 3000}, eval={"every_updates": 1000})))
+    command = [sys.executable, "-m", "fred.cli", "sweep", str(path), "--grid", "seed=0,1,2,3,4,5", "--jobs", "2",
+               "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "t.parquet")]
+    sweep_process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert sweep_process.stderr.readline().startswith("[1/6]")  # one run finished, two more started
+    for _ in range(2):
+        os.killpg(sweep_process.pid, signal.SIGINT)
+        time.sleep(0.3)
+    try:
+        assert sweep_process.wait(60) == 130
+    finally:
+        if sweep_process.poll() is None:
+            os.killpg(sweep_process.pid, signal.SIGKILL)
+    kept = [d for d in (tmp_path / "runs").iterdir() if is_complete(d)]
+    assert 1 <= len(kept) < 6 and not (tmp_path / "t.parquet").exists()
 
 
 def test_fred_sweep_writes_the_table(scenario, tmp_path, capsys):
