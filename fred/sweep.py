@@ -40,29 +40,64 @@ def parse_grid(items: list[str]) -> dict[str, list[Any]]:
 
 
 def _grid_values(item: str, values: str) -> list[Any]:
-    """The parsed values of one ``--grid``: none empty (write ``null`` for None), none twice."""
+    """The parsed values of one ``--grid``, read as one YAML flow list (so a value may be a list,
+    ``model.hidden=[64, 32],[128]``): none empty (write ``null`` for None), none twice."""
+    texts = values.split(",")
+    if any(not text.strip() for text in texts):
+        raise ScenarioError([f"--grid {item!r}: a value is empty; write null for a missing one"], "--grid")
+    try:
+        parsed_all = yaml.safe_load(f"[{values}]")
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or err
+        raise ScenarioError([f"--grid {item!r}: {values} is not a comma-separated list of YAML values ({problem})"], "--grid") from None
+    if len(parsed_all) != len(texts):  # some values hold commas themselves: name them as parsed
+        texts = [repr(value) for value in parsed_all]
     parsed: list[Any] = []
-    for text in values.split(","):
-        if not text.strip():
-            raise ScenarioError([f"--grid {item!r}: a value is empty; write null for a missing one"], "--grid")
-        value = yaml.safe_load(text)
+    for text, value in zip(texts, parsed_all):
         if value in parsed:  # the same run twice: a table with duplicate rows
             raise ScenarioError([f"--grid {item!r}: {text.strip()} is given twice (as {value!r}); give each value once"], "--grid")
         parsed.append(value)
     return parsed
 
 
-def expand(base: dict[str, Any], grid: dict[str, list[Any]], source: str) -> list[tuple[dict[str, Any], Scenario]]:
-    """Every combination of the grid, as (its settings, the validated scenario)."""
+def expand(
+    base: dict[str, Any], grid: dict[str, list[Any]], source: str, base_dir: Path = Path(".")
+) -> list[tuple[dict[str, Any], Scenario]]:
+    """Every combination of the grid, as (its settings as validated, the validated scenario).
+
+    A setting is the value the scenario got (``3e-2``, a string to YAML 1.1, becomes 0.03),
+    so the table holds numbers; a profile set by the grid is included per combination.
+    """
     combos = []
     keys = list(grid)
+    seen: dict[str, dict[str, Any]] = {}
     for values in itertools.product(*(grid[k] for k in keys)):
         settings = dict(zip(keys, values))
         data = copy.deepcopy(base)
         for path, value in settings.items():
             set_path(data, path, value)
-        combos.append((settings, validate(data, f"{source} with {settings}")))
+        where = f"{source} with {settings}"
+        scenario = validate(include_profiles(data, base_dir, where), where)
+        if scenario.digest() in seen:
+            given = lambda s: ", ".join(f"{path}={value!r}" for path, value in s.items())  # noqa: E731 - '32' vs 32
+            raise ScenarioError([f"--grid: {given(settings)} and {given(seen[scenario.digest()])} are the same run; "
+                                 "give each value once"], "--grid")
+        seen[scenario.digest()] = settings
+        resolved = scenario.resolved()
+        combos.append(({path: _read_path(resolved, path, value) for path, value in settings.items()}, scenario))
     return combos
+
+
+def _read_path(data: Any, path: str, given: Any) -> Any:
+    """The value at ``a.b.0.c`` in resolved data, or ``given`` where the path is gone (a profile's)."""
+    for key in path.split("."):
+        if isinstance(data, list) and key.isdigit() and int(key) < len(data):
+            data = data[int(key)]
+        elif isinstance(data, dict) and key in data:
+            data = data[key]
+        else:
+            return given
+    return data
 
 
 def _run_one(resolved: dict[str, Any], out: str) -> str:
@@ -159,8 +194,7 @@ def sweep(
     if jobs < 1:
         raise ValueError(f"--jobs {jobs}: give 1 or more runs at once")
     base = apply_overrides(read_yaml(scenario_path), list(sets))
-    base = include_profiles(base, Path(scenario_path).parent, str(scenario_path))
-    combos = expand(base, grid, str(scenario_path))
+    combos = expand(base, grid, str(scenario_path), Path(scenario_path).parent)
     todo: Todo = []
     labels: dict[str, str] = {}
     for settings, scenario in combos:

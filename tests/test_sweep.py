@@ -49,6 +49,25 @@ def test_a_grid_that_would_lose_or_repeat_runs_is_refused(items, message):
         parse_grid(items)
 
 
+def test_grid_values_are_the_validated_ones_lists_and_profiles_included(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny(stop={"max_updates": 4}, cluster={"compute": {"step_time_s": None}})))
+    (tmp_path / "fast.yaml").write_text("step_time_s: 0.005\n")
+    (tmp_path / "slow.yaml").write_text("step_time_s: 0.02\n")
+    # 3e-2 is a string to YAML 1.1: the table held text; a list value was split at its comma
+    # (a traceback); a gridded profile was refused as an unknown key
+    grid = parse_grid(["strategy.lr=0.1,3e-2", "model.hidden=[8, 4],[16]", "cluster.compute.profile=fast.yaml,slow.yaml"])
+    table, ran = sweep(path, grid, tmp_path / "runs")
+    assert ran == 8 and table["strategy.lr"].tolist() == [0.1] * 4 + [0.03] * 4
+    assert [list(h) for h in table["model.hidden"][:4]] == [[8, 4], [8, 4], [16], [16]]
+    by_profile = table.groupby("cluster.compute.profile")["sim_time_s"].max()
+    assert by_profile["fast.yaml"] * 3 < by_profile["slow.yaml"]  # each combination got its own profile's step time
+    with pytest.raises(ScenarioError, match="is not a comma-separated list of YAML values"):
+        parse_grid(["strategy.lr=0.1,{a"])
+    with pytest.raises(ScenarioError, match="strategy.lr='1e-1' and strategy.lr=0.1 are the same run"):
+        sweep(path, parse_grid(["strategy.lr=0.1,1e-1"]), tmp_path / "runs", sets=["cluster.compute.step_time_s=0.01"])
+
+
 def test_jobs_must_be_at_least_one(scenario, tmp_path, capsys):
     assert main(["sweep", str(scenario), "--grid", "seed=0", "--jobs", "0", "--runs", str(tmp_path / "r")]) == 2
     assert "--jobs 0: give 1 or more" in capsys.readouterr().err
