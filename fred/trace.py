@@ -1,7 +1,8 @@
 """Export a run's event timeline in the Chrome trace-event format (Perfetto, chrome://tracing).
 
-Process 1 holds one track per entity (workers, servers): every row of ``events.parquet``
-becomes exactly one event there, a complete event (``"ph": "X"``) with microsecond
+Process 1 holds a track per entity (workers, servers), more where its activities overlap,
+since Perfetto draws only slices that nest: every row of ``events.parquet`` becomes exactly
+one event there, a complete event (``"ph": "X"``) with microsecond
 timestamps, or an instant (``"ph": "i"``) when it takes no time. Process 2 repeats each
 point-to-point transfer on the track of the link it used (``worker3 -> server``), so link
 contention can be seen at a glance.
@@ -27,39 +28,82 @@ def track_ids(entities: list[str]) -> dict[str, int]:
     return {name: i + 1 for i, name in enumerate(sorted(set(entities), key=key))}
 
 
+def lanes(starts: list[float], ends: list[float]) -> list[int]:
+    """A lane per activity, the first whose last activity has ended by its start (inputs by start).
+
+    Perfetto shows slices on one track only when they nest; an entity's overlapping activities
+    (HPSGD's training and synchronisation, a server's concurrent transfers) cross instead.
+    """
+    last_end: list[float] = []
+    out = []
+    for start_s, end_s in zip(starts, ends):
+        lane = next((i for i, e in enumerate(last_end) if e <= start_s), len(last_end))
+        if lane == len(last_end):
+            last_end.append(end_s)
+        else:
+            last_end[lane] = end_s
+        out.append(lane)
+    return out
+
+
+def _tracks(names: list[str], lane_of: list[int], order: dict[str, int]) -> dict[tuple[str, int], int]:
+    """Thread ids for (name, lane): names in ``order``, each name's lanes after it."""
+    keys = sorted(set(zip(names, lane_of)), key=lambda k: (order[k[0]], k[1]))
+    return {key: i + 1 for i, key in enumerate(keys)}
+
+
+def _track_names(tids: dict[tuple[str, int], int], pid: int) -> list[dict[str, Any]]:
+    return [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+             "args": {"name": name if lane == 0 else f"{name} ({lane + 1})"}} for (name, lane), tid in tids.items()]
+
+
 def trace_events(events: pd.DataFrame) -> list[dict[str, Any]]:
     """The trace-event list for an events table: one entry per row, plus track names.
 
     Rows are recorded when activities end; within each track they are ordered here by start.
+    An entity whose activities overlap gets more than one track (``worker0``, ``worker0 (2)``).
     """
-    tids = track_ids(events["entity"].tolist())
-    events = events.assign(_tid=events["entity"].map(tids)).sort_values(["_tid", "start_s"], kind="stable")
-    out: list[dict[str, Any]] = [
-        {"ph": "M", "name": "thread_name", "pid": 1, "tid": tid, "args": {"name": name}} for name, tid in tids.items()
-    ]
-    links = sorted({f"{r.entity} -> {r.peer}" for r in events.itertuples(index=False) if r.peer})
-    link_tids = {name: i + 1 for i, name in enumerate(links)}
+    order = track_ids(events["entity"].tolist())
+    events = events.assign(_order=events["entity"].map(order)).sort_values(["_order", "start_s"], kind="stable")
+    entities = events["entity"].tolist()
+    entity_lanes = _lanes_by(entities, events["start_s"].tolist(), events["end_s"].tolist())
+    tids = _tracks(entities, entity_lanes, order)
+    rows = list(events.itertuples(index=False))
+    linked = [(r, f"{r.entity} -> {r.peer}") for r in rows if r.peer]
+    link_order = {name: i for i, name in enumerate(sorted({name for _, name in linked}))}
+    linked.sort(key=lambda item: (link_order[item[1]], item[0].start_s))
+    link_names = [name for _, name in linked]
+    link_lanes = _lanes_by(link_names, [r.start_s for r, _ in linked], [r.end_s for r, _ in linked])
+    link_tids = _tracks(link_names, link_lanes, link_order)
+    out = _track_names(tids, 1)
     out += [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "entities"}},
             {"ph": "M", "name": "process_name", "pid": 2, "tid": 0, "args": {"name": "links"}}]
-    out += [{"ph": "M", "name": "thread_name", "pid": 2, "tid": tid, "args": {"name": name}} for name, tid in link_tids.items()]
-    copies = []
-    for row in events.itertuples(index=False):
-        base = {
-            "name": row.kind,
-            "cat": row.kind,
-            "pid": 1,
-            "tid": tids[row.entity],
-            "ts": row.start_s * 1e6,
-            "args": {"bytes": row.bytes, "peer": row.peer},
-        }
-        if row.end_s > row.start_s:
-            event = {**base, "ph": "X", "dur": (row.end_s - row.start_s) * 1e6}
-        else:
-            event = {**base, "ph": "i", "s": "t"}
-        out.append(event)
-        if row.peer:
-            copies.append({**event, "pid": 2, "tid": link_tids[f"{row.entity} -> {row.peer}"]})
-    return out + sorted(copies, key=lambda e: (e["tid"], e["ts"]))
+    out += _track_names(link_tids, 2)
+    for row, lane in zip(rows, entity_lanes):
+        out.append(_event(row, 1, tids[(row.entity, lane)]))
+    timed = [_event(row, 2, link_tids[(name, lane)]) for (row, name), lane in zip(linked, link_lanes)]
+    return out + sorted(timed, key=lambda e: (e["tid"], e["ts"]))
+
+
+def _lanes_by(names: list[str], starts: list[float], ends: list[float]) -> list[int]:
+    """:func:`lanes` within each name (rows grouped by name, by start within each)."""
+    out: list[int] = []
+    i = 0
+    while i < len(names):
+        j = i
+        while j < len(names) and names[j] == names[i]:
+            j += 1
+        out += lanes(starts[i:j], ends[i:j])
+        i = j
+    return out
+
+
+def _event(row: Any, pid: int, tid: int) -> dict[str, Any]:
+    base = {"name": row.kind, "cat": row.kind, "pid": pid, "tid": tid, "ts": row.start_s * 1e6,
+            "args": {"bytes": row.bytes, "peer": row.peer}}
+    if row.end_s > row.start_s:
+        return {**base, "ph": "X", "dur": (row.end_s - row.start_s) * 1e6}
+    return {**base, "ph": "i", "s": "t"}
 
 
 def write_trace(events: pd.DataFrame, path: str | Path) -> Path:

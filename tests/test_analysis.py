@@ -44,11 +44,13 @@ def test_the_trace_is_valid_trace_event_json_with_one_entry_per_event(path):
     assert len(links) == (result.events["peer"] != "").sum()
     for e in entries:
         assert {"ph", "name", "pid", "tid"} <= set(e)
-    last = defaultdict(lambda: -1.0)
+    last, ended = defaultdict(lambda: -1.0), defaultdict(lambda: -1.0)
     for e in timed + links:
         assert {"ts", "cat", "args"} <= set(e)
-        assert e["ts"] >= last[(e["pid"], e["tid"])]
-        last[(e["pid"], e["tid"])] = e["ts"]
+        track = (e["pid"], e["tid"])
+        assert e["ts"] >= last[track]
+        assert e["ts"] >= ended[track] - 1e-6, "slices on a track never partly overlap (Perfetto draws only nested ones)"
+        last[track], ended[track] = e["ts"], max(ended[track], e["ts"] + e.get("dur", 0))
         assert e.get("dur", 0) >= 0
     json.dumps({"traceEvents": entries})
 
