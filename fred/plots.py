@@ -72,6 +72,9 @@ def staleness_histograms(results: Sequence, out: Path) -> list[Path]:
 def timeline(result, out: Path, max_events: int = 20000) -> list[Path]:
     """A Gantt chart per entity: compute, communication and waiting over simulated time."""
     events = result.events.head(max_events)
+    title = _label(result)
+    if len(result.events) > max_events:  # say so: the chart would otherwise pass for the whole run
+        title += f" (first {max_events:,} of {len(result.events):,} events)"
     entities = sorted(set(events["entity"]), key=lambda e: (not e.startswith("worker"), len(e), e))
     fig, ax = plt.subplots(figsize=(10, 0.35 * len(entities) + 1.5))
     for row, entity in enumerate(entities):
@@ -86,8 +89,9 @@ def timeline(result, out: Path, max_events: int = 20000) -> list[Path]:
             }[group]
             spans = list(zip(mine.loc[pick, "start_s"], mine.loc[pick, "end_s"] - mine.loc[pick, "start_s"]))
             if spans:
-                ax.broken_barh(spans, (row - 0.4, 0.8), color=colour, label=group if row == 0 else None)
-    ax.set(yticks=range(len(entities)), yticklabels=entities, xlabel="simulated time (s)", title=_label(result))
+                # no edges: each span's 1-px outline painted a long run's many short pushes over its compute
+                ax.broken_barh(spans, (row - 0.4, 0.8), color=colour, linewidth=0, label=group if row == 0 else None)
+    ax.set(yticks=range(len(entities)), yticklabels=entities, xlabel="simulated time (s)", title=title)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
     ax.legend(handles, list(COLOURS), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # not over the bars
     return _save(fig, out, "timeline")

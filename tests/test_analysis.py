@@ -175,3 +175,15 @@ def test_the_timeline_legend_is_beside_the_bars_not_over_them(monkeypatch, tmp_p
     fig.canvas.draw()
     ax = fig.axes[0]
     assert not ax.get_legend().get_window_extent().overlaps(ax.get_window_extent())
+
+
+def test_the_timeline_says_when_it_shows_only_the_first_events_and_draws_no_edges(monkeypatch, tmp_path):
+    import fred.plots as plots
+
+    shown = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
+    result = fred.run(tiny(stop={"max_updates": 40}))
+    timeline(result, tmp_path, max_events=10)
+    ax = shown[0].axes[0]
+    assert ax.get_title().endswith(f"(first 10 of {len(result.events):,} events)")
+    assert all(bars.get_linewidth().max() == 0 for bars in ax.collections)
