@@ -79,13 +79,17 @@ def expand(
         where = f"{source} with {settings}"
         scenario = validate(include_profiles(data, base_dir, where), where)
         if scenario.digest() in seen:
-            given = lambda s: ", ".join(f"{path}={value!r}" for path, value in s.items())  # noqa: E731 - '32' vs 32
-            raise ScenarioError([f"--grid: {given(settings)} and {given(seen[scenario.digest()])} are the same run; "
-                                 "give each value once"], "--grid")
+            first = seen[scenario.digest()]
+            raise ScenarioError([f"--grid: {_as_given(settings)} and {_as_given(first)} are the same run; give each value once"], "--grid")
         seen[scenario.digest()] = settings
         resolved = scenario.resolved()
         combos.append(({path: _read_path(resolved, path, value) for path, value in settings.items()}, scenario))
     return combos
+
+
+def _as_given(settings: dict[str, Any]) -> str:
+    """A combination with its values as given, quoted: '32' and 32 read apart."""
+    return ", ".join(f"{path}={value!r}" for path, value in settings.items())
 
 
 def _read_path(data: Any, path: str, given: Any) -> Any:
@@ -152,7 +156,7 @@ def _stop(pool: cf.ProcessPoolExecutor) -> None:
     try:
         pool.shutdown(wait=True, cancel_futures=True)
     except KeyboardInterrupt:
-        processes = list((pool._processes or {}).values())  # noqa: SLF001 - the pool has no public kill
+        processes = list((pool._processes or {}).values())  # the pool has no public way to end its workers
         for process in processes:
             process.terminate()
         for process in processes:

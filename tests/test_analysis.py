@@ -166,7 +166,7 @@ def test_staleness_over_time_keeps_every_update_and_every_window():
 
 
 def test_the_timeline_legend_is_beside_the_bars_not_over_them(monkeypatch, tmp_path):
-    import fred.plots as plots
+    from fred import plots
 
     shown = []
     monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
@@ -178,7 +178,7 @@ def test_the_timeline_legend_is_beside_the_bars_not_over_them(monkeypatch, tmp_p
 
 
 def test_the_timeline_says_when_it_shows_only_the_first_events_and_draws_no_edges(monkeypatch, tmp_path):
-    import fred.plots as plots
+    from fred import plots
 
     shown = []
     monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
