@@ -16,7 +16,7 @@ from fred import checkpoint
 from fred.checkpoint import Checkpointer, checkpoint_dir
 from fred.loading import ScenarioError, include_profiles, merge, read_yaml, validate
 from fred.paths import check_out
-from fred.records import FILES, is_complete, write_run_dir
+from fred.records import is_complete, missing_files, write_run_dir
 from fred.runner import Progress, RunResult, execute
 from fred.scenario import Scenario
 
@@ -138,7 +138,7 @@ def load_run(path: str | Path | None) -> RunResult:
     path = Path(path)
     if not path.is_dir():
         raise ScenarioError([f"{path} is not a directory; give a run directory written by fred run"], str(path))
-    missing = [f for f in FILES if not (path / f).is_file()]
+    missing = missing_files(path)
     if missing:
         raise ScenarioError([f"{path} is not a complete run directory: it has no {', '.join(missing)}"], str(path))
     scenario = validate(read_yaml(path / "scenario.yaml"), str(path / "scenario.yaml"))

@@ -88,9 +88,10 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> None:
     for depth, key in enumerate(keys):
         last, parent = depth == len(keys) - 1, ".".join(keys[:depth])
         if isinstance(node, list):
-            if not (key.isdigit() and int(key) < len(node)):
+            index = _list_index(node, key)
+            if index is None:
                 raise ScenarioError([f"--set {path}: {parent} is a list of {len(node)}; index it 0..{len(node) - 1}"], "--set")
-            key = int(key)  # type: ignore[assignment]
+            key = index  # type: ignore[assignment]
         elif not isinstance(node, dict):
             raise ScenarioError([f"--set {path}: {parent} is {node!r}, not a section; set it whole"], "--set")
         if last:
@@ -98,6 +99,24 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> None:
         elif isinstance(node, dict) and node.get(key) is None:
             node[key] = {}
         node = node[key]
+
+
+def get_path(data: Any, path: str, default: Any = None) -> Any:
+    """The value at ``a.b.0.c`` (as :func:`set_path` reads the path), or ``default`` where there is none."""
+    for key in path.split("."):
+        index = _list_index(data, key) if isinstance(data, list) else None
+        if index is not None:
+            data = data[index]
+        elif isinstance(data, dict) and key in data:
+            data = data[key]
+        else:
+            return default
+    return data
+
+
+def _list_index(items: list[Any], key: str) -> int | None:
+    """``key`` as an index into ``items``, or None when it is not one."""
+    return int(key) if key.isdigit() and int(key) < len(items) else None
 
 
 def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -161,5 +161,10 @@ def _replace_dir(new: Path, out: Path) -> None:
         os.replace(new, out)
 
 
+def missing_files(run_dir: Path) -> list[str]:
+    """The records a complete run directory has and ``run_dir`` lacks."""
+    return [f for f in FILES if not (Path(run_dir) / f).is_file()]
+
+
 def is_complete(run_dir: Path) -> bool:
-    return all((Path(run_dir) / f).is_file() for f in FILES)
+    return not missing_files(run_dir)

@@ -301,9 +301,10 @@ def compare(replayed: Params, recorded: Params) -> pd.DataFrame:
     rows = []
     for name in sorted(recorded):
         a, b = np.asarray(replayed[name]), np.asarray(recorded[name])
-        diff = _abs_diff(a.astype(np.float64), b.astype(np.float64))
+        wide = b.astype(np.float64)
+        diff = _abs_diff(a.astype(np.float64), wide)
         with np.errstate(invalid="ignore"):
-            rel = np.where(diff == 0, 0.0, diff / np.maximum(np.abs(b.astype(np.float64)), np.finfo(np.float32).tiny))
+            rel = np.where(diff == 0, 0.0, diff / np.maximum(np.abs(wide), np.finfo(np.float32).tiny))
         equal = a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
         rows.append((name, equal, float(diff.max(initial=0.0)), float(rel.max(initial=0.0))))
     return pd.DataFrame(rows, columns=["leaf", "equal", "max_abs_diff", "max_rel_diff"])

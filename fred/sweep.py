@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 
 from fred.api import default_run_dir, finished_run, load_run, run
-from fred.loading import ScenarioError, apply_overrides, include_profiles, read_yaml, set_path, validate
+from fred.loading import ScenarioError, apply_overrides, get_path, include_profiles, read_yaml, set_path, validate
 from fred.scenario import Scenario
 
 
@@ -78,30 +78,18 @@ def expand(
             set_path(data, path, value)
         where = f"{source} with {settings}"
         scenario = validate(include_profiles(data, base_dir, where), where)
-        if scenario.digest() in seen:
-            first = seen[scenario.digest()]
-            raise ScenarioError([f"--grid: {_as_given(settings)} and {_as_given(first)} are the same run; give each value once"], "--grid")
-        seen[scenario.digest()] = settings
-        resolved = scenario.resolved()
-        combos.append(({path: _read_path(resolved, path, value) for path, value in settings.items()}, scenario))
+        digest = scenario.digest()
+        if digest in seen:
+            raise ScenarioError([f"--grid: {_as_given(settings)} and {_as_given(seen[digest])} are the same run; give each value once"], "--grid")
+        seen[digest] = settings
+        resolved = scenario.resolved()  # a gridded profile's path is gone from it: that value stays as given
+        combos.append(({path: get_path(resolved, path, value) for path, value in settings.items()}, scenario))
     return combos
 
 
 def _as_given(settings: dict[str, Any]) -> str:
     """A combination with its values as given, quoted: '32' and 32 read apart."""
     return ", ".join(f"{path}={value!r}" for path, value in settings.items())
-
-
-def _read_path(data: Any, path: str, given: Any) -> Any:
-    """The value at ``a.b.0.c`` in resolved data, or ``given`` where the path is gone (a profile's)."""
-    for key in path.split("."):
-        if isinstance(data, list) and key.isdigit() and int(key) < len(data):
-            data = data[int(key)]
-        elif isinstance(data, dict) and key in data:
-            data = data[key]
-        else:
-            return given
-    return data
 
 
 def _run_one(resolved: dict[str, Any], out: str) -> str:

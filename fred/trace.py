@@ -10,6 +10,7 @@ contention can be seen at a glance.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -88,13 +89,9 @@ def trace_events(events: pd.DataFrame) -> list[dict[str, Any]]:
 def _lanes_by(names: list[str], starts: list[float], ends: list[float]) -> list[int]:
     """:func:`lanes` within each name (rows grouped by name, by start within each)."""
     out: list[int] = []
-    i = 0
-    while i < len(names):
-        j = i
-        while j < len(names) and names[j] == names[i]:
-            j += 1
-        out += lanes(starts[i:j], ends[i:j])
-        i = j
+    for _, rows in itertools.groupby(zip(names, starts, ends), key=lambda row: row[0]):
+        _, group_starts, group_ends = zip(*rows)
+        out += lanes(list(group_starts), list(group_ends))
     return out
 
 
