@@ -47,6 +47,8 @@ class Faults:
         self._next_change: simpy.Event | None = None
         self.rejoin_hooks: list[Callable[[Worker, str], None]] = []
         self._loss_streams: dict[str, np.random.Generator] = {}
+        self._healthy: dict[str, tuple[float, float]] = {}  # entity -> (bandwidth_bps, latency_s) undegraded
+        self._degraded: dict[str, list[LinkDegrade]] = {}  # entity -> the windows in force on its link
         self._pending_rejoins = sum(c.rejoin_at_s is not None for c in config.worker_crash)
         self.server: ParameterServer | None = None
 
@@ -151,16 +153,27 @@ class Faults:
             self._changed()
 
     def _degrade(self, degrade: LinkDegrade) -> Generator[simpy.Event, Any, None]:
-        port = self.sim.network.ports[degrade.entity]
         yield self._at(degrade.at_s)
-        start_s, bandwidth, latency = self.sim.now, port.bandwidth_bps, port.latency_s
-        port.bandwidth_bps, port.latency_s = bandwidth * degrade.bandwidth_factor, latency + degrade.extra_latency_s
+        start_s = self.sim.now
+        self._degraded.setdefault(degrade.entity, []).append(degrade)
+        self._set_link(degrade.entity)
         if degrade.duration_s is None:
             self.sim.trace("link_degraded", degrade.entity, start_s, start_s)
             return
         yield self._at(degrade.at_s + degrade.duration_s)
-        port.bandwidth_bps, port.latency_s = bandwidth, latency
+        self._degraded[degrade.entity].remove(degrade)
+        self._set_link(degrade.entity)
         self.sim.trace("link_degraded", degrade.entity, start_s, self.sim.now)
+
+    def _set_link(self, entity: str) -> None:
+        """The link as its degradations in force leave it, computed from its own values each time:
+        restoring what one window saw at its start left the link degraded for ever when two
+        windows on it overlapped."""
+        port = self.sim.network.ports[entity]
+        bandwidth_bps, latency_s = self._healthy.setdefault(entity, (port.bandwidth_bps, port.latency_s))
+        for degrade in self._degraded[entity]:  # in the order they began: the same bits every run
+            bandwidth_bps, latency_s = bandwidth_bps * degrade.bandwidth_factor, latency_s + degrade.extra_latency_s
+        port.bandwidth_bps, port.latency_s = bandwidth_bps, latency_s
 
     def _checkpoints(self, every_s: float) -> Generator[simpy.Event, Any, None]:
         while True:

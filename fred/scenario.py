@@ -429,6 +429,35 @@ def _check_cadences(scenario: Scenario) -> None:
                              f"give at most {MAX_CADENCE_EVENTS:,} (every_s >= {end_s / MAX_CADENCE_EVENTS:.3g})")
 
 
+def _check_crash_order(faults: FaultsConfig) -> None:
+    """Refuse a crash of a worker or server that is already down: it was silently dropped, and
+    with it the rejoin or restart time the user gave."""
+    by_worker: dict[int, list[tuple[float, int]]] = {}
+    for i, crash in enumerate(faults.worker_crash):
+        by_worker.setdefault(crash.worker, []).append((crash.at_s, i))
+    for worker in sorted(by_worker):
+        entries = sorted(by_worker[worker])
+        for (_, before), (at_s, i) in zip(entries, entries[1:]):
+            back_s = faults.worker_crash[before].rejoin_at_s
+            if back_s is None or at_s <= back_s:
+                back = f"back at {back_s} s" if back_s is not None else "never back (no rejoin_at_s)"
+                raise ValueError(
+                    f"faults.worker_crash[{i}] crashes worker {worker} at {at_s} s while it is down "
+                    f"(faults.worker_crash[{before}]: down from {faults.worker_crash[before].at_s} s, {back}); "
+                    "a worker can crash again only after it has rejoined"
+                )
+    crashes = faults.server_crash.crashes if faults.server_crash is not None else []
+    order = sorted(range(len(crashes)), key=lambda i: crashes[i].at_s)
+    for before, i in zip(order, order[1:]):
+        back_s = crashes[before].at_s + crashes[before].restart_s
+        if crashes[i].at_s <= back_s:
+            raise ValueError(
+                f"faults.server_crash.crashes[{i}] is at {crashes[i].at_s} s while the server is down "
+                f"(crashes[{before}]: from {crashes[before].at_s} s, back at {back_s} s); "
+                "a server can crash again only after it has restarted"
+            )
+
+
 def _check_faults(scenario: Scenario) -> None:
     """Faults must name workers and links that exist, and behaviours the strategy models."""
     faults, n = scenario.faults, scenario.cluster.workers
@@ -442,6 +471,7 @@ def _check_faults(scenario: Scenario) -> None:
                 f"faults.worker_crash[{i}].rejoin_at_s: strategy {strategy!r} does not model a worker rejoining; "
                 "remove rejoin_at_s (see docs/failures.md for the strategies that do)"
             )
+    _check_crash_order(faults)
     if faults.any() and getattr(scenario.strategy, "clock", "simulated") == "logical":
         raise ValueError("faults are timed in simulated seconds, which clock: logical does not have; use clock: simulated")
     named = [(f"faults.link_degrade[{i}].entity", d.entity) for i, d in enumerate(faults.link_degrade)]

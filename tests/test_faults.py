@@ -167,6 +167,21 @@ def test_a_transfer_on_a_degraded_link_takes_the_degraded_time():
     assert sim.now - 1e-9 == pytest.approx(1e6 / (0.25 * cfg.bandwidth_bps) + cfg.latency_s + 0.003, rel=1e-9)
 
 
+def test_overlapping_degradations_compound_and_both_end():
+    # Each window used to restore the link as it found it: the second, begun inside the
+    # first, put back the first's half bandwidth when it ended, for the rest of the run.
+    first = {"entity": "worker1", "at_s": 0.1, "duration_s": 0.2, "bandwidth_factor": 0.5, "extra_latency_s": 0.001}
+    second = {"entity": "worker1", "at_s": 0.2, "duration_s": 0.2, "bandwidth_factor": 0.25, "extra_latency_s": 0.002}
+    sim = build(fred.loading.validate(scenario("asgd", {"link_degrade": [first, second]}))).sim
+    port, cfg = sim.network.ports["worker1"], sim.network.config
+    sim.faults.start()
+    seen = []
+    for time_s in (0.05, 0.15, 0.25, 0.35, 0.45):
+        sim.env.run(until=time_s)
+        seen.append((port.bandwidth_bps / cfg.bandwidth_bps, round(port.latency_s - cfg.latency_s, 9)))
+    assert seen == [(1.0, 0.0), (0.5, 0.001), (0.125, 0.003), (0.25, 0.002), (1.0, 0.0)]
+
+
 # ----------------------------------------------------------------------------- server crash
 PS = ["asgd", "sasgd", "fasgd", "bfasgd", "ssgd_ps"]
 SERVER = {"checkpoint_every_s": 0.03, "crashes": [{"at_s": 0.05, "restart_s": 0.02}]}
@@ -231,12 +246,25 @@ def test_after_a_restart_the_server_serves_its_checkpoint():
         ("asgd", {"worker_crash": [{"worker": 7, "at_s": 0.1}]}, "workers are 0..3"),
         ("asgd", {"worker_crash": [{"worker": 1, "at_s": 0.2, "rejoin_at_s": 0.1}]}, "must be after at_s"),
         ("asgd", {"message_loss": {"probability": 1.0, "retransmit_timeout_s": 0.1}}, "less than 1"),
+        ("asgd", {"worker_crash": [{"worker": 1, "at_s": 0.3}, {"worker": 1, "at_s": 0.1, "rejoin_at_s": 0.3}]},
+         "worker_crash[0] crashes worker 1 at 0.3 s while it is down (faults.worker_crash[1]: down from 0.1 s, back at 0.3 s)"),
+        ("asgd", {"worker_crash": [{"worker": 2, "at_s": 0.1}, {"worker": 2, "at_s": 0.5, "rejoin_at_s": 0.6}]},
+         "never back (no rejoin_at_s)"),
+        ("asgd", {"server_crash": {"checkpoint_every_s": 0.05, "crashes": [{"at_s": 0.1, "restart_s": 0.05}, {"at_s": 0.12, "restart_s": 0.1}]}},
+         "crashes[1] is at 0.12 s while the server is down (crashes[0]: from 0.1 s, back at"),
     ],
 )
 def test_bad_fault_settings_name_the_field_and_the_fix(name, faults, needle):
     with pytest.raises(ScenarioError, match="faults") as info:
         fred.run(scenario(name, faults))
     assert needle in str(info.value)
+
+
+def test_a_worker_may_crash_again_after_it_rejoined():
+    crashes = [{"worker": 1, "at_s": 0.02, "rejoin_at_s": 0.04}, {"worker": 1, "at_s": 0.06, "rejoin_at_s": 0.08}]
+    result = fred.run(scenario("asgd", {"worker_crash": crashes}))
+    kinds = result.events.loc[result.events["entity"] == "worker1", "kind"]
+    assert (kinds == "crash").sum() == 2 and (kinds == "rejoin").sum() == 2
 
 
 def test_faults_need_the_simulated_clock():
