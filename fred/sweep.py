@@ -144,7 +144,11 @@ def _stop(pool: cf.ProcessPoolExecutor) -> None:
     try:
         pool.shutdown(wait=True, cancel_futures=True)
     except KeyboardInterrupt:
-        processes = list((pool._processes or {}).values())  # the pool has no public way to end its workers
+        terminate = getattr(pool, "terminate_workers", None)  # public from Python 3.14
+        if terminate is not None:
+            terminate()
+            raise
+        processes = list((pool._processes or {}).values())  # before 3.14 the pool had no public way
         for process in processes:
             process.terminate()
         for process in processes:
