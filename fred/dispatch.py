@@ -2,7 +2,7 @@
 
 There is no compute or transfer time. At each step one worker that is ready
 (not blocked waiting for the server) is chosen uniformly at random and reports;
-steps are one time unit apart, so ``sim_time_s`` counts dispatcher steps. This
+steps are one time unit apart, the first at 0, so ``sim_time_s`` is the step count less one. This
 reproduces the FASGD paper's iteration-based curves inside the same engine.
 """
 

@@ -107,6 +107,15 @@ class Jitter(Section):
     # exp(sigma * N(0, 1)) scales a step: past ~10 the factor overflows a float on a rare draw
     sigma: Annotated[float, Field(ge=0, le=10)] = 0.0
 
+    @model_validator(mode="after")
+    def _sigma_with_its_kind(self) -> "Jitter":
+        # Either half alone was accepted and gave steps of exactly step_time_s: no jitter, silently.
+        if self.kind == "none" and self.sigma != 0:
+            raise ValueError(f"sigma {self.sigma} is given with kind 'none', which ignores it; add kind: lognormal")
+        if self.kind == "lognormal" and "sigma" not in self.model_fields_set:
+            raise ValueError("kind: lognormal needs its sigma, e.g. {kind: lognormal, sigma: 0.1}")
+        return self
+
 
 class Straggler(Section):
     worker: Annotated[int, Field(ge=0)]
@@ -178,7 +187,18 @@ class NetworkConfig(Section):
     bandwidth_bps: PositiveFloat = Field(default=1.25e9, description="bytes per second (1/beta)")
     reduce_s_per_byte: NonNegFloat = Field(default=0.0, description="gamma: reduction cost per byte")
     sync_s: NonNegFloat = Field(default=0.0, description="S: fixed synchronisation cost per all-reduce")
-    server: LinkConfig | None = Field(default=None, description="parameter-server link; default: as workers")
+    server: LinkConfig | None = Field(
+        default=None, description="parameter-server link; a key left out is as the workers' link"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _server_as_workers(cls, data: Any) -> Any:
+        # A partial server link took LinkConfig's own defaults, not the workers' values the docs promise.
+        if isinstance(data, dict) and isinstance(data.get("server"), dict):
+            workers = {key: data.get(key, cls.model_fields[key].default) for key in LinkConfig.model_fields}
+            data = {**data, "server": {**workers, **data["server"]}}
+        return data
 
 
 # ----------------------------------------------------------------------------- workload

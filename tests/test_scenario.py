@@ -78,6 +78,23 @@ def test_a_missing_worker_is_named_by_its_field(cluster, field):
     assert field in message and "(cluster.workers is 2)" in message
 
 
+@pytest.mark.parametrize(
+    ("jitter", "needle"),
+    [({"sigma": 0.3}, "sigma 0.3 is given with kind 'none', which ignores it; add kind: lognormal"),
+     ({"kind": "lognormal"}, "kind: lognormal needs its sigma")],
+)
+def test_jitter_half_given_is_refused(jitter, needle):
+    # Either half alone gave steps of exactly step_time_s: a scenario that meant jitter had none.
+    [message] = problems(tiny(cluster={"jitter": jitter}))
+    assert message.startswith("cluster.jitter:") and needle in message
+
+
+def test_a_partial_server_link_takes_the_workers_values_for_the_rest():
+    network = validate(tiny(network={"latency_s": 0.0, "bandwidth_bps": 1e8, "server": {"bandwidth_bps": 5e7}})).network
+    assert network.server is not None and (network.server.latency_s, network.server.bandwidth_bps) == (0.0, 5e7)
+    assert validate(tiny(network={"server": {"latency_s": 1e-3}})).network.server.bandwidth_bps == 1.25e9
+
+
 def test_a_strategy_checks_the_cluster_it_runs_on():
     [message] = problems(tiny(strategy={"name": "sgd"}))
     assert "set cluster.workers: 1 (got 4)" in message
