@@ -17,7 +17,7 @@ from pydantic import Field
 
 from fred.engine import Simulation, Worker
 from fred.optim import make_sum_step, sgd
-from fred.scenario import Scenario, StrategyConfig
+from fred.scenario import StrategyConfig
 from strategies.registry import register
 from strategies.sasgd import PS_FAULTS, run_parameter_server, sasgd_rule
 
@@ -31,13 +31,6 @@ class SSGD(StrategyConfig):
 
     def fault_support(self) -> frozenset[str]:
         return PS_FAULTS if self.aggregation == "ps" else ALLREDUCE_FAULTS
-
-    def check(self, scenario: Scenario) -> None:
-        if scenario.workload.timing_only and self.aggregation == "ps":
-            raise ValueError(
-                "workload.timing_only runs ssgd only with strategy.aggregation: allreduce "
-                "(the parameter-server loop needs real gradients); set it, or workload.timing_only: false"
-            )
 
 
 @register(SSGD, timing_only=True)
