@@ -13,12 +13,13 @@ import pandas as pd
 import yaml
 
 from fred import checkpoint
-from fred.checkpoint import Checkpointer, checkpoint_dir
+from fred.checkpoint import Checkpointer, Saved, checkpoint_dir
 from fred.loading import ScenarioError, include_profiles, merge, read_yaml, validate
 from fred.paths import check_out
 from fred.records import is_complete, missing_files, write_run_dir
 from fred.runner import Progress, RunResult, execute
 from fred.scenario import Scenario
+from fred.tape import NeedsValue, ResumeMismatch
 
 
 def resolve(scenario: Scenario | dict[str, Any] | str | Path, **overrides: Any) -> Scenario:
@@ -81,6 +82,7 @@ def resume(
     Returns the result and ``None`` when it fast-forwarded to the checkpoint, or the reason
     it had to run the scenario from the start instead (the result is the same bits).
     """
+    _not_a_checkpoint_folder(Path(run_dir))
     check_out(run_dir)
     _check_interval(checkpoint_every_s)  # before anything runs (0 was taken as "no checkpoints")
     path = checkpoint_dir(run_dir)
@@ -88,20 +90,46 @@ def resume(
         if is_complete(Path(run_dir)):
             raise ScenarioError([f"{run_dir} is a finished run: there is nothing to resume"], str(run_dir))
         raise ScenarioError([f"no checkpoint for {run_dir} (looked in {path}); start runs with --checkpoint-every-s"], str(run_dir))
+    if is_complete(Path(run_dir)):  # a checkpoint left by an earlier run: resuming it would replace this one
+        stale = (f"{run_dir} is a finished run, and {path} the checkpoint of an unfinished one that would replace it: "
+                 f"delete {path} to keep the finished run, or move {run_dir} away to finish the checkpointed one")
+        raise ScenarioError([stale], str(run_dir))
     scenario = validate(read_yaml(path / "scenario.yaml"), str(path / "scenario.yaml"))
     checkpointer = _checkpointer(scenario, Path(run_dir), checkpoint_every_s) if checkpoint_every_s is not None else None
-    reason = None
-    try:
-        saved = checkpoint.load(path)
-        if saved.scenario_sha256 != scenario.digest():
-            raise ValueError(f"{path}: the checkpoint is of another scenario than its scenario.yaml")
+    saved, reason = _load_checkpoint(path, scenario)
+    result = None
+    if saved is not None:
         if checkpointer is not None:
             checkpointer.wall_before_s = saved.wall_s
-        result = execute(scenario, progress, checkpointer, resume=saved)
-    except Exception as err:  # noqa: BLE001 - any failure to fast-forward: the slow path gives the same bits
-        reason = f"{type(err).__name__}: {err}"
+        try:
+            result = execute(scenario, progress, checkpointer, resume=saved)
+        except (ResumeMismatch, NeedsValue) as err:  # not a failure to write or to compute: those are the run's
+            reason = f"{type(err).__name__}: {err}"
+            if checkpointer is not None:
+                checkpointer.wall_before_s = 0.0  # the run is computed again from its start, in this process
+    if result is None:
         result = execute(scenario, progress, checkpointer)
     return _finish(scenario, result, run_dir, checkpointer or Checkpointer(path, float("inf"), "")), reason
+
+
+def _load_checkpoint(path: Path, scenario: Scenario) -> tuple[Saved | None, str | None]:
+    """The checkpoint, or None and why it cannot be used (the run is then computed from its start)."""
+    try:
+        saved = checkpoint.load(path)
+    except Exception as err:  # noqa: BLE001 - json, zip and numpy each raise their own for a damaged file
+        return None, f"{type(err).__name__}: {err}"
+    if saved.scenario_sha256 != scenario.digest():
+        return None, f"{path}: the checkpoint is of another scenario than its scenario.yaml"
+    return saved, None
+
+
+def _not_a_checkpoint_folder(run_dir: Path) -> None:
+    # `ls` shows run.checkpoint/ beside nothing else: --resume was given it, and check_out's
+    # advice was to choose another --out or empty it
+    if run_dir.name.endswith(".checkpoint") and (run_dir / "scenario.yaml").is_file() and not (run_dir / "summary.json").exists():
+        run = run_dir.with_name(run_dir.name.removesuffix(".checkpoint"))
+        raise ScenarioError([f"{run_dir} is a checkpoint folder; give the run directory it is for: fred run --resume {run}"],
+                            str(run_dir))
 
 
 def _check_interval(every_s: float | None) -> None:
@@ -112,6 +140,8 @@ def _check_interval(every_s: float | None) -> None:
 def _checkpointer(scenario: Scenario, out: Path, every_s: float) -> Checkpointer:
     _check_interval(every_s)
     path = checkpoint_dir(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path} is a file; checkpoints go in a directory of that name: move it, or choose another --out")
     path.mkdir(parents=True, exist_ok=True)
     return Checkpointer(path, every_s, scenario.digest())
 

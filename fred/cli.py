@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -30,13 +31,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as err:  # data files, shard sizes, a missing extra: not bugs
         print(f"fred: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a read-only folder, a full disk: the machine's answer, not a bug
+        print(f"fred: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 2
     except MemoryError as err:  # numpy's "Unable to allocate 745. GiB": the scenario, not a bug
         print(f"fred: out of memory ({err}); make the data set or the model smaller", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # runs are written whole or not at all: only the one cut short is lost
         lost = "no run directory was written" if args.command == "run" else "runs that finished are kept"
-        print(f"fred: interrupted; {lost}", file=sys.stderr)
+        print(f"fred: interrupted; {lost}{_resumable(args)}", file=sys.stderr)
         return 130
+
+
+def entry() -> None:
+    """The ``fred`` command: :func:`main`, and after a Ctrl-C an exit that skips interpreter
+    shutdown, where JAX/XLA crashed now and then with a segmentation fault (2 in 7 Ctrl-Cs
+    during compilation) after fred had reported the interrupt."""
+    code = main()
+    if code == 130:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def _resumable(args: argparse.Namespace) -> str:
+    """What to type to finish an interrupted ``fred run`` that left a checkpoint."""
+    from fred.checkpoint import checkpoint_dir
+
+    if args.command != "run" or args.checkpoint_every_s is None:
+        return ""
+    out = args.resume or getattr(args, "out_resolved", None)
+    if out is None or not (checkpoint_dir(out) / "checkpoint.npz").is_file():
+        return ""
+    return f"; its checkpoint is kept: fred run --resume {out}"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -125,6 +153,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError("fred run needs a scenario file, or --resume RUN_DIR")
     scenario = load_scenario(args.scenario, args.sets, args.seed)
     out = Path(args.out) if args.out else default_run_dir(scenario)
+    args.out_resolved = out  # for the message after a Ctrl-C
     show = not args.quiet and sys.stderr.isatty()
     if args.checkpoint_every_s is not None and args.checkpoint_every_s > 0 and not args.quiet:
         print(f"checkpoints in {out}.checkpoint/; after a kill: fred run --resume {out}", file=sys.stderr)
@@ -316,4 +345,4 @@ def _print_summary(summary: dict, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

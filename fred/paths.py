@@ -7,6 +7,7 @@ has run (its work would otherwise be lost at the end), and never by a traceback.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 # A run directory's records (``fred.records.FILES`` and the tape): never an output's name inside one.
@@ -56,6 +57,8 @@ def check_out(out: str | Path) -> None:
     existing = next((p for p in out.parents if p.exists()), None)
     if existing is not None and not existing.is_dir():
         raise ValueError(f"cannot make the run directory {out}: {existing} is a file: choose another --out")
+    if existing is not None:  # the run is written beside out and renamed into place: found out after the run
+        _check_writable(existing, "--out")
     if not out.exists() and not out.is_symlink():
         return
     if not out.is_dir() or out.is_symlink():
@@ -73,3 +76,16 @@ def _make(directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):  # a file where one of its parents should be
         raise ValueError(f"cannot make the directory {directory}: a file is in the way") from None
+    except PermissionError:
+        parent = next((p for p in directory.parents if p.exists()), directory)
+        raise ValueError(f"cannot make the directory {directory}: {parent} is not writable: give another path") from None
+    _check_writable(directory, "path")
+
+
+def _check_writable(directory: Path, option: str) -> None:
+    """Refuse a directory this process cannot create files in, by trying: permission bits,
+    read-only mounts and a root without its override capability all answer the same way."""
+    try:
+        tempfile.TemporaryDirectory(prefix=".fred-check-", dir=directory).cleanup()
+    except OSError as err:
+        raise ValueError(f"cannot write in {directory} ({err.strerror or err}): give another {option}") from None

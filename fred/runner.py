@@ -22,6 +22,7 @@ from fred.compute import ComputeModel
 from fred.data import BatchStream, Dataset, GlobalBatchStream, load_dataset, shard
 from fred.engine import Contribution, GradientService, Simulation, Worker
 from fred.host import cpu_isa
+from fred.interrupt import StopRequest, between_steps
 from fred.models import Model, Params, build_model, param_count
 from fred.network import Network
 from fred.numerics import GradSum, Numerics
@@ -257,14 +258,18 @@ class _Controller:
 
     def drive(self) -> float:
         """Step the simulation until a stop condition holds; returns the end time."""
-        env = self.built.sim.env
         max_s = self.stop_cfg.max_sim_time_s if self.stop_cfg.max_sim_time_s is not None else math.inf
         every_s = self.eval_cfg.every_s
         evals = 1
         next_eval_s = eval_time_s(every_s, evals) if every_s is not None else math.inf
         self.evaluate(0.0)
-        sim = self.built.sim
+        with between_steps() as interrupt:
+            return self._steps(max_s, every_s, next_eval_s, evals, interrupt)
+
+    def _steps(self, max_s: float, every_s: float | None, next_eval_s: float, evals: int, interrupt: StopRequest) -> float:
+        env, sim = self.built.sim.env, self.built.sim
         while self.stop_reason is None:
+            interrupt.check()
             if sim.failure is not None:
                 self.status, self.stop_reason = "failed", "failed"
                 return env.now
@@ -285,6 +290,7 @@ class _Controller:
                 self.status, self.stop_reason = "stalled", "no_events"
                 return env.now
             env.step()
+            interrupt.check()  # before after_step: no checkpoint of a step a Ctrl-C may have cut
             self.after_step()
         return env.now
 

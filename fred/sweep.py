@@ -92,6 +92,20 @@ def _as_given(settings: dict[str, Any]) -> str:
     return ", ".join(f"{path}={value!r}" for path, value in settings.items())
 
 
+def _reusable(scenario: Scenario, runs_root: Path) -> Any:
+    """The finished run of ``scenario`` in the runs folder, or None; a damaged one is an error
+    that says how to have it computed again (the messages spoke of --out, the sweep's table)."""
+    out = default_run_dir(scenario, runs_root)
+    fix = f"delete {out} and run fred sweep again to compute it afresh"
+    try:
+        done = finished_run(scenario, runs_root)
+    except ScenarioError as err:
+        raise ScenarioError([f"{problem}; {fix}" for problem in err.problems], str(out)) from None
+    if done is None and out.is_dir() and not (out / "summary.json").exists() and any(out.iterdir()):
+        raise ScenarioError([f"{out} is in the sweep's runs folder but is not a finished run (no summary.json); {fix}"], str(out))
+    return done
+
+
 def _run_one(resolved: dict[str, Any], out: str) -> str:
     run(validate(resolved), out=out)
     return out
@@ -195,7 +209,7 @@ def sweep(
     labels: dict[str, str] = {}
     for settings, scenario in combos:
         out = default_run_dir(scenario, runs_root)
-        if finished_run(scenario, runs_root) is None and str(out) not in labels:
+        if _reusable(scenario, runs_root) is None and str(out) not in labels:
             todo.append((scenario.resolved(), str(out)))
             labels[str(out)] = grid_label(settings)
     finished: list[str] = []

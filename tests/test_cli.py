@@ -82,16 +82,16 @@ def test_fred_list_prints_the_registry(capsys):
     assert all(line.endswith(".") for line in lines)  # whole first paragraphs, not a wrapped sentence's first line
 
 
-def test_a_failure_while_writing_leaves_no_directory_that_looks_complete(tmp_path, monkeypatch):
+def test_a_failure_while_writing_leaves_no_directory_that_looks_complete(tmp_path, monkeypatch, capsys):
     import numpy as np
 
     def broken(*args, **kwargs):
-        raise OSError("disk full")
+        raise OSError(28, "No space left on device", "params.npz")
 
     monkeypatch.setattr(np, "savez", broken)
     out = tmp_path / "run"
-    with pytest.raises(OSError):
-        main(["run", str(write(tmp_path, tiny())), "--out", str(out), "--quiet"])
+    assert main(["run", str(write(tmp_path, tiny())), "--out", str(out), "--quiet"]) == 2
+    assert capsys.readouterr().err == "fred: No space left on device: params.npz\n"  # one line, no traceback
     assert not out.exists() and not is_complete(out)
     assert list(tmp_path.glob(".run*")) == []
 
@@ -201,3 +201,45 @@ def test_a_run_killed_at_any_moment_leaves_a_complete_directory_or_none(tmp_path
     assert is_complete(out) or not out.exists()
     leftovers = [p for p in tmp_path.iterdir() if p.name != "run"]
     assert all(p.name.startswith(".run.partial-") and not is_complete(p) for p in leftovers)
+
+
+def unprivileged() -> list[str]:
+    """A prefix that runs a command unable to write where permissions forbid: as root, with the
+    override capabilities dropped (setpriv); as anyone else, nothing."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("root without setpriv: permissions cannot be made to bind")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--"]
+
+
+def test_a_read_only_folder_is_refused_before_the_work_not_with_a_traceback_after(tmp_path):
+    # fred run simulated for the whole run, then raised PermissionError with a traceback; a
+    # sweep, a replay's --timings and a checkpoint the same.
+    scenario = write(tmp_path, tiny(stop={"max_updates": 3}))
+    done = tmp_path / "done"
+    main(["run", str(scenario), "--out", str(done), "--quiet"])
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    commands = [
+        ["run", str(scenario), "--out", str(locked / "run"), "--quiet"],
+        ["run", str(scenario), "--out", str(locked / "run"), "--quiet", "--checkpoint-every-s", "60"],
+        ["sweep", str(scenario), "--grid", "seed=0,1", "--runs", str(locked / "runs"), "--out", str(tmp_path / "t.parquet")],
+        ["replay", str(done), "--timings", str(locked / "t.csv")],
+    ]
+    script = ("import json, sys\nfrom fred.cli import main\n"
+              "for argv in json.loads(sys.argv[1]):\n    print(main(argv), flush=True)\n")
+    locked.chmod(0o555)
+    try:
+        ran = subprocess.run([*unprivileged(), sys.executable, "-c", script, json.dumps(commands)],
+                             capture_output=True, text=True, cwd=ROOT, check=False)
+    finally:
+        locked.chmod(0o755)
+    assert ran.stdout.split() == ["2"] * len(commands), ran.stderr
+    lines = ran.stderr.splitlines()
+    assert "Traceback" not in ran.stderr and len(lines) == len(commands), ran.stderr
+    assert all(f"cannot write in {locked}" in line or "is not writable" in line for line in lines), ran.stderr
+    assert list(locked.iterdir()) == []

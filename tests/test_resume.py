@@ -299,3 +299,111 @@ def test_a_ctrl_c_during_a_checkpoints_collection_stops_the_run():
     finally:
         if interrupt in gc.callbacks:
             gc.callbacks.remove(interrupt)
+
+
+def ctrl_c_now():
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def ctrl_c_in_a_collection():
+    # Raised in a collector callback (JAX has one) or a weak reference's, Python prints and drops it.
+    import gc
+
+    def interrupt(phase, info):
+        gc.callbacks.remove(interrupt)
+        ctrl_c_now()
+
+    gc.callbacks.append(interrupt)
+    gc.collect()
+
+
+@pytest.mark.parametrize("press", [ctrl_c_now, ctrl_c_in_a_collection])
+def test_ctrl_c_inside_a_step_stops_the_run_and_leaves_the_last_checkpoint_whole(press, tmp_path, monkeypatch):
+    # SimPy caught the interrupt in the process it hit and it came out a step later, after a
+    # checkpoint of the cut step had replaced the good one (resume then ran from the start);
+    # in a callback it was dropped and the run went on to its end.
+    sc = scenario("asgd")
+    calls = [0]
+    real = Numerics._call
+
+    def pressed_on_the_third(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 3:
+            press()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Numerics, "_call", pressed_on_the_third)
+    path = checkpoint_dir(tmp_path / "run")
+    path.mkdir(parents=True)
+    (path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
+    every_step = Checkpointer(path, 1, sc.digest(), clock=itertools.count().__next__)
+    with pytest.raises(KeyboardInterrupt):
+        execute(sc, checkpointer=every_step)
+    monkeypatch.setattr(Numerics, "_call", real)
+    result, reason = fred.api.resume(tmp_path / "run")
+    assert reason is None, "the checkpoint left is whole: the run fast-forwarded to it"
+    same_run(result, execute(sc))
+
+
+def interrupted_cli_run(tmp_path, monkeypatch, capsys) -> tuple[str, object]:
+    """``fred run --checkpoint-every-s`` stopped by Ctrl-C at its fifth gradient call."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny(strategy={"name": "asgd"}, stop={"max_updates": 30})))
+    calls, real = [0], Numerics._call
+
+    def pressed(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 5:
+            ctrl_c_now()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Numerics, "_call", pressed)
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--checkpoint-every-s", "1e-9"]) == 130
+    monkeypatch.setattr(Numerics, "_call", real)
+    return capsys.readouterr().err, out
+
+
+def test_ctrl_c_says_how_to_resume_and_resume_refuses_a_finished_run_with_a_stale_checkpoint(tmp_path, monkeypatch, capsys):
+    err, out = interrupted_cli_run(tmp_path, monkeypatch, capsys)
+    assert f"its checkpoint is kept: fred run --resume {out}" in err
+    assert main(["run", "--resume", str(checkpoint_dir(out))]) == 2  # the folder `ls` shows
+    assert f"is a checkpoint folder; give the run directory it is for: fred run --resume {out}" in capsys.readouterr().err
+    # Another run to the same --out finishes: resuming the old checkpoint silently replaced it.
+    fred.run(tiny(stop={"max_updates": 3}, seed=99), out=out)
+    assert main(["run", "--resume", str(out)]) == 2
+    assert "is a finished run, and" in capsys.readouterr().err
+    assert json.loads((out / "summary.json").read_text())["updates"] == 3
+
+
+def test_a_failure_of_the_resumed_run_itself_is_not_met_by_running_it_again(tmp_path, monkeypatch):
+    # Any error at all ran the scenario again from its start, and failed a second time.
+    sc = scenario("asgd")
+    run_dir = tmp_path / "run"
+    checkpointer = Once(checkpoint_dir(run_dir), 40, sc.digest(), clock=itertools.count().__next__)
+    checkpointer.path.mkdir(parents=True)
+    (checkpointer.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
+    execute(sc, checkpointer=checkpointer)
+    runs = [0]
+    real = fred.api.execute
+
+    def counted(*args, **kwargs):
+        runs[0] += 1
+        return real(*args, **kwargs)
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fred.api, "execute", counted)
+    monkeypatch.setattr(Checkpointer, "save", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        fred.api.resume(run_dir, checkpoint_every_s=1e-9)
+    assert runs[0] == 1
+
+
+def test_a_file_where_the_checkpoints_go_is_refused(tmp_path, capsys):
+    scenario_file = tmp_path / "s.yaml"
+    scenario_file.write_text(yaml.safe_dump(tiny()))
+    checkpoint_dir(tmp_path / "run").write_text("mine")
+    assert main(["run", str(scenario_file), "--out", str(tmp_path / "run"), "--quiet", "--checkpoint-every-s", "5"]) == 2
+    assert "run.checkpoint is a file; checkpoints go in a directory of that name" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -243,3 +244,22 @@ def test_fred_compare_reads_a_sweep_table(scenario, tmp_path, monkeypatch, capsy
     pd.DataFrame({"run_dir": ["runs/gone"], "grid": ["seed=0"]}).to_parquet("gone.parquet")
     assert main(["compare", "gone.parquet"]) == 2
     assert "lists runs/gone, which is not here" in capsys.readouterr().err
+
+
+def test_a_damaged_run_in_the_runs_folder_is_named_with_how_to_recompute_it(scenario, tmp_path, capsys):
+    # The messages spoke of --out (in a sweep, its table) or only said "damaged".
+    runs = tmp_path / "r"
+    argv = ["sweep", str(scenario), "--grid", "seed=0,1", "--runs", str(runs), "--out", str(tmp_path / "t.parquet")]
+    assert main(argv) == 0
+    first, second = sorted(runs.iterdir())
+    (first / "params.npz").write_bytes(b"PK")
+    (second / "summary.json").unlink()
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert f"the run directory is damaged; delete {first} and run fred sweep again" in capsys.readouterr().err
+    shutil.rmtree(first)
+    assert main(argv) == 2
+    assert f"{second} is in the sweep's runs folder but is not a finished run (no summary.json); delete {second}" in capsys.readouterr().err
+    shutil.rmtree(second)
+    assert main(argv) == 0
+    assert "2 run, 0 reused" in capsys.readouterr().out
