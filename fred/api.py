@@ -117,7 +117,7 @@ def _load_checkpoint(path: Path, scenario: Scenario) -> tuple[Saved | None, str 
     try:
         saved = checkpoint.load(path)
     except Exception as err:  # noqa: BLE001 - json, zip and numpy each raise their own for a damaged file
-        return None, f"{type(err).__name__}: {err}"
+        return None, f"{type(err).__name__} reading {path}: {err}"
     if saved.scenario_sha256 != scenario.digest():
         return None, f"{path}: the checkpoint is of another scenario than its scenario.yaml"
     return saved, None

@@ -145,6 +145,20 @@ def test_a_missing_segment_makes_resume_run_from_the_start(tmp_path):
     same_run(result, execute(sc))
 
 
+def test_a_truncated_checkpoint_is_named_in_the_reason_resume_ran_from_the_start(tmp_path):
+    sc = scenario("asgd")
+    run_dir = tmp_path / "run"
+    once = Once(checkpoint_dir(run_dir), 40, sc.digest(), clock=itertools.count().__next__)
+    once.path.mkdir(parents=True)
+    (once.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
+    execute(sc, checkpointer=once)
+    whole = (once.path / "checkpoint.npz").read_bytes()
+    (once.path / "checkpoint.npz").write_bytes(whole[: len(whole) // 2])  # cut short, as by a full disk
+    result, reason = fred.api.resume(run_dir)
+    assert reason.startswith(f"BadZipFile reading {once.path}:")  # it said only "File is not a zip file"
+    same_run(result, execute(sc))
+
+
 def test_a_resumed_run_checkpoints_afresh_and_drops_the_old_segments(tmp_path):
     sc = scenario("asgd")
     first = Every(tmp_path, 40, sc.digest(), clock=itertools.count().__next__)
