@@ -75,12 +75,16 @@ def run(
 
 
 def resume(
-    run_dir: str | Path, progress: Progress | None = None, checkpoint_every_s: float | None = None
+    run_dir: str | Path,
+    progress: Progress | None = None,
+    checkpoint_every_s: float | None = None,
+    restarting: Callable[[str], None] | None = None,
 ) -> tuple[RunResult, str | None]:
     """Finish the interrupted run that was to be written to ``run_dir``, from its last checkpoint.
 
     Returns the result and ``None`` when it fast-forwarded to the checkpoint, or the reason
     it had to run the scenario from the start instead (the result is the same bits).
+    ``restarting`` is told that reason before the run starts again, not after it.
     """
     _not_a_checkpoint_folder(Path(run_dir))
     check_out(run_dir)
@@ -108,6 +112,8 @@ def resume(
             if checkpointer is not None:
                 checkpointer.wall_before_s = 0.0  # the run is computed again from its start, in this process
     if result is None:
+        if restarting is not None and reason is not None:
+            restarting(reason)
         result = execute(scenario, progress, checkpointer)
     return _finish(scenario, result, run_dir, checkpointer or Checkpointer(path, float("inf"), "")), reason
 

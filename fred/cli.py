@@ -169,7 +169,11 @@ def _resume(args: argparse.Namespace) -> int:
 
     if args.scenario or args.sets or args.seed is not None or args.out:
         raise ValueError("--resume takes only the run directory: the scenario is the checkpoint's")
-    result, slow = resume(args.resume, checkpoint_every_s=args.checkpoint_every_s)
+    def restarting(reason: str) -> None:  # said before the long part, not after it
+        if not args.quiet:
+            print(f"resuming: running from the start ({reason})", file=sys.stderr)
+
+    result, slow = resume(args.resume, checkpoint_every_s=args.checkpoint_every_s, restarting=restarting)
     if not args.quiet:
         how = "fast-forwarded to its checkpoint" if slow is None else f"ran from the start ({slow})"
         print(f"resumed: {how}", file=sys.stderr)

@@ -219,8 +219,9 @@ def test_resume_falls_back_to_a_full_run_when_it_cannot_fast_forward(tmp_path):
     checkpointer.path.mkdir(parents=True)
     (checkpointer.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
     execute(sc, checkpointer=checkpointer)
-    result, reason = fred.api.resume(run_dir)
-    assert reason is not None
+    told = []
+    result, reason = fred.api.resume(run_dir, restarting=lambda why: told.append((why, checkpoint_dir(run_dir).exists())))
+    assert reason is not None and told == [(reason, True)], "told before the run went again, not after it"
     same_run(result, execute(sc))
     assert (run_dir / "summary.json").is_file() and not checkpoint_dir(run_dir).exists()
 
