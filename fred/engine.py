@@ -212,9 +212,18 @@ class Simulation:
         """A run without gradients: ``compute`` returns ``None``; strategies skip their numbers."""
         return self.gradients is None
 
-    def process(self, generator: Process) -> simpy.Process:
-        """Start a process; one interrupted by its worker's crash just ends."""
-        return self.env.process(self._guarded(generator))
+    def process(self, generator: Process, worker: Worker | None = None) -> simpy.Process:
+        """Start a process; one interrupted by its worker's crash just ends.
+
+        A process acts for the workers whose primitives it runs, from its first one; with
+        ``worker`` it acts for that worker from the start (a rejoined worker whose first step
+        is the server's fetch, a primitive of the server, was otherwise not stopped by a
+        second crash).
+        """
+        started = self.env.process(self._guarded(generator))
+        if worker is not None and self._track:
+            self._owned[worker.index][started] = None
+        return started
 
     @staticmethod
     def _guarded(generator: Process) -> Process:
@@ -274,8 +283,12 @@ class Simulation:
         try:
             value = yield event
         except simpy.Interrupt:
-            if isinstance(event, (simpy.resources.base.Get, simpy.resources.base.Put)):
-                event.cancel()  # a dead worker must not take a message meant for its successor
+            # A dead worker must not take a message meant for its successor. A lock request
+            # cancels itself as its `with` block ends (SimPy's way): cancelled twice, it raised.
+            if isinstance(event, (simpy.resources.base.Get, simpy.resources.base.Put)) and not isinstance(
+                event, simpy.resources.resource.Request
+            ):
+                event.cancel()
             raise
         finally:
             if self.now > start:
@@ -445,6 +458,11 @@ class Simulation:
         for key, call in list(self._collectives):
             if (key, call) in self._collectives and self._collectives[(key, call)].arrived:
                 self._try_start(key, call)
+
+    def next_collective(self, group: Sequence[Worker], member: Worker) -> int:
+        """The number of the group's all-reduce that ``member`` joins next (0 for the first):
+        after a rejoin, the first that has not started."""
+        return self._joined.get((self._group_key(group), member.index), 0)
 
     def rejoined(self, worker: Worker) -> None:
         """A worker back from a crash joins each of its groups' next collective, not its old one."""

@@ -43,6 +43,7 @@ class Faults:
         self.sim, self.config = sim, config
         self.down: set[int] = set()  # crashed and not back
         self._excluded: set[int] = set()  # crashed, and peers have stopped waiting for it
+        self._coming_back: set[int] = set()  # crashed, with a rejoin to come
         self._listeners: list[Callable[[], None]] = []
         self._next_change: simpy.Event | None = None
         self.rejoin_hooks: list[Callable[[Worker, str], None]] = []
@@ -83,8 +84,9 @@ class Faults:
         self.rejoin_hooks.append(hook)
 
     def blocked(self, missing: list[int], what: str) -> None:
-        """Someone waits for crashed ``missing`` workers: without a timeout the run cannot go on."""
-        down = [i for i in missing if i in self.down and i not in self._excluded]
+        """Someone waits for crashed ``missing`` workers: without a timeout the run cannot go on,
+        unless they will rejoin (the wait then ends with the rejoin)."""
+        down = [i for i in missing if i in self.down and i not in self._excluded and i not in self._coming_back]
         if down and self.config.sync_timeout_s is None:
             self.sim.fail(
                 f"worker {down[0]} crashed and {what} waits for it; "
@@ -129,6 +131,8 @@ class Faults:
         if crash.worker in self.down:
             return
         self.down.add(crash.worker)
+        if crash.rejoin_at_s is not None:
+            self._coming_back.add(crash.worker)
         sim.trace("crash", worker.name, sim.now, sim.now)
         sim.interrupt_owned(worker, Crash(crash.worker))
         if len(self.down) == len(sim.workers) and not self._pending_rejoins:
@@ -146,6 +150,7 @@ class Faults:
             self._pending_rejoins -= 1
             self.down.discard(crash.worker)
             self._excluded.discard(crash.worker)
+            self._coming_back.discard(crash.worker)
             sim.trace("rejoin", worker.name, crash.at_s, sim.now)
             sim.rejoined(worker)
             for hook in self.rejoin_hooks:
@@ -160,10 +165,13 @@ class Faults:
         if degrade.duration_s is None:
             self.sim.trace("link_degraded", degrade.entity, start_s, start_s)
             return
-        yield self._at(degrade.at_s + degrade.duration_s)
+        # Recorded as it begins, with the end it is timed to have: a window the run ended
+        # inside was in no record and no count.
+        lasts_s = max(degrade.at_s + degrade.duration_s - start_s, 0.0)  # as _at times it
+        self.sim.trace("link_degraded", degrade.entity, start_s, start_s + lasts_s)
+        yield self.sim.env.timeout(lasts_s)
         self._degraded[degrade.entity].remove(degrade)
         self._set_link(degrade.entity)
-        self.sim.trace("link_degraded", degrade.entity, start_s, self.sim.now)
 
     def _set_link(self, entity: str) -> None:
         """The link as its degradations in force leave it, computed from its own values each time:
@@ -189,6 +197,8 @@ class Faults:
             return
         lost = server.crash()
         self.sim.report["updates_lost"] = self.sim.report.get("updates_lost", 0) + lost
+        # Recorded as it begins, like the updates it lost: an outage the run ended in was counted
+        # in updates_lost but not in server_crashes.
+        self.sim.trace("server_crash", server.name, at.at_s, self.sim.now + at.restart_s)
         yield self.sim.env.timeout(at.restart_s)
         server.restart()
-        self.sim.trace("server_crash", server.name, at.at_s, self.sim.now)

@@ -292,6 +292,8 @@ class _Controller:
             env.step()
             interrupt.check()  # before after_step: no checkpoint of a step a Ctrl-C may have cut
             self.after_step()
+        if sim.failure is not None:  # the step that reached the stop also failed: a failed run, as its events say
+            self.status, self.stop_reason = "failed", "failed"
         return env.now
 
 

@@ -350,6 +350,10 @@ class StrategyConfig(Section):
         """Optional fault behaviours this strategy models: ``rejoin``, ``server_crash``."""
         return frozenset()
 
+    def has_server(self) -> bool:
+        """Whether the strategy runs a parameter server, whose ``server`` link faults may name."""
+        return "server_crash" in self.fault_support()
+
 
 def _validate_strategy(value: Any) -> StrategyConfig:
     from strategies import registry  # strategies import the engine; import late to avoid a cycle
@@ -482,7 +486,8 @@ def _check_faults(scenario: Scenario) -> None:
     """Faults must name workers and links that exist, and behaviours the strategy models."""
     faults, n = scenario.faults, scenario.cluster.workers
     strategy, support = scenario.strategy.name, scenario.strategy.fault_support()
-    entities = [f"worker{i}" for i in range(n)] + ["server"]
+    server = scenario.strategy.has_server()
+    entities = [f"worker{i}" for i in range(n)] + (["server"] if server else [])
     for i, crash in enumerate(faults.worker_crash):
         if crash.worker >= n:
             raise ValueError(f"faults.worker_crash[{i}].worker is {crash.worker}; workers are 0..{n - 1}")
@@ -499,7 +504,10 @@ def _check_faults(scenario: Scenario) -> None:
         named += [(f"faults.message_loss.entities[{i}]", e) for i, e in enumerate(faults.message_loss.entities)]
     for where, entity in named:
         if entity not in entities:
-            raise ValueError(f"{where} is {entity!r}; links belong to worker0..worker{n - 1} or server")
+            if server:
+                raise ValueError(f"{where} is {entity!r}; links belong to worker0..worker{n - 1} or server")
+            raise ValueError(f"{where} is {entity!r}; links belong to worker0..worker{n - 1} "
+                             f"(strategy {strategy!r} has no parameter server, so no server link)")
     if faults.server_crash is not None and "server_crash" not in support:
         raise ValueError(
             f"faults.server_crash: strategy {strategy!r} has no parameter server to crash; "

@@ -72,6 +72,8 @@ def start(sim: Simulation, config: ADPSGD):
             yield from sim.wait_for(w.name, a)
             with locks[second].request() as b:
                 yield from sim.wait_for(w.name, b)
+                if j in sim.faults.down:  # it died while the locks were awaited: nobody answers
+                    return
                 there = sim.process(sim.send(w.name, sim.workers[j].name, sim.param_bytes))
                 back = sim.process(sim.send(sim.workers[j].name, w.name, sim.param_bytes))
                 yield sim.env.all_of([there, back])

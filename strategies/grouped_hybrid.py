@@ -52,6 +52,9 @@ class GroupedHybrid(StrategyConfig):
     groups: int | None = Field(default=None, ge=1, description="or: the number of groups")
     regroup_every_s: float | None = Field(default=None, gt=0)
 
+    def has_server(self) -> bool:
+        return True  # the group leaders push to it and fetch from it; it does not model a crash
+
     @model_validator(mode="after")
     def _one_each(self) -> "GroupedHybrid":
         if self.probe_s is not None and self.probe_iterations is not None:

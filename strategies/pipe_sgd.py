@@ -57,7 +57,11 @@ def start(sim: Simulation, config: PipeSGD):
 
     def model(t: int, g_sum: GradSum | None) -> Any:
         if t not in models:
-            previous = models.pop(t - 1)
+            previous = models[t - 1]
+            # The worker making w[t] got g_sum[t-k-1], so every worker has finished iteration
+            # t-k-1 and reads w[t-k] or later: older versions go. (Dropping w[t-1] here broke
+            # k >= 2, where a slower worker can still be about to read it.)
+            models.pop(t - k - 1, None)
             if g_sum is None:
                 models[t] = previous
             else:

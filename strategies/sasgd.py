@@ -202,7 +202,7 @@ def run_parameter_server(
 
     server.on_checkpoint, server.on_crash = checkpoint, crash
     sim.faults.on_change(apply_pending)
-    sim.faults.on_rejoin(lambda w, rejoin_from: sim.process(worker(w, rejoin_from)))
+    sim.faults.on_rejoin(lambda w, rejoin_from: sim.process(worker(w, rejoin_from), w))
     for w in sim.workers:
         sim.process(worker(w))
     return lambda: server.params

@@ -56,6 +56,7 @@ def run_allreduce_sgd(sim: Simulation, opt, step):
     worker takes the current replica: in lock-step training there is no other to resume.
     """
     rounds = {0: (sim.init_params, opt.init(sim.init_params))}  # version -> replica state, shared
+    waiting: list = []  # rejoined workers' events: the replica they start from is being all-reduced
 
     def next_round(version: int, total) -> None:
         # Every replica applies the identical update; compute it once, share the result.
@@ -65,6 +66,9 @@ def run_allreduce_sgd(sim: Simulation, opt, step):
                 params, opt_state = step(params, opt_state, total.grad, total.count)
             rounds[version + 1] = (params, opt_state)
             sim.applied([(i, version) for i in sim.participants(sim.workers)], version)
+            for event in waiting:
+                event.succeed()
+            waiting.clear()
 
     def worker(w: Worker, version: int = 0):
         while True:
@@ -73,7 +77,17 @@ def run_allreduce_sgd(sim: Simulation, opt, step):
             next_round(version, total)
             version += 1
 
-    sim.faults.on_rejoin(lambda w, _: sim.process(worker(w, max(rounds))))
+    def rejoin(w: Worker):
+        # It joins the first all-reduce not yet started; while the one before is in flight,
+        # the replica that all-reduce makes is the one to start from (the current one was
+        # dropped as the others moved on).
+        version = sim.next_collective(sim.workers, w)
+        while version not in rounds:
+            waiting.append(sim.env.event())
+            yield from sim.wait_for(w.name, waiting[-1])
+        yield from worker(w, version)
+
+    sim.faults.on_rejoin(lambda w, _: sim.process(rejoin(w), w))
     for w in sim.workers:
         sim.process(worker(w))
     return lambda: rounds[max(rounds)][0]

@@ -290,3 +290,95 @@ def test_no_event_starts_after_the_run_ends(name):
     result = fred.run(data)
     assert result.summary["sim_time_s"] == 0.3 and (result.events["start_s"] <= 0.3).all()
     assert result.summary["messages_lost"] == (result.events["kind"] == "lost").sum() > 0
+
+
+# ----------------------------------------------------------------------------- found by a fuzzer
+# Each scenario is a generated one, shrunk; each ended in a traceback or in records that
+# contradicted the docs (2026-11-25).
+def acts_after_its_crash(result: fred.RunResult) -> pd.DataFrame:
+    """Compute, send and update rows of workers after their last crash (none with no rejoin after it)."""
+    events = result.events
+    rows = []
+    for _, crash in events[events["kind"] == "crash"].iterrows():
+        rejoins = events[(events["kind"] == "rejoin") & (events["entity"] == crash["entity"]) & (events["end_s"] > crash["start_s"])]
+        if rejoins.empty:
+            rows.append(events[(events["entity"] == crash["entity"]) & (events["start_s"] > crash["start_s"])
+                               & events["kind"].isin(["compute", "send", "push"])])
+    return pd.concat(rows) if rows else events.iloc[:0]
+
+
+def test_pipe_sgd_with_staleness_two_on_an_uneven_cluster_runs():
+    # A fast worker dropped w[t-1] while a slower one was about to read it (KeyError).
+    data = {"cluster": {"workers": 2, "stragglers": [{"worker": 1, "slow_factor": 2}]},
+            "strategy": {"name": "pipe_sgd", "staleness": 2}, "stop": {"max_updates": 20}}
+    assert fred.run(data).summary["status"] == "completed"
+
+
+def test_adpsgd_survives_a_crash_while_queued_for_a_lock_and_a_dead_neighbour_sends_nothing():
+    # The lock request was cancelled twice (list.remove); a neighbour that died while the
+    # locks were awaited still sent its parameters.
+    queued = {"cluster": {"workers": 3}, "network": {"bandwidth_bps": 2e5}, "strategy": {"name": "adpsgd"},
+              "stop": {"max_sim_time_s": 0.2}, "faults": {"worker_crash": [{"worker": 2, "at_s": 0.02}], "sync_timeout_s": 0.01}}
+    assert fred.run(queued).summary["status"] == "completed"
+    dead = {"seed": 113, "model": {"kind": "mlp", "hidden": [16]}, "data": {"batch_size": 8},
+            "cluster": {"workers": 3, "compute": {"step_time_s": 0.005}, "speed": {1: 2.0, 2: 1.5},
+                        "stragglers": [{"worker": 1, "slow_factor": 4, "delay_s": 0.02}]},
+            "network": {"bandwidth_bps": 1e6}, "strategy": {"name": "adpsgd"}, "stop": {"max_updates": 21},
+            "faults": {"worker_crash": [{"worker": 1, "at_s": 0.0344}, {"worker": 0, "at_s": 0.0639}], "sync_timeout_s": 0.02}}
+    assert acts_after_its_crash(fred.run(dead)).empty
+
+
+@pytest.mark.parametrize("name", ["ssgd", "arsgd"])
+def test_a_worker_rejoining_while_a_ring_is_in_flight_starts_from_the_replica_it_makes(name):
+    data = {"cluster": {"workers": 3, "stragglers": [{"worker": 2, "slow_factor": 3}]}, "network": {"bandwidth_bps": 2e5},
+            "strategy": {"name": name}, "stop": {"max_sim_time_s": 0.3},
+            "faults": {"worker_crash": [{"worker": 2, "at_s": 0.02, "rejoin_at_s": 0.12}], "sync_timeout_s": 0.01}}
+    result = fred.run(data)  # KeyError: the replica it started from had been dropped
+    assert result.summary["status"] == "completed" and result.summary["worker_rejoins"] == 1
+    after = result.updates[result.updates["sim_time_s"] > 0.13]
+    assert set(after["worker"]) == {0, 1, 2} and (after["staleness"] == 0).all()
+
+
+def test_a_second_crash_during_the_rejoin_fetch_stops_the_worker():
+    # The rejoined process's first step is the server's fetch: it was not the worker's, and lived on.
+    data = {"model": {"kind": "mlp", "hidden": [16]}, "cluster": {"workers": 2}, "network": {"bandwidth_bps": 1e5},
+            "strategy": {"name": "asgd"}, "stop": {"max_sim_time_s": 0.5},
+            "faults": {"worker_crash": [{"worker": 1, "at_s": 0.1, "rejoin_at_s": 0.2}, {"worker": 1, "at_s": 0.22}]}}
+    result = fred.run(data)
+    assert acts_after_its_crash(result).empty
+    assert result.updates[(result.updates["worker"] == 1) & (result.updates["sim_time_s"] > 0.22)].empty
+
+
+def test_a_server_link_is_refused_where_the_strategy_has_no_server():
+    data = scenario("ssgd", {"link_degrade": [{"entity": "server", "at_s": 0.0, "bandwidth_factor": 0.5}]})
+    with pytest.raises(ScenarioError, match="strategy 'ssgd' has no parameter server, so no server link"):
+        fred.run(data)  # KeyError: 'server' at the degrade's start
+
+
+def test_a_fault_window_the_run_ends_in_is_recorded_and_counted():
+    link = {"cluster": {"workers": 2}, "strategy": {"name": "asgd"}, "stop": {"max_sim_time_s": 0.1},
+            "faults": {"link_degrade": [{"entity": "worker0", "at_s": 0.05, "duration_s": 0.1, "bandwidth_factor": 0.1}]}}
+    result = fred.run(link)
+    marks = result.events[result.events["kind"] == "link_degraded"]
+    assert result.summary["links_degraded"] == 1 and list(zip(marks["start_s"], marks["end_s"])) == [(0.05, pytest.approx(0.15))]
+    outage = {**link, "faults": {"server_crash": {"checkpoint_every_s": 0.02, "crashes": [{"at_s": 0.09, "restart_s": 0.05}]}}}
+    summary = fred.run(outage).summary
+    assert summary["server_crashes"] == 1 and summary["updates_lost"] == 2  # server_crashes was 0
+
+
+def test_a_run_that_fails_in_the_step_reaching_its_stop_is_failed():
+    data = {"cluster": {"workers": 2, "speed": {0: 0.25}, "stragglers": [{"worker": 0, "delay_s": 0.005}]},
+            "strategy": {"name": "adpsgd"}, "stop": {"max_updates": 5}, "faults": {"worker_crash": [{"worker": 1, "at_s": 0.0431}]}}
+    summary = fred.run(data).summary
+    assert (summary["status"], summary["stop_reason"]) == ("failed", "failed") and "worker 1 crashed" in summary["failure"]
+
+
+@pytest.mark.parametrize("strategy", [{"name": "ssgd"}, {"name": "ssgd", "aggregation": "ps"}, {"name": "sasgd", "n_soft": 1}])
+def test_without_a_timeout_a_synchronous_wait_lasts_until_the_worker_rejoins(strategy):
+    # It failed at the first wait, though the docs' reason (the wait can never end) did not hold.
+    data = {"cluster": {"workers": 3}, "strategy": strategy, "stop": {"max_sim_time_s": 0.2},
+            "faults": {"worker_crash": [{"worker": 2, "at_s": 0.015, "rejoin_at_s": 0.05}]}}
+    result = fred.run(data)
+    assert result.summary["status"] == "completed" and result.summary["worker_rejoins"] == 1
+    assert result.updates[(result.updates["sim_time_s"] > 0.015) & (result.updates["sim_time_s"] < 0.05)].empty
+    assert 2 in set(result.updates.loc[result.updates["sim_time_s"] > 0.06, "worker"])
