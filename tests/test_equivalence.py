@@ -49,11 +49,21 @@ def test_asgd_with_one_worker_is_sgd(batch):
     assert _sha(strategy={"name": "asgd"}, **one) == _sha(strategy={"name": "sgd"}, **one)
 
 
-def test_non_power_of_two_layouts_are_close_not_exact():
-    # With 3 workers of batch 4 the tree over 12 rows is not the tree of three 4-row
+@pytest.mark.parametrize(("workers", "batch"), [(3, 4), (5, 8), (7, 2), (3, 128)])
+def test_any_number_of_workers_is_exact_when_the_batch_is_a_power_of_two(workers, batch):
+    # The tree over n*b rows, padded to a power of two, has the n workers' b-row trees as
+    # aligned subtrees and zeros after them: the same additions (the docs said n or b
+    # had to be a power of two, and this test expected only closeness for 3 x 4).
+    large_batch = _sha(cluster={"workers": 1}, data={"batch_size": workers * batch}, strategy={"name": "sgd"})
+    assert _sha(cluster={"workers": workers}, data={"batch_size": batch}, strategy={"name": "ssgd"}) == large_batch
+
+
+def test_a_batch_that_is_not_a_power_of_two_is_close_not_exact():
+    # With 3 workers of batch 3 the tree over 9 rows is not the tree of three 3-row
     # subtrees, so only closeness holds: float32 rounding, a few ulps per step.
-    sgd = fred.run(tiny(cluster={"workers": 1}, data={"batch_size": 12}, strategy={"name": "sgd"}))
-    ssgd = fred.run(tiny(cluster={"workers": 3}, data={"batch_size": 4}, strategy={"name": "ssgd"}))
+    sgd = fred.run(tiny(cluster={"workers": 1}, data={"batch_size": 9}, strategy={"name": "sgd"}))
+    ssgd = fred.run(tiny(cluster={"workers": 3}, data={"batch_size": 3}, strategy={"name": "ssgd"}))
+    assert any(not np.array_equal(ssgd.params[name], sgd.params[name]) for name in sgd.params)
     for name in sgd.params:
         np.testing.assert_allclose(ssgd.params[name], sgd.params[name], rtol=1e-5, atol=1e-6)
 
