@@ -58,6 +58,16 @@ def scenario(name: str):
     return validate(data)
 
 
+def interrupted(sc, run_dir, kind: type[Checkpointer], steps: int, **kwargs) -> Checkpointer:
+    """``sc`` run to its end with checkpoints every ``steps`` env steps where ``fred run
+    --checkpoint-every-s`` keeps them for ``run_dir``, its scenario beside them; the checkpointer."""
+    checkpointer = kind(checkpoint_dir(run_dir), steps, sc.digest(), clock=itertools.count().__next__, **kwargs)
+    checkpointer.path.mkdir(parents=True)
+    (checkpointer.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
+    execute(sc, checkpointer=checkpointer)
+    return checkpointer
+
+
 def gradient_calls(monkeypatch) -> list[int]:
     calls = [0]
     real = Numerics._call  # every gradient call, one shard or several
@@ -133,10 +143,7 @@ def test_each_checkpoint_writes_only_the_calls_made_since_the_last(tmp_path):
 def test_a_missing_segment_makes_resume_run_from_the_start(tmp_path):
     sc = scenario("asgd")
     run_dir = tmp_path / "run"
-    every = Every(checkpoint_dir(run_dir), 40, sc.digest(), clock=itertools.count().__next__)
-    every.path.mkdir(parents=True)
-    (every.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
-    execute(sc, checkpointer=every)
+    every = interrupted(sc, run_dir, Every, 40)
     (every.path / every.seen[-1][0][0]).unlink()
     with pytest.raises(ValueError, match="segment tape-0-.* is missing"):
         checkpoint.load(every.path)
@@ -148,10 +155,7 @@ def test_a_missing_segment_makes_resume_run_from_the_start(tmp_path):
 def test_a_truncated_checkpoint_is_named_in_the_reason_resume_ran_from_the_start(tmp_path):
     sc = scenario("asgd")
     run_dir = tmp_path / "run"
-    once = Once(checkpoint_dir(run_dir), 40, sc.digest(), clock=itertools.count().__next__)
-    once.path.mkdir(parents=True)
-    (once.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
-    execute(sc, checkpointer=once)
+    once = interrupted(sc, run_dir, Once, 40)
     whole = (once.path / "checkpoint.npz").read_bytes()
     (once.path / "checkpoint.npz").write_bytes(whole[: len(whole) // 2])  # cut short, as by a full disk
     result, reason = fred.api.resume(run_dir)
@@ -215,10 +219,7 @@ def test_resume_falls_back_to_a_full_run_when_it_cannot_fast_forward(tmp_path):
     # B-FASGD's gates read the server's statistic: a number fast-forward does not have.
     sc = validate(tiny(strategy={"name": "bfasgd", "c_fetch": 0.03}, stop={"max_updates": 30}))
     run_dir = tmp_path / "run"
-    checkpointer = Once(checkpoint_dir(run_dir), 80, sc.digest(), clock=itertools.count().__next__)
-    checkpointer.path.mkdir(parents=True)
-    (checkpointer.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
-    execute(sc, checkpointer=checkpointer)
+    interrupted(sc, run_dir, Once, 80)
     told = []
     result, reason = fred.api.resume(run_dir, restarting=lambda why: told.append((why, checkpoint_dir(run_dir).exists())))
     assert reason is not None and told == [(reason, True)], "told before the run went again, not after it"
@@ -230,10 +231,7 @@ def test_a_resumed_run_reports_the_wall_time_of_the_whole_run(tmp_path):
     # It reported only the resumed part (13 s of a 53 s run).
     sc = scenario("asgd")
     run_dir = tmp_path / "run"
-    checkpointer = Once(checkpoint_dir(run_dir), 40, sc.digest(), clock=itertools.count().__next__, wall_before_s=1000.0)
-    checkpointer.path.mkdir(parents=True)
-    (checkpointer.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
-    execute(sc, checkpointer=checkpointer)
+    checkpointer = interrupted(sc, run_dir, Once, 40, wall_before_s=1000.0)
     assert checkpoint.load(checkpointer.path).wall_s > 1000.0
     result, reason = fred.api.resume(run_dir)
     assert reason is None and result.summary["wall_time_s"] > 1000.0
@@ -395,10 +393,7 @@ def test_a_failure_of_the_resumed_run_itself_is_not_met_by_running_it_again(tmp_
     # Any error at all ran the scenario again from its start, and failed a second time.
     sc = scenario("asgd")
     run_dir = tmp_path / "run"
-    checkpointer = Once(checkpoint_dir(run_dir), 40, sc.digest(), clock=itertools.count().__next__)
-    checkpointer.path.mkdir(parents=True)
-    (checkpointer.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
-    execute(sc, checkpointer=checkpointer)
+    interrupted(sc, run_dir, Once, 40)
     runs = [0]
     real = fred.api.execute
 
