@@ -27,8 +27,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +35,7 @@ from typing import Callable
 import numpy as np
 
 from fred import tape as tapes
+from fred.interrupt import between_steps
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -59,25 +58,13 @@ class Saved:
 
 
 def collect() -> None:
-    """``gc.collect()``, with a Ctrl-C that comes during it raised after it.
+    """``gc.collect()``, with a Ctrl-C that comes during it acted on after it.
 
     Raised where it lands, inside JAX's collection callback, Python reports it ("Exception
     ignored in ...") and drops it: the run went on to its end.
     """
-    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+    with between_steps():
         gc.collect()
-        return
-    caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        gc.collect()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught:
-        if callable(previous):
-            previous(signal.SIGINT, None)
-        elif previous != signal.SIG_IGN:
-            raise KeyboardInterrupt
 
 
 @dataclass

@@ -13,40 +13,45 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 class StopRequest:
-    """Whether Ctrl-C was pressed; :meth:`check` raises ``KeyboardInterrupt`` if it was."""
+    """Whether Ctrl-C was pressed; :meth:`check` acts on it where it is safe to."""
 
-    def __init__(self) -> None:
+    def __init__(self, previous: Callable[[int, Any], Any] = signal.default_int_handler) -> None:
         self.requested = False
+        self._previous = previous  # the handler the press was kept from: Python's raises KeyboardInterrupt
 
     def check(self) -> None:
         if self.requested:
-            raise KeyboardInterrupt
+            self.requested = False
+            self._previous(signal.SIGINT, None)
 
 
 @contextmanager
 def between_steps() -> Iterator[StopRequest]:
-    """Defer SIGINT to the loop's :meth:`StopRequest.check` for the block's length.
+    """Defer SIGINT to :meth:`StopRequest.check` for the block's length, and check at its end.
 
-    Only where Python's own handler is in place, in the main thread: a sweep's pool workers
-    ignore SIGINT, other threads cannot take signals, and a caller's own handler stays.
+    In the main thread only (other threads cannot take signals), and not where SIGINT is
+    ignored or left to the system (a sweep's pool workers ignore it). Nested, an inner block
+    hands a press on to the outer one's request when it ends.
     """
-    request = StopRequest()
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    previous = signal.getsignal(signal.SIGINT)
+    request = StopRequest(previous) if callable(previous) else StopRequest()
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
         yield request
         return
 
     def ask(signum: int, frame: object) -> None:
         request.requested = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C: at once
+        signal.signal(signal.SIGINT, previous)  # a second Ctrl-C: at once
 
     signal.signal(signal.SIGINT, ask)
     try:
         yield request
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    request.check()  # pressed during the last step of a run that then ended: still a Ctrl-C
+        signal.signal(signal.SIGINT, previous)
+    request.check()  # pressed during the block's last step: still a Ctrl-C
