@@ -277,10 +277,8 @@ def test_fred_run_killed_with_sigkill_resumes_bit_identical(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
     killed = subprocess.Popen([*fred_cli, "run", str(path), "--out", str(tmp_path / "killed"), "--quiet",
                                "--checkpoint-every-s", "0.2"], env=env)
-    deadline = time.monotonic() + 120
     while not (checkpoint_dir(tmp_path / "killed") / "checkpoint.npz").exists() and killed.poll() is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+        time.sleep(0.05)  # no deadline: the run ends by itself, and the test then fails below
     killed.send_signal(signal.SIGKILL)
     killed.wait()
     assert not (tmp_path / "killed" / "summary.json").exists()

@@ -122,7 +122,7 @@ def test_ctrl_c_twice_at_a_terminal_ends_a_parallel_sweep_at_once(tmp_path):
         os.killpg(sweep_process.pid, signal.SIGINT)
         time.sleep(0.3)
     try:
-        assert sweep_process.wait(60) == 130
+        assert sweep_process.wait(600) == 130  # a hang guard, not a speed check: it ends in seconds
     finally:
         if sweep_process.poll() is None:
             os.killpg(sweep_process.pid, signal.SIGKILL)
