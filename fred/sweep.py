@@ -22,6 +22,7 @@ import pandas as pd
 import yaml
 
 from fred.api import default_run_dir, finished_run, load_run, run
+from fred.runner import RunResult
 from fred.loading import ScenarioError, apply_overrides, get_path, include_profiles, read_yaml, set_path, validate
 from fred.scenario import Scenario
 
@@ -92,7 +93,7 @@ def _as_given(settings: dict[str, Any]) -> str:
     return ", ".join(f"{path}={value!r}" for path, value in settings.items())
 
 
-def _reusable(scenario: Scenario, runs_root: Path) -> Any:
+def _reusable(scenario: Scenario, runs_root: Path) -> RunResult | None:
     """The finished run of ``scenario`` in the runs folder, or None; a damaged one is an error
     that says how to have it computed again (the messages spoke of --out, the sweep's table)."""
     out = default_run_dir(scenario, runs_root)
@@ -207,9 +208,13 @@ def sweep(
     combos = expand(base, grid, str(scenario_path), Path(scenario_path).parent)
     todo: Todo = []
     labels: dict[str, str] = {}
+    reused: dict[str, RunResult] = {}  # read once here, not again for the table
     for settings, scenario in combos:
         out = default_run_dir(scenario, runs_root)
-        if _reusable(scenario, runs_root) is None and str(out) not in labels:
+        done_before = _reusable(scenario, runs_root)
+        if done_before is not None:
+            reused[str(out)] = done_before
+        elif str(out) not in labels:
             todo.append((scenario.resolved(), str(out)))
             labels[str(out)] = grid_label(settings)
     finished: list[str] = []
@@ -223,7 +228,7 @@ def sweep(
     rows = []
     for settings, scenario in combos:
         out = default_run_dir(scenario, runs_root)
-        summary = load_run(out).summary
+        summary = (reused.get(str(out)) or load_run(out)).summary
         facts = {k: v for k, v in summary.items() if not isinstance(v, (list, dict))}
         rows.append({**settings, **facts, "grid": grid_label(settings), "run_dir": str(out)})
     return pd.DataFrame(rows), len(todo)
