@@ -274,7 +274,7 @@ class _Controller:
                 self.status, self.stop_reason = "failed", "failed"
                 return env.now
             upcoming = env.peek()
-            if upcoming == math.inf and max_s == math.inf:  # nothing will happen again: no evaluations forever
+            if upcoming == math.inf:  # nothing will happen again: the stop can never be reached, not even max_sim_time_s
                 self.status, self.stop_reason = "stalled", "no_events"
                 return env.now
             while next_eval_s <= min(upcoming, max_s) and self.stop_reason is None:
@@ -286,9 +286,6 @@ class _Controller:
             if upcoming > max_s:
                 self.stop_reason = "max_sim_time_s"
                 return max_s
-            if upcoming == math.inf:
-                self.status, self.stop_reason = "stalled", "no_events"
-                return env.now
             env.step()
             interrupt.check()  # before after_step: no checkpoint of a step a Ctrl-C may have cut
             self.after_step()

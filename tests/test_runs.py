@@ -105,14 +105,18 @@ def test_loading_a_result_that_was_not_written_says_how_to_write_it():
         fred.load_run(result.path)
 
 
-def test_a_run_with_nothing_left_to_happen_stops_as_stalled(monkeypatch):
-    # With every_s and no time limit it used to evaluate on the grid forever.
+@pytest.mark.parametrize("max_sim_time_s", [None, 5.0])
+def test_a_run_with_nothing_left_to_happen_stops_as_stalled(monkeypatch, max_sim_time_s):
+    # With every_s and no time limit it used to evaluate on the grid forever; with a time
+    # limit it jumped to the limit and said `completed`, hiding the deadlock.
     from strategies import registry
 
     idle = registry.get("asgd")._replace(start=lambda sim, config: lambda: sim.init_params)
     monkeypatch.setitem(registry._REGISTRY, "asgd", idle)
     done = []
-    thread = threading.Thread(target=lambda: done.append(fred.run(tiny(eval={"every_s": 0.01, "every_updates": None}))), daemon=True)
+    scenario = tiny(eval={"every_s": 0.01, "every_updates": None}, stop={"max_updates": 4, "max_sim_time_s": max_sim_time_s})
+    thread = threading.Thread(target=lambda: done.append(fred.run(scenario)), daemon=True)
     thread.start()
     thread.join(600)  # a hang guard, not a speed check: the run takes about a second
     assert done and done[0].summary["status"] == "stalled" and done[0].summary["stop_reason"] == "no_events"
+    assert done[0].summary["sim_time_s"] == 0.0
