@@ -21,7 +21,9 @@ class ParameterServer:
     A crash (``faults.server_crash``) takes it down until its restart; pushes and
     fetches wait for it, and one in flight when it went down is lost and resent. The
     strategy owning it decides what a checkpoint holds (``on_checkpoint``) and what a
-    crash loses (``on_crash``, returning the number of updates lost).
+    crash loses (``on_crash``, returning the number of updates lost). By default a
+    checkpoint keeps the parameters and a crash rolls back to them (the version counts on); a
+    strategy with more server state (optimizer moments, a rule's statistics) replaces both.
     """
 
     def __init__(self, sim: Simulation, params: Params, name: str = "server", instant: bool = False):
@@ -30,8 +32,9 @@ class ParameterServer:
         self.down = False
         self.crashes = 0
         self._up: simpy.Event | None = None
-        self.on_checkpoint: Callable[[], None] = lambda: None
-        self.on_crash: Callable[[], int] = lambda: 0
+        self._saved = (params, 0)
+        self.on_checkpoint: Callable[[], None] = self._keep
+        self.on_crash: Callable[[], int] = self._roll_back
         sim.network.add(name, server=True)
         sim.faults.server = self
 
@@ -57,6 +60,15 @@ class ParameterServer:
 
     def checkpoint(self) -> None:
         self.on_checkpoint()
+
+    def _keep(self) -> None:
+        self._saved = (self.params, self.version)
+
+    def _roll_back(self) -> int:
+        # The version is not rolled back: it counts updates applied, lost ones included,
+        # so that staleness stays a count of updates (docs/failures.md).
+        self.params = self._saved[0]
+        return self.version - self._saved[1]
 
     def crash(self) -> int:
         """Go down; the strategy rolls back to its checkpoint. Returns the updates lost."""

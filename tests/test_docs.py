@@ -38,3 +38,31 @@ def test_mkdocs_build_is_strict_clean(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "site" / "reference" / "scenario-schema" / "index.html").exists()
+
+
+def engine_page_asgd() -> registry.Start:
+    """The ``start`` of the ASGD that docs/engine.md writes out with the primitives alone."""
+    page = (ROOT / "docs" / "engine.md").read_text()
+    code = page.split("Here is ASGD written", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    started: list[registry.Start] = []
+    namespace = {"register": lambda config, timing_only=False: lambda start: started.append(start) or start}
+    exec(compile(code.replace("from strategies.registry import register\n", ""), "docs/engine.md", "exec"), namespace)  # noqa: S102
+    return started[0]
+
+
+def test_the_asgd_the_engine_page_writes_out_is_the_shipped_asgd(monkeypatch):
+    # Also under a server crash, which the page's strategy leaves to the server's default
+    # checkpoint (its parameters): the shipped one saves its rule's state too, which ASGD has none of.
+    import fred
+    from tests.conftest import tiny
+
+    crash = {"server_crash": {"checkpoint_every_s": 0.03, "crashes": [{"at_s": 0.05, "restart_s": 0.02}]}}
+    runs = {}
+    for source in ["shipped", "page"]:
+        if source == "page":
+            monkeypatch.setitem(registry._REGISTRY, "asgd", registry.get("asgd")._replace(start=engine_page_asgd()))
+        runs[source] = [fred.run(tiny(strategy={"name": "asgd"}, stop={"max_updates": 40}, faults=faults)) for faults in [{}, crash]]
+    for shipped, page in zip(runs["shipped"], runs["page"]):
+        assert page.summary["params_sha256"] == shipped.summary["params_sha256"]
+        assert page.updates.equals(shipped.updates)
+    assert runs["page"][1].summary["updates_lost"] == runs["shipped"][1].summary["updates_lost"] > 0
