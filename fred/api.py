@@ -19,7 +19,7 @@ from fred.paths import check_out
 from fred.records import is_complete, missing_files, write_run_dir
 from fred.runner import Progress, RunResult, execute
 from fred.scenario import Scenario
-from fred.tape import NeedsValue, ResumeMismatch
+from fred.tape import NeedsValue, ResumeMismatch, read_outside_tape
 
 
 def resolve(scenario: Scenario | dict[str, Any] | str | Path, **overrides: Any) -> Scenario:
@@ -107,7 +107,9 @@ def resume(
             checkpointer.wall_before_s = saved.wall_s
         try:
             result = execute(scenario, progress, checkpointer, resume=saved)
-        except (ResumeMismatch, NeedsValue) as err:  # not a failure to write or to compute: those are the run's
+        except (ResumeMismatch, NeedsValue, TypeError, ValueError) as err:  # not a failure to write or to compute: those are the run's
+            if isinstance(err, (TypeError, ValueError)) and not read_outside_tape(err):
+                raise
             reason = f"{type(err).__name__}: {err}"
             if checkpointer is not None:
                 checkpointer.wall_before_s = 0.0  # the run is computed again from its start, in this process

@@ -117,6 +117,25 @@ class Placeholder:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return np.asarray(self.get(), dtype=dtype)
 
+    def _used(self, *_: Any) -> Any:
+        raise NeedsValue(f"value {self.index} was used in a computation the tape does not record (not a fred.tape.op) "
+                         "while fast-forwarding")
+
+
+# Arithmetic on a value outside a recorded computation needs the number too (``x * y`` in a
+# strategy's own code); equality and hashing stay by identity, which the tape relies on.
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul"):
+    for _dunder in (f"__{_name}__", f"__r{_name}__"):
+        setattr(Placeholder, _dunder, Placeholder._used)
+for _dunder in ("__neg__", "__pos__", "__abs__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__int__", "__index__",
+                "__len__", "__iter__", "__getitem__"):
+    setattr(Placeholder, _dunder, Placeholder._used)
+
+
+def read_outside_tape(err: BaseException) -> bool:
+    """Whether ``err`` is JAX refusing a placeholder: an unrecorded jitted function was given one while fast-forwarding."""
+    return isinstance(err, (TypeError, ValueError)) and f"{Placeholder.__module__}.Placeholder" in str(err)
+
 
 def resolved(tree: Any) -> Any:
     """``tree`` with every placeholder replaced by its value (for code outside recorded calls)."""

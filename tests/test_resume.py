@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import jax
 import pandas as pd
 import pytest
 import yaml
@@ -225,6 +226,36 @@ def test_resume_falls_back_to_a_full_run_when_it_cannot_fast_forward(tmp_path):
     assert reason is not None and told == [(reason, True)], "told before the run went again, not after it"
     same_run(result, execute(sc))
     assert (run_dir / "summary.json").is_file() and not checkpoint_dir(run_dir).exists()
+
+
+def reading_asgd(read):
+    """The shipped asgd, beside a process that ``read``s a leaf of the global parameters every 0.01 s."""
+    shipped = registry.get("asgd")
+
+    def start(sim, config):
+        params = shipped.start(sim, config)
+
+        def watch():
+            while True:
+                yield sim.env.timeout(0.01)
+                read(jax.tree.leaves(params())[0])
+
+        sim.process(watch())
+        return params
+
+    return shipped._replace(start=start)
+
+
+@pytest.mark.parametrize("read", [lambda leaf: leaf * 2.0, jax.jit(lambda leaf: leaf.sum())], ids=["arithmetic", "unrecorded jit"])
+def test_a_strategy_computing_outside_the_tape_resumes_by_running_from_the_start(read, tmp_path, monkeypatch):
+    # Only float() and np.asarray() of a fast-forwarded value fell back; these were tracebacks.
+    monkeypatch.setitem(registry._REGISTRY, "asgd", reading_asgd(read))
+    sc = scenario("asgd")
+    run_dir = tmp_path / "run"
+    interrupted(sc, run_dir, Once, 40)
+    result, reason = fred.api.resume(run_dir)
+    assert reason is not None and ("Placeholder" in reason or "does not record" in reason), reason
+    same_run(result, execute(sc))
 
 
 def test_a_resumed_run_reports_the_wall_time_of_the_whole_run(tmp_path):
