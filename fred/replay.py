@@ -84,6 +84,7 @@ def replay(
     if run.scenario.workload.timing_only:
         raise ReplayError(f"{run_dir} is a timing-only run (workload.timing_only): it computed no numbers to replay")
     recorded = _read_tape(run_dir, run.summary)
+    _check_computed(run_dir, recorded, run.summary.get("updates", 0))
     made_on = run.summary.get("backend", "cpu")  # runs before fred recorded it all ran on CPU
     backend = backend or made_on
     device = device_for(backend)
@@ -133,6 +134,16 @@ def _read_tape(run_dir: Path, summary: dict[str, Any]) -> Recorded:
             f"{path} does not match tape_sha256 in {run_dir / 'summary.json'}: the run directory was changed after the run"
         )
     return tape.parse(doc, large)
+
+
+def _check_computed(run_dir: Path, recorded: Recorded, updates: int) -> None:
+    # Otherwise the "check" compares params.npz with its own copy on the tape, and passes.
+    if updates and not any(needed(recorded.calls, recorded.final)):
+        raise ReplayError(
+            f"{run_dir} applied {updates} updates, but no recorded call computes its final parameters: its strategy "
+            "computed them outside fred.tape.op functions, so there is nothing to replay; declare the strategy's "
+            "jitted functions with fred.tape.op (docs/howto/new-strategy.md)"
+        )
 
 
 def _gradients(scenario: Scenario) -> Callable[..., Any]:

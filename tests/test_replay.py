@@ -289,3 +289,19 @@ def test_a_constant_array_is_copied_onto_the_tape_not_kept_alive_by_it():
     assert alive() is None  # the tape holds no reference: gone as soon as the caller drops it
     (constant,) = [c for c in recording.constants.values() if c.shape == ()]
     assert constant.dtype == np.float32 and constant == 0.25 and constant.base is None
+
+
+def test_a_run_whose_final_parameters_no_recorded_call_computes_is_refused_not_passed(tmp_path, monkeypatch, capsys):
+    # A strategy computing outside fred.tape.op leaves its parameters on the tape as a
+    # constant; replay then compared params.npz with that copy and said "passed".
+    shipped = registry.get("asgd")
+
+    def start(sim, config):
+        params = shipped.start(sim, config)
+        return lambda: jax.tree.map(lambda x: x + 0.0, params())  # a computation the tape does not see
+
+    monkeypatch.setitem(registry._REGISTRY, "asgd", shipped._replace(start=start))
+    fred.run(tiny(stop={"max_updates": 3}), out=tmp_path / "run")
+    with pytest.raises(ReplayError, match="applied 3 updates, but no recorded call computes its final parameters"):
+        replay(tmp_path / "run")
+    assert main(["replay", str(tmp_path / "run")]) == 2 and "fred.tape.op" in capsys.readouterr().err
