@@ -161,6 +161,12 @@ class ClusterConfig(Section):
     random_straggle: RandomStraggle = Field(default_factory=RandomStraggle)
     speed_changes: list[SpeedChange] = Field(default_factory=list)
 
+    @field_validator("speed")
+    @classmethod
+    def _in_worker_order(cls, speed: dict[int, float]) -> dict[int, float]:
+        # the resolved scenario.yaml is then the same text whatever order the input gave
+        return dict(sorted(speed.items()))
+
     @model_validator(mode="after")
     def _workers_exist(self) -> "ClusterConfig":
         named = [(f"speed.{w}", w) for w in self.speed]

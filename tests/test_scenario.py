@@ -160,6 +160,11 @@ def test_the_digest_identifies_the_resolved_scenario():
     assert a.digest() != validate(tiny(seed=8)).digest()
 
 
+def test_the_resolved_scenario_lists_worker_speeds_in_worker_order_whatever_the_input_order():
+    given = [validate(tiny(cluster={"workers": 4, "speed": speed})) for speed in ({3: 2.0, 0: 0.5}, {0: 0.5, 3: 2.0})]
+    assert [list(s.resolved()["cluster"]["speed"]) for s in given] == [["0", "3"], ["0", "3"]]
+
+
 def test_scenarios_are_built_in_python_the_same_way():
     from strategies.asgd import ASGD
 
