@@ -77,17 +77,40 @@ def op(name: str, key: tuple[Any, ...] | None = None) -> Callable[[F], F]:
     """
 
     def decorate(fn: F) -> F:
+        found: list[bool] = []  # checked at the first recorded call: the module is fully imported by then
+
         @functools.wraps(fn)
-        def recorded(*args: Any) -> Any:
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            if kwargs:
+                raise TypeError(f"{name} takes its arguments by position only (the tape records them in order); "
+                                f"pass {', '.join(kwargs)} by position")
             tape = _ACTIVE.get()
             if tape is None or tape.depth:
                 return fn(*args)
+            if not found:
+                _check_resolves(name, key)
+                found.append(True)
             return tape.call(name, key, fn, args)
 
         recorded.__tape_name__ = name  # type: ignore[attr-defined]
         return recorded  # type: ignore[return-value]
 
     return decorate
+
+
+def _check_resolves(name: str, key: tuple[Any, ...] | None) -> None:
+    # Replay finds the function by this name; a typo or a function defined inside another
+    # would otherwise run and be recorded, and fail only at replay.
+    try:
+        target = resolve(name)
+    except (ValueError, ImportError, AttributeError) as err:
+        raise TypeError(
+            f"fred.tape.op({name!r}) cannot be found by replay ({err}): name the decorated function "
+            "'module:attribute' of a module in fred or strategies, at module level"
+        ) from None
+    if not callable(target):
+        kind = "a factory (it has a key)" if key is not None else "the function"
+        raise TypeError(f"fred.tape.op({name!r}) names a {type(target).__name__}, not {kind}")
 
 
 class NeedsValue(RuntimeError):

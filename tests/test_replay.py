@@ -274,9 +274,11 @@ def test_a_call_that_now_returns_another_structure_is_a_clear_error(tmp_path):
         replay(tmp_path / "run")
 
 
-def test_a_constant_array_is_copied_onto_the_tape_not_kept_alive_by_it():
+def test_a_constant_array_is_copied_onto_the_tape_not_kept_alive_by_it(monkeypatch):
     # np.asarray's view of a jax array held the array (and its device buffer) for the
     # whole run: SGP's per-share mixing weights, 32,000 of them in a 32-node OSGP run.
+    monkeypatch.setattr(tape, "_check_resolves", lambda name, key: None)  # nothing replays this tape
+
     @tape.op("tests:scale")
     def scale(x, weight):
         return x * weight
@@ -305,3 +307,24 @@ def test_a_run_whose_final_parameters_no_recorded_call_computes_is_refused_not_p
     with pytest.raises(ReplayError, match="applied 3 updates, but no recorded call computes its final parameters"):
         replay(tmp_path / "run")
     assert main(["replay", str(tmp_path / "run")]) == 2 and "fred.tape.op" in capsys.readouterr().err
+
+
+def test_an_op_replay_could_not_find_is_refused_at_its_first_recorded_call():
+    # A typo in the name, or a function defined inside start(), ran and was recorded, and
+    # only `fred replay` failed, with an AttributeError traceback.
+    @tape.op("strategies.asgd:no_such_function")
+    def double(x):
+        return 2 * x
+
+    assert double(1.0) == 2.0  # with no tape recording it is just the function
+    with tape.Tape(), pytest.raises(TypeError, match="no_such_function.*cannot be found by replay"):
+        double(jax.numpy.ones(2))
+
+
+def test_an_op_takes_its_arguments_by_position_only():
+    @tape.op("fred.numerics:mean_grad")
+    def scaled(x, weight):
+        return x * weight
+
+    with pytest.raises(TypeError, match="by position only.*pass weight by position"):
+        scaled(1.0, weight=2.0)
