@@ -68,6 +68,7 @@ class Worker:
         return f"worker{self.index}"
 
 
+NO_PAYLOAD: Any = object()  # send()'s default: a transfer that delivers nothing (a push of bytes alone)
 MAX_EXACT_ROWS = 256  # rows per exact gradient call when several workers are served at once
 
 
@@ -349,10 +350,13 @@ class Simulation:
             self.trace(kind, entity, start, self.now)
 
     def send(
-        self, src: str, dst: str, nbytes: float, kind: str = "send", payload: Any = None,
+        self, src: str, dst: str, nbytes: float, kind: str = "send", payload: Any = NO_PAYLOAD,
         delivered: Callable[[], bool] | None = None,
     ) -> Generator[simpy.Event, Any, None]:
-        """Move ``nbytes`` from ``src`` to ``dst``; a ``payload`` is delivered to ``dst``'s mailbox.
+        """Move ``nbytes`` from ``src`` to ``dst``; a ``payload``, if given, is delivered to ``dst``'s mailbox.
+
+        ``None`` is a payload like any other (a timing-only run's parameters are ``None``);
+        without one, nothing is delivered and only the transfer is simulated.
 
         ``delivered``, asked on arrival, may say the message was lost on the way (its end
         went down): it is then recorded as ``lost``, not as ``kind``, and not delivered.
@@ -369,7 +373,7 @@ class Simulation:
             self.trace("lost", src, transfer.start_s, self.now, nbytes, dst)
             return
         self.trace(kind, src, transfer.start_s, self.now, nbytes, dst)
-        if payload is not None:
+        if payload is not NO_PAYLOAD:
             self.mailbox(dst).put((src, payload))
 
     def _book(self, src: str, dst: str, nbytes: float, not_before_s: float | None = None) -> Transfer:

@@ -92,6 +92,20 @@ def test_a_transfer_costs_latency_plus_bytes_over_bandwidth():
     assert done == [pytest.approx(2.5)]
 
 
+def test_a_payload_of_none_is_delivered_and_a_send_without_one_delivers_nothing():
+    # A timing-only run's parameters are None: sending them was silently not delivered,
+    # and a receiver waiting for them waited for ever.
+    sim = bare_sim(2)
+
+    def sender():
+        yield from sim.send("worker0", "worker1", 8, payload=None)
+        yield from sim.send("worker0", "worker1", 8)
+
+    sim.process(sender())
+    sim.env.run()
+    assert sim.mailbox("worker1").items == [("worker0", None)]
+
+
 def test_transfers_into_one_busy_downlink_are_served_first_come_first_served():
     sim = bare_sim(3, latency_s=0.0, bandwidth_bps=100.0)
     arrivals = {}
