@@ -41,7 +41,8 @@ def register(config: type[StrategyConfig], timing_only: bool = False) -> Callabl
 
     def decorate(start: Start) -> Start:
         if name in _REGISTRY:
-            raise ValueError(f"strategy {name!r} is registered twice")
+            first = _REGISTRY[name].start.__module__
+            raise ValueError(f"strategy {name!r} is registered twice, by {first} and by {start.__module__}; rename one")
         doc = (start.__module__ and __import__(start.__module__, fromlist=["_"]).__doc__) or ""
         _REGISTRY[name] = Strategy(name, config, start, _summary(doc), timing_only)
         return start
