@@ -514,6 +514,11 @@ def _check_faults(scenario: Scenario) -> None:
                 raise ValueError(f"{where} is {entity!r}; links belong to worker0..worker{n - 1} or server")
             raise ValueError(f"{where} is {entity!r}; links belong to worker0..worker{n - 1} "
                              f"(strategy {strategy!r} has no parameter server, so no server link)")
+    if faults.server_crash is not None and "server_crash" not in support and server:
+        raise ValueError(
+            f"faults.server_crash: strategy {strategy!r} does not model its parameter server crashing "
+            "(what a checkpoint keeps, what a restart loses); see docs/failures.md for the strategies that do"
+        )
     if faults.server_crash is not None and "server_crash" not in support:
         raise ValueError(
             f"faults.server_crash: strategy {strategy!r} has no parameter server to crash; "
