@@ -26,9 +26,39 @@ TINY: dict[str, Any] = {
 }
 
 
+# What the tests that run every registered strategy (contract, replay, resume, faults,
+# timing-only) must know of a strategy beyond its registration: the one place a new
+# strategy may need a line. One that runs on four workers, waits for particular workers
+# and reads no computed number to decide what to do needs none.
+ONE_WORKER = {"sgd"}  # runs on exactly one worker
+NEVER_WAITS = {"asgd", "sasgd", "fasgd", "bfasgd"}  # waits for no particular worker: survives a crash without sync_timeout_s
+READS_NUMBERS = {"bfasgd"}  # reads a computed number to decide (its gates): resume must run it from the start
+
+
+def cluster_for(name: str) -> dict[str, Any]:
+    """The tiny cluster ``name`` runs on."""
+    return {"workers": 1} if name in ONE_WORKER else {}
+
+
 def tiny(**overrides: Any) -> dict[str, Any]:
-    """The tiny scenario with deep-merged overrides (``tiny(cluster={"workers": 2})``)."""
-    return merge(copy.deepcopy(TINY), overrides)
+    """The tiny scenario with deep-merged overrides (``tiny(cluster={"workers": 2})``).
+
+    Its ``lr`` goes only to a strategy that has one.
+    """
+    data = merge(copy.deepcopy(TINY), overrides)
+    strategy = data["strategy"]
+    if "lr" in strategy and "lr" not in overrides.get("strategy", {}) and not _has_lr(strategy.get("name")):
+        del strategy["lr"]
+    return data
+
+
+def _has_lr(name: Any) -> bool:
+    from strategies import registry
+
+    try:
+        return "lr" in registry.config_class(name).model_fields
+    except ValueError:  # an unknown name: left for validation to refuse
+        return True
 
 
 @pytest.fixture

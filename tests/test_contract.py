@@ -1,7 +1,7 @@
 """One contract over every registered strategy: it runs, it is deterministic, its records are whole.
 
-A new strategy module is picked up here automatically; give it a tiny scenario
-in ``CLUSTER`` only if it cannot run on the default four workers.
+A new strategy module is picked up here automatically; what the tests must know of
+it beyond its registration (one worker only, ...) is in ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -20,15 +20,13 @@ import pytest
 import fred
 from fred.records import EVENT_COLUMNS, METRIC_COLUMNS, UPDATE_COLUMNS
 from strategies import registry
-from tests.conftest import tiny
-
-CLUSTER = {"sgd": {"workers": 1}}
+from tests.conftest import cluster_for, tiny
 
 
 def contract_scenario(name: str) -> dict:
     return tiny(
         strategy={"name": name},
-        cluster=CLUSTER.get(name, {}) | {"jitter": {"kind": "lognormal", "sigma": 0.2}},
+        cluster=cluster_for(name) | {"jitter": {"kind": "lognormal", "sigma": 0.2}},
         stop={"max_updates": 10, "max_sim_time_s": 60.0},  # a strategy that stops updating fails, not hangs
         eval={"every_updates": 3},
     )
@@ -124,3 +122,19 @@ def test_a_strategy_module_that_fails_to_import_is_named(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
     assert "strategies/half_written.py failed to import (RuntimeError: not finished)" in done.stderr
     assert "rename it _half_written.py" in done.stderr
+
+
+def test_a_strategy_without_lr_gets_the_tiny_scenario_without_it(monkeypatch):
+    # The tiny scenario's lr went to every strategy, and one without it was refused ("unknown key").
+    from typing import Literal
+
+    from fred.loading import validate
+    from fred.scenario import StrategyConfig
+
+    class NoLr(StrategyConfig):
+        name: Literal["no_lr"] = "no_lr"
+        inner_lr: float = 0.1
+
+    monkeypatch.setitem(registry._REGISTRY, "no_lr", registry.get("asgd")._replace(name="no_lr", config=NoLr))
+    assert validate(tiny(strategy={"name": "no_lr"})).strategy == NoLr()
+    assert "lr" in tiny(strategy={"name": "asgd"})["strategy"]

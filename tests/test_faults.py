@@ -17,20 +17,17 @@ from fred import rng
 from fred.loading import ScenarioError
 from fred.runner import build
 from strategies import registry
-from tests.conftest import tiny
+from tests.conftest import NEVER_WAITS, ONE_WORKER, cluster_for, tiny
 
-CLUSTER = {"sgd": {"workers": 1}}
 CRASH_AT_S = 0.035
 TIMEOUT_S = 0.02
-# Strategies that never wait for one particular worker: a crash without a timeout is harmless.
-ASYNC = {"asgd", "sasgd", "fasgd", "bfasgd"}
 LOSS = {"probability": 0.2, "retransmit_timeout_s": 0.002}
 
 
 def scenario(name: str, faults: dict, **overrides) -> dict:
     strategy = {"name": name, **({"aggregation": "ps"} if name == "ssgd_ps" else {})}
     strategy["name"] = strategy["name"].removesuffix("_ps")
-    base = {"strategy": strategy, "cluster": CLUSTER.get(name, {}), "stop": {"max_updates": 24, "max_sim_time_s": 5.0}}
+    base = {"strategy": strategy, "cluster": cluster_for(name), "stop": {"max_updates": 24, "max_sim_time_s": 5.0}}
     return tiny(**{**base, "faults": faults, **overrides})
 
 
@@ -56,13 +53,13 @@ def runs_after(result: fred.RunResult, worker: int, time_s: float) -> pd.DataFra
 # ----------------------------------------------------------------------------- worker crash
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_a_crashed_worker_is_routed_around_after_the_timeout(name):
-    worker = 0 if name == "sgd" else 1
+    worker = 0 if name in ONE_WORKER else 1
     faults = {"worker_crash": [{"worker": worker, "at_s": CRASH_AT_S}], "sync_timeout_s": TIMEOUT_S}
     result = fred.run(scenario(name, faults, stop={"max_sim_time_s": 0.3, "max_updates": 100_000}))
     counts_match_events(result)
     assert result.summary["worker_crashes"] == 1
     assert runs_after(result, worker, CRASH_AT_S).empty, "a crashed worker computes nothing more"
-    if name == "sgd":  # its only worker is gone
+    if name in ONE_WORKER:  # its only worker is gone
         assert result.summary["status"] == "failed"
         assert result.summary["failure"] == "every worker has crashed"
         return
@@ -74,10 +71,10 @@ def test_a_crashed_worker_is_routed_around_after_the_timeout(name):
 
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_without_a_timeout_only_strategies_that_never_wait_survive_a_crash(name):
-    worker = 0 if name == "sgd" else 1
+    worker = 0 if name in ONE_WORKER else 1
     result = fred.run(scenario(name, {"worker_crash": [{"worker": worker, "at_s": CRASH_AT_S}]}))
     counts_match_events(result)
-    if name in ASYNC:
+    if name in NEVER_WAITS:
         assert result.summary["status"] == "completed"
         return
     assert result.summary["status"] == "failed"
@@ -126,7 +123,7 @@ def test_lost_messages_are_resent_and_counted(name):
     result, again = fred.run(data), fred.run(data)
     assert result.summary["status"] == "completed"
     counts_match_events(result)
-    if name != "sgd":  # one worker sends nothing
+    if name not in ONE_WORKER:  # one worker sends nothing
         assert result.summary["messages_lost"] > 0
     assert result.summary["params_sha256"] == again.summary["params_sha256"]
     pd.testing.assert_frame_equal(result.events, again.events)

@@ -20,7 +20,7 @@ from fred.cli import main
 from fred.host import cpu_isa
 from fred.replay import ReplayError, _Steps, compare, needed, replay
 from strategies import registry
-from tests.conftest import tiny
+from tests.conftest import cluster_for, tiny
 
 VARIANTS = {
     "ssgd_ps": {"name": "ssgd", "aggregation": "ps"},
@@ -33,7 +33,7 @@ VARIANTS = {
 def strategy_run(name: str, out) -> fred.RunResult:
     strategy = VARIANTS.get(name, {"name": name})
     faults = {"worker_crash": [{"worker": 2, "at_s": 0.03}], "sync_timeout_s": 0.01} if name.endswith("crash") else {}
-    data = tiny(strategy=strategy, cluster={"workers": 1} if name == "sgd" else {}, stop={"max_updates": 15}, faults=faults)
+    data = tiny(strategy=strategy, cluster=cluster_for(name), stop={"max_updates": 15}, faults=faults)
     return fred.run(data, out=out)
 
 

@@ -25,7 +25,7 @@ from fred.numerics import Numerics
 from fred.runner import execute
 from fred.tape import NeedsValue
 from strategies import registry
-from tests.conftest import tiny
+from tests.conftest import READS_NUMBERS, cluster_for, tiny
 
 VARIANTS = {
     "ssgd_ps": {"name": "ssgd", "aggregation": "ps"},
@@ -39,7 +39,6 @@ FAULTS = {
 }
 
 
-READS_NUMBERS = {"bfasgd"}  # its gates read the server's statistic, which fast-forward does not have
 
 
 class Once(Checkpointer):
@@ -52,7 +51,7 @@ class Once(Checkpointer):
 def scenario(name: str):
     data = tiny(
         strategy=VARIANTS.get(name, {"name": name}),
-        cluster={"workers": 1} if name == "sgd" else {},
+        cluster=cluster_for(name),
         stop={"max_updates": 30},
         faults=FAULTS.get(name, {}),
     )

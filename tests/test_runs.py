@@ -35,6 +35,22 @@ def test_a_run_stopped_by_an_evaluation_on_the_grid_ends_at_it():
     assert result.summary["sim_time_s"] == times[-1] == round(0.013 * (len(times) - 1), 10)
 
 
+@pytest.mark.parametrize("strategy, stop", [
+    ({"name": "sgd"}, {"max_sim_time_s": 1.0, "max_updates": None}),
+    ({"name": "asgd", "clock": "logical"}, {"max_updates": 5}),
+])
+def test_an_evaluation_on_the_grid_sees_the_updates_applied_at_its_time(strategy, stop):
+    # Updates land on the grid here (compute 0.25 s; the logical clock's whole steps). A grid
+    # evaluation was taken before them and the end's after them: two rows at the end's time.
+    compute = {"step_time_s": 0.25} if strategy["name"] == "sgd" else {}
+    result = fred.run(tiny(strategy=strategy, cluster={"workers": 1 if strategy["name"] == "sgd" else 4, "compute": compute},
+                           eval={"every_s": 0.25 if strategy["name"] == "sgd" else 1.0, "every_updates": None}, stop=stop))
+    metrics, applied = result.metrics, result.updates.drop_duplicates("update")
+    assert metrics["sim_time_s"].is_unique
+    for time_s, updates in zip(metrics["sim_time_s"].iloc[1:], metrics["updates"].iloc[1:]):
+        assert updates == (applied["sim_time_s"] <= time_s).sum() > 0
+
+
 def test_evaluation_every_n_updates():
     result = fred.run(tiny(eval={"every_updates": 5}, stop={"max_updates": 20}))
     assert result.metrics["updates"].tolist() == [0, 5, 10, 15, 20]

@@ -15,7 +15,7 @@ import fred
 from fred.loading import ScenarioError, validate
 from fred.numerics import Numerics
 from strategies import registry
-from tests.conftest import tiny
+from tests.conftest import cluster_for, tiny
 
 SUPPORTED = [s.name for s in registry.all_strategies() if s.timing_only]
 UNSUPPORTED = [s.name for s in registry.all_strategies() if not s.timing_only]
@@ -81,7 +81,7 @@ def test_a_timing_only_run_is_deterministic_and_round_trips(tmp_path):
 
 @pytest.mark.parametrize("name", UNSUPPORTED)
 def test_strategies_that_need_gradients_are_refused_with_the_supported_list(name):
-    data = timing_only(tiny(strategy={"name": name}, cluster={"workers": 1 if name == "sgd" else 4}))
+    data = timing_only(tiny(strategy={"name": name}, cluster=cluster_for(name)))
     with pytest.raises(ScenarioError) as err:
         validate(data)
     [message] = err.value.problems
