@@ -277,7 +277,9 @@ class _Controller:
             if upcoming == math.inf:  # nothing will happen again: the stop can never be reached, not even max_sim_time_s
                 self.status, self.stop_reason = "stalled", "no_events"
                 return env.now
-            while next_eval_s <= min(upcoming, max_s) and self.stop_reason is None:
+            # An evaluation at t sees every update applied at t, as the end's evaluation does:
+            # it waits until the events at t are done.
+            while next_eval_s < upcoming and next_eval_s <= max_s and self.stop_reason is None:
                 self.evaluate(next_eval_s)
                 evals += 1
                 next_eval_s = eval_time_s(every_s, evals)  # type: ignore[arg-type]
