@@ -7,6 +7,7 @@ CLI reference from the argument parser.
 
 from __future__ import annotations
 
+import types
 import typing
 from typing import Any
 
@@ -16,11 +17,44 @@ from pydantic_core import PydanticUndefined
 from fred.scenario import Scenario
 
 
+_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "at least {} entries", "max_length": "at most {} entries"}
+
+
+def _bounds(metadata: list[Any]) -> list[str]:
+    """``Gt(gt=0)``, ``MinLen(min_length=1)``, ... as ``> 0``, ``at least 1 items``."""
+    found = []
+    for item in metadata:
+        for name, sign in _BOUNDS.items():
+            value = getattr(item, name, None)
+            if value is not None:
+                found.append(sign.format(value) if "{}" in sign else f"{sign} {value}")
+    return found
+
+
+def _type_text(annotation: Any) -> tuple[str, list[str]]:
+    """A readable type and the bounds found inside it (``Annotated[float, Field(gt=0)]``: float, > 0)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        text, bounds = _type_text(args[0])
+        for extra in args[1:]:
+            bounds += _bounds(getattr(extra, "metadata", [extra]))
+        return text, bounds
+    if origin in (typing.Union, types.UnionType):
+        parts = [_type_text(a) for a in args if a is not type(None)]
+        text = " or ".join(t for t, _ in parts) + (" or null" if type(None) in args else "")
+        return text, [b for _, bounds in parts for b in bounds]
+    if origin is typing.Literal:
+        return " or ".join(repr(a) for a in args), []
+    if origin is not None:
+        inner = [_type_text(a) for a in args]
+        name = getattr(origin, "__name__", str(origin))
+        bounds = [f"each {b}" for _, bs in inner for b in bs]
+        return f"{name}[{', '.join(t for t, _ in inner)}]", bounds
+    return (annotation.__name__ if isinstance(annotation, type) else repr(annotation)), []
+
+
 def _type_name(annotation: Any) -> str:
-    text = repr(annotation) if not isinstance(annotation, type) else annotation.__name__
-    for noise in ("typing.", "fred.scenario.", "Annotated[", "pydantic.fields.", "<class '", "'>"):
-        text = text.replace(noise, "")
-    return text.replace("|", "\\|")
+    return _type_text(annotation)[0].replace("|", "\\|")
 
 
 def _default(field: Any) -> str:
@@ -33,8 +67,8 @@ def _default(field: Any) -> str:
 
 
 def _constraints(field: Any) -> str:
-    parts = [str(m) for m in field.metadata]
-    return ", ".join(parts).replace("|", "\\|")
+    bounds = _bounds(field.metadata) + _type_text(field.annotation)[1]
+    return ", ".join(bounds).replace("|", "\\|")
 
 
 def model_table(model: type[BaseModel]) -> list[str]:

@@ -137,7 +137,7 @@ class SpeedChange(Section):
 
 
 class ComputeConfig(Section):
-    step_time_s: PositiveFloat | None = Field(default=None, description="seconds per batch at speed 1")
+    step_time_s: PositiveFloat | None = Field(default=None, description="seconds per batch at speed 1 (0.01 when cluster.compute is left out)")
     flops_per_example: PositiveFloat | None = None
     device_flops: PositiveFloat | None = None
 
@@ -321,7 +321,7 @@ class StopConfig(Section):
 class EvalConfig(Section):
     """When to evaluate on the held-out set: every N updates or every T simulated seconds."""
 
-    every_updates: Annotated[int, Field(ge=1)] | None = None
+    every_updates: Annotated[int, Field(ge=1)] | None = Field(default=None, description="20 when every_s is not given either")
     every_s: PositiveFloat | None = None
 
     @model_validator(mode="before")

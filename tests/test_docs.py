@@ -24,6 +24,13 @@ def test_the_schema_reference_covers_every_field_and_strategy():
             assert f"| `{field}` |" in page
 
 
+def test_the_schema_reference_reads_types_and_bounds_not_pydantic_internals():
+    page = scenario_reference()
+    assert "FieldInfo" not in page and "Annotated" not in page and "Optional" not in page
+    assert "| `hidden` | list[int] | `[64]` | each > 0 |" in page
+    assert "| `eval_examples` | int or null | — | >= 1 |" in page
+
+
 def test_the_cli_reference_covers_every_command():
     page = cli_reference()
     for command in ["run", "list", "compare", "plot", "trace"]:
