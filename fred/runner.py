@@ -127,6 +127,14 @@ class RunResult:
     tape: tuple[dict[str, Any], dict[str, np.ndarray]] | None = None  # what replay needs (tape.npz)
     label: str | None = None  # how comparison tables and plots name it; the scenario's name if None
 
+    def __repr__(self) -> str:
+        # The dataclass's would print every table and every parameter array: 19 kB for a small MLP.
+        s = self.summary
+        where = f", path={str(self.path)!r}" if self.path is not None else ""
+        return (f"RunResult({self.title!r}: {s.get('strategy')}, {s.get('workers')} workers, status={s.get('status')}, "
+                f"updates={s.get('updates')}, sim_time_s={s.get('sim_time_s')}, final_eval_loss={s.get('final_eval_loss')}, "
+                f"tables: metrics {len(self.metrics)} rows, updates {len(self.updates)}, events {len(self.events)}{where})")
+
     @property
     def title(self) -> str:
         """The name tables and plots give the run: its ``label``, else its scenario's name."""

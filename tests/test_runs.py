@@ -136,3 +136,9 @@ def test_a_run_with_nothing_left_to_happen_stops_as_stalled(monkeypatch, max_sim
     thread.join(600)  # a hang guard, not a speed check: the run takes about a second
     assert done and done[0].summary["status"] == "stalled" and done[0].summary["stop_reason"] == "no_events"
     assert done[0].summary["sim_time_s"] == 0.0
+
+
+def test_a_result_prints_as_one_line_not_its_tables_and_arrays():
+    result = fred.run(tiny(stop={"max_updates": 2}))
+    text = repr(result)
+    assert "\n" not in text and len(text) < 400 and "status=completed" in text and "updates=2" in text
