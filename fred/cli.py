@@ -304,13 +304,15 @@ class _progress:
         self.by_updates = stop.max_updates is not None
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                             TimeElapsedColumn(), transient=True)
-        self.task = self.bar.add_task(self.scenario.name, total=self.total, info="")
+        self.task = self.bar.add_task(self.scenario.name, total=self.total, info="loading data, building the model")
         self.bar.start()
         return self.update
 
     def update(self, sim_time_s: float, updates: int, eval_loss: float) -> None:
         done = updates if self.by_updates else sim_time_s
         info = f"t={sim_time_s:.3f}s  updates={updates}  eval_loss={eval_loss:.4f}"
+        if updates == 0:  # JAX compiles each function at its first call: seconds, before the first update
+            info += "  (compiling the first steps)"
         self.bar.update(self.task, completed=min(done, self.total), info=info)
 
     def __exit__(self, *exc) -> None:

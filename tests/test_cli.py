@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from fred.cli import main
+from fred.loading import validate
 from fred.records import FILES, is_complete
 from tests.conftest import tiny
 
@@ -243,3 +244,18 @@ def test_a_read_only_folder_is_refused_before_the_work_not_with_a_traceback_afte
     assert "Traceback" not in ran.stderr and len(lines) == len(commands), ran.stderr
     assert all(f"cannot write in {locked}" in line or "is not writable" in line for line in lines), ran.stderr
     assert list(locked.iterdir()) == []
+
+
+def test_the_progress_bar_says_it_is_compiling_until_the_first_update():
+    # On a terminal the bar sat at "t=0.000s updates=0" for most of a short run.
+    from fred.cli import _progress
+
+    bar = _progress(validate(tiny()), True)
+    update = bar.__enter__()
+    try:
+        update(0.0, 0, 2.3)
+        assert "compiling" in bar.bar.tasks[0].fields["info"]
+        update(0.01, 1, 2.2)
+        assert "compiling" not in bar.bar.tasks[0].fields["info"]
+    finally:
+        bar.__exit__(None, None, None)
