@@ -57,8 +57,11 @@ def _tell_apart(results: list[RunResult]) -> None:
         if len(same) < 2:
             continue
         flats = [_flat(r.scenario.resolved()) for r in same]
-        fields = dict.fromkeys(k for flat in flats for k in flat)  # every field, in the scenarios' order
-        differ = [k for k in fields if len({repr(flat.get(k)) for flat in flats}) > 1]
+        # Fields every run has (one strategy's own hyper-parameters, absent from another's, are
+        # told apart by strategy.name), in the scenarios' order with the strategy's name first.
+        fields = [k for k in dict.fromkeys(k for flat in flats for k in flat) if all(k in flat for flat in flats)]
+        fields.sort(key=lambda k: k != "strategy.name")
+        differ = [k for k in fields if len({repr(flat[k]) for flat in flats}) > 1]
         for result, flat in zip(same, flats):
             shown = ", ".join(f"{k}={flat.get(k)}" for k in differ[:3]) + (", ..." if len(differ) > 3 else "")
             where = result.path.name if result.path is not None else "?"

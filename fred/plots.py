@@ -35,8 +35,11 @@ def _save(fig, out: Path, stem: str) -> list[Path]:
 
 
 def _label(result) -> str:
-    s = result.summary
-    return f"{result.title} ({s['strategy']}, {s['workers']} workers)"
+    s, title = result.summary, result.title
+    said = [f"{s['strategy']}" if f"strategy.name={s['strategy']}" not in title else "",
+            f"{s['workers']} workers" if "cluster.workers=" not in title else ""]  # not twice what a label says
+    said = [part for part in said if part]
+    return f"{title} ({', '.join(said)})" if said else title
 
 
 def loss_curves(results: Sequence, out: Path) -> list[Path]:

@@ -13,7 +13,7 @@ import pytest
 import fred
 from fred.analysis import staleness
 from fred.cli import main
-from fred.compare import compare
+from fred.compare import compare, gather
 from fred.plots import loss_curves, staleness_histograms, timeline
 from fred.trace import trace_events
 from tests.conftest import tiny
@@ -83,6 +83,20 @@ def test_compare_tells_apart_runs_of_the_same_name_by_what_differs(tmp_path):
                                   "same (seed=0, cluster.workers=2)", "same (seed=0, cluster.workers=4)"]
     table, _ = compare(out[:1] + out[:1], tmp_path / "cmp", tmp_path / "runs")  # nothing differs: the directory
     assert list(table["run"]) == ["same (r04)", "same (r04)"]
+
+
+def test_runs_of_different_strategies_are_told_apart_by_the_strategy_not_by_fields_only_one_has(tmp_path):
+    # "quickstart (strategy.name=asgd, strategy.lr=0.1, strategy.clock=simulated, ...)" beside
+    # "... strategy.clock=None ...": ssgd has no clock.
+    from fred.plots import _label
+
+    out = [str(tmp_path / name) for name in ("a", "s")]
+    fred.run(tiny(name="same", strategy={"name": "asgd", "lr": 0.1}), out=out[0])
+    fred.run(tiny(name="same", strategy={"name": "ssgd", "lr": 0.4}), out=out[1])
+    table, _ = compare(out, tmp_path / "cmp", tmp_path / "runs")
+    assert list(table["run"]) == ["same (strategy.name=asgd, strategy.lr=0.1)", "same (strategy.name=ssgd, strategy.lr=0.4)"]
+    results, _ = gather(out, tmp_path / "runs")
+    assert _label(results[0]) == "same (strategy.name=asgd, strategy.lr=0.1) (4 workers)"
 
 
 def test_compare_shows_which_runs_did_not_complete(tmp_path):
