@@ -274,7 +274,9 @@ def _trace(args: argparse.Namespace) -> int:
     result = load_run(args.run_dir)
     output = output_file(args.output, "trace.json", (args.run_dir,)) if args.output else Path(args.run_dir) / "trace.json"
     path = write_trace(result.events, output)
-    print(f"{path}: {len(result.events)} events; open it in https://ui.perfetto.dev or chrome://tracing")
+    linked = int((result.events["peer"].fillna("") != "").sum())
+    print(f"{path}: {len(result.events)} events, of which {linked} transfers drawn twice (on their sender's track and their "
+          "link's); open it in https://ui.perfetto.dev or chrome://tracing")
     return 0
 
 

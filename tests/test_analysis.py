@@ -126,11 +126,15 @@ def test_compare_watches_each_run_it_makes(tmp_path):
 
 def test_plot_and_trace_commands(tmp_path, capsys):
     out = tmp_path / "run"
-    fred.run(tiny(), out=out)
+    result = fred.run(tiny(), out=out)
     assert main(["plot", str(out)]) == 0
     assert (out / "plots" / "timeline.png").stat().st_size > 1000
+    capsys.readouterr()
     assert main(["trace", str(out), "-o", str(tmp_path / "t.json")]) == 0
-    assert len(json.loads((tmp_path / "t.json").read_text())["traceEvents"]) > 0
+    slices = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e["ph"] != "M"]
+    rows, twice = len(result.events), int((result.events["peer"] != "").sum())
+    assert f"{rows} events, of which {twice} transfers drawn twice" in capsys.readouterr().out  # it said "N events" of N + twice slices
+    assert len(slices) == rows + twice > rows
 
 
 def test_plot_and_trace_outputs_are_a_directory_or_a_file_as_given(tmp_path, capsys):
