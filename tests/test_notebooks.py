@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -17,4 +18,8 @@ def test_notebook_executes(path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     notebook = nbformat.read(path, as_version=4)
     assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code"), "store without outputs"
+    before = set(Path(tempfile.gettempdir()).iterdir())
     NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    said = [out.text for cell in notebook.cells for out in cell.get("outputs", []) if out.get("name") == "stderr"]
+    assert not [text for text in said if "Warning" in text], said  # a reader sees them (pandas deprecations were)
+    assert not [p for p in set(Path(tempfile.gettempdir()).iterdir()) - before if p.name.startswith("fred-")], "temporary folders left"
