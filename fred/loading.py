@@ -207,6 +207,13 @@ def _describe(error: dict[str, Any], data: dict[str, Any]) -> _Problem:
         return _Problem(where, f"{where}: unknown key{hint} Allowed here: {', '.join(allowed)}", "", branch)
     if kind == "missing":
         return _Problem(where, f"{where}: missing; this field is required", "", branch)
+    if kind == "union_tag_invalid":  # pydantic: "Input tag 'x' found using 'kind' does not match any of ..."
+        ctx = error.get("ctx", {})
+        field = f"{where}.{str(ctx.get('discriminator', 'kind')).strip(chr(39))}"
+        allowed = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",")]
+        close = difflib.get_close_matches(str(ctx.get("tag")), allowed, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ";"
+        return _Problem(field, f"{field}: got {ctx.get('tag')!r}{hint} allowed: {', '.join(allowed)}", "", branch)
     message = error["msg"].removeprefix("Value error, ")
     if kind in ("value_error", "assertion_error") or "input" not in error or isinstance(error["input"], dict):
         return _Problem(where, f"{where}: ", message, branch)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import types
 import typing
 from typing import Annotated, Any, Literal, Union
 
@@ -30,8 +31,19 @@ class Section(BaseModel):
             for key, value in data.items():
                 field = cls.model_fields.get(key) if isinstance(key, str) else None
                 if isinstance(value, bool) and field is not None and not _takes_bool(field.annotation):
-                    raise ValueError(f"{key}: got {str(value).lower()}; a number or a name is needed here, not true or false")
+                    wanted = "a number" if _numeric(field.annotation) else "a number or a name"
+                    raise ValueError(f"{key}: got {str(value).lower()}; {wanted} is needed here, not true or false")
         return data
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether a field takes numbers only (``int``, ``float``, bounded or optional)."""
+    if typing.get_origin(annotation) is Annotated:
+        return _numeric(typing.get_args(annotation)[0])
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if args and typing.get_origin(annotation) in (Union, types.UnionType):
+        return all(_numeric(a) for a in args)
+    return annotation in (int, float)
 
 
 def _takes_bool(annotation: Any) -> bool:
@@ -430,7 +442,7 @@ class Scenario(Section):
     @classmethod
     def _safe_name(cls, value: str) -> str:
         if not value or any(c in value for c in "/\\\0") or value.startswith("."):
-            raise ValueError("use a plain name without '/', '\\' or a leading '.'")
+            raise ValueError(f"got {value!r}; use a plain, non-empty name without '/', '\\' or a leading '.'")
         return value
 
     def resolved(self) -> dict[str, Any]:

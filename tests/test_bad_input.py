@@ -113,8 +113,8 @@ def test_malformed_files_are_refused_with_a_short_message(text, tmp_path, capsys
         ({"cluster": {"speed": {-1: 0.5}}}, "speed.-1: worker index -1 does not exist"),
         ({"strategy": {"name": "sgp", "topology": []}}, "strategy.topology: give at least one mixing matrix"),
         ({"model": {"kind": "cnn", "kernel_size": 1000, "hidden": 16}}, "model.kernel_size is 1000 but the images are 8 x 8: use at most 8"),
-        ({"cluster": {"workers": True}}, "cluster: workers: got true; a number or a name is needed here"),  # ran 1 worker
-        ({"strategy": {"lr": True}}, "strategy: lr: got true; a number or a name is needed here"),
+        ({"cluster": {"workers": True}}, "cluster: workers: got true; a number is needed here"),  # ran 1 worker
+        ({"strategy": {"lr": True}}, "strategy: lr: got true; a number is needed here"),
         ({"eval": {"every_s": 1e-20, "every_updates": None}, "stop": {"max_sim_time_s": 1.0}}, "eval.every_s is 1e-20 s: 1e+20 times"),
         ({"strategy": {"name": "pipe_sgd", "pipeline_level": 2, "segments": 100_000_000}}, "Input should be less than or equal to 4096"),
     ],

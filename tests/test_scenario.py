@@ -47,6 +47,16 @@ def test_every_problem_is_reported_with_its_value():
     assert any("data.sharding: got 'random'" in m and "'iid'" in m for m in found)
 
 
+@pytest.mark.parametrize("overrides, said", [
+    ({"model": {"kind": "mpl"}}, "model.kind: got 'mpl'; did you mean 'mlp'? allowed: logistic, mlp, cnn"),  # pydantic's tag error
+    ({"data": {"source": {"kind": "cifar"}}}, "data.source.kind: got 'cifar'; allowed: digits, synthetic, mnist"),
+    ({"seed": True}, "seed: got true; a number is needed here"),  # it said "a number or a name"
+    ({"name": ""}, "name: got ''; use a plain, non-empty name"),  # it did not show the value
+])
+def test_a_wrong_kind_boolean_or_name_is_told_with_its_value_and_what_is_allowed(overrides, said):
+    assert any(said in m for m in problems(tiny(**overrides))), problems(tiny(**overrides))
+
+
 def test_a_run_without_an_end_is_refused():
     data = tiny()
     data["stop"] = {"target_eval_loss": 0.1}
