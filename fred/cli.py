@@ -132,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--jobs", type=int, default=1, help="runs at once, in separate processes (local executor)")
     sw.add_argument("--executor", choices=["local", "ray"], default="local",
                     help="local: this machine's processes; ray: Ray tasks, on the cluster RAY_ADDRESS names "
-                         "or a Ray started here (needs pip install \"fred[ray]\")")
+                         "or a Ray started here (needs pip install -e \".[ray]\" in fred's checkout)")
     sw.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
     sw.add_argument("--out", default="sweep.parquet", help="the gathered table (default: sweep.parquet)")
     sw.set_defaults(handler=_sweep)

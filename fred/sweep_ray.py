@@ -1,6 +1,6 @@
 """``fred sweep --executor ray``: a sweep's missing runs as Ray tasks, here or on a cluster.
 
-Imported only when chosen, so Ray stays an optional extra (``pip install "fred[ray]"``).
+Imported only when chosen, so Ray stays an optional extra (``pip install -e ".[ray]"``).
 ``ray.init()`` joins the cluster that ``RAY_ADDRESS`` names (Ray's own convention, as for
 ``ray job submit``) and otherwise starts Ray on this machine for the sweep's duration; a Ray
 the caller has already started (a notebook, a test) is used as it is and left running.
@@ -24,7 +24,7 @@ def _import_ray() -> Any:
         if err.name != "ray":  # Ray is there but one of its own imports fails: show that error
             raise
         # a ValueError, like calibrate's missing backend: the CLI prints it on one line
-        raise ValueError('executor "ray" needs Ray, which is not installed here: pip install "fred[ray]"') from None
+        raise ValueError('executor "ray" needs Ray, which is not installed here: pip install -e ".[ray]" in fred\'s checkout (or pip install "ray>=2.6")') from None
     return ray
 
 

@@ -1,4 +1,4 @@
-"""Grouped sync/async hybrid (seed 002): synchronous inside groups of like-speed workers,
+"""Grouped sync/async hybrid (Lu): synchronous inside groups of like-speed workers,
 asynchronous between groups.
 
     1. probe: every worker runs for probe_s (or probe_iterations); count its iterations

@@ -1,4 +1,4 @@
-"""HPSGD (seed 000, Algorithms 2 and 3): local training overlapped with synchronisation.
+"""HPSGD (Zhou et al., Algorithms 2 and 3): local training overlapped with synchronisation.
 
 Two processes per worker share ``{status, counter, replica, acc_grad}``:
 

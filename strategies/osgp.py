@@ -1,4 +1,4 @@
-"""Overlap-SGP (seed 004): SGP whose communication overlaps tau gradient steps.
+"""Overlap-SGP (Assran et al.): SGP whose communication overlaps tau gradient steps.
 
 Exactly SGP's push-sum step, except that at iteration k a node consumes every share
 that has arrived from iterations <= k and waits only for shares of iterations

@@ -1,4 +1,4 @@
-"""Pipe-SGD (seed 003, Algorithm 1): a compute thread and a communication thread per worker.
+"""Pipe-SGD (Li et al., Algorithm 1): a compute thread and a communication thread per worker.
 
     compute thread, iteration t = 0, 1, ...:
         if t >= k + 1: wait for g_sum[t - (k + 1)]; decompress it;

@@ -1,4 +1,4 @@
-"""SGP: Stochastic Gradient Push (seed 004; Assran et al., after Nedic and Olshevsky).
+"""SGP: Stochastic Gradient Push (Assran et al., after Nedic and Olshevsky).
 
     every node i, iteration k = 0, 1, ...:
         z_i <- x_i / w_i

@@ -217,7 +217,7 @@ def test_without_ray_the_executor_says_how_to_install_it(scenario, tmp_path, cap
     monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` fail as if it were not installed
     assert main(["sweep", str(scenario), "--grid", "seed=5", "--executor", "ray", "--runs", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and 'pip install "fred[ray]"' in err and "Traceback" not in err
+    assert err.count("\n") == 1 and 'pip install -e ".[ray]"' in err and "Traceback" not in err
     assert not (tmp_path / "r").exists()  # nothing was run
 
 
