@@ -53,7 +53,9 @@ class _Source:
 
     def row(self, i: int) -> tuple[jax.Array, Params]:
         if self.rows is None:
-            self.rows = unstack(self.stacked)
+            self.rows = {}
+        if i not in self.rows:
+            self.rows[i] = take_row(self.stacked, i)
         return self.rows[i]
 
 
@@ -186,10 +188,22 @@ def stacked_sum(calls: Sequence[Stacked]) -> tuple[Params, jax.Array]:
     return jax.tree.map(lambda leaf: pairwise_sum(leaf)[0], stacked)  # type: ignore[return-value]
 
 
+@op("fred.numerics:take_row")
+@jax.jit
+def take_row(stacked: Stacked, i: jax.Array) -> tuple[jax.Array, Params]:
+    """Row ``i`` of a stacked call as its own (loss, gradient sum): a copy, no arithmetic.
+
+    The index is traced, so one program serves every row of every call of a shape. A
+    program returning all N rows at once compiled in time and memory growing with N:
+    24 s and GBs for the 256 rows of 1,024 workers' batch-1 first step.
+    """
+    return stacked.loss[i], jax.tree.map(lambda g: g[i], stacked.grad)
+
+
 @op("fred.numerics:unstack")
 @jax.jit
 def unstack(stacked: Stacked) -> list[tuple[jax.Array, Params]]:
-    """Every row of a stacked call as its own (loss, gradient sum), in one call."""
+    """Every row of a stacked call in one call: what runs recorded before take_row replay with."""
     return [(stacked.loss[i], jax.tree.map(lambda g, i=i: g[i], stacked.grad)) for i in range(stacked.loss.shape[0])]
 
 
