@@ -68,6 +68,19 @@ class Worker:
         return f"worker{self.index}"
 
 
+class GroupKey(tuple):
+    """A group's member indices, hashed once: a tuple hashes all p of them at every lookup,
+    and every join looks its group up several times, which made a ring round cost p^2."""
+
+    def __new__(cls, indices: Any) -> "GroupKey":
+        key = super().__new__(cls, indices)
+        key._hash = tuple.__hash__(key)
+        return key
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
 NO_PAYLOAD: Any = object()  # send()'s default: a transfer that delivers nothing (a push of bytes alone)
 MAX_EXACT_ROWS = 256  # rows per exact gradient call when several workers are served at once
 
@@ -194,7 +207,7 @@ class Simulation:
         self._mailboxes: dict[str, simpy.Store] = {}
         self._owned: list[dict[simpy.Process, None]] = [{} for _ in workers]  # ordered sets
         self._by_name = {w.name: w for w in workers}
-        self._crew_key = tuple(w.index for w in workers)  # the key of most groups, built once
+        self._crew_key = GroupKey(w.index for w in workers)  # the key of most groups, built once
         self.failure: str | None = None
         self.faults = Faults(self, faults or FaultsConfig())
         self._track = bool(self.faults.config.worker_crash)  # who owns a process matters only then
@@ -438,12 +451,12 @@ class Simulation:
     def _group_key(self, group: Sequence[Worker]) -> tuple[int, ...]:
         """A group's member indices. The whole crew (``self.workers``, never changed) is the
         usual group: every member joins with it, so building it per join would cost p^2."""
-        return self._crew_key if group is self.workers else tuple(w.index for w in group)
+        return self._crew_key if group is self.workers else GroupKey(w.index for w in group)
 
     def _try_start(self, key: tuple[int, ...], call: int) -> None:
         """Start the collective once every member peers still wait for has joined."""
         coll = self._collectives[(key, call)]
-        expected = self.faults.live(list(key))
+        expected = self.faults.live(key) if self.faults.down or self.faults.any_excluded() else key  # no O(p) copy per join
         if len(coll.arrived) < len(expected):  # arrivals are live members: a crash withdraws its own
             if self.faults.down:
                 here = {i for i, _ in coll.arrived}

@@ -58,6 +58,10 @@ class Faults:
         """Whether peers have given up waiting for ``worker`` (crashed ``sync_timeout_s`` ago)."""
         return worker in self._excluded
 
+    def any_excluded(self) -> bool:
+        """Whether peers have given up waiting for any worker."""
+        return bool(self._excluded)
+
     def live(self, indices: list[int]) -> list[int]:
         """``indices`` without the workers peers no longer wait for."""
         if not self._excluded:  # every run without crashes: a copy, not a scan per all-reduce arrival
