@@ -16,7 +16,7 @@ from fred import checkpoint
 from fred.checkpoint import Checkpointer, Saved, checkpoint_dir
 from fred.loading import ScenarioError, include_profiles, merge, read_yaml, validate
 from fred.paths import check_out
-from fred.records import is_complete, missing_files, write_run_dir
+from fred.records import EVENT_COLUMNS, METRIC_COLUMNS, UPDATE_COLUMNS, is_complete, missing_files, write_run_dir
 from fred.runner import Progress, RunResult, execute
 from fred.scenario import Scenario
 from fred.tape import NeedsValue, ResumeMismatch, read_outside_tape
@@ -169,8 +169,12 @@ def _tables(result: RunResult) -> dict[str, pd.DataFrame]:
     return {"metrics": result.metrics, "updates": result.updates, "events": result.events}
 
 
-def load_run(path: str | Path | None) -> RunResult:
-    """Read a run directory written by ``fred run`` or :func:`run`."""
+def load_run(path: str | Path | None, tables: bool = True) -> RunResult:
+    """Read a run directory written by ``fred run`` or :func:`run`.
+
+    ``tables=False`` leaves the metrics, updates and events tables unread (empty, with their
+    columns): what replay does, which needs only the scenario, summary and parameters.
+    """
     if path is None:  # the path of a result run without out=
         raise ValueError("no run directory to load: this result was not written; pass out= to fred.run to write one")
     path = Path(path)
@@ -183,9 +187,9 @@ def load_run(path: str | Path | None) -> RunResult:
     return RunResult(
         scenario=scenario,
         summary=_read(path / "summary.json", lambda f: json.loads(f.read_text())),
-        metrics=_read(path / "metrics.parquet", pd.read_parquet),
-        updates=_read(path / "updates.parquet", pd.read_parquet),
-        events=_read(path / "events.parquet", pd.read_parquet),
+        metrics=_read(path / "metrics.parquet", pd.read_parquet) if tables else pd.DataFrame(columns=METRIC_COLUMNS),
+        updates=_read(path / "updates.parquet", pd.read_parquet) if tables else pd.DataFrame(columns=UPDATE_COLUMNS),
+        events=_read(path / "events.parquet", pd.read_parquet) if tables else pd.DataFrame(columns=EVENT_COLUMNS),
         params=_read(path / "params.npz", _npz),
         path=path,
     )

@@ -76,7 +76,7 @@ def replay(
     ``progress`` is told ``(calls replayed, calls to replay)`` as the replay goes.
     """
     run_dir = Path(run_dir)
-    run = load_run(run_dir)
+    run = load_run(run_dir, tables=False)  # replay needs none of them: a long run's events are hundreds of MB
     recorded_sha = run.summary.get("scenario_sha256")
     if recorded_sha is not None and run.scenario.digest() != recorded_sha:  # another model would replay "FAILED"
         raise ReplayError(f"{run_dir / 'scenario.yaml'} does not match scenario_sha256 in {run_dir / 'summary.json'}: "

@@ -474,9 +474,13 @@ def json_array(document: Any) -> np.ndarray:
 
 
 def parse(doc: dict[str, Any], blobs: dict[str, np.ndarray]) -> Recorded:
+    """The tape a file's document and blobs hold; the document's call list is used up on the way."""
     constants = unpack(doc["constants"], blobs)
     treedefs = [jax.tree.structure(decode(node)) for node in doc["treedefs"]]
-    calls = [Call(name, tuple(key) if key is not None else None, a, _codes(ac), o, _codes(oc)) for name, key, a, ac, o, oc in doc["calls"]]
+    listed, calls = doc["calls"], []
+    for k, (name, key, a, ac, o, oc) in enumerate(listed):
+        calls.append(Call(name, tuple(key) if key is not None else None, a, _codes(ac), o, _codes(oc)))
+        listed[k] = None  # the file's lists go as their calls come: not both whole at once (twice the memory)
     compute_s = {int(i): d for i, d in doc["compute_s"].items()}
     final_def, final_codes = doc["final"]
     return Recorded(calls, treedefs, constants, (final_def, _codes(final_codes)), compute_s)
