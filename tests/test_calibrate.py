@@ -96,7 +96,7 @@ def test_calibrate_flags_override_a_scenario(tmp_path):
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--model", "foo"], "'logistic', 'mlp', 'cnn'"),
+        (["--model", "foo"], "model.kind: got 'foo'; allowed: logistic, mlp, cnn"),
         (["--model", "[1, 2]"], "give a kind (logistic, mlp, cnn) or a mapping"),
         (["--model", "{kind: mlp, hidden: [0]}"], "model.hidden.0: got 0"),
         (["--batch", "0"], "data.batch_size: got 0"),
