@@ -22,7 +22,7 @@ import numpy as np
 import yaml
 
 from fred import rng
-from fred.loading import ScenarioError, apply_overrides, include_profiles, load_scenario, validate
+from fred.loading import ScenarioError, apply_overrides, include_profiles, load_scenario, validate, yaml_value
 from fred.paths import output_file
 from fred.runner import build
 from fred.scenario import ModelConfig, Scenario
@@ -63,7 +63,7 @@ def calibration_scenario(
 def _model_section(spec: str) -> dict[str, Any]:
     """``--model``: a kind, or a YAML mapping with one."""
     try:
-        value = yaml.safe_load(spec)
+        value = yaml_value(spec)
     except yaml.YAMLError:
         value = None
     if isinstance(value, str):

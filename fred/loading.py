@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 import types
 import typing
 from collections.abc import Hashable
@@ -49,7 +50,24 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-class _UniqueKeys(yaml.SafeLoader):
+class _Numbers(yaml.SafeLoader):
+    """The safe loader, reading ``1e-3`` and ``1.25e9`` as numbers: YAML 1.1, which PyYAML
+    follows, wants ``1.0e-3`` and ``1.25e+9`` and reads the usual spellings as strings."""
+
+
+_Numbers.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
+
+
+def yaml_value(text: str) -> Any:
+    """A value written on the command line (``--set``, ``--grid``), read as scenario files are."""
+    return yaml.load(text, Loader=_Numbers)  # noqa: S506 - a safe loader
+
+
+class _UniqueKeys(_Numbers):
     """The safe loader, refusing a key given twice in one mapping (YAML keeps the last silently:
     a second ``cluster:`` section replaced the first, workers and all)."""
 
@@ -71,7 +89,7 @@ def apply_overrides(data: dict[str, Any], sets: list[str]) -> dict[str, Any]:
             raise ScenarioError([f"--set {item!r}: write it as path.to.key=value"], "--set")
         path, _, raw = item.partition("=")
         try:
-            value = yaml.safe_load(raw)
+            value = yaml_value(raw)
         except yaml.YAMLError:
             value = raw
         set_path(data, path.strip(), value)

@@ -23,7 +23,7 @@ import yaml
 
 from fred.api import default_run_dir, finished_run, load_run, run
 from fred.runner import RunResult
-from fred.loading import ScenarioError, apply_overrides, get_path, include_profiles, read_yaml, set_path, validate
+from fred.loading import ScenarioError, apply_overrides, get_path, include_profiles, read_yaml, set_path, validate, yaml_value
 from fred.scenario import Scenario
 
 
@@ -47,7 +47,7 @@ def _grid_values(item: str, values: str) -> list[Any]:
     if any(not text.strip() for text in texts):
         raise ScenarioError([f"--grid {item!r}: a value is empty; write null for a missing one"], "--grid")
     try:
-        parsed_all = yaml.safe_load(f"[{values}]")
+        parsed_all = yaml_value(f"[{values}]")
     except yaml.YAMLError as err:
         problem = getattr(err, "problem", None) or err
         raise ScenarioError([f"--grid {item!r}: {values} is not a comma-separated list of YAML values ({problem})"], "--grid") from None

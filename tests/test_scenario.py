@@ -123,6 +123,20 @@ def test_set_overrides_parse_values_as_yaml():
     assert scenario.cluster.workers == 16 and scenario.model.hidden == [32, 8] and scenario.strategy.lr == 0.5
 
 
+def test_exponents_without_a_dot_or_sign_are_numbers_in_files_sets_and_grids(tmp_path):
+    # YAML 1.1 (PyYAML) reads 1e-3 and 1.25e9 as strings: validation turned them into numbers,
+    # but a sweep's table and labels kept strings, and 1e-3 and 0.001 were two grid values.
+    from fred.loading import read_yaml
+    from fred.sweep import parse_grid
+
+    path = tmp_path / "s.yaml"
+    path.write_text("strategy: {lr: 1e-3}\nnetwork: {bandwidth_bps: 1.25e9, latency_s: 5e-5}\n")
+    assert read_yaml(path) == {"strategy": {"lr": 0.001}, "network": {"bandwidth_bps": 1.25e9, "latency_s": 5e-5}}
+    assert apply_overrides({}, ["strategy.lr=2E-3"]) == {"strategy": {"lr": 0.002}}
+    assert parse_grid(["strategy.lr=1e-3,1e-2"]) == {"strategy.lr": [0.001, 0.01]}
+    assert apply_overrides({}, ["name=e5"]) == {"name": "e5"}  # a name stays a name
+
+
 def test_set_indexes_lists_and_refuses_paths_through_values():
     data = apply_overrides(tiny(cluster={"stragglers": [{"worker": 1, "slow_factor": 3}]}), ["cluster.stragglers.0.slow_factor=2"])
     assert validate(data).cluster.stragglers[0].slow_factor == 2  # the list was replaced by {"0": ...}
