@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import yaml
 
 from fred import checkpoint
@@ -187,12 +188,21 @@ def load_run(path: str | Path | None, tables: bool = True) -> RunResult:
     return RunResult(
         scenario=scenario,
         summary=_read(path / "summary.json", lambda f: json.loads(f.read_text())),
-        metrics=_read(path / "metrics.parquet", pd.read_parquet) if tables else pd.DataFrame(columns=METRIC_COLUMNS),
-        updates=_read(path / "updates.parquet", pd.read_parquet) if tables else pd.DataFrame(columns=UPDATE_COLUMNS),
-        events=_read(path / "events.parquet", pd.read_parquet) if tables else pd.DataFrame(columns=EVENT_COLUMNS),
+        metrics=_table(path / "metrics.parquet", tables, METRIC_COLUMNS),
+        updates=_table(path / "updates.parquet", tables, UPDATE_COLUMNS),
+        events=_table(path / "events.parquet", tables, EVENT_COLUMNS),
         params=_read(path / "params.npz", _npz),
         path=path,
     )
+
+
+def _table(file: Path, read: bool, columns: list[str]) -> pd.DataFrame:
+    """The table, or (unread) an empty one with its columns once its file's footer reads: a
+    damaged record is named either way."""
+    if read:
+        return _read(file, pd.read_parquet)
+    _read(file, pq.read_metadata)
+    return pd.DataFrame(columns=columns)
 
 
 def _npz(file: Path) -> dict[str, np.ndarray]:
