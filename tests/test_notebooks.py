@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -17,6 +18,8 @@ def test_notebook_executes(path, monkeypatch):
     monkeypatch.setenv("FRED_NOTEBOOK_SMALL", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     notebook = nbformat.read(path, as_version=4)
+    stored = json.loads(path.read_text())["cells"]  # nbformat.read fills missing ids in, with a warning
+    assert all("id" in cell for cell in stored), "every cell needs an id (nbformat 4.5)"
     assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code"), "store without outputs"
     before = set(Path(tempfile.gettempdir()).iterdir())
     NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
