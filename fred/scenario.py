@@ -520,11 +520,12 @@ def _check_faults(scenario: Scenario) -> None:
     named = [(f"faults.link_degrade[{i}].entity", d.entity) for i, d in enumerate(faults.link_degrade)]
     if faults.message_loss is not None:
         named += [(f"faults.message_loss.entities[{i}]", e) for i, e in enumerate(faults.message_loss.entities)]
+    workers = "worker0" if n == 1 else f"worker0..worker{n - 1}"
     for where, entity in named:
         if entity not in entities:
             if server:
-                raise ValueError(f"{where} is {entity!r}; links belong to worker0..worker{n - 1} or server")
-            raise ValueError(f"{where} is {entity!r}; links belong to worker0..worker{n - 1} "
+                raise ValueError(f"{where} is {entity!r}; links belong to {workers} or server")
+            raise ValueError(f"{where} is {entity!r}; links belong to {workers} "
                              f"(strategy {strategy!r} has no parameter server, so no server link)")
     if faults.server_crash is not None and "server_crash" not in support and server:
         raise ValueError(

@@ -240,6 +240,7 @@ def test_after_a_restart_the_server_serves_its_checkpoint():
         ("ssgd", {"server_crash": SERVER}, "has no parameter server"),
         ("grouped_hybrid", {"server_crash": SERVER}, "does not model its parameter server crashing"),  # it has one
         ("asgd", {"link_degrade": [{"entity": "worker9", "at_s": 0}]}, "worker0..worker3 or server"),
+        ("sgd", {"link_degrade": [{"entity": "worker1", "at_s": 0}]}, "links belong to worker0 (strategy"),  # not worker0..worker0
         ("asgd", {"message_loss": {**LOSS, "entities": ["switch"]}}, "worker0..worker3 or server"),
         ("asgd", {"worker_crash": [{"worker": 7, "at_s": 0.1}]}, "workers are 0..3"),
         ("asgd", {"worker_crash": [{"worker": 1, "at_s": 0.2, "rejoin_at_s": 0.1}]}, "must be after at_s"),
