@@ -84,7 +84,8 @@ def replay(
     if run.scenario.workload.timing_only:
         raise ReplayError(f"{run_dir} is a timing-only run (workload.timing_only): it computed no numbers to replay")
     recorded = _read_tape(run_dir, run.summary)
-    _check_computed(run_dir, recorded, run.summary.get("updates", 0))
+    keep = needed(recorded.calls, recorded.final)
+    _check_computed(run_dir, keep, run.summary.get("updates", 0))
     made_on = run.summary.get("backend", "cpu")  # runs before fred recorded it all ran on CPU
     backend = backend or made_on
     device = device_for(backend)
@@ -92,7 +93,7 @@ def replay(
     context = {"gradients": _gradients(run.scenario)}
     start = time.perf_counter()
     with jax.default_device(device), jax.default_matmul_precision(matmul_precision):
-        final, gradients, replayed, steps = _execute(recorded, context, shadow, rtol, atol, progress)
+        final, gradients, replayed, steps = _execute(recorded, keep, context, shadow, rtol, atol, progress)
     wall_s = time.perf_counter() - start
     leaves = compare(final, run.params)
     if check == "bitwise":
@@ -136,9 +137,9 @@ def _read_tape(run_dir: Path, summary: dict[str, Any]) -> Recorded:
     return tape.parse(doc, large)
 
 
-def _check_computed(run_dir: Path, recorded: Recorded, updates: int) -> None:
+def _check_computed(run_dir: Path, keep: list[bool], updates: int) -> None:
     # Otherwise the "check" compares params.npz with its own copy on the tape, and passes.
-    if updates and not any(needed(recorded.calls, recorded.final)):
+    if updates and not any(keep):
         raise ReplayError(
             f"{run_dir} applied {updates} updates, but no recorded call computes its final parameters: its strategy "
             "computed them outside fred.tape.op functions, so there is nothing to replay; declare the strategy's "
@@ -169,6 +170,7 @@ def needed(calls: list[Call], final: tuple[int, Sequence[Any]]) -> list[bool]:
 
 def _execute(
     recorded: Recorded,
+    keep: list[bool],
     context: dict[str, Callable[..., Any]],
     shadow: jax.Device | None,
     rtol: float,
@@ -176,7 +178,6 @@ def _execute(
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[Params, pd.DataFrame, int, pd.DataFrame | None]:
     calls, treedefs = recorded.calls, recorded.treedefs
-    keep = needed(calls, recorded.final)
     total, done = sum(keep), 0
     every = max(-(-total // 100), 1)  # at most a hundred reports (and the last), whatever the length
     last_use = _last_uses(calls, keep, recorded.final)
