@@ -21,7 +21,7 @@ _BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "at least
 
 
 def _bounds(metadata: list[Any]) -> list[str]:
-    """``Gt(gt=0)``, ``MinLen(min_length=1)``, ... as ``> 0``, ``at least 1 items``."""
+    """``Gt(gt=0)``, ``MinLen(min_length=1)``, ... as ``> 0``, ``at least 1 entries``."""
     found = []
     for item in metadata:
         for name, sign in _BOUNDS.items():

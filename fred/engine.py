@@ -456,7 +456,7 @@ class Simulation:
     def _try_start(self, key: tuple[int, ...], call: int) -> None:
         """Start the collective once every member peers still wait for has joined."""
         coll = self._collectives[(key, call)]
-        expected = self.faults.live(key) if self.faults.down or self.faults.any_excluded() else key  # no O(p) copy per join
+        expected = self.faults.live(key) if self.faults.any_excluded() else key  # no O(p) copy per join
         if len(coll.arrived) < len(expected):  # arrivals are live members: a crash withdraws its own
             if self.faults.down:
                 here = {i for i, _ in coll.arrived}

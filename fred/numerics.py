@@ -49,11 +49,10 @@ class _Source:
 
     def __init__(self, stacked: Stacked, size: int):
         # The row count is kept: a resumed run's stacked values are placeholders, shapeless until filled.
-        self.stacked, self.size, self.rows = stacked, size, None
+        self.stacked, self.size = stacked, size
+        self.rows: dict[int, tuple[jax.Array, Params]] = {}  # copied out as read
 
     def row(self, i: int) -> tuple[jax.Array, Params]:
-        if self.rows is None:
-            self.rows = {}
         if i not in self.rows:
             self.rows[i] = take_row(self.stacked, i)
         return self.rows[i]

@@ -36,9 +36,11 @@ def _save(fig, out: Path, stem: str) -> list[Path]:
 
 def _label(result) -> str:
     s, title = result.summary, result.title
-    said = [f"{s['strategy']}" if f"strategy.name={s['strategy']}" not in title else "",
-            f"{s['workers']} workers" if "cluster.workers=" not in title else ""]  # not twice what a label says
-    said = [part for part in said if part]
+    said = []  # not twice what a compare label already says
+    if f"strategy.name={s['strategy']}" not in title:
+        said.append(str(s["strategy"]))
+    if "cluster.workers=" not in title:
+        said.append(f"{s['workers']} workers")
     return f"{title} ({', '.join(said)})" if said else title
 
 

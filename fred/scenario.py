@@ -527,12 +527,12 @@ def _check_faults(scenario: Scenario) -> None:
                 raise ValueError(f"{where} is {entity!r}; links belong to {workers} or server")
             raise ValueError(f"{where} is {entity!r}; links belong to {workers} "
                              f"(strategy {strategy!r} has no parameter server, so no server link)")
-    if faults.server_crash is not None and "server_crash" not in support and server:
-        raise ValueError(
-            f"faults.server_crash: strategy {strategy!r} does not model its parameter server crashing "
-            "(what a checkpoint keeps, what a restart loses); see docs/failures.md for the strategies that do"
-        )
     if faults.server_crash is not None and "server_crash" not in support:
+        if server:
+            raise ValueError(
+                f"faults.server_crash: strategy {strategy!r} does not model its parameter server crashing "
+                "(what a checkpoint keeps, what a restart loses); see docs/failures.md for the strategies that do"
+            )
         raise ValueError(
             f"faults.server_crash: strategy {strategy!r} has no parameter server to crash; "
             "use asgd, sasgd, fasgd, bfasgd or ssgd with aggregation: ps"

@@ -22,8 +22,8 @@ import pandas as pd
 import yaml
 
 from fred.api import default_run_dir, finished_run, load_run, run
-from fred.runner import RunResult
 from fred.loading import ScenarioError, apply_overrides, get_path, include_profiles, read_yaml, set_path, validate, yaml_value
+from fred.runner import RunResult
 from fred.scenario import Scenario
 
 
