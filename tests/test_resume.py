@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import jax
 import pandas as pd
@@ -68,12 +69,14 @@ def interrupted(sc, run_dir, kind: type[Checkpointer], steps: int, **kwargs) -> 
     return checkpointer
 
 
-def gradient_calls(monkeypatch) -> list[int]:
+def gradient_calls(monkeypatch, at_each: Callable[[int], None] = lambda count: None) -> list[int]:
+    """Count every gradient call (one shard or several); ``at_each(count)`` runs as each begins."""
     calls = [0]
-    real = Numerics._call  # every gradient call, one shard or several
+    real = Numerics._call
 
     def counted(self, *args, **kwargs):
         calls[0] += 1
+        at_each(calls[0])
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Numerics, "_call", counted)
@@ -364,16 +367,8 @@ def test_ctrl_c_inside_a_step_stops_the_run_and_leaves_the_last_checkpoint_whole
     # checkpoint of the cut step had replaced the good one (resume then ran from the start);
     # in a callback it was dropped and the run went on to its end.
     sc = scenario("asgd")
-    calls = [0]
     real = Numerics._call
-
-    def pressed_on_the_third(self, *args, **kwargs):
-        calls[0] += 1
-        if calls[0] == 3:
-            press()
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Numerics, "_call", pressed_on_the_third)
+    gradient_calls(monkeypatch, lambda count: press() if count == 3 else None)
     path = checkpoint_dir(tmp_path / "run")
     path.mkdir(parents=True)
     (path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
@@ -390,15 +385,8 @@ def interrupted_cli_run(tmp_path, monkeypatch, capsys) -> tuple[str, object]:
     """``fred run --checkpoint-every-s`` stopped by Ctrl-C at its fifth gradient call."""
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(tiny(strategy={"name": "asgd"}, stop={"max_updates": 30})))
-    calls, real = [0], Numerics._call
-
-    def pressed(self, *args, **kwargs):
-        calls[0] += 1
-        if calls[0] == 5:
-            ctrl_c_now()
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Numerics, "_call", pressed)
+    real = Numerics._call
+    gradient_calls(monkeypatch, lambda count: ctrl_c_now() if count == 5 else None)
     out = tmp_path / "run"
     assert main(["run", str(path), "--out", str(out), "--quiet", "--checkpoint-every-s", "1e-9"]) == 130
     monkeypatch.setattr(Numerics, "_call", real)
