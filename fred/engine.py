@@ -62,10 +62,10 @@ class Worker:
 
     index: int
     next_batch: Callable[[], np.ndarray]
+    name: str = field(init=False)  # "worker3": made once, read at every primitive
 
-    @property
-    def name(self) -> str:
-        return f"worker{self.index}"
+    def __post_init__(self) -> None:
+        self.name = f"worker{self.index}"
 
 
 class GroupKey(tuple):
