@@ -484,8 +484,8 @@ def _check_crash_order(faults: FaultsConfig) -> None:
             if back_s is None or at_s <= back_s:
                 back = f"back at {back_s} s" if back_s is not None else "never back (no rejoin_at_s)"
                 raise ValueError(
-                    f"faults.worker_crash[{i}] crashes worker {worker} at {at_s} s while it is down "
-                    f"(faults.worker_crash[{before}]: down from {faults.worker_crash[before].at_s} s, {back}); "
+                    f"faults.worker_crash.{i} crashes worker {worker} at {at_s} s while it is down "
+                    f"(faults.worker_crash.{before}: down from {faults.worker_crash[before].at_s} s, {back}); "
                     "a worker can crash again only after it has rejoined"
                 )
     crashes = faults.server_crash.crashes if faults.server_crash is not None else []
@@ -494,8 +494,8 @@ def _check_crash_order(faults: FaultsConfig) -> None:
         back_s = crashes[before].at_s + crashes[before].restart_s
         if crashes[i].at_s <= back_s:
             raise ValueError(
-                f"faults.server_crash.crashes[{i}] is at {crashes[i].at_s} s while the server is down "
-                f"(crashes[{before}]: from {crashes[before].at_s} s, back at {back_s} s); "
+                f"faults.server_crash.crashes.{i} is at {crashes[i].at_s} s while the server is down "
+                f"(crashes.{before}: from {crashes[before].at_s} s, back at {back_s} s); "
                 "a server can crash again only after it has restarted"
             )
 
@@ -508,18 +508,18 @@ def _check_faults(scenario: Scenario) -> None:
     entities = [f"worker{i}" for i in range(n)] + (["server"] if server else [])
     for i, crash in enumerate(faults.worker_crash):
         if crash.worker >= n:
-            raise ValueError(f"faults.worker_crash[{i}].worker is {crash.worker}; workers are 0..{n - 1}")
+            raise ValueError(f"faults.worker_crash.{i}.worker is {crash.worker}; workers are 0..{n - 1}")
         if crash.rejoin_at_s is not None and "rejoin" not in support:
             raise ValueError(
-                f"faults.worker_crash[{i}].rejoin_at_s: strategy {strategy!r} does not model a worker rejoining; "
+                f"faults.worker_crash.{i}.rejoin_at_s: strategy {strategy!r} does not model a worker rejoining; "
                 "remove rejoin_at_s (see docs/failures.md for the strategies that do)"
             )
     _check_crash_order(faults)
     if faults.any() and getattr(scenario.strategy, "clock", "simulated") == "logical":
         raise ValueError("faults are timed in simulated seconds, which clock: logical does not have; use clock: simulated")
-    named = [(f"faults.link_degrade[{i}].entity", d.entity) for i, d in enumerate(faults.link_degrade)]
+    named = [(f"faults.link_degrade.{i}.entity", d.entity) for i, d in enumerate(faults.link_degrade)]
     if faults.message_loss is not None:
-        named += [(f"faults.message_loss.entities[{i}]", e) for i, e in enumerate(faults.message_loss.entities)]
+        named += [(f"faults.message_loss.entities.{i}", e) for i, e in enumerate(faults.message_loss.entities)]
     workers = "worker0" if n == 1 else f"worker0..worker{n - 1}"
     for where, entity in named:
         if entity not in entities:

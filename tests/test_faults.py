@@ -8,13 +8,14 @@ grouped hybrid. Every registered strategy runs every fault kind it can have.
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 import pytest
 
 import fred
 from fred import rng
-from fred.loading import ScenarioError
+from fred.loading import ScenarioError, apply_overrides, validate
 from fred.runner import build
 from strategies import registry
 from tests.conftest import NEVER_WAITS, ONE_WORKER, cluster_for, tiny
@@ -246,17 +247,27 @@ def test_after_a_restart_the_server_serves_its_checkpoint():
         ("asgd", {"worker_crash": [{"worker": 1, "at_s": 0.2, "rejoin_at_s": 0.1}]}, "must be after at_s"),
         ("asgd", {"message_loss": {"probability": 1.0, "retransmit_timeout_s": 0.1}}, "less than 1"),
         ("asgd", {"worker_crash": [{"worker": 1, "at_s": 0.3}, {"worker": 1, "at_s": 0.1, "rejoin_at_s": 0.3}]},
-         "worker_crash[0] crashes worker 1 at 0.3 s while it is down (faults.worker_crash[1]: down from 0.1 s, back at 0.3 s)"),
+         "worker_crash.0 crashes worker 1 at 0.3 s while it is down (faults.worker_crash.1: down from 0.1 s, back at 0.3 s)"),
         ("asgd", {"worker_crash": [{"worker": 2, "at_s": 0.1}, {"worker": 2, "at_s": 0.5, "rejoin_at_s": 0.6}]},
          "never back (no rejoin_at_s)"),
         ("asgd", {"server_crash": {"checkpoint_every_s": 0.05, "crashes": [{"at_s": 0.1, "restart_s": 0.05}, {"at_s": 0.12, "restart_s": 0.1}]}},
-         "crashes[1] is at 0.12 s while the server is down (crashes[0]: from 0.1 s, back at"),
+         "crashes.1 is at 0.12 s while the server is down (crashes.0: from 0.1 s, back at"),
     ],
 )
 def test_bad_fault_settings_name_the_field_and_the_fix(name, faults, needle):
     with pytest.raises(ScenarioError, match="faults") as info:
         fred.run(scenario(name, faults))
     assert needle in str(info.value)
+
+
+def test_a_fault_message_names_the_path_that_set_fixes():
+    # Messages once said faults.worker_crash[0].worker, which --set reads as a key named "worker_crash[0]".
+    data = scenario("asgd", {"worker_crash": [{"worker": 7, "at_s": 0.1}]})
+    with pytest.raises(ScenarioError) as info:
+        fred.run(data)
+    path = re.search(r"(faults\.\S+) is 7", str(info.value)).group(1)
+    assert path == "faults.worker_crash.0.worker"
+    assert validate(apply_overrides(data, [f"{path}=1"])).faults.worker_crash[0].worker == 1
 
 
 def test_a_worker_may_crash_again_after_it_rejoined():
