@@ -122,10 +122,14 @@ def _local(todo: Todo, jobs: int, done: Done) -> None:
         # stops the sweep: no queued run starts, and those already started finish and are kept;
         # a second Ctrl-C stops them too (a run is written whole or not at all).
         pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_ctrl_c)
+        running: dict[cf.Future, int] = {}  # submitted and not yet told, with their place in todo
         try:
-            _in_turn(pool, todo, jobs, done)
+            _in_turn(pool, todo, jobs, done, running)
         except BaseException:
-            _stop(pool)
+            try:
+                _stop(pool)
+            finally:  # the started runs that finished meanwhile are kept: say so, as for any other
+                _tell_finished(running, done)
             raise
         pool.shutdown(wait=True)
     else:
@@ -139,18 +143,29 @@ def _ignore_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _in_turn(pool: cf.ProcessPoolExecutor, todo: Todo, jobs: int, done: Done) -> None:
+def _in_turn(pool: cf.ProcessPoolExecutor, todo: Todo, jobs: int, done: Done, running: dict[cf.Future, int]) -> None:
     """At most ``jobs`` runs submitted at once: a pool moves jobs + 1 submitted calls to its
-    workers' queue, past cancelling, so with all submitted Ctrl-C still started more."""
-    queued = iter(todo)
-    running = {pool.submit(_run_one, *item) for item in itertools.islice(queued, jobs)}
+    workers' queue, past cancelling, so with all submitted Ctrl-C still started more.
+    ``running`` holds the submitted runs not yet told to ``done``, in ``todo``'s order."""
+    queued = enumerate(todo)
+    for place, item in itertools.islice(queued, jobs):
+        running[pool.submit(_run_one, *item)] = place
     while running:
-        finished, running = cf.wait(running, return_when=cf.FIRST_COMPLETED)
-        for future in finished:
+        finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+        for future in sorted(finished, key=running.__getitem__):  # runs that end together: in todo's order
+            del running[future]
             done(future.result())
             following = next(queued, None)
             if following is not None:
-                running.add(pool.submit(_run_one, *following))
+                running[pool.submit(_run_one, *following[1])] = following[0]
+
+
+def _tell_finished(running: dict[cf.Future, int], done: Done) -> None:
+    """Tell ``done`` of the runs in ``running`` that finished (the pool has shut down)."""
+    for future in sorted(running, key=running.__getitem__):
+        if future.done() and not future.cancelled() and future.exception() is None:
+            del running[future]
+            done(future.result())
 
 
 def _stop(pool: cf.ProcessPoolExecutor) -> None:

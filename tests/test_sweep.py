@@ -98,14 +98,19 @@ def test_parallel_processes_give_the_same_table(scenario, tmp_path):
 
 
 def test_ctrl_c_stops_a_parallel_sweep_and_keeps_what_finished(scenario, tmp_path):
+    told: list[str] = []
+
     def interrupt(line):  # Ctrl-C as the first run finishes
-        raise KeyboardInterrupt
+        told.append(line.rsplit(": ", 1)[1])
+        if len(told) == 1:
+            raise KeyboardInterrupt
 
     grid = {"seed": list(range(8))}
     with pytest.raises(KeyboardInterrupt):
         sweep(scenario, grid, tmp_path / "runs", jobs=2, progress=interrupt)
     kept = [d for d in (tmp_path / "runs").iterdir() if is_complete(d)]
     assert 1 <= len(kept) < 8  # the queued runs never started (the pool used to run them all first)
+    assert sorted(told) == sorted(str(d) for d in kept)  # a run that finished after Ctrl-C is told too
     assert all(is_complete(d) for d in (tmp_path / "runs").iterdir() if not d.name.startswith("."))
     _, ran = sweep(scenario, grid, tmp_path / "runs")
     assert ran == 8 - len(kept)
