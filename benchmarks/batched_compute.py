@@ -18,16 +18,14 @@ Ratios, never asserts; results also go to ``benchmarks/results/batched_compute.j
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
-from common import RESULTS_DIR, machine, table, write_results
+from common import RESULTS_DIR, banner, machine, options, table, write_results
 
 import fred
 from fred.api import resolve
@@ -135,15 +133,12 @@ def measure(reduction: str, workers: int, repeats: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="best of 5 instead of 20")
-    parser.add_argument("--repeats", type=int, help="timed repeats per measurement (best is kept)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
+    parser = options(__doc__, "best of 5 instead of 20", "timed repeats per measurement (best is kept)", RESULTS)
     args = parser.parse_args(argv)
     repeats = args.repeats or (5 if args.quick else 20)
     t_start = time.perf_counter()
     facts = machine()
-    print(f"fred {fred.__version__} | jax {facts['jax']} on {facts['backend']} | {facts['cpu_count']} CPUs")
+    print(banner(fred.__version__, facts))
     print(f"digits MLP [64], batch {BATCH} per worker; best of {repeats} after one warm-up\n")
 
     rows = [measure(reduction, workers, repeats) for reduction in ("exact", "fast") for workers in WORKERS]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -50,6 +51,20 @@ def machine() -> dict[str, Any]:
         "processor": _cpu_model(),
         "load_average_1m": os.getloadavg()[0],  # other work on the machine slows every timing
     }
+
+
+def options(doc: str, quick: str, repeats: str, results: Path, default_repeats: int | None = None) -> argparse.ArgumentParser:
+    """The options every benchmark takes: ``--quick`` (what it leaves out), ``--repeats``, ``--out``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--repeats", type=int, default=default_repeats, help=repeats)
+    parser.add_argument("--out", type=Path, default=results, help="where to write the JSON")
+    return parser
+
+
+def banner(version: str, facts: dict[str, Any]) -> str:
+    """The first line of every benchmark's output: what was measured, on what."""
+    return f"fred {version} | jax {facts['jax']} on {facts['backend']} | {facts['cpu_count']} CPUs"
 
 
 def write_results(path: Path, results: dict[str, Any], started: float) -> None:

@@ -29,7 +29,6 @@ Results are printed as tables and written to ``benchmarks/results/overhead.json`
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import functools
 import pstats
@@ -41,7 +40,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import RESULTS_DIR, best_in_turn, best_of, machine, table, write_results
+from common import RESULTS_DIR, banner, best_in_turn, best_of, machine, options, table, write_results
 
 import fred
 from fred import rng
@@ -543,9 +542,8 @@ def _short(filename: str) -> str:
 
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="30 updates per digits run, 5 rounds of 64 workers")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement (best is kept)")
+    parser = options(__doc__, "30 updates per digits run, 5 rounds of 64 workers",
+                     "timed repeats per measurement (best is kept)", RESULTS, default_repeats=3)
     parser.add_argument(
         "--profile",
         nargs="?",
@@ -553,14 +551,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=["ssgd:exact", "ssgd:fast", "asgd:exact", "asgd:fast"],
         help="also cProfile one warm fred run of this case (default ssgd:exact)",
     )
-    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args(argv)
     updates = 30 if args.quick else 300
     event_updates = 5 if args.quick else 20
     t_start = time.perf_counter()
 
     facts = machine()
-    print(f"fred {fred.__version__} | jax {facts['jax']} on {facts['backend']} | {facts['cpu_count']} CPUs")
+    print(banner(fred.__version__, facts))
     print(f"{'quick' if args.quick else 'full'} run: best of {args.repeats} after one warm-up\n")
 
     rows = [r for w in WORKERS for r in overhead(updates, args.repeats, w)]

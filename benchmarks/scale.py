@@ -27,15 +27,13 @@ are how cost grows. Ratios and fits, never asserts; results also go to
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import simpy
-from common import RESULTS_DIR, machine, table, write_results
+from common import RESULTS_DIR, machine, options, table, write_results
 
 import fred
 from fred.network import Network
@@ -165,10 +163,7 @@ def fit(rows: list[dict[str, Any]], seconds: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="32 and 256 workers only")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per run (best is kept)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
+    parser = options(__doc__, "32 and 256 workers only", "timed repeats per run (best is kept)", RESULTS, default_repeats=3)
     args = parser.parse_args(argv)
     workers = (32, 256) if args.quick else (32, 256, 1024)
     iterations = (1, 2, 4)

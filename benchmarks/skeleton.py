@@ -24,17 +24,15 @@ the skeletons' simulated times do not matter here, only what they make the machi
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import jax
 import numpy as np
 import simpy
-from common import RESULTS_DIR, best_in_turn, machine, table, write_results
+from common import RESULTS_DIR, banner, best_in_turn, machine, options, table, write_results
 from overhead import (LR, PERF_TARGET_RATIO, WORKERS, Bare, _exact_shard_sums, _fast_shard_sums, _sgd, digits_scenario,
                       max_abs_diff)
 
@@ -186,15 +184,12 @@ def case(strategy: str, reduction: str, workers: int, repeats: int) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="8 workers only")
-    parser.add_argument("--repeats", type=int, help="timed repeats per case, in turn (best is kept); default 5, --quick 2")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
+    parser = options(__doc__, "8 workers only", "timed repeats per case, in turn (best is kept); default 5, --quick 2", RESULTS)
     args = parser.parse_args(argv)
     repeats = args.repeats or (2 if args.quick else 5)
     started = time.perf_counter()
     facts = machine()
-    print(f"fred {fred.__version__} | jax {facts['jax']} on {facts['backend']} | {facts['cpu_count']} CPUs")
+    print(banner(fred.__version__, facts))
     print(f"{'quick' if args.quick else 'full'} run: best of {repeats} after one warm-up, all four timed in turn\n")
     rows = []
     for workers in WORKERS[:1] if args.quick else WORKERS:
