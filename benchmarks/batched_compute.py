@@ -25,9 +25,8 @@ from typing import Any
 
 import jax
 import numpy as np
-from common import RESULTS_DIR, banner, machine, options, table, write_results
+from common import RESULTS_DIR, begin, options, table, write_results
 
-import fred
 from fred.api import resolve
 from fred.engine import GradientService
 from fred.numerics import CHUNK_ROWS, GradSum
@@ -134,11 +133,8 @@ def measure(reduction: str, workers: int, repeats: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = options(__doc__, "best of 5 instead of 20", "timed repeats per measurement (best is kept)", RESULTS)
-    args = parser.parse_args(argv)
-    repeats = args.repeats or (5 if args.quick else 20)
-    t_start = time.perf_counter()
-    facts = machine()
-    print(banner(fred.__version__, facts))
+    args, t_start, facts = begin(parser, argv, full=20, quick=5)
+    repeats = args.repeats
     print(f"digits MLP [64], batch {BATCH} per worker; best of {repeats} after one warm-up\n")
 
     rows = [measure(reduction, workers, repeats) for reduction in ("exact", "fast") for workers in WORKERS]

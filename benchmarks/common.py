@@ -13,6 +13,8 @@ from typing import Any
 
 import jax
 
+import fred
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -53,18 +55,25 @@ def machine() -> dict[str, Any]:
     }
 
 
-def options(doc: str, quick: str, repeats: str, results: Path, default_repeats: int | None = None) -> argparse.ArgumentParser:
+def options(doc: str, quick: str, repeats: str, results: Path) -> argparse.ArgumentParser:
     """The options every benchmark takes: ``--quick`` (what it leaves out), ``--repeats``, ``--out``."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=quick)
-    parser.add_argument("--repeats", type=int, default=default_repeats, help=repeats)
+    parser.add_argument("--repeats", type=int, help=repeats)
     parser.add_argument("--out", type=Path, default=results, help="where to write the JSON")
     return parser
 
 
-def banner(version: str, facts: dict[str, Any]) -> str:
-    """The first line of every benchmark's output: what was measured, on what."""
-    return f"fred {version} | jax {facts['jax']} on {facts['backend']} | {facts['cpu_count']} CPUs"
+def begin(parser: argparse.ArgumentParser, argv: list[str] | None, full: int, quick: int,
+          first_line: str | None = None) -> tuple[argparse.Namespace, float, dict[str, Any]]:
+    """Parse the options (``args.repeats`` defaults to ``full``, or ``quick`` with ``--quick``),
+    note the start time and the machine, and print the first line: ``first_line``, or what
+    was measured on what. Returns (options, start time, machine facts)."""
+    args = parser.parse_args(argv)
+    args.repeats = args.repeats or (quick if args.quick else full)
+    started, facts = time.perf_counter(), machine()
+    print(first_line or f"fred {fred.__version__} | jax {facts['jax']} on {facts['backend']} | {facts['cpu_count']} CPUs")
+    return args, started, facts
 
 
 def write_results(path: Path, results: dict[str, Any], started: float) -> None:

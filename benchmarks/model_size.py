@@ -17,11 +17,10 @@ fred's bits, and what fred adds per update in milliseconds. Ratios, never assert
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 import numpy as np
-from common import RESULTS_DIR, banner, best_in_turn, machine, options, table, write_results
+from common import RESULTS_DIR, begin, best_in_turn, options, table, write_results
 from overhead import PERF_TARGET_RATIO, WORKERS, Bare, batch_for, digits_scenario, max_abs_diff
 
 import fred
@@ -96,11 +95,8 @@ def crossover(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = options(__doc__, "2 model sizes, 8 workers, exact only",
                      "timed repeats per case, in turn (best is kept); default 3, --quick 2", RESULTS)
-    args = parser.parse_args(argv)
-    repeats = args.repeats or (2 if args.quick else 3)
-    started = time.perf_counter()
-    facts = machine()
-    print(banner(fred.__version__, facts))
+    args, started, facts = begin(parser, argv, full=3, quick=2)
+    repeats = args.repeats
     print(f"{'quick' if args.quick else 'full'} run: best of {repeats} after one warm-up, fred and the loops in turn\n")
 
     models = QUICK_MODELS if args.quick else MODELS

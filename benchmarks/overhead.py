@@ -40,7 +40,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import RESULTS_DIR, banner, best_in_turn, best_of, machine, options, table, write_results
+from common import RESULTS_DIR, begin, best_in_turn, best_of, options, table, write_results
 
 import fred
 from fred import rng
@@ -543,7 +543,7 @@ def _short(filename: str) -> str:
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     parser = options(__doc__, "30 updates per digits run, 5 rounds of 64 workers",
-                     "timed repeats per measurement (best is kept)", RESULTS, default_repeats=3)
+                     "timed repeats per measurement (best is kept; default 3)", RESULTS)
     parser.add_argument(
         "--profile",
         nargs="?",
@@ -551,13 +551,9 @@ def main(argv: list[str] | None = None) -> int:
         choices=["ssgd:exact", "ssgd:fast", "asgd:exact", "asgd:fast"],
         help="also cProfile one warm fred run of this case (default ssgd:exact)",
     )
-    args = parser.parse_args(argv)
+    args, t_start, facts = begin(parser, argv, full=3, quick=3)
     updates = 30 if args.quick else 300
     event_updates = 5 if args.quick else 20
-    t_start = time.perf_counter()
-
-    facts = machine()
-    print(banner(fred.__version__, facts))
     print(f"{'quick' if args.quick else 'full'} run: best of {args.repeats} after one warm-up\n")
 
     rows = [r for w in WORKERS for r in overhead(updates, args.repeats, w)]

@@ -27,13 +27,14 @@ are how cost grows. Ratios and fits, never asserts; results also go to
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
 
 import numpy as np
 import simpy
-from common import RESULTS_DIR, machine, options, table, write_results
+from common import RESULTS_DIR, begin, options, table, write_results
 
 import fred
 from fred.network import Network
@@ -163,13 +164,11 @@ def fit(rows: list[dict[str, Any]], seconds: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = options(__doc__, "32 and 256 workers only", "timed repeats per run (best is kept)", RESULTS, default_repeats=3)
-    args = parser.parse_args(argv)
+    parser = options(__doc__, "32 and 256 workers only", "timed repeats per run (best is kept; default 3)", RESULTS)
+    first_line = f"fred {fred.__version__} | simpy {simpy.__version__} | {os.cpu_count()} CPUs | timing only"
+    args, t_start, facts = begin(parser, argv, full=3, quick=3, first_line=first_line)
     workers = (32, 256) if args.quick else (32, 256, 1024)
     iterations = (1, 2, 4)
-    t_start = time.perf_counter()
-    facts = machine()
-    print(f"fred {fred.__version__} | simpy {simpy.__version__} | {facts['cpu_count']} CPUs | timing only")
     print(f"best of {args.repeats} (runs over {ONCE_OVER_S:.0f} s once); events counted in one extra run\n")
     fred.run(scenario(STRATEGIES["sgp"], 4, 1))  # warm: imports, data loading, model init
 

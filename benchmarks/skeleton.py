@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import functools
 import sys
-import time
 from typing import Any, Callable
 
 import jax
 import numpy as np
 import simpy
-from common import RESULTS_DIR, banner, best_in_turn, machine, options, table, write_results
+from common import RESULTS_DIR, begin, best_in_turn, options, table, write_results
 from overhead import (LR, PERF_TARGET_RATIO, WORKERS, Bare, _exact_shard_sums, _fast_shard_sums, _sgd, digits_scenario,
                       max_abs_diff)
 
@@ -185,11 +184,8 @@ def case(strategy: str, reduction: str, workers: int, repeats: int) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     parser = options(__doc__, "8 workers only", "timed repeats per case, in turn (best is kept); default 5, --quick 2", RESULTS)
-    args = parser.parse_args(argv)
-    repeats = args.repeats or (2 if args.quick else 5)
-    started = time.perf_counter()
-    facts = machine()
-    print(banner(fred.__version__, facts))
+    args, started, facts = begin(parser, argv, full=5, quick=2)
+    repeats = args.repeats
     print(f"{'quick' if args.quick else 'full'} run: best of {repeats} after one warm-up, all four timed in turn\n")
     rows = []
     for workers in WORKERS[:1] if args.quick else WORKERS:
