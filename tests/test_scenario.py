@@ -147,20 +147,21 @@ def test_set_indexes_lists_and_refuses_paths_through_values():
             apply_overrides(data, [item])
 
 
-def test_a_key_given_twice_in_a_file_is_refused_with_its_line(tmp_path):
-    path = tmp_path / "twice.yaml"
-    path.write_text("name: x\ncluster: {workers: 4}\nstop: {max_updates: 3}\ncluster: {compute: {step_time_s: 0.5}}\n")
-    with pytest.raises(ScenarioError) as err:
-        load_scenario(path)
-    assert "line 4, column 1: the key 'cluster' is given twice" in err.value.problems[0]
-
-
-def test_yaml_syntax_errors_name_the_line(tmp_path):
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("name: x\ncluster: {workers: 4}\nstop: {max_updates: 3}\ncluster: {compute: {step_time_s: 0.5}}\n",
+         "line 4, column 1: the key 'cluster' is given twice"),
+        ("name: x\nmodel: {kind: mlp\n", "YAML syntax error at line"),
+    ],
+    ids=["key-given-twice", "syntax-error"],
+)
+def test_a_file_yaml_cannot_read_as_one_scenario_is_refused_with_its_line(tmp_path, text, needle):
     path = tmp_path / "bad.yaml"
-    path.write_text("name: x\nmodel: {kind: mlp\n")
+    path.write_text(text)
     with pytest.raises(ScenarioError) as err:
         load_scenario(path)
-    assert "YAML syntax error at line" in err.value.problems[0]
+    assert needle in err.value.problems[0]
 
 
 def test_yaml_cannot_construct_python_objects(tmp_path):
