@@ -17,12 +17,19 @@ SUMMARY_KEYS = [
 ]  # fmt: skip
 
 
+COMPILES = frozenset({"run", "compare", "sweep", "calibrate", "replay"})  # the commands that run jitted code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
+    if args.command in COMPILES:
+        from fred.compilation_cache import enable
+
+        enable()  # compiled programs from earlier processes: most of a short run's time otherwise
     try:
         return args.handler(args)
     except ScenarioError as err:
@@ -68,7 +75,11 @@ def _resumable(args: argparse.Namespace) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fred", description="Simulate distributed deep-learning training.")
+    parser = argparse.ArgumentParser(
+        prog="fred", description="Simulate distributed deep-learning training.",
+        epilog="run, compare, sweep, calibrate and replay keep the programs JAX compiles in ~/.cache/fred/jax "
+               "($XDG_CACHE_HOME/fred/jax if set), one folder per CPU, for later processes (the same bits, "
+               "seconds sooner); FRED_JAX_CACHE=off turns that off, FRED_JAX_CACHE=DIR moves it.")
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run one scenario and write its run directory")
     run.add_argument("scenario", nargs="?", help="scenario YAML file (not with --resume)")

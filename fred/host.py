@@ -11,6 +11,7 @@ comparison of two runs can tell which of the two differs.
 
 from __future__ import annotations
 
+import hashlib
 import platform
 from pathlib import Path
 
@@ -29,8 +30,26 @@ def cpu_isa() -> str:
     return f"x86_64-{level}"
 
 
+def cpu_fingerprint() -> str:
+    """This CPU as one short name: :func:`cpu_isa` and a hash of its model and every feature
+    flag (``x86_64-avx512f-3f2a9c01d4e7``). Two machines share it only if XLA would compile
+    the same code for both."""
+    facts = "\n".join([platform.machine(), platform.processor(), _cpu_model(), *sorted(_x86_flags())])
+    return f"{cpu_isa()}-{hashlib.sha256(facts.encode()).hexdigest()[:12]}"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def _x86_flags() -> frozenset[str]:
-    """The CPU's feature flags: Linux's /proc/cpuinfo, else what numpy detected at import."""
+    """The CPU's feature flags: Linux's /proc/cpuinfo (x86), else what numpy detected at import."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("flags"):

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 import jax
 import pytest
 
+from fred import compilation_cache
 from fred.loading import merge
 
 # The suite checks fred's CPU bits (fred.run computes on CPU anyway); on a machine with a GPU,
 # helpers that call jitted code directly would otherwise run there. gpu-marked tests ask for it.
 jax.config.update("jax_default_device", jax.devices("cpu")[0])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The commands' on-disk cache of compiled programs, as users have it, in a folder of the
+    suite's own (not the user's home): the processes tests start (a fresh-process contract
+    check, the CLI, notebooks) load what earlier ones compiled, and must get the same bits."""
+    os.environ[compilation_cache.ENV] = str(tmp_path_factory.mktemp("jax-cache"))
+    compilation_cache.enable()
 
 TINY: dict[str, Any] = {
     "name": "tiny",
