@@ -13,7 +13,9 @@ runs on, and JAX's cache key names the platform (``cpu``), not the CPU, so a hom
 shared by an AVX-512 and an AVX2 machine would otherwise hand one the other's code.
 
 ``FRED_JAX_CACHE=off`` turns it off, ``FRED_JAX_CACHE=DIR`` moves it; a cache the user set up
-for JAX itself (``JAX_COMPILATION_CACHE_DIR``) is used as it is. ``fred.run`` from Python
+for JAX itself (``JAX_COMPILATION_CACHE_DIR``) is used as it is. An entry JAX cannot read (the
+disk filled up as it was written) makes it warn and compile that program again, with the same
+bits; deleting the folder starts the cache afresh. ``fred.run`` from Python
 leaves JAX's settings alone: :func:`enable` turns the same cache on for a notebook.
 """
 
@@ -54,6 +56,7 @@ def enable() -> Path | None:
         return None
     try:
         path.mkdir(parents=True, exist_ok=True)
+        _drop_empty(path)
     except OSError:
         return None
     # Every program, however quick to compile: a run's are many and small (JAX's default keeps
@@ -63,3 +66,11 @@ def enable() -> Path | None:
         jax.config.update(name, value)
         os.environ[name.upper()] = str(value)  # read by JAX in a sweep's worker processes
     return path
+
+
+def _drop_empty(path: Path) -> None:
+    """Delete empty entries: what a process killed between creating an entry and writing it
+    leaves. JAX never replaces an entry, so it would warn about it, and compile, in every run."""
+    for entry in os.scandir(path):
+        if entry.name.endswith("-cache") and entry.is_file() and entry.stat().st_size == 0:
+            Path(entry.path).unlink(missing_ok=True)

@@ -87,3 +87,15 @@ def test_a_run_from_the_cache_is_the_run_a_fresh_compilation_makes(tmp_path):
     for table in ("events", "updates", "metrics"):
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "cold" / f"{table}.parquet"),
                                       pd.read_parquet(tmp_path / "warm" / f"{table}.parquet"))
+
+
+def test_an_entry_a_killed_process_left_empty_is_dropped(tmp_path):
+    # JAX never replaces an entry: an empty one would make it warn, and compile again, in every run.
+    folder = tmp_path / "cache" / cpu_fingerprint()
+    folder.mkdir(parents=True)
+    (folder / "jit_step-0123-cache").write_bytes(b"")
+    (folder / "jit_step-4567-cache").write_bytes(b"kept")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}  # not the suite's own cache
+    env["FRED_JAX_CACHE"] = str(tmp_path / "cache")
+    subprocess.run([sys.executable, "-c", "from fred.compilation_cache import enable; enable()"], env=env, check=True)
+    assert sorted(p.name for p in folder.iterdir()) == ["jit_step-4567-cache"]
