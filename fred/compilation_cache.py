@@ -51,13 +51,13 @@ def enable() -> Path | None:
     folder cannot be made (the cache only saves time: nothing else depends on it)."""
     if os.environ.get("JAX_COMPILATION_CACHE_DIR") or jax.config.jax_compilation_cache_dir:
         return None
-    path = cache_dir()
-    if path is None:
-        return None
     try:
+        path = cache_dir()
+        if path is None:
+            return None
         path.mkdir(parents=True, exist_ok=True)
         _drop_empty(path)
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: no home directory to find (Path.home)
         return None
     # Every program, however quick to compile: a run's are many and small (JAX's default keeps
     # only those that took a second or more, which would keep none of them).
