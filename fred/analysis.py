@@ -31,14 +31,15 @@ def _over_time(updates: pd.DataFrame, bins: int) -> pd.DataFrame:
     if bins < 1:
         raise ValueError(f"bins must be at least 1, got {bins}")
     if updates.empty:
-        return pd.DataFrame(columns=["start_s", "end_s", "count", "mean", "p99"])
+        return pd.DataFrame({"start_s": pd.Series(dtype="float64"), "end_s": pd.Series(dtype="float64"),
+                             "count": pd.Series(dtype="int64"), "mean": pd.Series(dtype="float64"),
+                             "p99": pd.Series(dtype="float64")})
     t = updates["sim_time_s"].to_numpy(float)
-    t0, t1 = t.min(), t.max()
-    edges = np.linspace(t0, t1, bins + 1)
-    # Window by index, the last one closed: an edge nudged past the last update (max + eps)
-    # is lost to rounding once times reach ~1e4 s, and that update fell in no window.
-    span = t1 - t0
-    window = np.zeros(len(t), int) if span == 0 else np.minimum(((t - t0) / span * bins).astype(int), bins - 1)
+    edges = np.linspace(t.min(), t.max(), bins + 1)
+    # Windows by the edges reported, the last one closed (linspace ends exactly on the last
+    # update). Scaling times to an index instead put an update on an edge, such as 15.0 of
+    # 0..22 in 22 windows, in the window before it: int(15 / 22 * 22) is 14.
+    window = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
     g = updates["staleness"].groupby(window)
     rows = pd.RangeIndex(bins)
     return pd.DataFrame(

@@ -183,6 +183,21 @@ def test_staleness_over_time_keeps_every_update_and_every_window():
         staleness(updates, "time", bins=0)
 
 
+def test_each_window_counts_the_updates_between_its_own_edges():
+    # Updates at 0, 1, ..., 22 in 22 windows: the one at 15.0 was counted in [14, 15), the
+    # window before its own (int(15 / 22 * 22) is 14), which then showed none.
+    times = [float(t) for t in range(23)]
+    updates = pd.DataFrame({"sim_time_s": times, "staleness": list(range(23)), "worker": [0] * 23})
+    over_time = staleness(updates, "time", bins=22)
+    for i, row in over_time.iterrows():
+        last = i == len(over_time) - 1  # the last window is closed
+        inside = [t for t in times if row["start_s"] <= t and (t < row["end_s"] or (last and t == row["end_s"]))]
+        assert row["count"] == len(inside), (row["start_s"], row["end_s"])
+        assert row["mean"] == pytest.approx(sum(inside) / len(inside))  # staleness equals time here
+    empty = staleness(updates.iloc[:0], "time", bins=3)
+    assert empty.empty and empty.dtypes["count"] == "int64" and empty.dtypes["mean"] == "float64"
+
+
 def test_the_timeline_legend_is_beside_the_bars_not_over_them(monkeypatch, tmp_path):
     from fred import plots
 
