@@ -17,6 +17,7 @@ summed loss in one go.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Literal, NamedTuple, Sequence
 
 import jax
@@ -394,5 +395,8 @@ class Numerics:
         return loss, jnp.mean(jnp.argmax(out, axis=1) == y)
 
     def evaluate(self, params: Params, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+        """Mean loss and accuracy on ``x, y``. A NaN loss (NaN outputs: parameters gone to NaN
+        in a diverged run) has no accuracy: argmax of NaN logits is class 0, not a prediction."""
         loss, accuracy = self._evaluate(params, x, y)
-        return float(loss), float(accuracy)
+        loss = float(loss)
+        return loss, math.nan if math.isnan(loss) else float(accuracy)
