@@ -17,7 +17,7 @@ from fred import checkpoint
 from fred.checkpoint import Checkpointer, Saved, checkpoint_dir
 from fred.loading import ScenarioError, include_profiles, merge, read_yaml, validate
 from fred.paths import check_out
-from fred.records import EVENT_COLUMNS, METRIC_COLUMNS, UPDATE_COLUMNS, is_complete, missing_files, write_run_dir
+from fred.records import EVENT_DTYPES, METRIC_DTYPES, UPDATE_DTYPES, is_complete, missing_files, write_run_dir
 from fred.runner import Progress, RunResult, execute
 from fred.scenario import Scenario
 from fred.tape import NeedsValue, ResumeMismatch, read_outside_tape
@@ -174,7 +174,8 @@ def load_run(path: str | Path | None, tables: bool = True) -> RunResult:
     """Read a run directory written by ``fred run`` or :func:`run`.
 
     ``tables=False`` leaves the metrics, updates and events tables unread (empty, with their
-    columns): what replay does, which needs only the scenario, summary and parameters.
+    columns and dtypes; ``tables_read`` is False, and what reads them, such as ``time_to``,
+    says so): what replay does, which needs only the scenario, summary and parameters.
     """
     if path is None:  # the path of a result run without out=
         raise ValueError("no run directory to load: this result was not written; pass out= to fred.run to write one")
@@ -188,21 +189,22 @@ def load_run(path: str | Path | None, tables: bool = True) -> RunResult:
     return RunResult(
         scenario=scenario,
         summary=_read(path / "summary.json", lambda f: json.loads(f.read_text())),
-        metrics=_table(path / "metrics.parquet", tables, METRIC_COLUMNS),
-        updates=_table(path / "updates.parquet", tables, UPDATE_COLUMNS),
-        events=_table(path / "events.parquet", tables, EVENT_COLUMNS),
+        metrics=_table(path / "metrics.parquet", tables, METRIC_DTYPES),
+        updates=_table(path / "updates.parquet", tables, UPDATE_DTYPES),
+        events=_table(path / "events.parquet", tables, EVENT_DTYPES),
         params=_read(path / "params.npz", _npz),
         path=path,
+        tables_read=tables,
     )
 
 
-def _table(file: Path, read: bool, columns: list[str]) -> pd.DataFrame:
+def _table(file: Path, read: bool, columns: dict[str, str]) -> pd.DataFrame:
     """The table, or (unread) an empty one with its columns once its file's footer reads: a
     damaged record is named either way."""
     if read:
         return _read(file, pd.read_parquet)
     _read(file, pq.read_metadata)
-    return pd.DataFrame(columns=columns)
+    return pd.DataFrame({column: pd.Series(dtype=dtype) for column, dtype in columns.items()})
 
 
 def _npz(file: Path) -> dict[str, np.ndarray]:

@@ -126,6 +126,7 @@ class RunResult:
     path: Path | None = None
     tape: tuple[dict[str, Any], dict[str, np.ndarray]] | None = None  # what replay needs (tape.npz)
     label: str | None = None  # how comparison tables and plots name it; the scenario's name if None
+    tables_read: bool = True  # False: load_run(..., tables=False) left the tables empty, unread
 
     def __repr__(self) -> str:
         # The dataclass's would print every table and every parameter array: 19 kB for a small MLP.
@@ -133,7 +134,18 @@ class RunResult:
         where = f", path={str(self.path)!r}" if self.path is not None else ""
         return (f"RunResult({self.title!r}: {s.get('strategy')}, {s.get('workers')} workers, status={s.get('status')}, "
                 f"updates={s.get('updates')}, sim_time_s={s.get('sim_time_s')}, final_eval_loss={s.get('final_eval_loss')}, "
-                f"tables: metrics {len(self.metrics)} rows, updates {len(self.updates)}, events {len(self.events)}{where})")
+                f"{self._tables_text()}{where})")
+
+    def _tables_text(self) -> str:
+        if not self.tables_read:
+            return "tables: not read"
+        return f"tables: metrics {len(self.metrics)} rows, updates {len(self.updates)}, events {len(self.events)}"
+
+    def _need_tables(self, what: str) -> None:
+        # Empty unread tables would answer as a run with no updates: "never reached", no staleness.
+        if not self.tables_read:
+            raise ValueError(f"{what} reads the run's tables, which load_run(..., tables=False) left unread; "
+                             f"load it with fred.load_run({str(self.path)!r})")
 
     @property
     def title(self) -> str:
@@ -144,10 +156,12 @@ class RunResult:
         """Staleness distribution ``overall``, per ``worker`` or over ``time`` (see fred.analysis)."""
         from fred.analysis import staleness
 
+        self._need_tables("staleness")
         return staleness(self.updates, by, bins)  # type: ignore[arg-type]
 
     def time_to(self, loss: float) -> tuple[float, int] | None:
         """``(sim_time_s, updates)`` of the first evaluation at or below ``loss``; None if never."""
+        self._need_tables("time_to")
         hit = self.metrics[self.metrics["eval_loss"] <= loss]
         if hit.empty:
             return None

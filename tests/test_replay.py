@@ -343,3 +343,13 @@ def test_replay_reads_no_table(tmp_path, monkeypatch):
     assert replay(tmp_path / "run").passed
     light = fred.load_run(tmp_path / "run", tables=False)
     assert light.events.empty and list(light.events.columns) == EVENT_COLUMNS
+    monkeypatch.undo()
+    full = fred.load_run(tmp_path / "run")
+    for table in ("metrics", "updates", "events"):  # typed as read: not object columns
+        assert getattr(light, table).dtypes.equals(getattr(full, table).dtypes), table
+    # Empty tables answered as a run that never learned: time_to None, no staleness.
+    for ask in (lambda r: r.time_to(10.0), lambda r: r.staleness("worker")):
+        with pytest.raises(ValueError, match="tables=False"):
+            ask(light)
+        ask(full)
+    assert "tables: not read" in repr(light)
