@@ -12,6 +12,9 @@ from pathlib import Path
 
 # A run directory's records (``fred.records.FILES`` and the tape): never an output's name inside one.
 RUN_FILES = ("scenario.yaml", "summary.json", "metrics.parquet", "updates.parquet", "events.parquet", "params.npz", "tape.npz")
+# What else fred puts in a run directory (fred plot's and fred trace's defaults) and a desktop's
+# folder view adds: describing the earlier run, they go with it when a run replaces it.
+RUN_EXTRAS = ("plots", "trace.json", ".DS_Store")
 
 
 def output_file(path: str | Path, default_name: str, inputs: tuple[str | Path, ...] = ()) -> Path:
@@ -45,9 +48,10 @@ def output_dir(path: str | Path) -> Path:
 def check_out(out: str | Path) -> None:
     """Refuse a run directory's path where writing it would delete what is not a run.
 
-    A run directory replaces what is at ``out``: an earlier run of it (it has a summary.json)
-    or an empty directory, never a file or a directory of other things (``--out .`` would
-    otherwise delete the working directory's files).
+    A run directory replaces what is at ``out``: an earlier run of it (it has a summary.json,
+    and nothing but records and what fred plot and fred trace wrote in it) or an empty
+    directory, never a file or a directory of other things (``--out .`` would otherwise
+    delete the working directory's files).
     """
     out = Path(out)
     here = Path.cwd().resolve()
@@ -69,6 +73,11 @@ def check_out(out: str | Path) -> None:
             f"{out} is a directory of other files, not a fred run directory (it has no summary.json); "
             "writing the run there would delete them: choose another --out, or empty it first"
         )
+    others = sorted(p.name for p in out.iterdir() if p.name not in RUN_FILES + RUN_EXTRAS)
+    if others:  # notes, a notebook: an earlier run's directory is replaced whole
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise ValueError(f"{out} holds an earlier run and other files ({shown}); writing the run there would "
+                         "delete them: move them out, or choose another --out")
 
 
 def _make(directory: Path) -> None:

@@ -120,6 +120,20 @@ def test_out_replaces_an_earlier_run_or_fills_an_empty_directory(tmp_path):
     assert is_complete(out) and yaml.safe_load((out / "scenario.yaml").read_text())["seed"] == 3
 
 
+def test_a_run_replaces_an_earlier_ones_plots_and_trace_but_not_other_files(tmp_path, capsys):
+    # fred plot and fred trace write into the run directory; a note put there was deleted with them.
+    scenario, out = write(tmp_path, tiny()), tmp_path / "run"
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    assert main(["plot", str(out)]) == 0 and main(["trace", str(out)]) == 0
+    (out / "notes.txt").write_text("keep me")
+    assert main(["run", str(scenario), "--out", str(out), "--quiet", "--seed", "3"]) == 2
+    assert "holds an earlier run and other files (notes.txt)" in capsys.readouterr().err
+    assert (out / "notes.txt").read_text() == "keep me" and (out / "plots").is_dir()
+    (out / "notes.txt").unlink()
+    assert main(["run", str(scenario), "--out", str(out), "--quiet", "--seed", "3"]) == 0
+    assert not (out / "plots").exists() and not (out / "trace.json").exists()  # they showed the run replaced
+
+
 def test_the_working_directory_is_refused_as_a_run_directory_before_the_run(tmp_path, capsys, monkeypatch):
     # '--out .' ran to the end, then failed to rename '.' and left the run hidden in ./..partial-*
     scenario, here = write(tmp_path, tiny()), tmp_path / "here"
