@@ -14,10 +14,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
 
 from fred.paths import output_dir  # noqa: E402
 
-COMMUNICATION = {"push", "fetch", "send", "allreduce"}
+COMMUNICATION = {"push", "fetch", "send", "allreduce", "lost"}  # a lost transfer was on the wire too
+# Drawing order: "other" first, underneath, as it holds conditions (a degraded link, a worker
+# left out) that span activities; drawn last it hid every compute and push inside them.
+DRAWN = ("other", "compute", "communicate", "wait")
 COLOURS = {"compute": "#4C72B0", "communicate": "#DD8452", "wait": "#B0B0B0", "other": "#55A868"}
 
 
@@ -74,6 +78,14 @@ def staleness_histograms(results: Sequence, out: Path) -> list[Path]:
     return _save(fig, out, "staleness")
 
 
+def _in_group(kinds: pd.Series, group: str) -> pd.Series:
+    if group == "compute" or group == "wait":
+        return kinds == group
+    if group == "communicate":
+        return kinds.isin(COMMUNICATION)
+    return ~kinds.isin(COMMUNICATION | {"compute", "wait"})
+
+
 def timeline(result, out: Path, max_events: int = 20000) -> list[Path]:
     """A Gantt chart per entity: compute, communication and waiting over simulated time."""
     events = result.events.head(max_events)
@@ -84,18 +96,16 @@ def timeline(result, out: Path, max_events: int = 20000) -> list[Path]:
     fig, ax = plt.subplots(figsize=(10, 0.35 * len(entities) + 1.5))
     for row, entity in enumerate(entities):
         mine = events[events["entity"] == entity]
-        for group, colour in COLOURS.items():
-            kinds = mine["kind"]
-            pick = {
-                "compute": kinds == "compute",
-                "communicate": kinds.isin(COMMUNICATION),
-                "wait": kinds == "wait",
-                "other": ~kinds.isin(COMMUNICATION | {"compute", "wait"}),
-            }[group]
-            spans = list(zip(mine.loc[pick, "start_s"], mine.loc[pick, "end_s"] - mine.loc[pick, "start_s"]))
+        for group in DRAWN:
+            picked = mine[_in_group(mine["kind"], group)]
+            start, width = picked["start_s"], picked["end_s"] - picked["start_s"]
+            spans = list(zip(start[width > 0], width[width > 0]))
             if spans:
                 # no edges: each span's 1-px outline painted a long run's many short pushes over its compute
-                ax.broken_barh(spans, (row - 0.4, 0.8), color=colour, linewidth=0, label=group if row == 0 else None)
+                ax.broken_barh(spans, (row - 0.4, 0.8), color=COLOURS[group], linewidth=0)
+            instants = start[width == 0]  # a crash, or every event on the logical clock: no width to fill
+            if len(instants):
+                ax.plot(instants, [row] * len(instants), linestyle="none", marker="|", markersize=9, color=COLOURS[group])
     ax.set(yticks=range(len(entities)), yticklabels=entities, xlabel="simulated time (s)", title=title)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
     ax.legend(handles, list(COLOURS), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # not over the bars

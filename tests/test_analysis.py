@@ -7,6 +7,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+import matplotlib.colors
 import pandas as pd
 import pytest
 
@@ -208,6 +209,24 @@ def test_the_timeline_legend_is_beside_the_bars_not_over_them(monkeypatch, tmp_p
     fig.canvas.draw()
     ax = fig.axes[0]
     assert not ax.get_legend().get_window_extent().overlaps(ax.get_window_extent())
+
+
+def test_the_timeline_shows_activities_inside_a_fault_and_instant_events(monkeypatch, tmp_path):
+    # A degraded link's span ("other") was painted last, over every compute and push inside it;
+    # events without duration (a crash; every event on the logical clock) had no width to show.
+    from fred import plots
+
+    shown = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
+    degrade = {"entity": "worker2", "at_s": 0.0, "duration_s": 1.0, "bandwidth_factor": 0.5}
+    timeline(fred.run(tiny(faults={"link_degrade": [degrade]})), tmp_path)
+    ax = shown[0].axes[0]
+    row2 = [c for c in ax.collections if abs(c.get_paths()[0].get_extents().y0 - 1.6) < 1e-9]  # worker2's row
+    colours = [matplotlib.colors.to_hex(c.get_facecolor()[0]) for c in row2]
+    assert colours[0] == plots.COLOURS["other"].lower() and plots.COLOURS["compute"].lower() in colours[1:]
+    timeline(fred.run(tiny(strategy={"clock": "logical"})), tmp_path)
+    logical = shown[1].axes[0]
+    assert not logical.collections and sum(len(line.get_xdata()) for line in logical.lines) > 0
 
 
 def test_the_timeline_says_when_it_shows_only_the_first_events_and_draws_no_edges(monkeypatch, tmp_path):
