@@ -57,8 +57,8 @@ def loss_curves(results: Sequence, out: Path) -> list[Path]:
     written = []
     for x, stem, xlabel in [("sim_time_s", "loss_vs_time", "simulated time (s)"), ("updates", "loss_vs_updates", "updates")]:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for r in with_losses:
-            ax.plot(r.metrics[x], r.metrics["eval_loss"], marker=".", label=_label(r))
+        for i, r in enumerate(with_losses):
+            ax.plot(r.metrics[x], r.metrics["eval_loss"], marker=".", label=_label(r), **_line_style(i))
         ax.set(xlabel=xlabel, ylabel="eval loss", yscale="log", title=f"eval loss vs {xlabel}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: never over a curve
@@ -66,10 +66,26 @@ def loss_curves(results: Sequence, out: Path) -> list[Path]:
     return written
 
 
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def _line_style(i: int) -> dict[str, str]:
+    """The i-th run's colour and dashes: 40 runs told apart (matplotlib's colours repeat after ten,
+    and a sweep's comparison easily has more)."""
+    return {"color": f"C{i % 10}", "linestyle": LINE_STYLES[(i // 10) % len(LINE_STYLES)]}
+
+
+HISTOGRAMS_PER_ROW = 4
+
+
 def staleness_histograms(results: Sequence, out: Path) -> list[Path]:
-    """One staleness histogram per run, side by side."""
-    fig, axes = plt.subplots(1, len(results), figsize=(3.5 * len(results), 3.2), squeeze=False)
-    for ax, r in zip(axes[0], results):
+    """One staleness histogram per run, four to a row (one row of 190 runs' made a PNG 66,000 px wide)."""
+    columns = max(1, min(len(results), HISTOGRAMS_PER_ROW))
+    rows = -(-len(results) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.5 * columns, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[len(results):]:
+        ax.set_visible(False)
+    for ax, r in zip(axes.flat, results):
         st = r.updates["staleness"]
         ax.hist(st, bins=range(int(st.max()) + 2) if len(st) else 1, color=COLOURS["compute"])
         ax.set(title=textwrap.fill(_label(r), 45), xlabel="staleness (updates)", ylabel="gradients")  # side by side: no overlap

@@ -229,6 +229,28 @@ def test_the_timeline_shows_activities_inside_a_fault_and_instant_events(monkeyp
     assert not logical.collections and sum(len(line.get_xdata()) for line in logical.lines) > 0
 
 
+def test_a_comparison_of_many_runs_keeps_them_apart_and_its_histograms_in_rows(monkeypatch, tmp_path):
+    # Colours repeated from the eleventh run on, and the histograms stood in one row: 190 runs
+    # made a PNG 66,000 px wide.
+    from types import SimpleNamespace
+
+    from fred import plots
+
+    shown = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
+    metrics = pd.DataFrame({"sim_time_s": [0.0, 1.0], "updates": [0, 5], "eval_loss": [2.0, 1.0]})
+    updates = pd.DataFrame({"staleness": [0, 1, 1]})
+    runs = [SimpleNamespace(title=f"run{i}", summary={"strategy": "asgd", "workers": 4}, metrics=metrics, updates=updates)
+            for i in range(23)]
+    loss_curves(runs, tmp_path)
+    styles = [(line.get_color(), line.get_linestyle()) for line in shown[0].axes[0].lines]
+    assert len(styles) == 23 and len(set(styles)) == 23
+    staleness_histograms(runs, tmp_path)
+    visible = [ax for ax in shown[-1].axes if ax.get_visible()]
+    width, height = shown[-1].get_size_inches()
+    assert len(visible) == 23 and width <= 4 * 3.5 and height == pytest.approx(6 * 3.2)
+
+
 def test_the_timeline_says_when_it_shows_only_the_first_events_and_draws_no_edges(monkeypatch, tmp_path):
     from fred import plots
 
