@@ -9,9 +9,11 @@ import numpy as np
 import pandas as pd
 
 
-def staleness(updates: pd.DataFrame, by: Literal["overall", "worker", "time"] = "overall", bins: int = 20) -> pd.DataFrame:
+def staleness(updates: pd.DataFrame, by: Literal["overall", "worker", "time"] = "overall", bins: int = 20,
+              workers: int | None = None) -> pd.DataFrame:
     """Staleness distribution: ``overall`` (count per staleness value), per ``worker``
-    (count, mean, p50, p99, max) or over ``time`` (count, mean and p99 in ``bins`` equal
+    (count, mean, p50, p99, max; with ``workers``, a row for each of them, NaN for one whose
+    gradients were never applied) or over ``time`` (count, mean and p99 in ``bins`` equal
     windows of the updates' simulated times; every window is a row, NaN where it has none)."""
     s = updates["staleness"]
     if by == "overall":
@@ -19,9 +21,13 @@ def staleness(updates: pd.DataFrame, by: Literal["overall", "worker", "time"] = 
         return pd.DataFrame({"staleness": counts.index, "count": counts.to_numpy(), "share": counts.to_numpy() / len(s)})
     if by == "worker":
         g = updates.groupby("worker")["staleness"]
-        return pd.DataFrame(
+        table = pd.DataFrame(
             {"count": g.size(), "mean": g.mean(), "p50": g.quantile(0.5), "p99": g.quantile(0.99), "max": g.max()}
         )
+        if workers is None:
+            return table
+        table = table.reindex(pd.RangeIndex(workers, name="worker"))  # a worker that crashed at once is a row too
+        return table.assign(count=table["count"].fillna(0).astype("int64"))
     if by == "time":
         return _over_time(updates, bins)
     raise ValueError(f"by must be 'overall', 'worker' or 'time', got {by!r}")

@@ -153,11 +153,11 @@ class RunResult:
         return self.label if self.label is not None else str(self.summary["name"])
 
     def staleness(self, by: str = "overall", bins: int = 20) -> pd.DataFrame:
-        """Staleness distribution ``overall``, per ``worker`` or over ``time`` (see fred.analysis)."""
+        """Staleness distribution ``overall``, per ``worker`` (every worker a row) or over ``time`` (see fred.analysis)."""
         from fred.analysis import staleness
 
         self._need_tables("staleness")
-        return staleness(self.updates, by, bins)  # type: ignore[arg-type]
+        return staleness(self.updates, by, bins, int(self.summary["workers"]))  # type: ignore[arg-type]
 
     def time_to(self, loss: float) -> tuple[float, int] | None:
         """``(sim_time_s, updates)`` of the first evaluation at or below ``loss``; None if never."""

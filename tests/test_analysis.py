@@ -184,6 +184,13 @@ def test_staleness_over_time_keeps_every_update_and_every_window():
         staleness(updates, "time", bins=0)
 
 
+def test_every_worker_has_a_staleness_row_even_one_whose_gradients_never_counted():
+    result = fred.run(tiny(faults={"worker_crash": [{"worker": 2, "at_s": 0.0}]}))
+    per_worker = result.staleness("worker")
+    assert list(per_worker.index) == [0, 1, 2, 3] and per_worker.loc[2, "count"] == 0
+    assert per_worker.loc[[0, 1, 3], "count"].sum() == len(result.updates) and per_worker.loc[2, ["mean", "max"]].isna().all()
+
+
 def test_each_window_counts_the_updates_between_its_own_edges():
     # Updates at 0, 1, ..., 22 in 22 windows: the one at 15.0 was counted in [14, 15), the
     # window before its own (int(15 / 22 * 22) is 14), which then showed none.
