@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as err:  # data files, shard sizes, a missing extra: not bugs
         print(f"fred: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `fred compare ... | head` closed the pipe: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python flushes at exit
+        return 141  # what a shell reports for a command ended by SIGPIPE
     except OSError as err:  # a read-only folder, a full disk: the machine's answer, not a bug
         print(f"fred: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
