@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from pathlib import Path
 from typing import Callable, ContextManager
 
@@ -111,6 +112,8 @@ def compare(
     items: list[str], out: Path, runs_root: Path, target_loss: float | None = None, watch: Watch | None = None
 ) -> tuple[pd.DataFrame, int]:
     """Write ``comparison.csv`` and the plots under ``out``; returns the table and the runs made."""
+    if target_loss is not None and math.isnan(target_loss):  # every run would be "never reached"
+        raise ValueError("--target-loss nan: give the eval loss to reach, a number such as 0.3")
     out = output_dir(out)  # before running anything: a refused path would lose the runs' summary
     results, ran = gather(items, runs_root, watch)
     table = pd.DataFrame([summary_row(r, target_loss) for r in results])

@@ -72,6 +72,8 @@ def test_compare_reuses_finished_runs(tmp_path):
     run_dirs = sorted((tmp_path / "runs").iterdir())
     table, ran = compare([str(d) for d in run_dirs], tmp_path / "out2", tmp_path / "runs")
     assert ran == 0 and len(table) == 2
+    with pytest.raises(ValueError, match="target-loss nan"):  # every run would read as "never reached"
+        compare(paths, tmp_path / "out3", tmp_path / "runs", target_loss=float("nan"))
 
 
 def test_compare_tells_apart_runs_of_the_same_name_by_what_differs(tmp_path):
