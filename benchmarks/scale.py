@@ -107,10 +107,10 @@ def timed(scn: dict[str, Any], repeats: int) -> tuple[float, float, fred.RunResu
     drive = _Controller.drive
     loop_s = [float("inf")]
 
-    def timed_drive(controller):
+    def timed_drive(controller, interrupt):
         t0 = time.perf_counter()
         try:
-            return drive(controller)
+            return drive(controller, interrupt)
         finally:
             loop_s[0] = min(loop_s[0], time.perf_counter() - t0)
 

@@ -278,15 +278,16 @@ class _Controller:
             rows = [list(map(float, row)) for row in zip(*(self.recorder.metrics[c] for c in METRIC_COLUMNS))]
             self.checkpointer.save(self.steps, self.tape, rows, (self._train_sum, self._train_examples))
 
-    def drive(self) -> float:
-        """Step the simulation until a stop condition holds; returns the end time."""
+    def drive(self, interrupt: StopRequest) -> float:
+        """Step the simulation until a stop condition holds; returns the end time. A Ctrl-C
+        (``interrupt``, the run's :func:`between_steps` request) is taken between steps."""
         max_s = self.stop_cfg.max_sim_time_s if self.stop_cfg.max_sim_time_s is not None else math.inf
         every_s = self.eval_cfg.every_s
         evals = 1
         next_eval_s = eval_time_s(every_s, evals) if every_s is not None else math.inf
         self.evaluate(0.0)
-        with between_steps() as interrupt:
-            return self._steps(max_s, every_s, next_eval_s, evals, interrupt)
+        interrupt.check()  # pressed while the first evaluation compiled
+        return self._steps(max_s, every_s, next_eval_s, evals, interrupt)
 
     def _steps(self, max_s: float, every_s: float | None, next_eval_s: float, evals: int, interrupt: StopRequest) -> float:
         env, sim = self.built.sim.env, self.built.sim
@@ -345,8 +346,11 @@ def execute(
     of this scenario) it fast-forwards to it first (:mod:`fred.checkpoint`).
     """
     wall_start = time.perf_counter()
-    with jax.default_device(numerics_device()):
-        return _execute(scenario, progress, checkpointer, resume, wall_start)
+    # Ctrl-C is taken at safe points from the start, not only while stepping: one pressed while
+    # the data loaded or the first programs compiled landed in a JAX callback, where Python
+    # prints and drops it, and the run went on to its end (4 presses in 14, early in a run).
+    with jax.default_device(numerics_device()), between_steps() as interrupt:
+        return _execute(scenario, progress, checkpointer, resume, wall_start, interrupt)
 
 
 def numerics_device() -> jax.Device:
@@ -360,11 +364,13 @@ def numerics_device() -> jax.Device:
 
 
 def _execute(
-    scenario: Scenario, progress: Progress | None, checkpointer: Checkpointer | None, resume: Saved | None, wall_start: float
+    scenario: Scenario, progress: Progress | None, checkpointer: Checkpointer | None, resume: Saved | None, wall_start: float,
+    interrupt: StopRequest,
 ) -> RunResult:
     from strategies import registry
 
     built = build(scenario)
+    interrupt.check()
     recorder = Recorder()
     built.sim.tracers.append(recorder.on_event)
     with Tape(resume.recorded if resume is not None else None) as tape:  # every jitted computation, for fred replay
@@ -373,7 +379,7 @@ def _execute(
         controller = _Controller(built, params_fn, recorder, progress, tape, checkpointer, resume)
         built.sim.update_hooks.append(controller.on_update)
         built.sim.compute_hooks.append(controller.on_compute)
-        end_s = controller.drive()
+        end_s = controller.drive(interrupt)
         controller.evaluate(end_s)
         final = {} if scenario.workload.timing_only else params_fn()
         recorded = document(tape, tape.codes(final))
