@@ -13,7 +13,10 @@ import concurrent.futures as cf
 import copy
 import itertools
 import multiprocessing
+import os
 import signal
+import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -121,7 +124,8 @@ def _local(todo: Todo, jobs: int, done: Done) -> None:
         # spawn, not fork: JAX's runtime does not survive a fork. A run that fails, or Ctrl-C,
         # stops the sweep: no queued run starts, and those already started finish and are kept;
         # a second Ctrl-C stops them too (a run is written whole or not at all).
-        pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_ctrl_c)
+        pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                      initializer=_worker_setup, initargs=(os.getpid(),))
         running: dict[cf.Future, int] = {}  # submitted and not yet told, with their place in todo
         try:
             _in_turn(pool, todo, jobs, done, running)
@@ -137,10 +141,27 @@ def _local(todo: Todo, jobs: int, done: Done) -> None:
             done(_run_one(resolved, out))
 
 
-def _ignore_ctrl_c() -> None:
-    """In a worker process: Ctrl-C goes to the whole process group, and only the sweep decides
-    what it stops (a worker's own KeyboardInterrupt could land in cleanup code and be dropped)."""
+def _worker_setup(sweep: int) -> None:
+    """In a worker process: ignore Ctrl-C, and end when the sweep does.
+
+    Ctrl-C goes to the whole process group, and only the sweep decides what it stops (a
+    worker's own KeyboardInterrupt could land in cleanup code and be dropped). A sweep killed
+    outright (SIGKILL, or SIGTERM from ``timeout`` or a job scheduler) cannot stop its workers:
+    they finished their run, then waited for work for ever, ~440 MB each.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The sweep's pid comes from the sweep: asked here, after the imports, it was already 1
+    # when the sweep died that soon.
+    threading.Thread(target=_end_with, args=(sweep,), daemon=True, name="fred-end-with-sweep").start()
+
+
+ORPHAN_CHECK_S = 0.5  # how often a worker looks whether its sweep is still there
+
+
+def _end_with(sweep: int) -> None:
+    while os.getppid() == sweep:  # an orphan is handed to another parent
+        time.sleep(ORPHAN_CHECK_S)
+    os._exit(1)  # the run in hand is lost: its directory was not renamed into place
 
 
 def _in_turn(pool: cf.ProcessPoolExecutor, todo: Todo, jobs: int, done: Done, running: dict[cf.Future, int]) -> None:

@@ -270,3 +270,38 @@ def test_a_damaged_run_in_the_runs_folder_is_named_with_how_to_recompute_it(scen
     shutil.rmtree(second)
     assert main(argv) == 0
     assert "2 run, 0 reused" in capsys.readouterr().out
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from Linux's /proc")
+def test_a_sweep_killed_outright_takes_its_workers_with_it(tmp_path):
+    # SIGKILL (or a scheduler's SIGTERM) left the workers waiting for work for ever, ~440 MB each.
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny(stop={"max_updates": 20000}, eval={"every_updates": 5000})))
+    command = [sys.executable, "-m", "fred.cli", "sweep", str(path), "--grid", "seed=0,1,2,3", "--jobs", "2",
+               "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "t.parquet")]
+    sweep_process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    deadline = time.monotonic() + 300  # a hang guard, not a speed check
+    while len(workers) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        workers = [p for p in _children(sweep_process.pid) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()]
+    assert len(workers) == 2
+    sweep_process.kill()
+    sweep_process.wait()
+    deadline = time.monotonic() + 120
+    while any(Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2] for p in workers):
+        assert time.monotonic() < deadline, "a worker outlived its sweep"
+        time.sleep(0.2)
