@@ -8,6 +8,7 @@ never leaves a directory that looks complete.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -129,7 +130,10 @@ def write_run_dir(
     except BaseException:  # Ctrl-C included: leave nothing behind that could be mistaken for a run
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _replace_dir(tmp, out)
+    try:
+        _replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone once renamed; left only if the rename failed
     return out
 
 
@@ -151,14 +155,34 @@ def _write_files(
     (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
+SWAP_ATTEMPTS = 10
+
+
 def _replace_dir(new: Path, out: Path) -> None:
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
-        os.replace(new, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(new, out)
+    """Rename ``new`` to ``out``, moving what is there aside first and deleting it after.
+
+    Two processes can write one run directory at once (two sweeps sharing a runs folder make
+    the same content-addressed run): the other's run may appear at ``out`` between our two
+    renames, which failed with "Directory not empty", or be moved away before ours moves it,
+    which failed with "No such file". Each attempt moves aside what is there; the last
+    writer's run is the one left, and no hidden copy stays behind.
+    """
+    for attempt in range(SWAP_ATTEMPTS):
+        old: Path | None = out.parent / f".{out.name}.old-{os.getpid()}-{attempt}"
+        try:
+            os.replace(out, old)  # type: ignore[arg-type]
+        except FileNotFoundError:  # nothing there, or another writer moved it aside just now
+            old = None
+        try:
+            os.replace(new, out)
+            return
+        except OSError as err:
+            if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+        finally:
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+    raise OSError(errno.EBUSY, f"another process kept writing {out}; this run was not put there", str(out))
 
 
 def missing_files(run_dir: Path) -> list[str]:

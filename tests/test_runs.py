@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -152,3 +154,26 @@ def test_a_result_prints_as_one_line_not_its_tables_and_arrays():
     result = fred.run(tiny(stop={"max_updates": 2}))
     text = repr(result)
     assert "\n" not in text and len(text) < 400 and "status=completed" in text and "updates=2" in text
+
+
+def test_a_run_directory_another_process_writes_at_the_same_time_ends_whole(tmp_path, monkeypatch):
+    # Two sweeps sharing a runs folder write the same run: the other's copy appeared at out between
+    # the two renames ("Directory not empty"), and hidden .old and .partial copies were left behind.
+    from fred import records
+
+    out = tmp_path / "run"
+    fred.run(tiny(stop={"max_updates": 2}), out=out)
+    real_replace = os.replace
+    raced: list[Path] = []
+
+    def replace(src, dst):
+        if Path(dst) == out and not raced and Path(src).name.startswith(".run.partial"):
+            raced.append(out)
+            out.mkdir()  # the other writer's run lands first
+            (out / "summary.json").write_text("{}")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(records.os, "replace", replace)
+    result = fred.run(tiny(stop={"max_updates": 3}), out=out)
+    assert raced and fred.load_run(out).summary["params_sha256"] == result.summary["params_sha256"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no hidden copies left
