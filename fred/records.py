@@ -9,11 +9,13 @@ never leaves a directory that looks complete.
 from __future__ import annotations
 
 import errno
+import glob
 import hashlib
 import json
 import math
 import os
 import shutil
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,7 +123,8 @@ def write_run_dir(
     out = Path(out)
     check_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    _drop_leftovers(out)
+    tmp = _hidden(out, "partial")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
@@ -168,7 +171,7 @@ def _replace_dir(new: Path, out: Path) -> None:
     writer's run is the one left, and no hidden copy stays behind.
     """
     for attempt in range(SWAP_ATTEMPTS):
-        old: Path | None = out.parent / f".{out.name}.old-{os.getpid()}-{attempt}"
+        old: Path | None = _hidden(out, "old", attempt)
         try:
             os.replace(out, old)  # type: ignore[arg-type]
         except FileNotFoundError:  # nothing there, or another writer moved it aside just now
@@ -183,6 +186,36 @@ def _replace_dir(new: Path, out: Path) -> None:
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
     raise OSError(errno.EBUSY, f"another process kept writing {out}; this run was not put there", str(out))
+
+
+def _hidden(out: Path, kind: str, *more: int) -> Path:
+    """A hidden copy of ``out`` this process works on (``partial``: being written; ``old``: an
+    earlier run moved aside), named with the host and pid that own it."""
+    return out.parent / "-".join([f".{out.name}.{kind}", socket.gethostname(), str(os.getpid()), *map(str, more)])
+
+
+def _drop_leftovers(out: Path) -> None:
+    """Delete the hidden copies of ``out`` that a fred process killed on this machine left
+    (SIGKILL, a second Ctrl-C in a sweep): nothing else ever removed them. A copy is kept
+    while its process lives, and one from another host (a shared disk) is not touched."""
+    if os.name != "posix":  # os.kill(pid, 0) asks whether a process lives only there
+        return
+    for kind in ("partial", "old"):
+        prefix = f".{out.name}.{kind}-{socket.gethostname()}-"
+        for leftover in out.parent.glob(glob.escape(prefix) + "*"):
+            pid = leftover.name[len(prefix):].split("-")[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
 
 
 def missing_files(run_dir: Path) -> list[str]:

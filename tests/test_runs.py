@@ -177,3 +177,25 @@ def test_a_run_directory_another_process_writes_at_the_same_time_ends_whole(tmp_
     result = fred.run(tiny(stop={"max_updates": 3}), out=out)
     assert raced and fred.load_run(out).summary["params_sha256"] == result.summary["params_sha256"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no hidden copies left
+
+
+def test_hidden_copies_a_killed_process_left_are_deleted_by_the_next_write(tmp_path):
+    # A SIGKILL during the write left .run.partial-<pid> (a 10,000-update run's: ~1 MB) for good.
+    import socket
+    import subprocess
+    import sys
+
+    from fred.records import _hidden
+
+    out = tmp_path / "run"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    host = socket.gethostname()
+    left = [tmp_path / f".run.partial-{host}-{dead.stdout.strip()}", tmp_path / f".run.old-{host}-{dead.stdout.strip()}-0"]
+    alive = tmp_path / f".run.partial-{host}-{os.getppid()}"  # another process's, still writing
+    elsewhere = tmp_path / f".run.partial-another-host-{dead.stdout.strip()}"
+    for path in [*left, alive, elsewhere]:
+        path.mkdir()
+        (path / "metrics.parquet").write_text("")
+    fred.run(tiny(stop={"max_updates": 2}), out=out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run", alive.name, elsewhere.name])
+    assert _hidden(out, "partial").name == f".run.partial-{host}-{os.getpid()}"
