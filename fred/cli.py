@@ -69,7 +69,7 @@ def _resumable(args: argparse.Namespace) -> str:
     """What to type to finish an interrupted ``fred run`` that left a checkpoint."""
     from fred.checkpoint import checkpoint_dir
 
-    if args.command != "run" or args.checkpoint_every_s is None:
+    if args.command != "run" or (args.checkpoint_every_s is None and not args.resume):  # a resume's checkpoint stays
         return ""
     out = args.resume or getattr(args, "out_resolved", None)
     if out is None or not (checkpoint_dir(out) / "checkpoint.npz").is_file():

@@ -20,6 +20,7 @@ import fred
 import fred.runner
 from fred import checkpoint
 from fred.checkpoint import Checkpointer, checkpoint_dir
+from fred.records import is_complete
 from fred.cli import main
 from fred.loading import validate
 from fred.numerics import Numerics
@@ -419,6 +420,17 @@ def test_ctrl_c_says_how_to_resume_and_resume_refuses_a_finished_run_with_a_stal
     assert main(["run", "--resume", str(out)]) == 2
     assert "is a finished run, and" in capsys.readouterr().err
     assert json.loads((out / "summary.json").read_text())["updates"] == 3
+
+
+def test_ctrl_c_during_a_resume_says_the_checkpoint_is_still_there(tmp_path, monkeypatch, capsys):
+    # It said only "no run directory was written", as if the resume had lost the checkpoint.
+    _, out = interrupted_cli_run(tmp_path, monkeypatch, capsys)
+    real = Numerics._call
+    gradient_calls(monkeypatch, lambda count: ctrl_c_now() if count == 2 else None)
+    assert main(["run", "--resume", str(out)]) == 130
+    monkeypatch.setattr(Numerics, "_call", real)
+    assert f"its checkpoint is kept: fred run --resume {out}" in capsys.readouterr().err
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0 and is_complete(out)
 
 
 def test_a_failure_of_the_resumed_run_itself_is_not_met_by_running_it_again(tmp_path, monkeypatch):
