@@ -14,8 +14,9 @@ shared by an AVX-512 and an AVX2 machine would otherwise hand one the other's co
 
 ``FRED_JAX_CACHE=off`` turns it off, ``FRED_JAX_CACHE=DIR`` moves it; a cache the user set up
 for JAX itself (``JAX_COMPILATION_CACHE_DIR``) is used as it is. An entry JAX cannot read (the
-disk filled up as it was written) makes it warn and compile that program again, with the same
-bits; deleting the folder starts the cache afresh. ``fred.run`` from Python
+disk filled up, or the process was killed, as it was written) makes it warn and compile that
+program again, with the same bits, in every run, as JAX never replaces an entry: deleting the
+folder (``rm -r ~/.cache/fred/jax``) starts the cache afresh. Empty entries are dropped here. ``fred.run`` from Python
 leaves JAX's settings alone: :func:`enable` turns the same cache on for a notebook.
 """
 
