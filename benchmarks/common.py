@@ -14,6 +14,7 @@ from typing import Any
 import jax
 
 import fred
+from fred.host import cpu_model
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -50,7 +51,7 @@ def machine() -> dict[str, Any]:
         "backend": jax.default_backend(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
-        "processor": _cpu_model(),
+        "processor": cpu_model(),
         "load_average_1m": os.getloadavg()[0],  # other work on the machine slows every timing
     }
 
@@ -100,12 +101,3 @@ def _fmt(v: Any) -> str:
         return f"{v:,}"
     return str(v)
 
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()

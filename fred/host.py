@@ -34,18 +34,19 @@ def cpu_fingerprint() -> str:
     """This CPU as one short name: :func:`cpu_isa` and a hash of its model and every feature
     flag (``x86_64-avx512f-3f2a9c01d4e7``). Two machines share it only if XLA would compile
     the same code for both."""
-    facts = "\n".join([platform.machine(), platform.processor(), _cpu_model(), *sorted(_x86_flags())])
+    facts = "\n".join([platform.machine(), cpu_model(), *sorted(_x86_flags())])
     return f"{cpu_isa()}-{hashlib.sha256(facts.encode()).hexdigest()[:12]}"
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what ``platform.processor`` says."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return ""
+    return platform.processor()
 
 
 def _x86_flags() -> frozenset[str]:
