@@ -130,13 +130,9 @@ def write_run_dir(
     tmp.mkdir()
     try:
         _write_files(tmp, scenario, summary, tables, params, tape)
-    except BaseException:  # Ctrl-C included: leave nothing behind that could be mistaken for a run
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    try:
         _replace_dir(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # gone once renamed; left only if the rename failed
+    finally:  # Ctrl-C or a failed rename included: leave nothing behind (once renamed, tmp is gone)
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
