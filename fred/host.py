@@ -11,6 +11,7 @@ comparison of two runs can tell which of the two differs.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import platform
 from pathlib import Path
@@ -38,6 +39,7 @@ def cpu_fingerprint() -> str:
     return f"{cpu_isa()}-{hashlib.sha256(facts.encode()).hexdigest()[:12]}"
 
 
+@functools.cache  # the CPU does not change under a process: /proc/cpuinfo was read at every call
 def cpu_model() -> str:
     """The CPU's model name (Linux's /proc/cpuinfo), else what ``platform.processor`` says."""
     try:
@@ -49,6 +51,7 @@ def cpu_model() -> str:
     return platform.processor()
 
 
+@functools.cache
 def _x86_flags() -> frozenset[str]:
     """The CPU's feature flags: Linux's /proc/cpuinfo (x86), else what numpy detected at import."""
     try:
