@@ -19,6 +19,13 @@ from fred.host import cpu_fingerprint
 from tests.conftest import tiny
 
 
+def with_cache(folder: Path) -> dict[str, str]:
+    """This process's environment for a fresh process whose cache is ``folder``, not the suite's own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    env["FRED_JAX_CACHE"] = str(folder)
+    return env
+
+
 def test_the_cache_is_per_cpu_under_the_user_cache_folder(tmp_path):
     assert cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "fred" / "jax" / cpu_fingerprint()
     assert cache_dir({}) == Path.home() / ".cache" / "fred" / "jax" / cpu_fingerprint()
@@ -45,8 +52,7 @@ def test_a_jax_cache_the_user_set_up_is_left_alone(monkeypatch, tmp_path):
 def test_a_folder_that_cannot_be_made_leaves_the_cache_off(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}  # not the suite's own cache
-    env["FRED_JAX_CACHE"] = str(blocker / "cache")  # under a file: it cannot be made
+    env = with_cache(blocker / "cache")  # under a file: it cannot be made
     code = "import jax; from fred.compilation_cache import enable; print(enable(), jax.config.jax_compilation_cache_dir)"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["None", "None"]
@@ -67,8 +73,7 @@ print(json.dumps({"code": code, "hits": len(hits)}))
 def test_a_run_from_the_cache_is_the_run_a_fresh_compilation_makes(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(tiny(stop={"max_updates": 20})))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}  # not the suite's own cache
-    env["FRED_JAX_CACHE"] = str(tmp_path / "cache")
+    env = with_cache(tmp_path / "cache")
 
     def run(out: str) -> dict:
         done = subprocess.run([sys.executable, "-c", RUN, str(path), str(tmp_path / out)], env=env,
@@ -95,7 +100,6 @@ def test_an_entry_a_killed_process_left_empty_is_dropped(tmp_path):
     folder.mkdir(parents=True)
     (folder / "jit_step-0123-cache").write_bytes(b"")
     (folder / "jit_step-4567-cache").write_bytes(b"kept")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}  # not the suite's own cache
-    env["FRED_JAX_CACHE"] = str(tmp_path / "cache")
+    env = with_cache(tmp_path / "cache")
     subprocess.run([sys.executable, "-c", "from fred.compilation_cache import enable; enable()"], env=env, check=True)
     assert sorted(p.name for p in folder.iterdir()) == ["jit_step-4567-cache"]
