@@ -16,8 +16,9 @@ shared by an AVX-512 and an AVX2 machine would otherwise hand one the other's co
 for JAX itself (``JAX_COMPILATION_CACHE_DIR``) is used as it is. An entry JAX cannot read (the
 disk filled up, or the process was killed, as it was written) makes it warn and compile that
 program again, with the same bits, in every run, as JAX never replaces an entry: deleting the
-folder (``rm -r ~/.cache/fred/jax``) starts the cache afresh. Empty entries are dropped here. ``fred.run`` from Python
-leaves JAX's settings alone: :func:`enable` turns the same cache on for a notebook.
+folder (``rm -r ~/.cache/fred/jax``) starts the cache afresh. Empty entries are dropped here.
+``fred.run`` from Python leaves JAX's settings alone: :func:`enable` turns the same cache on
+for a notebook.
 """
 
 from __future__ import annotations

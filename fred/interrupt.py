@@ -4,9 +4,10 @@ A ``KeyboardInterrupt`` raised inside a step was lost or taken too late: SimPy c
 in the process it hits (a generator's exception fails that process's event) and it came
 out a step later, after a checkpoint of the half-done step had replaced the good one; one
 raised inside a weak-reference or garbage-collector callback is printed and dropped by
-Python, and the run went on to its end. While a run steps, the first SIGINT therefore only
-asks for a stop, which the stepping loop honours between steps; a second one interrupts
-at once, wherever the run is.
+Python, and the run went on to its end. For the whole of a run (building it, compiling,
+stepping, making its tables) the first SIGINT therefore only asks for a stop, which the run
+honours at its safe points, between steps among them; a second one interrupts at once,
+wherever the run is.
 """
 
 from __future__ import annotations
