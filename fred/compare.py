@@ -28,24 +28,48 @@ def gather(items: list[str], runs_root: Path, watch: Watch | None = None) -> tup
     ``watch(scenario)`` gives each run made a progress callback (``fred run``'s), for the
     length of the run. Returns the results in order and how many had to be run.
     """
-    results, ran = [], 0
+    _refuse_repeated_items(items)  # before running any: a.yaml given twice would run it first
+    results, origins, ran = [], [], 0
     for item in items:
         path = Path(item)
         if path.is_dir():
-            results.append(load_run(path))
-            continue
-        if path.suffix == ".parquet":
-            results += sweep_runs(path)
-            continue
-        scenario = load_scenario(path)
-        done = finished_run(scenario, runs_root)
-        if done is None:
-            with watch(scenario) if watch is not None else contextlib.nullcontext() as progress:
-                done = run(scenario, out=default_run_dir(scenario, runs_root), progress=progress)
-            ran += 1
-        results.append(done)
+            loaded = [load_run(path)]
+        elif path.suffix == ".parquet":
+            loaded = sweep_runs(path)
+        else:
+            scenario = load_scenario(path)
+            done = finished_run(scenario, runs_root)
+            if done is None:
+                with watch(scenario) if watch is not None else contextlib.nullcontext() as progress:
+                    done = run(scenario, out=default_run_dir(scenario, runs_root), progress=progress)
+                ran += 1
+            loaded = [done]
+        results += loaded
+        origins += [item] * len(loaded)
+    _refuse_repeated_runs(results, origins)
     _tell_apart(results)
     return results, ran
+
+
+def _refuse_repeated_items(items: list[str]) -> None:
+    """Two rows of one run would be told apart by nothing (``s (s)`` twice): refuse it, named."""
+    first: dict[Path, str] = {}
+    for item in items:
+        where = Path(item).resolve()
+        if where in first:
+            raise ValueError(f"{item} is given twice (as {first[where]} too); give each run once")
+        first[where] = item
+
+
+def _refuse_repeated_runs(results: list[RunResult], origins: list[str]) -> None:
+    """The same run reached from two items: a scenario and its run directory, a sweep and one of its runs."""
+    first: dict[Path, str] = {}
+    for result, origin in zip(results, origins):
+        where = result.path.resolve() if result.path is not None else None
+        if where in first:
+            raise ValueError(f"{first[where]} and {origin} are the same run, {result.path}; give it once")
+        if where is not None:
+            first[where] = origin
 
 
 def _tell_apart(results: list[RunResult]) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
+import shutil
 from collections import defaultdict
 from pathlib import Path
 
@@ -81,11 +83,29 @@ def test_compare_tells_apart_runs_of_the_same_name_by_what_differs(tmp_path):
     for seed, workers in [(0, 4), (1, 4), (0, 2)]:
         out.append(str(tmp_path / f"r{seed}{workers}"))
         fred.run(tiny(name="same", seed=seed, cluster={"workers": workers}), out=out[-1])
-    table, _ = compare(out + [out[0]], tmp_path / "cmp", tmp_path / "runs")
+    table, _ = compare(out, tmp_path / "cmp", tmp_path / "runs")
     assert list(table["run"]) == ["same (seed=0, cluster.workers=4)", "same (seed=1, cluster.workers=4)",
-                                  "same (seed=0, cluster.workers=2)", "same (seed=0, cluster.workers=4)"]
-    table, _ = compare(out[:1] + out[:1], tmp_path / "cmp", tmp_path / "runs")  # nothing differs: the directory
-    assert list(table["run"]) == ["same (r04)", "same (r04)"]
+                                  "same (seed=0, cluster.workers=2)"]
+    shutil.copytree(out[0], tmp_path / "again")
+    table, _ = compare([out[0], str(tmp_path / "again")], tmp_path / "cmp", tmp_path / "runs")  # nothing differs
+    assert list(table["run"]) == ["same (r04)", "same (again)"]
+
+
+def test_a_run_given_twice_is_refused_by_name_before_anything_runs(tmp_path, capsys):
+    # `fred compare RUN RUN` showed two identical rows, both labelled "s (s)".
+    run_dir = tmp_path / "r"
+    fred.run(tiny(name="s"), out=run_dir)
+    with pytest.raises(ValueError, match=re.escape(f"{run_dir}/ is given twice (as {run_dir} too)")):
+        compare([str(run_dir), f"{run_dir}/"], tmp_path / "cmp", tmp_path / "runs")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(json.dumps(tiny(name="s", seed=3)))
+    assert main(["compare", str(scenario), str(scenario), "--out", str(tmp_path / "cmp"), "--runs", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err == f"fred: {scenario} is given twice (as {scenario} too); give each run once\n"
+    assert not (tmp_path / "runs").exists()  # refused before running it
+    compare([str(scenario)], tmp_path / "cmp", tmp_path / "runs")
+    [made] = (tmp_path / "runs").iterdir()
+    with pytest.raises(ValueError, match=re.escape(f"{scenario} and {made} are the same run, {made}; give it once")):
+        compare([str(scenario), str(made)], tmp_path / "cmp", tmp_path / "runs")
 
 
 def test_runs_of_different_strategies_are_told_apart_by_the_strategy_not_by_fields_only_one_has(tmp_path):
