@@ -54,6 +54,13 @@ def _over_time(updates: pd.DataFrame, bins: int) -> pd.DataFrame:
     )
 
 
+# What summary_row (and the run's title, ``name``) reads of a summary.json.
+SUMMARY_FIELDS_COMPARED = (
+    "name", "strategy", "workers", "status", "final_eval_loss", "final_eval_accuracy", "sim_time_s", "updates",
+    "bytes_sent",
+)  # fmt: skip
+
+
 def summary_row(result, target_loss: float | None = None) -> dict[str, object]:
     """One line of ``fred compare``'s table for a run."""
     s, st = result.summary, result.updates["staleness"]

@@ -9,7 +9,7 @@ from typing import Callable, ContextManager
 
 import pandas as pd
 
-from fred.analysis import summary_row
+from fred.analysis import SUMMARY_FIELDS_COMPARED, summary_row
 from fred.api import default_run_dir, finished_run, load_run, run
 from fred.loading import load_scenario
 from fred.paths import output_dir
@@ -44,11 +44,23 @@ def gather(items: list[str], runs_root: Path, watch: Watch | None = None) -> tup
                     done = run(scenario, out=default_run_dir(scenario, runs_root), progress=progress)
                 ran += 1
             loaded = [done]
-        results += loaded
+        results += [_comparable(result) for result in loaded]
         origins += [item] * len(loaded)
     _refuse_repeated_runs(results, origins)
     _tell_apart(results)
     return results, ran
+
+
+def _comparable(result: RunResult) -> RunResult:
+    """The run, if its summary has what the table reads: an older fred's or an edited one may not."""
+    missing = [key for key in SUMMARY_FIELDS_COMPARED if key not in result.summary]
+    if missing:
+        where = result.path if result.path is not None else Path("?")
+        raise ValueError(
+            f"{where / 'summary.json'} has no {', '.join(map(repr, missing))}: it was written by an older fred or edited; "
+            f"run its scenario again with this fred (fred run {where / 'scenario.yaml'}) and compare the new run"
+        )
+    return result
 
 
 def _refuse_repeated_items(items: list[str]) -> None:
@@ -117,7 +129,7 @@ def sweep_runs(table_path: str | Path) -> list[RunResult]:
     runs = []
     for row in table.itertuples(index=False):
         run_dir = _run_dir(Path(row.run_dir), table_path)
-        result = load_run(run_dir)
+        result = _comparable(load_run(run_dir))
         grid = getattr(row, "grid", None)
         result.label = f"{result.summary['name']} ({grid})" if grid else run_dir.name
         runs.append(result)

@@ -108,6 +108,24 @@ def test_a_run_given_twice_is_refused_by_name_before_anything_runs(tmp_path, cap
         compare([str(scenario), str(made)], tmp_path / "cmp", tmp_path / "runs")
 
 
+def test_a_summary_without_a_field_the_table_needs_is_named_not_a_traceback(tmp_path, capsys):
+    # A summary.json from an older fred, or edited by hand, ended fred compare in a KeyError.
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(json.dumps(tiny(name="s")))
+    compare([str(scenario)], tmp_path / "cmp", tmp_path / "runs")
+    [made] = (tmp_path / "runs").iterdir()
+    summary = json.loads((made / "summary.json").read_text())
+    table = tmp_path / "sweep.parquet"
+    pd.DataFrame({"run_dir": [str(made)]}).to_parquet(table)
+    for key in ("bytes_sent", "name"):
+        (made / "summary.json").write_text(json.dumps({k: v for k, v in summary.items() if k != key}))
+        for item in (made, scenario, table):  # a run directory, a scenario whose run is reused, a sweep's run
+            assert main(["compare", str(item), "--out", str(tmp_path / "cmp"), "--runs", str(tmp_path / "runs")]) == 2
+            assert capsys.readouterr().err == (
+                f"fred: {made / 'summary.json'} has no {key!r}: it was written by an older fred or edited; "
+                f"run its scenario again with this fred (fred run {made / 'scenario.yaml'}) and compare the new run\n")
+
+
 def test_runs_of_different_strategies_are_told_apart_by_the_strategy_not_by_fields_only_one_has(tmp_path):
     # "quickstart (strategy.name=asgd, strategy.lr=0.1, strategy.clock=simulated, ...)" beside
     # "... strategy.clock=None ...": ssgd has no clock.
