@@ -74,6 +74,7 @@ def summary_row(result, target_loss: float | None = None) -> dict[str, object]:
         "final_accuracy": _nan_if_none(s["final_eval_accuracy"]),
         "sim_time_s": s["sim_time_s"],
         "updates": s["updates"],
+        "target_loss": math.nan if target_loss is None else target_loss,  # a CSV read later has no command line beside it
         "time_to_target_s": hit[0] if hit else math.nan,
         "updates_to_target": hit[1] if hit else math.nan,
         "bytes_sent": s["bytes_sent"],

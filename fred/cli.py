@@ -103,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("items", nargs="+", help="scenario YAML files, finished run directories or sweep tables (.parquet from fred sweep)")
     cmp_.add_argument("--out", default="comparison", help="where the table and plots go (default: comparison/)")
     cmp_.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
-    cmp_.add_argument("--target-loss", type=float, help="report simulated time and updates to this eval loss")
+    cmp_.add_argument("--target-loss", type=float, help="report simulated time and updates to this eval loss "
+                      "(recorded in comparison.csv's target_loss column)")
     cmp_.set_defaults(handler=_compare)
     plot = sub.add_parser("plot", help="loss curves, staleness histogram and per-worker timeline of one run")
     plot.add_argument("run_dir")

@@ -78,6 +78,18 @@ def test_compare_reuses_finished_runs(tmp_path):
         compare(paths, tmp_path / "out3", tmp_path / "runs", target_loss=float("nan"))
 
 
+def test_the_comparison_table_records_the_target_loss_its_times_to_target_are_for(tmp_path):
+    # comparison.csv had time_to_target_s and updates_to_target but not the loss they were to.
+    path = tmp_path / "a.yaml"
+    path.write_text(json.dumps(tiny(name="a")))
+    compare([str(path)], tmp_path / "out", tmp_path / "runs", target_loss=2.25)
+    written = pd.read_csv(tmp_path / "out" / "comparison.csv")
+    assert list(written.columns[8:11]) == ["target_loss", "time_to_target_s", "updates_to_target"]
+    assert written["target_loss"].tolist() == [2.25] and written["time_to_target_s"].notna().all()
+    compare([str(path)], tmp_path / "out", tmp_path / "runs")
+    assert pd.read_csv(tmp_path / "out" / "comparison.csv")["target_loss"].isna().all()  # no target: empty
+
+
 def test_compare_tells_apart_runs_of_the_same_name_by_what_differs(tmp_path):
     out = []
     for seed, workers in [(0, 4), (1, 4), (0, 2)]:
