@@ -2,8 +2,9 @@
 
 The recorder subscribes to the simulation's tracer and update hooks and keeps
 plain Python lists (cheap to append); tables are built once at the end. A run
-directory is written under a temporary name and renamed into place, so a crash
-never leaves a directory that looks complete.
+directory is written under a temporary name and then put in place in one step, so a
+crash never leaves a directory that looks complete (an earlier run there is swapped with
+it where the system can, so that the directory is never missing either).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pandas as pd
 import yaml
 
 from fred.engine import Contribution
+from fred.exchange import UNSUPPORTED, exchange
 from fred.models import Params
 from fred.paths import RUN_FILES, check_out
 from fred.tape import write as write_tape
@@ -119,7 +121,7 @@ def write_run_dir(
     params: Params,
     tape: tuple[dict[str, Any], dict[str, np.ndarray]] | None = None,
 ) -> Path:
-    """Write every record file under a temporary name, then rename it to ``out`` in one step."""
+    """Write every record file under a temporary name, then put it at ``out`` in one step."""
     out = Path(out)
     check_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -131,7 +133,7 @@ def write_run_dir(
     try:
         _write_files(tmp, scenario, summary, tables, params, tape)
         _replace_dir(tmp, out)
-    finally:  # Ctrl-C or a failed rename included: leave nothing behind (once renamed, tmp is gone)
+    finally:  # Ctrl-C or a failed rename included: leave nothing behind (once swapped, tmp holds the run replaced)
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 
@@ -154,10 +156,29 @@ def _write_files(
     (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
+def _replace_dir(new: Path, out: Path) -> None:
+    """Put ``new`` at ``out`` and delete what was there.
+
+    An earlier run is swapped with ``new`` in one step, so that ``out`` is never missing: a
+    reader (fred plot, a sweep's "is this run done" check) racing this write found nothing
+    there, or a "damaged" run, between two renames, and a process killed between them left
+    no run at ``out``. Where the system cannot swap, and where nothing is at ``out`` (a new
+    run, or another writer's run moved aside just now), ``new`` is renamed in.
+    """
+    try:
+        exchange(new, out)
+    except OSError as err:
+        if err.errno != errno.ENOENT and err.errno not in UNSUPPORTED:
+            raise
+        _rename_into_place(new, out)
+    else:
+        shutil.rmtree(new, ignore_errors=True)  # the earlier run, now at new's name
+
+
 SWAP_ATTEMPTS = 10
 
 
-def _replace_dir(new: Path, out: Path) -> None:
+def _rename_into_place(new: Path, out: Path) -> None:
     """Rename ``new`` to ``out``, moving what is there aside first and deleting it after.
 
     Two processes can write one run directory at once (two sweeps sharing a runs folder make
@@ -185,8 +206,8 @@ def _replace_dir(new: Path, out: Path) -> None:
 
 
 def _hidden(out: Path, kind: str, *more: int) -> Path:
-    """A hidden copy of ``out`` this process works on (``partial``: being written; ``old``: an
-    earlier run moved aside), named with the host and pid that own it."""
+    """A hidden copy of ``out`` this process works on (``partial``: being written, or the earlier
+    run just swapped out; ``old``: an earlier run moved aside), named with the host and pid that own it."""
     return out.parent / "-".join([f".{out.name}.{kind}", socket.gethostname(), str(os.getpid()), *map(str, more)])
 
 

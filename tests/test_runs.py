@@ -159,10 +159,19 @@ def test_a_result_prints_as_one_line_not_its_tables_and_arrays():
 def test_a_run_directory_another_process_writes_at_the_same_time_ends_whole(tmp_path, monkeypatch):
     # Two sweeps sharing a runs folder write the same run: the other's copy appeared at out between
     # the two renames ("Directory not empty"), and hidden .old and .partial copies were left behind.
+    # The renames are what replaces a run where directories cannot be swapped in one step (NFS);
+    # tests/test_run_dir_swap.py races the swap.
+    import errno
+
     from fred import records
 
     out = tmp_path / "run"
     fred.run(tiny(stop={"max_updates": 2}), out=out)
+
+    def cannot_swap(a, b):
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL), str(a))
+
+    monkeypatch.setattr(records, "exchange", cannot_swap)
     real_replace = os.replace
     raced: list[Path] = []
 
