@@ -8,11 +8,44 @@ Quick use::
     again = fred.load_run(result.path)  # result.path is None when run without out=
 """
 
+import typing as _typing
+from importlib import import_module as _import_module
+from importlib.util import find_spec as _find_spec
+
 __version__ = "0.1.0"
 
-from fred.api import load_run, run  # noqa: E402
-from fred.loading import ScenarioError, load_scenario, validate  # noqa: E402
-from fred.runner import RunResult  # noqa: E402
-from fred.scenario import Scenario  # noqa: E402
+# Each public name and the module it comes from, imported at its first use (PEP 562): the
+# `fred` command imports this package before it can take Ctrl-C, and jax and pandas take a
+# second to load, during which a Ctrl-C was a raw traceback.
+_SOURCES = {
+    "RunResult": "fred.runner",
+    "Scenario": "fred.scenario",
+    "ScenarioError": "fred.loading",
+    "load_run": "fred.api",
+    "load_scenario": "fred.loading",
+    "run": "fred.api",
+    "validate": "fred.loading",
+}
 
 __all__ = ["RunResult", "Scenario", "ScenarioError", "load_run", "load_scenario", "run", "validate", "__version__"]
+
+if _typing.TYPE_CHECKING:  # what type checkers and editors see
+    from fred.api import load_run, run
+    from fred.loading import ScenarioError, load_scenario, validate
+    from fred.runner import RunResult
+    from fred.scenario import Scenario
+
+
+def __getattr__(name: str) -> object:
+    if name in _SOURCES:
+        value = getattr(_import_module(_SOURCES[name]), name)
+    elif name.isidentifier() and _find_spec(f"fred.{name}") is not None:
+        value = _import_module(f"fred.{name}")  # fred.api and the rest were there after `import fred` when it loaded them
+    else:
+        raise AttributeError(f"module 'fred' has no attribute {name!r}")
+    globals()[name] = value  # later uses skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(name for name in {*globals(), *_SOURCES} if not name.startswith("_") or name.startswith("__"))

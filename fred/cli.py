@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from fred.loading import ScenarioError
-from fred.paths import output_file
+from fred.paths import output_file  # os and pathlib only: the heavy libraries load in main, where Ctrl-C is taken
 
 SUMMARY_KEYS = [
     "status", "stop_reason", "strategy", "workers", "sim_time_s", "updates",
@@ -21,6 +20,8 @@ COMPILES = frozenset({"run", "compare", "sweep", "calibrate", "replay"})  # the 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from fred.loading import ScenarioError  # pydantic: loaded after entry can take a Ctrl-C
+
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -57,7 +58,11 @@ def entry() -> None:
     """The ``fred`` command: :func:`main`, and after a Ctrl-C an exit that skips interpreter
     shutdown, where JAX/XLA crashed now and then with a segmentation fault (2 in 7 Ctrl-Cs
     during compilation) after fred had reported the interrupt."""
-    code = main()
+    try:
+        code = main()
+    except KeyboardInterrupt:  # while main loaded jax, pandas or pydantic, before its own handling
+        print("fred: interrupted while starting; nothing was done", file=sys.stderr)
+        code = 130
     if code == 130:
         sys.stdout.flush()
         sys.stderr.flush()

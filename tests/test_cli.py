@@ -218,6 +218,57 @@ def test_a_run_killed_at_any_moment_leaves_a_complete_directory_or_none(tmp_path
     assert all(p.name.startswith(".run.partial-") and not is_complete(p) for p in leftovers)
 
 
+# The console script, whose first import of a heavy library waits for the test's Ctrl-C (as
+# loading jax and pandas takes about a second), and says when it is waiting.
+SLOW_FIRST_IMPORT = """
+import sys, time
+class Slow:
+    def find_spec(self, name, path=None, target=None):
+        if name in ("jax", "numpy", "pandas"):
+            sys.meta_path.remove(self)
+            print("importing", name, flush=True)
+            time.sleep(300)  # a hang guard: the test's SIGINT ends it
+        return None
+sys.meta_path.insert(0, Slow())
+sys.argv[0] = "fred"
+from fred.cli import entry
+entry()
+"""
+
+
+@pytest.mark.parametrize("command", [["list"], ["run", str(ROOT / "scenarios" / "quickstart.yaml"), "--quiet"]])
+def test_ctrl_c_while_fred_loads_its_libraries_ends_quietly_with_130(command, tmp_path):
+    # Ctrl-C in a command's first second, while `import fred` loaded jax and pandas, printed a traceback.
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_FIRST_IMPORT, *command], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith("importing")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)  # a hang guard, not a speed check
+    assert "Traceback" not in err, err
+    assert proc.returncode == 130 and err.startswith("fred: interrupted") and len(err.splitlines()) == 1, err
+    assert out == "" and list(tmp_path.iterdir()) == []
+
+
+def test_a_bare_import_of_fred_loads_no_heavy_library():
+    # What lets the command take Ctrl-C early: `import fred` loads jax and the rest at their first use.
+    script = "import sys, fred; print(sorted({'jax', 'numpy', 'pandas', 'pydantic'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300)
+    assert done.stdout == "[]\n"
+
+
+def test_every_public_name_of_fred_is_its_modules_own():
+    import fred
+    from fred import api, loading, runner, scenario
+
+    homes = {"run": api, "load_run": api, "ScenarioError": loading, "load_scenario": loading, "validate": loading,
+             "RunResult": runner, "Scenario": scenario}
+    assert set(fred.__all__) == {*homes, "__version__"}
+    assert all(getattr(fred, name) is getattr(home, name) for name, home in homes.items())
+    assert fred.compare.sweep_runs and not hasattr(fred, "no_such_name")  # submodules too, as when loaded eagerly
+
+
 def unprivileged() -> list[str]:
     """A prefix that runs a command unable to write where permissions forbid: as root, with the
     override capabilities dropped (setpriv); as anyone else, nothing."""
