@@ -35,7 +35,10 @@ class ComputeModel:
         self.changes = sorted(((c.at_s, c.worker, c.speed) for c in cluster.speed_changes), key=lambda c: c[0])
         self.base_speed = [cluster.speed.get(w, 1.0) for w in range(n)]
         self.straggle = cluster.random_straggle
-        self._streams = [rng.stream(scenario.seed, "compute", w) for w in range(n)]
+        self.seed = scenario.seed
+        # Made at a worker's first draw: most scenarios draw nothing (no jitter, no random
+        # straggle), and 64 workers' streams were ~1 ms of every run's set-up.
+        self._streams: list[np.random.Generator | None] = [None] * n
 
     def speed_at(self, worker: int, now_s: float) -> float:
         """The worker's speed factor at ``now_s``: its latest change at or before then."""
@@ -49,18 +52,24 @@ class ComputeModel:
 
     def duration_s(self, worker: int, now_s: float = 0.0) -> float:
         """The duration of ``worker``'s gradient step starting at ``now_s``."""
-        stream = self._streams[worker]
         seconds = self.base_step_s * self.scale[worker]
         if self.changes:
             seconds *= self.base_speed[worker] / self.speed_at(worker, now_s)
         if self.sigma > 0:
             # math.exp, not np.exp: numpy's AVX-512 exp differs from libm's in the last bit
             # (numpy issue 23523), which would make the event trace depend on the CPU.
-            seconds *= math.exp(self.sigma * float(stream.standard_normal()))
+            seconds *= math.exp(self.sigma * float(self._stream(worker).standard_normal()))
         seconds += self.delay_s[worker]
-        if self.straggle.probability > 0 and stream.random() < self.straggle.probability:
+        if self.straggle.probability > 0 and self._stream(worker).random() < self.straggle.probability:
             seconds += self.straggle.delay_s
         return float(seconds)
+
+    def _stream(self, worker: int) -> np.random.Generator:
+        """The worker's own stream: its draws depend on its path alone, not on when it was made."""
+        stream = self._streams[worker]
+        if stream is None:
+            stream = self._streams[worker] = rng.stream(self.seed, "compute", worker)
+        return stream
 
 
 def base_step_time_s(scenario: Scenario) -> float:
