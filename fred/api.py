@@ -188,7 +188,7 @@ def load_run(path: str | Path | None, tables: bool = True) -> RunResult:
     scenario = validate(read_yaml(path / "scenario.yaml"), str(path / "scenario.yaml"))
     return RunResult(
         scenario=scenario,
-        summary=_read(path / "summary.json", lambda f: json.loads(f.read_text())),
+        summary=_summary(path / "summary.json"),
         metrics=_table(path / "metrics.parquet", tables, METRIC_DTYPES),
         updates=_table(path / "updates.parquet", tables, UPDATE_DTYPES),
         events=_table(path / "events.parquet", tables, EVENT_DTYPES),
@@ -212,9 +212,34 @@ def _npz(file: Path) -> dict[str, np.ndarray]:
         return {k: npz[k] for k in npz.files}
 
 
+JSON_KINDS = {list: "a JSON array", str: "a JSON string", int: "a JSON number", float: "a JSON number", bool: "a JSON boolean"}
+
+
+def _summary(file: Path) -> dict[str, Any]:
+    """The summary's fields; valid JSON that is not an object (``[]``, ``3``) is a damaged record too,
+    not an AttributeError where a reader calls ``summary.get``."""
+    summary = _read(file, lambda f: json.loads(f.read_text()))
+    if not isinstance(summary, dict):
+        text = json.dumps(summary)
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise _damaged(file, f"holds {shown} ({JSON_KINDS.get(type(summary), 'JSON null')}), "
+                             "not the JSON object of fields fred run writes")
+    return summary
+
+
 def _read(file: Path, reader: Callable[[Path], Any]) -> Any:
     """``reader(file)``, or an error that names the file: a damaged record is not a traceback."""
     try:
         return reader(file)
     except Exception as err:  # noqa: BLE001 - json, zip, zlib and pyarrow each raise their own
-        raise ScenarioError([f"{file} cannot be read ({type(err).__name__}: {err}); the run directory is damaged"], str(file)) from None
+        raise _damaged(file, f"cannot be read ({type(err).__name__}: {err})") from None
+
+
+DAMAGED = "the run directory is damaged"  # what a sweep finds to give its own fix in place of fred run's
+
+
+def _damaged(file: Path, problem: str) -> ScenarioError:
+    """A damaged record, named, with how to write its run afresh (its scenario.yaml is the resolved scenario)."""
+    run_dir = file.parent
+    fix = f"run its scenario again to replace it, fred run {run_dir / 'scenario.yaml'} --out {run_dir}"
+    return ScenarioError([f"{file} {problem}; {DAMAGED}: {fix}"], str(file))

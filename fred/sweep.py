@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from fred.api import default_run_dir, finished_run, load_run, run
+from fred.api import DAMAGED, default_run_dir, finished_run, load_run, run
 from fred.loading import ScenarioError, apply_overrides, get_path, include_profiles, read_yaml, set_path, validate, yaml_value
 from fred.runner import RunResult
 from fred.scenario import Scenario
@@ -104,10 +104,16 @@ def _reusable(scenario: Scenario, runs_root: Path) -> RunResult | None:
     try:
         done = finished_run(scenario, runs_root)
     except ScenarioError as err:
-        raise ScenarioError([f"{problem}; {fix}" for problem in err.problems], str(out)) from None
+        raise ScenarioError([_with_fix(problem, fix) for problem in err.problems], str(out)) from None
     if done is None and out.is_dir() and not (out / "summary.json").exists() and any(out.iterdir()):
         raise ScenarioError([f"{out} is in the sweep's runs folder but is not a finished run (no summary.json); {fix}"], str(out))
     return done
+
+
+def _with_fix(problem: str, fix: str) -> str:
+    """``problem`` with the sweep's fix in place of load_run's (fred run --out: the sweep makes that run itself)."""
+    head, damaged, _ = problem.partition(DAMAGED)
+    return f"{head}{damaged}; {fix}"
 
 
 def _run_one(resolved: dict[str, Any], out: str) -> str:

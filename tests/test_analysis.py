@@ -320,3 +320,24 @@ def test_the_timeline_says_when_it_shows_only_the_first_events_and_draws_no_edge
     ax = shown[0].axes[0]
     assert ax.get_title().endswith(f"(first 10 of {len(result.events):,} events)")
     assert all(bars.get_linewidth().max() == 0 for bars in ax.collections)
+
+
+def test_a_summary_that_is_json_but_not_an_object_is_a_damaged_run_not_a_traceback(tmp_path, capsys):
+    # summary.json holding [] or 3 ended compare, plot, trace and load_run in an AttributeError
+    # or TypeError traceback (summary.get, summary["name"]).
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(json.dumps(tiny(name="s")))
+    compare([str(scenario)], tmp_path / "cmp", tmp_path / "runs")
+    [made] = (tmp_path / "runs").iterdir()
+    runs = ["--runs", str(tmp_path / "runs")]
+    for text, shown in [("[]", "[] (a JSON array)"), ("3", "3 (a JSON number)"), ('"x"', '"x" (a JSON string)')]:
+        (made / "summary.json").write_text(text + "\n")
+        damaged = (f"{made / 'summary.json'} holds {shown}, not the JSON object of fields fred run writes; the run "
+                   f"directory is damaged: run its scenario again to replace it, fred run {made / 'scenario.yaml'} --out {made}")
+        for command in (["compare", str(made), *runs], ["compare", str(scenario), *runs], ["plot", str(made)],
+                        ["trace", str(made)]):
+            assert main([*command, "-o" if command[0] == "trace" else "--out", str(tmp_path / "o")]) == 2, command
+            err = capsys.readouterr().err
+            assert damaged in err and "Traceback" not in err, err
+        with pytest.raises(fred.ScenarioError, match=re.escape(damaged)):
+            fred.load_run(made)

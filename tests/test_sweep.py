@@ -272,6 +272,23 @@ def test_a_damaged_run_in_the_runs_folder_is_named_with_how_to_recompute_it(scen
     assert "2 run, 0 reused" in capsys.readouterr().out
 
 
+def test_a_summary_that_is_json_but_not_an_object_is_a_damaged_run_the_sweep_names(scenario, tmp_path, capsys):
+    # finished_run called summary.get on a summary.json holding []: an AttributeError traceback.
+    runs = tmp_path / "r"
+    argv = ["sweep", str(scenario), "--grid", "seed=0", "--runs", str(runs), "--out", str(tmp_path / "t.parquet")]
+    assert main(argv) == 0
+    [made] = runs.iterdir()
+    (made / "summary.json").write_text("[]\n")
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert (f"{made / 'summary.json'} holds [] (a JSON array), not the JSON object of fields fred run writes; "
+            f"the run directory is damaged; delete {made} and run fred sweep again") in err
+    assert "--out" not in err and "Traceback" not in err  # the sweep's own way to compute it afresh, only
+    shutil.rmtree(made)
+    assert main(argv) == 0 and is_complete(made)
+
+
 def _children(pid: int) -> list[int]:
     """The processes whose parent is ``pid`` (Linux's /proc)."""
     found = []
