@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -54,11 +55,26 @@ def _over_time(updates: pd.DataFrame, bins: int) -> pd.DataFrame:
     )
 
 
-# What summary_row (and the run's title, ``name``) reads of a summary.json.
+# What the figures' labels (fred.plots, and the run's title, ``name``) read of a summary.json.
+SUMMARY_FIELDS_PLOTTED = ("name", "strategy", "workers")
+# What summary_row reads of a summary.json, and the comparison's figures.
 SUMMARY_FIELDS_COMPARED = (
-    "name", "strategy", "workers", "status", "final_eval_loss", "final_eval_accuracy", "sim_time_s", "updates",
-    "bytes_sent",
+    *SUMMARY_FIELDS_PLOTTED, "status", "final_eval_loss", "final_eval_accuracy", "sim_time_s", "updates", "bytes_sent",
 )  # fmt: skip
+
+
+def with_summary_fields(result, fields: tuple[str, ...], command: str):
+    """The run, if its summary has ``fields``: an older fred's or an edited one may not, and a
+    KeyError traceback would not say which run, or what to do. ``command`` is what to do next
+    with the new run (``compare``, ``plot``)."""
+    missing = [key for key in fields if key not in result.summary]
+    if missing:
+        where = result.path if result.path is not None else Path("?")
+        raise ValueError(
+            f"{where / 'summary.json'} has no {', '.join(map(repr, missing))}: it was written by an older fred or edited; "
+            f"run its scenario again with this fred (fred run {where / 'scenario.yaml'}) and {command} the new run"
+        )
+    return result
 
 
 def summary_row(result, target_loss: float | None = None) -> dict[str, object]:

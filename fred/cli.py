@@ -274,10 +274,11 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
+    from fred.analysis import SUMMARY_FIELDS_PLOTTED, with_summary_fields
     from fred.api import load_run
     from fred.plots import loss_curves, staleness_histograms, timeline
 
-    result = load_run(args.run_dir)
+    result = with_summary_fields(load_run(args.run_dir), SUMMARY_FIELDS_PLOTTED, "plot")  # before any figure is written
     out = Path(args.out) if args.out else Path(args.run_dir) / "plots"
     losses = loss_curves([result], out)
     if not losses:

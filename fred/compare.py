@@ -9,7 +9,7 @@ from typing import Callable, ContextManager
 
 import pandas as pd
 
-from fred.analysis import SUMMARY_FIELDS_COMPARED, summary_row
+from fred.analysis import SUMMARY_FIELDS_COMPARED, summary_row, with_summary_fields
 from fred.api import default_run_dir, finished_run, load_run, run
 from fred.loading import load_scenario
 from fred.paths import output_dir
@@ -52,15 +52,8 @@ def gather(items: list[str], runs_root: Path, watch: Watch | None = None) -> tup
 
 
 def _comparable(result: RunResult) -> RunResult:
-    """The run, if its summary has what the table reads: an older fred's or an edited one may not."""
-    missing = [key for key in SUMMARY_FIELDS_COMPARED if key not in result.summary]
-    if missing:
-        where = result.path if result.path is not None else Path("?")
-        raise ValueError(
-            f"{where / 'summary.json'} has no {', '.join(map(repr, missing))}: it was written by an older fred or edited; "
-            f"run its scenario again with this fred (fred run {where / 'scenario.yaml'}) and compare the new run"
-        )
-    return result
+    """The run, if its summary has what the table and the figures read."""
+    return with_summary_fields(result, SUMMARY_FIELDS_COMPARED, "compare")
 
 
 def _refuse_repeated_items(items: list[str]) -> None:

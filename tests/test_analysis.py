@@ -341,3 +341,18 @@ def test_a_summary_that_is_json_but_not_an_object_is_a_damaged_run_not_a_traceba
             assert damaged in err and "Traceback" not in err, err
         with pytest.raises(fred.ScenarioError, match=re.escape(damaged)):
             fred.load_run(made)
+
+
+def test_plot_names_a_summary_field_it_needs_and_lacks_as_compare_does(tmp_path, capsys):
+    # fred plot ended in a KeyError traceback on a summary.json without workers, strategy or name.
+    made = tmp_path / "run"
+    fred.run(tiny(), out=made)
+    summary = json.loads((made / "summary.json").read_text())
+    for key in ("workers", "strategy", "name"):
+        (made / "summary.json").write_text(json.dumps({k: v for k, v in summary.items() if k != key}))
+        assert main(["plot", str(made)]) == 2
+        assert capsys.readouterr().err == (
+            f"fred: {made / 'summary.json'} has no {key!r}: it was written by an older fred or edited; "
+            f"run its scenario again with this fred (fred run {made / 'scenario.yaml'}) and plot the new run\n")
+        assert not (made / "plots").exists()  # refused before any figure
+        assert main(["trace", str(made), "-o", str(tmp_path / "t.json")]) == 0  # the trace reads no summary field
