@@ -265,8 +265,9 @@ class _Controller:
             self.params_fn()  # a gossip average is recorded computation: make the same calls, fast-forwarded
         return row[2], row[3], row[4]
 
-    def after_step(self) -> None:
-        """Leave fast-forward at the checkpoint's step; save a checkpoint when one is due."""
+    def after_step(self, stopping: bool = False) -> None:
+        """Leave fast-forward at the checkpoint's step; save a checkpoint when one is due, or
+        when the run is ``stopping`` (asked to by a signal), so that its resume loses nothing."""
         self.steps += 1
         if self.resume is not None and self.steps == self.resume.steps:
             if self._restoring:
@@ -274,7 +275,7 @@ class _Controller:
             self.tape.fill(self.resume.values)
             self._train_sum, self._train_examples = self.resume.train
             self.resume, self._restoring = None, None
-        if self.checkpointer is not None and self.resume is None and self.checkpointer.due():
+        if self.checkpointer is not None and self.resume is None and (stopping or self.checkpointer.due()):
             rows = [list(map(float, row)) for row in zip(*(self.recorder.metrics[c] for c in METRIC_COLUMNS))]
             self.checkpointer.save(self.steps, self.tape, rows, (self._train_sum, self._train_examples))
 
@@ -312,8 +313,14 @@ class _Controller:
                 self.stop_reason = "max_sim_time_s"
                 return max_s
             env.step()
-            interrupt.check()  # before after_step: no checkpoint of a step a Ctrl-C may have cut
-            self.after_step()
+            # A first Ctrl-C or SIGTERM only asks, so the step is whole: it is counted and kept in a
+            # last checkpoint before the run stops, and a resume loses nothing. A second one
+            # interrupts at once and may have cut the step (SimPy holds the error in the process
+            # it hit): no checkpoint of that one.
+            if interrupt.forced:
+                interrupt.check()
+            self.after_step(stopping=interrupt.requested)
+            interrupt.check()
         if sim.failure is not None:  # the step that reached the stop also failed: a failed run, as its events say
             self.status, self.stop_reason = "failed", "failed"
         return env.now

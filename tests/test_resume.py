@@ -382,6 +382,46 @@ def test_ctrl_c_inside_a_step_stops_the_run_and_leaves_the_last_checkpoint_whole
     same_run(result, execute(sc))
 
 
+class Never(Checkpointer):
+    """A checkpointer whose periodic checkpoint never comes due: only a stop asks for one."""
+
+    def due(self) -> bool:
+        return False
+
+
+def stopped_with_no_checkpoint_due(sc, run_dir, monkeypatch, at_each: Callable[[int], None]) -> Checkpointer:
+    """``sc`` checkpointed for ``run_dir`` with none due, ``at_each(gradient call)`` pressing; it must stop."""
+    checkpointer = Never(checkpoint_dir(run_dir), 1, sc.digest(), clock=itertools.count().__next__)
+    checkpointer.path.mkdir(parents=True)
+    (checkpointer.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
+    real = Numerics._call
+    gradient_calls(monkeypatch, at_each)
+    with pytest.raises(KeyboardInterrupt):
+        execute(sc, checkpointer=checkpointer)
+    monkeypatch.setattr(Numerics, "_call", real)
+    return checkpointer
+
+
+def test_a_stopped_run_keeps_a_checkpoint_of_its_last_whole_step_and_resumes_losing_nothing(tmp_path, monkeypatch):
+    # Ctrl-C (or the fred command's SIGTERM) stopped the run with only the last periodic
+    # checkpoint kept: up to --checkpoint-every-s of work lost, all of it before the first.
+    sc = scenario("asgd")
+    checkpointer = stopped_with_no_checkpoint_due(sc, tmp_path / "run", monkeypatch, lambda n: ctrl_c_now() if n == 5 else None)
+    assert checkpointer.saved == 1
+    saved = checkpoint.load(checkpointer.path)
+    assert saved.steps > 0
+    result, reason = fred.api.resume(tmp_path / "run")
+    assert reason is None, "the stop's checkpoint is whole: the run fast-forwarded to it"
+    same_run(result, execute(sc))
+
+
+def test_a_second_ctrl_c_stops_at_once_and_keeps_no_checkpoint_of_the_step_it_cut(tmp_path, monkeypatch):
+    sc = scenario("asgd")
+    twice = lambda n: (ctrl_c_now(), ctrl_c_now()) if n == 5 else None  # noqa: E731
+    checkpointer = stopped_with_no_checkpoint_due(sc, tmp_path / "run", monkeypatch, twice)
+    assert checkpointer.saved == 0 and not (checkpointer.path / "checkpoint.npz").exists()
+
+
 @pytest.mark.parametrize("where", ["build", "first evaluation"])
 def test_ctrl_c_before_the_first_step_stops_the_run(where, monkeypatch):
     # Pressed while the data loaded or the first programs compiled, it landed in a JAX callback,
