@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from pathlib import Path
 from typing import Callable, ContextManager
 
@@ -92,10 +93,31 @@ def _tell_apart(results: list[RunResult]) -> None:
         fields = [k for k in dict.fromkeys(k for flat in flats for k in flat) if all(k in flat for flat in flats)]
         fields.sort(key=lambda k: k != "strategy.name")
         differ = [k for k in fields if len({repr(flat[k]) for flat in flats}) > 1]
-        for result, flat in zip(same, flats):
-            shown = ", ".join(f"{k}={flat.get(k)}" for k in differ[:3]) + (", ..." if len(differ) > 3 else "")
-            where = result.path.name if result.path is not None else "?"
-            result.label = f"{title} ({shown or where})"
+        shown = [", ".join(f"{k}={flat.get(k)}" for k in differ[:3]) + (", ..." if len(differ) > 3 else "") for flat in flats]
+        for result, said, where in zip(same, shown, _where_needed(same, shown)):
+            result.label = f"{title} ({', '.join(part for part in (said, where) if part)})"
+
+
+def _where_needed(same: list[RunResult], shown: list[str]) -> list[str]:
+    """For each run whose scenario says what another's says too, the end of its directory's path
+    that tells them apart (``a/x`` and ``b/x``, where the names alone were ``x`` twice); else ''."""
+    where = [""] * len(same)
+    for said in set(shown):
+        tied = [i for i, other in enumerate(shown) if other == said]
+        if len(tied) > 1:
+            for i, tail in zip(tied, _distinct_tails([same[i].path for i in tied])):
+                where[i] = tail
+    return where
+
+
+def _distinct_tails(paths: list[Path | None]) -> list[str]:
+    """The fewest trailing parts of each path (the same number for all) that tell them apart."""
+    parts = [Path(os.path.abspath(p)).parts if p is not None else ("?",) for p in paths]
+    for count in range(1, max(map(len, parts)) + 1):
+        tails = [str(Path(*p[-count:])) for p in parts]
+        if len(set(tails)) == len(tails):
+            return tails
+    return tails  # only paths that are the same (refused before), or unknown
 
 
 def _flat(tree: object, prefix: str = "") -> dict[str, object]:

@@ -103,6 +103,19 @@ def test_compare_tells_apart_runs_of_the_same_name_by_what_differs(tmp_path):
     assert list(table["run"]) == ["same (r04)", "same (again)"]
 
 
+def test_runs_told_apart_by_nothing_but_folders_of_one_name_are_labelled_by_their_paths(tmp_path):
+    # a/x and b/x of one scenario were both labelled "same (x)"; and a third run differing in
+    # its seed left the first two "same (seed=0)" twice.
+    fred.run(tiny(name="same"), out=tmp_path / "a" / "x")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    fred.run(tiny(name="same", seed=1), out=tmp_path / "c")
+    pair = [str(tmp_path / "a" / "x"), str(tmp_path / "b" / "x")]
+    table, _ = compare(pair, tmp_path / "cmp", tmp_path / "runs")
+    assert list(table["run"]) == ["same (a/x)", "same (b/x)"]
+    table, _ = compare([*pair, str(tmp_path / "c")], tmp_path / "cmp", tmp_path / "runs")
+    assert list(table["run"]) == ["same (seed=7, a/x)", "same (seed=7, b/x)", "same (seed=1)"]
+
+
 def test_a_run_given_twice_is_refused_by_name_before_anything_runs(tmp_path, capsys):
     # `fred compare RUN RUN` showed two identical rows, both labelled "s (s)".
     run_dir = tmp_path / "r"
