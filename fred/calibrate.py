@@ -23,7 +23,7 @@ import yaml
 
 from fred import rng
 from fred.loading import ScenarioError, apply_overrides, include_profiles, load_scenario, validate, yaml_value
-from fred.paths import output_file
+from fred.paths import output_file, write_whole
 from fred.runner import build
 from fred.scenario import ModelConfig, Scenario
 
@@ -125,8 +125,7 @@ def write_profile(measured: dict[str, Any], path: str | Path) -> Path:
     path = output_file(path, "profile.yaml")
     header = "# fred compute profile, measured by `fred calibrate`; include it with\n# cluster: {compute: {profile: <this file>}}\n"
     body = yaml.safe_dump({"step_time_s": measured["median_s"], "measured": measured}, sort_keys=False)
-    path.write_text(header + body)
-    return path
+    return write_whole(path, lambda partial: partial.write_text(header + body))
 
 
 def read_profile(path: Path) -> float:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from fred.paths import output_file  # os and pathlib only: the heavy libraries load in main, where Ctrl-C is taken
+from fred.paths import output_file, write_whole  # os and pathlib only: the heavy libraries load in main, where Ctrl-C is taken
 
 SUMMARY_KEYS = [
     "status", "stop_reason", "strategy", "workers", "sim_time_s", "updates",
@@ -48,9 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError as err:  # numpy's "Unable to allocate 745. GiB": the scenario, not a bug
         print(f"fred: out of memory ({err}); make the data set or the model smaller", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # runs are written whole or not at all: only the one cut short is lost
-        lost = "no run directory was written" if args.command == "run" else "runs that finished are kept"
-        print(f"fred: interrupted; {lost}{_resumable(args)}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"fred: interrupted; {_left(args)}", file=sys.stderr)
         return 130
 
 
@@ -68,6 +67,20 @@ def entry() -> None:
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+RUNS = frozenset({"compare", "sweep"})  # the commands that make and keep runs (fred run makes one)
+
+
+def _left(args: argparse.Namespace) -> str:
+    """What a Ctrl-C left, said for the command cut short: a run directory is written whole or not
+    at all, so runs that finished are kept; a command that runs nothing has no runs to keep, only
+    what it was writing (the handler says what, in ``args.writing``, before it writes)."""
+    if args.command == "run":
+        return f"no run directory was written{_resumable(args)}"
+    if args.command in RUNS:
+        return "runs that finished are kept"
+    return getattr(args, "writing", None) or "nothing was written"
 
 
 def _resumable(args: argparse.Namespace) -> str:
@@ -218,6 +231,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     scenario = calibration_scenario(args.scenario, args.sets, args.model, args.batch, args.reduction)
     inputs = (args.scenario,) if args.scenario is not None else ()
     output = output_file(args.output, "profile.yaml", inputs)  # before measuring: a bad path fails at once
+    args.writing = f"{output} is written whole or not at all"  # for the message after a Ctrl-C
     measured = measure(scenario, args.backend, args.repeats, args.warmup)
     path = write_profile(measured, output)
     print(
@@ -232,6 +246,8 @@ def _replay(args: argparse.Namespace) -> int:
     from fred.replay import replay
 
     timings = output_file(args.timings, "timings.csv", (args.run_dir,)) if args.timings else None  # fail at once
+    if timings is not None:
+        args.writing = f"{timings} is written whole or not at all"  # for the message after a Ctrl-C
     with _count_bar(f"replay {Path(args.run_dir).name}", sys.stderr.isatty()) as progress:
         report = replay(args.run_dir, args.backend, args.check, args.rtol, args.atol, args.matmul_precision, progress)
     for note in report.notes:
@@ -252,7 +268,7 @@ def _replay(args: argparse.Namespace) -> int:
     print(report.leaves.to_string(index=False, float_format=floats))
     if timings is not None:
         write = grads.to_parquet if timings.suffix == ".parquet" else grads.to_csv
-        write(timings, index=False)
+        write_whole(timings, lambda partial: write(partial, index=False))
     tolerance = "" if args.check == "bitwise" else f" (rtol {args.rtol:g}, atol {args.atol:g})"
     print(f"{args.check} check{tolerance}: {'passed' if report.passed else 'FAILED'}")
     return 0 if report.passed else 1
@@ -280,6 +296,7 @@ def _plot(args: argparse.Namespace) -> int:
 
     result = with_summary_fields(load_run(args.run_dir), SUMMARY_FIELDS_PLOTTED, "plot")  # before any figure is written
     out = Path(args.out) if args.out else Path(args.run_dir) / "plots"
+    args.writing = f"{out} may hold only some of the figures (each is written whole)"  # for the message after a Ctrl-C
     losses = loss_curves([result], out)
     if not losses:
         print("note: no loss curves: the run has no evaluation losses (a timing-only run)", file=sys.stderr)
@@ -294,6 +311,7 @@ def _trace(args: argparse.Namespace) -> int:
 
     result = load_run(args.run_dir)
     output = output_file(args.output, "trace.json", (args.run_dir,)) if args.output else Path(args.run_dir) / "trace.json"
+    args.writing = f"{output} is written whole or not at all"  # for the message after a Ctrl-C
     path = write_trace(result.events, output)
     linked = int((result.events["peer"].fillna("") != "").sum())
     print(f"{path}: {len(result.events)} events, of which {linked} transfers drawn twice (on their sender's track and their "

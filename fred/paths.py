@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 # A run directory's records (``fred.records.FILES`` and the tape): never an output's name inside one.
 RUN_FILES = ("scenario.yaml", "summary.json", "metrics.parquet", "updates.parquet", "events.parquet", "params.npz", "tape.npz")
@@ -33,6 +34,20 @@ def output_file(path: str | Path, default_name: str, inputs: tuple[str | Path, .
                                                  and path.name in RUN_FILES):
             raise ValueError(f"{path} is what this command reads; writing its output there would replace it: give another path")
     _make(path.parent)
+    return path
+
+
+def write_whole(path: Path, write: Callable[[Path], object]) -> Path:
+    """``write`` to a hidden name beside ``path``, then rename it onto ``path`` in one step, so a
+    Ctrl-C or an error while writing leaves the earlier file or none, never half of one (which a
+    viewer such as Perfetto or an image browser would show as damaged). The hidden name keeps
+    ``path``'s suffix, which matplotlib reads the format from."""
+    partial = path.with_name(f".{path.stem}.partial-{os.getpid()}{path.suffix}")
+    try:
+        write(partial)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)  # gone already once renamed
     return path
 
 

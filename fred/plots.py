@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fred.paths import output_dir  # noqa: E402
+from fred.paths import output_dir, write_whole  # noqa: E402
 
 COMMUNICATION = {"push", "fetch", "send", "allreduce", "lost"}  # a lost transfer was on the wire too
 # Drawing order: "other" first, underneath, as it holds conditions (a degraded link, a worker
@@ -26,15 +26,16 @@ COLOURS = {"compute": "#4C72B0", "communicate": "#DD8452", "wait": "#B0B0B0", "o
 
 
 def _save(fig, out: Path, stem: str) -> list[Path]:
+    """The figure as PNG and SVG, each file whole or not at all; closed whatever happens (a
+    refused path or a Ctrl-C must not leave it open in a notebook that goes on)."""
+    paths = [out / f"{stem}.png", out / f"{stem}.svg"]
     try:
         output_dir(out)
-    except ValueError:
-        plt.close(fig)  # a refused path must not leave the figure open
-        raise
-    paths = [out / f"{stem}.png", out / f"{stem}.svg"]
-    for path in paths:
-        fig.savefig(path, bbox_inches="tight", metadata={"Date": None} if path.suffix == ".svg" else None)
-    plt.close(fig)
+        for path in paths:
+            metadata = {"Date": None} if path.suffix == ".svg" else None
+            write_whole(path, lambda partial: fig.savefig(partial, bbox_inches="tight", metadata=metadata))
+    finally:
+        plt.close(fig)
     return paths
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from fred.paths import output_file
+from fred.paths import output_file, write_whole
 
 
 def track_ids(entities: list[str]) -> dict[str, int]:
@@ -106,5 +106,5 @@ def _event(row: Any, pid: int, tid: int) -> dict[str, Any]:
 def write_trace(events: pd.DataFrame, path: str | Path) -> Path:
     """Write the trace-event JSON to ``path``; to ``path/trace.json`` when ``path`` is a directory."""
     path = output_file(path, "trace.json")
-    path.write_text(json.dumps({"traceEvents": trace_events(events), "displayTimeUnit": "ms"}))
-    return path
+    text = json.dumps({"traceEvents": trace_events(events), "displayTimeUnit": "ms"})
+    return write_whole(path, lambda partial: partial.write_text(text))

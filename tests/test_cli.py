@@ -333,3 +333,61 @@ def test_output_piped_to_a_reader_that_stops_early_ends_quietly():
     listing.stdout.close()  # the reader is gone before fred writes a line
     _, err = listing.communicate(timeout=300)  # a hang guard, not a speed check
     assert listing.returncode == 141 and err == b""
+
+
+def ctrl_c(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_in_a_command_that_runs_nothing_says_what_it_left_not_that_runs_are_kept(tmp_path, monkeypatch, capsys):
+    # fred list, plot and trace said "runs that finished are kept": they run nothing.
+    from strategies import registry
+
+    with monkeypatch.context() as patch:
+        patch.setattr(registry, "all_strategies", ctrl_c)
+        assert main(["list"]) == 130
+    assert capsys.readouterr().err == "fred: interrupted; nothing was written\n"
+    run_dir = tmp_path / "run"
+    main(["run", str(write(tmp_path, tiny())), "--out", str(run_dir), "--quiet"])
+    with monkeypatch.context() as patch:
+        patch.setattr("fred.api.load_run", ctrl_c)
+        assert main(["trace", str(run_dir)]) == 130
+    assert capsys.readouterr().err == "fred: interrupted; nothing was written\n"
+
+
+def test_ctrl_c_while_plot_or_trace_writes_leaves_whole_files_and_says_so(tmp_path, monkeypatch, capsys):
+    # A Ctrl-C inside savefig or write_text left a half-written PNG or trace.json under its own name.
+    from matplotlib.figure import Figure
+
+    run_dir = tmp_path / "run"
+    main(["run", str(write(tmp_path, tiny())), "--out", str(run_dir), "--quiet"])
+    capsys.readouterr()
+    real, saved = Figure.savefig, []
+
+    def cut_third(self, fname, *args, **kwargs):  # the third figure file is cut short half-way
+        saved.append(fname)
+        if len(saved) == 3:
+            Path(fname).write_bytes(b"\x89PNG\r\n half")
+            raise KeyboardInterrupt
+        return real(self, fname, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Figure, "savefig", cut_third)
+        assert main(["plot", str(run_dir)]) == 130
+    plots = run_dir / "plots"
+    assert capsys.readouterr().err == f"fred: interrupted; {plots} may hold only some of the figures (each is written whole)\n"
+    assert sorted(p.name for p in plots.iterdir()) == ["loss_vs_time.png", "loss_vs_time.svg"]  # no half file, no temporary
+
+    trace = tmp_path / "t.json"
+    trace.write_text("the earlier trace")
+
+    def cut(self, text, *args, **kwargs):
+        with open(self, "w") as half:
+            half.write(text[: len(text) // 2])
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "write_text", cut)
+        assert main(["trace", str(run_dir), "-o", str(trace)]) == 130
+    assert capsys.readouterr().err == f"fred: interrupted; {trace} is written whole or not at all\n"
+    assert trace.read_text() == "the earlier trace" and [p.name for p in tmp_path.glob("*t.*json*")] == ["t.json"]
