@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+from fred.interrupt import Terminated, raise_terminated
 from fred.paths import output_file, write_whole  # os and pathlib only: the heavy libraries load in main, where Ctrl-C is taken
 
 SUMMARY_KEYS = [
@@ -48,25 +50,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError as err:  # numpy's "Unable to allocate 745. GiB": the scenario, not a bug
         print(f"fred: out of memory ({err}); make the data set or the model smaller", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"fred: interrupted; {_left(args)}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        how, code = _stopped_by(stop)
+        print(f"fred: {how}; {_left(args)}", file=sys.stderr)
+        return code
 
 
 def entry() -> None:
-    """The ``fred`` command: :func:`main`, and after a Ctrl-C an exit that skips interpreter
-    shutdown, where JAX/XLA crashed now and then with a segmentation fault (2 in 7 Ctrl-Cs
-    during compilation) after fred had reported the interrupt."""
+    """The ``fred`` command: :func:`main`, and after a Ctrl-C or SIGTERM an exit that skips
+    interpreter shutdown, where JAX/XLA crashed now and then with a segmentation fault (2 in 7
+    Ctrl-Cs during compilation) after fred had reported the interrupt.
+
+    SIGTERM (``timeout``, ``kill``, a job scheduler's stop before its kill) is taken as Ctrl-C
+    is: a run stops between two steps and keeps a last checkpoint when it is checkpointed.
+    """
+    signal.signal(signal.SIGTERM, raise_terminated)
     try:
         code = main()
-    except KeyboardInterrupt:  # while main loaded jax, pandas or pydantic, before its own handling
-        print("fred: interrupted while starting; nothing was done", file=sys.stderr)
-        code = 130
-    if code == 130:
+    except KeyboardInterrupt as stop:  # while main loaded jax, pandas or pydantic, before its own handling
+        how, code = _stopped_by(stop)
+        print(f"fred: {how} while starting; nothing was done", file=sys.stderr)
+    if code in STOPPED:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+STOPPED = (130, 143)  # the statuses a shell reports for a command ended by SIGINT and by SIGTERM
+
+
+def _stopped_by(stop: KeyboardInterrupt) -> tuple[str, int]:
+    """How a stop is told, and the command's status: SIGTERM's or Ctrl-C's."""
+    return ("terminated", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
 
 
 RUNS = frozenset({"compare", "sweep"})  # the commands that make and keep runs (fred run makes one)
@@ -281,9 +297,10 @@ def _sweep(args: argparse.Namespace) -> int:
     out = output_file(args.out, "sweep.parquet", (args.scenario,))  # before the runs: a bad path fails at once
     try:
         table, ran = sweep(args.scenario, parse_grid(args.grid), Path(args.runs), args.jobs, args.executor, args.sets, progress)
-    except KeyboardInterrupt:
-        print("fred: interrupted; every run that finished is kept, and fred sweep again reuses them", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        how, code = _stopped_by(stop)
+        print(f"fred: {how}; every run that finished is kept, and fred sweep again reuses them", file=sys.stderr)
+        return code
     table.to_parquet(out, index=False)
     print(f"{len(table)} combinations: {ran} run, {len(table) - ran} reused; table in {out}")
     return 0

@@ -326,6 +326,39 @@ def test_fred_run_killed_with_sigkill_resumes_bit_identical(tmp_path):
     assert not checkpoint_dir(tmp_path / "killed").exists()
 
 
+def test_fred_run_stopped_by_sigterm_keeps_a_last_checkpoint_says_so_and_resumes_bit_identical(tmp_path):
+    # SIGTERM (timeout, kill, a job scheduler before its SIGKILL) ended the process where it
+    # was: the work since the last periodic checkpoint was lost, and nothing was said.
+    data = tiny(strategy={"name": "asgd"}, stop={"max_updates": 20000}, eval={"every_updates": 100})
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    fred_cli = [sys.executable, "-m", "fred.cli"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    out, saved = tmp_path / "stopped", checkpoint_dir(tmp_path / "stopped") / "checkpoint.npz"
+    stopped = subprocess.Popen([*fred_cli, "run", str(path), "--out", str(out), "--quiet", "--checkpoint-every-s", "0.2"],
+                               env=env, stderr=subprocess.PIPE, text=True)
+    while not saved.exists() and stopped.poll() is None:
+        time.sleep(0.05)  # no deadline: the run ends by itself, and the test then fails below
+    stopped.send_signal(signal.SIGTERM)
+    _, err = stopped.communicate(timeout=600)  # a hang guard
+    assert stopped.returncode == 143, err
+    assert f"fred: terminated; no run directory was written; its checkpoint is kept: fred run --resume {out}" in err
+    assert "Traceback" not in err and not (out / "summary.json").exists()
+    subprocess.run([*fred_cli, "run", "--resume", str(out), "--quiet"], env=env, check=True)
+    a = json.loads((out / "summary.json").read_text())
+    b = fred.run(data).summary
+    assert {k: v for k, v in a.items() if k != "wall_time_s"} == {k: v for k, v in b.items() if k != "wall_time_s"}
+
+
+def test_fred_run_from_python_leaves_sigterm_to_the_system(monkeypatch):
+    # Only the fred command takes SIGTERM as a stop: a Jupyter kernel told to stop must stop.
+    seen = []
+    gradient_calls(monkeypatch, lambda count: seen.append(signal.getsignal(signal.SIGTERM)))
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    fred.run(tiny(stop={"max_updates": 2}))
+    assert seen and all(handler == signal.SIG_DFL for handler in seen)
+
+
 def test_a_ctrl_c_during_a_checkpoints_collection_stops_the_run():
     # Raised inside a collection callback (JAX has one), Python printed and dropped it.
     import gc
