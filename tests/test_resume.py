@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import jax
 import pandas as pd
@@ -303,21 +304,29 @@ def test_a_checkpoint_interval_must_be_positive(tmp_path, capsys, every_s):
     assert f"--checkpoint-every-s {float(every_s)}: give a positive number" in capsys.readouterr().err
 
 
-def test_fred_run_killed_with_sigkill_resumes_bit_identical(tmp_path):
-    data = tiny(strategy={"name": "asgd"}, stop={"max_updates": 3000}, eval={"every_updates": 100})
+FRED_CLI = [sys.executable, "-m", "fred.cli"]
+
+
+def checkpointed_cli_run(tmp_path, updates: int, out, **popen) -> tuple[Path, dict[str, str], subprocess.Popen]:
+    """A ``fred run --checkpoint-every-s 0.2`` process of an ASGD scenario of ``updates``, once its
+    first checkpoint is written: (the scenario file, the environment, the process)."""
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(data))
-    fred_cli = [sys.executable, "-m", "fred.cli"]
+    path.write_text(yaml.safe_dump(tiny(strategy={"name": "asgd"}, stop={"max_updates": updates}, eval={"every_updates": 100})))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-    killed = subprocess.Popen([*fred_cli, "run", str(path), "--out", str(tmp_path / "killed"), "--quiet",
-                               "--checkpoint-every-s", "0.2"], env=env)
-    while not (checkpoint_dir(tmp_path / "killed") / "checkpoint.npz").exists() and killed.poll() is None:
-        time.sleep(0.05)  # no deadline: the run ends by itself, and the test then fails below
+    process = subprocess.Popen([*FRED_CLI, "run", str(path), "--out", str(out), "--quiet", "--checkpoint-every-s", "0.2"],
+                               env=env, **popen)
+    while not (checkpoint_dir(out) / "checkpoint.npz").exists() and process.poll() is None:
+        time.sleep(0.05)  # no deadline: the run ends by itself, and the test then fails
+    return path, env, process
+
+
+def test_fred_run_killed_with_sigkill_resumes_bit_identical(tmp_path):
+    path, env, killed = checkpointed_cli_run(tmp_path, 3000, tmp_path / "killed")
     killed.send_signal(signal.SIGKILL)
     killed.wait()
     assert not (tmp_path / "killed" / "summary.json").exists()
-    subprocess.run([*fred_cli, "run", "--resume", str(tmp_path / "killed")], env=env, check=True)
-    subprocess.run([*fred_cli, "run", str(path), "--out", str(tmp_path / "clean"), "--quiet"], env=env, check=True)
+    subprocess.run([*FRED_CLI, "run", "--resume", str(tmp_path / "killed")], env=env, check=True)
+    subprocess.run([*FRED_CLI, "run", str(path), "--out", str(tmp_path / "clean"), "--quiet"], env=env, check=True)
     a, b = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("killed", "clean"))
     assert {k: v for k, v in a.items() if k != "wall_time_s"} == {k: v for k, v in b.items() if k != "wall_time_s"}
     for table in ("events", "updates", "metrics"):
@@ -329,24 +338,16 @@ def test_fred_run_killed_with_sigkill_resumes_bit_identical(tmp_path):
 def test_fred_run_stopped_by_sigterm_keeps_a_last_checkpoint_says_so_and_resumes_bit_identical(tmp_path):
     # SIGTERM (timeout, kill, a job scheduler before its SIGKILL) ended the process where it
     # was: the work since the last periodic checkpoint was lost, and nothing was said.
-    data = tiny(strategy={"name": "asgd"}, stop={"max_updates": 20000}, eval={"every_updates": 100})
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(data))
-    fred_cli = [sys.executable, "-m", "fred.cli"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-    out, saved = tmp_path / "stopped", checkpoint_dir(tmp_path / "stopped") / "checkpoint.npz"
-    stopped = subprocess.Popen([*fred_cli, "run", str(path), "--out", str(out), "--quiet", "--checkpoint-every-s", "0.2"],
-                               env=env, stderr=subprocess.PIPE, text=True)
-    while not saved.exists() and stopped.poll() is None:
-        time.sleep(0.05)  # no deadline: the run ends by itself, and the test then fails below
+    out = tmp_path / "stopped"
+    path, env, stopped = checkpointed_cli_run(tmp_path, 20000, out, stderr=subprocess.PIPE, text=True)
     stopped.send_signal(signal.SIGTERM)
     _, err = stopped.communicate(timeout=600)  # a hang guard
     assert stopped.returncode == 143, err
     assert f"fred: terminated; no run directory was written; its checkpoint is kept: fred run --resume {out}" in err
     assert "Traceback" not in err and not (out / "summary.json").exists()
-    subprocess.run([*fred_cli, "run", "--resume", str(out), "--quiet"], env=env, check=True)
+    subprocess.run([*FRED_CLI, "run", "--resume", str(out), "--quiet"], env=env, check=True)
     a = json.loads((out / "summary.json").read_text())
-    b = fred.run(data).summary
+    b = fred.run(yaml.safe_load(path.read_text())).summary
     assert {k: v for k, v in a.items() if k != "wall_time_s"} == {k: v for k, v in b.items() if k != "wall_time_s"}
 
 
