@@ -301,7 +301,7 @@ def _sweep(args: argparse.Namespace) -> int:
         how, code = _stopped_by(stop)
         print(f"fred: {how}; every run that finished is kept, and fred sweep again reuses them", file=sys.stderr)
         return code
-    table.to_parquet(out, index=False)
+    write_whole(out, lambda partial: table.to_parquet(partial, index=False))  # a Ctrl-C now leaves the earlier table whole
     print(f"{len(table)} combinations: {ran} run, {len(table) - ran} reused; table in {out}")
     return 0
 

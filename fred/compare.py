@@ -13,7 +13,7 @@ import pandas as pd
 from fred.analysis import SUMMARY_FIELDS_COMPARED, summary_row, with_summary_fields
 from fred.api import default_run_dir, finished_run, load_run, run
 from fred.loading import load_scenario
-from fred.paths import output_dir
+from fred.paths import output_dir, write_whole
 from fred.plots import loss_curves, staleness_histograms
 from fred.runner import RunResult
 from fred.scenario import Scenario
@@ -168,7 +168,7 @@ def compare(
     out = output_dir(out)  # before running anything: a refused path would lose the runs' summary
     results, ran = gather(items, runs_root, watch)
     table = pd.DataFrame([summary_row(r, target_loss) for r in results])
-    table.to_csv(out / "comparison.csv", index=False)
+    write_whole(out / "comparison.csv", lambda partial: table.to_csv(partial, index=False))  # an earlier table or this one, whole
     loss_curves(results, out)
     staleness_histograms(results, out)
     return table, ran

@@ -391,3 +391,27 @@ def test_ctrl_c_while_plot_or_trace_writes_leaves_whole_files_and_says_so(tmp_pa
         assert main(["trace", str(run_dir), "-o", str(trace)]) == 130
     assert capsys.readouterr().err == f"fred: interrupted; {trace} is written whole or not at all\n"
     assert trace.read_text() == "the earlier trace" and [p.name for p in tmp_path.glob("*t.*json*")] == ["t.json"]
+
+
+def test_ctrl_c_while_compare_or_sweep_writes_its_table_leaves_the_earlier_table_whole(tmp_path, monkeypatch, capsys):
+    # comparison.csv and sweep.parquet were written in place: a Ctrl-C left half of one.
+    import pandas as pd
+
+    scenario, runs = str(write(tmp_path, tiny())), str(tmp_path / "runs")
+    table, csv = tmp_path / "sweep.parquet", tmp_path / "cmp" / "comparison.csv"
+    assert main(["sweep", scenario, "--grid", "seed=1,2", "--runs", runs, "--out", str(table)]) == 0
+    assert main(["compare", str(table), "--runs", runs, "--out", str(csv.parent)]) == 0
+    earlier = table.read_bytes(), csv.read_bytes()
+
+    def half(self, path, *args, **kwargs):
+        Path(path).write_bytes(b"half a table")
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(pd.DataFrame, "to_parquet", half)
+        patch.setattr(pd.DataFrame, "to_csv", half)
+        assert main(["sweep", scenario, "--grid", "seed=1,2", "--runs", runs, "--out", str(table)]) == 130
+        assert main(["compare", str(table), "--runs", runs, "--out", str(csv.parent)]) == 130
+    capsys.readouterr()
+    assert (table.read_bytes(), csv.read_bytes()) == earlier
+    assert not [p.name for p in [*tmp_path.iterdir(), *csv.parent.iterdir()] if p.name.startswith(".")]  # no partial copy
