@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:  # fred.runner reads this module: a run-time import would be circular
+    from fred.runner import RunResult
 
 
 def staleness(updates: pd.DataFrame, by: Literal["overall", "worker", "time"] = "overall", bins: int = 20,
@@ -63,7 +66,7 @@ SUMMARY_FIELDS_COMPARED = (
 )  # fmt: skip
 
 
-def with_summary_fields(result, fields: tuple[str, ...], command: str):
+def with_summary_fields(result: RunResult, fields: tuple[str, ...], command: str) -> RunResult:
     """The run, if its summary has ``fields``: an older fred's or an edited one may not, and a
     KeyError traceback would not say which run, or what to do. ``command`` is what to do next
     with the new run (``compare``, ``plot``)."""
@@ -77,7 +80,7 @@ def with_summary_fields(result, fields: tuple[str, ...], command: str):
     return result
 
 
-def summary_row(result, target_loss: float | None = None) -> dict[str, object]:
+def summary_row(result: RunResult, target_loss: float | None = None) -> dict[str, object]:
     """One line of ``fred compare``'s table for a run."""
     s, st = result.summary, result.updates["staleness"]
     hit = result.time_to(target_loss) if target_loss is not None else None
