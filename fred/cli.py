@@ -139,6 +139,8 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
     cmp_.add_argument("--target-loss", type=float, help="report simulated time and updates to this eval loss "
                       "(recorded in comparison.csv's target_loss column)")
+    cmp_.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
+                      help="override a field of every scenario file given, e.g. --set stop.max_updates=200 (repeatable)")
     cmp_.set_defaults(handler=_compare)
     plot = sub.add_parser("plot", help="loss curves, staleness histogram and per-worker timeline of one run")
     plot.add_argument("run_dir")
@@ -234,7 +236,7 @@ def _compare(args: argparse.Namespace) -> int:
     from fred.compare import compare
 
     show = sys.stderr.isatty()  # a bar for each scenario that has to be run
-    table, ran = compare(args.items, Path(args.out), Path(args.runs), args.target_loss, lambda s: _progress(s, show))
+    table, ran = compare(args.items, Path(args.out), Path(args.runs), args.target_loss, lambda s: _progress(s, show), args.sets)
     with __import__("pandas").option_context("display.width", 200, "display.max_columns", 20):
         print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"\n{ran} run(s) made, {len(table) - ran} reused; table and plots in {args.out}/")

@@ -22,14 +22,18 @@ from fred.scenario import Scenario
 Watch = Callable[[Scenario], ContextManager[Callable[[float, int, float], None] | None]]
 
 
-def gather(items: list[str], runs_root: Path, watch: Watch | None = None) -> tuple[list[RunResult], int]:
+def gather(
+    items: list[str], runs_root: Path, watch: Watch | None = None, sets: list[str] | None = None
+) -> tuple[list[RunResult], int]:
     """Load run directories and the runs of sweep tables (``.parquet``, from ``fred sweep``); run
-    scenario files unless a finished run of the same resolved scenario exists.
+    scenario files, with the overrides ``sets`` (``PATH=VALUE``), unless a finished run of the
+    same resolved scenario exists.
 
     ``watch(scenario)`` gives each run made a progress callback (``fred run``'s), for the
     length of the run. Returns the results in order and how many had to be run.
     """
     _refuse_repeated_items(items)  # before running any: a.yaml given twice would run it first
+    _refuse_sets_on_runs(items, sets)
     results, origins, ran = [], [], 0
     for item in items:
         path = Path(item)
@@ -38,7 +42,7 @@ def gather(items: list[str], runs_root: Path, watch: Watch | None = None) -> tup
         elif path.suffix == ".parquet":
             loaded = sweep_runs(path)
         else:
-            scenario = load_scenario(path)
+            scenario = load_scenario(path, sets)
             done = finished_run(scenario, runs_root)
             if done is None:
                 with watch(scenario) if watch is not None else contextlib.nullcontext() as progress:
@@ -50,6 +54,15 @@ def gather(items: list[str], runs_root: Path, watch: Watch | None = None) -> tup
     _refuse_repeated_runs(results, origins)
     _tell_apart(results)
     return results, ran
+
+
+def _refuse_sets_on_runs(items: list[str], sets: list[str] | None) -> None:
+    """A finished run's scenario is the one it ran: overrides cannot apply to it, and comparing it
+    unchanged beside overridden scenarios would compare what was not asked for."""
+    finished = [item for item in items if Path(item).is_dir() or Path(item).suffix == ".parquet"]
+    if sets and finished:
+        raise ValueError(f"--set applies to scenario files, and {finished[0]} is a finished run (or a sweep's runs): "
+                         "give its scenario.yaml instead, or compare without --set")
 
 
 def _comparable(result: RunResult) -> RunResult:
@@ -160,13 +173,15 @@ def _run_dir(recorded: Path, table_path: Path) -> Path:
 
 
 def compare(
-    items: list[str], out: Path, runs_root: Path, target_loss: float | None = None, watch: Watch | None = None
+    items: list[str], out: Path, runs_root: Path, target_loss: float | None = None, watch: Watch | None = None,
+    sets: list[str] | None = None,
 ) -> tuple[pd.DataFrame, int]:
-    """Write ``comparison.csv`` and the plots under ``out``; returns the table and the runs made."""
+    """Write ``comparison.csv`` and the plots under ``out``; returns the table and the runs made
+    (``sets``: overrides of every scenario file's fields, as ``fred run --set``)."""
     if target_loss is not None and math.isnan(target_loss):  # every run would be "never reached"
         raise ValueError("--target-loss nan: give the eval loss to reach, a number such as 0.3")
     out = output_dir(out)  # before running anything: a refused path would lose the runs' summary
-    results, ran = gather(items, runs_root, watch)
+    results, ran = gather(items, runs_root, watch, sets)
     table = pd.DataFrame([summary_row(r, target_loss) for r in results])
     write_whole(out / "comparison.csv", lambda partial: table.to_csv(partial, index=False))  # an earlier table or this one, whole
     loss_curves(results, out)

@@ -90,6 +90,27 @@ def test_the_comparison_table_records_the_target_loss_its_times_to_target_are_fo
     assert pd.read_csv(tmp_path / "out" / "comparison.csv")["target_loss"].isna().all()  # no target: empty
 
 
+def test_compare_overrides_every_scenario_file_with_set_and_refuses_it_for_finished_runs(tmp_path, capsys):
+    # fred run and fred sweep took --set; fred compare did not, so a quick shorter comparison
+    # meant editing every scenario file.
+    paths = []
+    for name, strategy in [("a", "asgd"), ("b", "ssgd")]:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(json.dumps(tiny(name=name, strategy={"name": strategy}, stop={"max_updates": 6})))
+        paths.append(str(path))
+    runs, out = str(tmp_path / "runs"), str(tmp_path / "out")
+    assert main(["compare", *paths, "--runs", runs, "--out", out, "--set", "stop.max_updates=3", "--set", "seed=5"]) == 0
+    table = pd.read_csv(tmp_path / "out" / "comparison.csv")
+    assert list(table["updates"]) == [3, 3]
+    assert [fred.load_run(d).scenario.seed for d in sorted((tmp_path / "runs").iterdir())] == [5, 5]
+    assert main(["compare", *paths, "--runs", runs, "--out", out, "--set", "stop.max_updatez=3"]) == 2
+    assert "stop.max_updatez" in capsys.readouterr().err
+    run_dir = next((tmp_path / "runs").iterdir())
+    assert main(["compare", paths[0], str(run_dir), "--runs", runs, "--out", out, "--set", "seed=6"]) == 2
+    assert capsys.readouterr().err == (f"fred: --set applies to scenario files, and {run_dir} is a finished run (or a sweep's "
+                                       "runs): give its scenario.yaml instead, or compare without --set\n")
+
+
 def test_compare_tells_apart_runs_of_the_same_name_by_what_differs(tmp_path):
     out = []
     for seed, workers in [(0, 4), (1, 4), (0, 2)]:
