@@ -239,7 +239,10 @@ DAMAGED = "the run directory is damaged"  # what a sweep finds to give its own f
 
 
 def _damaged(file: Path, problem: str) -> ScenarioError:
-    """A damaged record, named, with how to write its run afresh (its scenario.yaml is the resolved scenario)."""
-    run_dir = file.parent
-    fix = f"run its scenario again to replace it, fred run {run_dir / 'scenario.yaml'} --out {run_dir}"
-    return ScenarioError([f"{file} {problem}; {DAMAGED}: {fix}"], str(file))
+    """A damaged record, named, with how to write its run afresh."""
+    return ScenarioError([f"{file} {problem}; {DAMAGED}: {rerun_hint(file.parent)}"], str(file))
+
+
+def rerun_hint(run_dir: Path) -> str:
+    """How to write a damaged run directory afresh: its scenario.yaml is the resolved scenario."""
+    return f"run its scenario again to replace it, fred run {run_dir / 'scenario.yaml'} --out {run_dir}"

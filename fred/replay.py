@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from fred import rng, tape
-from fred.api import load_run
+from fred.api import load_run, rerun_hint
 from fred.calibrate import device_for
 from fred.data import load_dataset
 from fred.host import cpu_isa
@@ -129,10 +129,12 @@ def _read_tape(run_dir: Path, summary: dict[str, Any]) -> Recorded:
     try:
         doc, large, _ = tape.read(path)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as err:
-        raise ReplayError(f"{path} cannot be read ({type(err).__name__}: {err}); the run directory is damaged") from None
+        raise ReplayError(f"{path} cannot be read ({type(err).__name__}: {err}); the run directory is damaged: "
+                          f"{rerun_hint(run_dir)}") from None
     if tape.digest(doc, large) != summary.get("tape_sha256"):
         raise ReplayError(
-            f"{path} does not match tape_sha256 in {run_dir / 'summary.json'}: the run directory was changed after the run"
+            f"{path} does not match tape_sha256 in {run_dir / 'summary.json'}: the run directory was changed after the run; "
+            f"{rerun_hint(run_dir)}"
         )
     return tape.parse(doc, large)
 

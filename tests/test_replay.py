@@ -98,7 +98,7 @@ def _tamper_rows(run_dir, fix_digest: bool) -> None:
 def test_a_changed_batch_index_is_caught_by_the_checksum(tmp_path):
     strategy_run("asgd", tmp_path / "run")
     _tamper_rows(tmp_path / "run", fix_digest=False)
-    with pytest.raises(ReplayError, match="was changed after the run"):
+    with pytest.raises(ReplayError, match="was changed after the run; run its scenario again to replace it, fred run"):
         replay(tmp_path / "run")
 
 
@@ -132,6 +132,8 @@ def test_a_damaged_record_is_named_not_a_traceback(tmp_path, capsys, damage):
         assert main(command) == 2, command
         err = capsys.readouterr().err
         assert damage in err and "Traceback" not in err, err
+        if damage != "scenario.yaml":  # how to write it afresh: from its scenario.yaml, which is whole
+            assert f"fred run {tmp_path / 'run' / 'scenario.yaml'} --out {tmp_path / 'run'}" in err, err
 
 
 def test_a_changed_scenario_is_told_from_a_failed_replay(tmp_path):
