@@ -73,6 +73,12 @@ class SGP(StrategyConfig):
                     f"matrix {k} is not column-stochastic: column {bad[0]} sums to {float(sums[bad[0]])!r}; "
                     "every column must sum to 1 within 1e-12"
                 )
+            empty = np.flatnonzero(m.sum(axis=1) == 0)
+            if empty.size:
+                raise ValueError(
+                    f"matrix {k} has row {empty[0]} all zero: node {empty[0]} would receive no share, "
+                    "its push-sum weight would be 0 and z = x / w undefined; give it a self weight or an in-neighbour"
+                )
         return value
 
     def check(self, scenario: Scenario) -> None:
@@ -239,18 +245,19 @@ def run_push_sum(
             g = yield from sim.compute(w, state.z(node))
             # g is None in a timing-only run: the same messages and weights, with no parameters in them.
             x_half = None if g is None else step(node.x, opt_state, g.grad, g.count)[0]
-            own_x, own_w = x_half, node.w
+            own: list[tuple[Params | None, float]] = []  # none when p_ii = 0: it gives all of x_i away
             for j, p in shares(k, w.index):
                 x_share = None if x_half is None else scale(x_half, jnp.float32(p))
                 if j == w.index:
-                    own_x, own_w = x_share, p * node.w
+                    own = [(x_share, p * node.w)]
                 else:
                     sim.process(send_share(w, j, k, x_share, p * node.w))
             yield from collect(w, node, k)
             arrived = sorted((m for m in node.inbox if m[0] <= k), key=lambda m: m[:2])  # none from the future
             node.inbox = [m for m in node.inbox if m[0] > k]
-            node.x = tree_sum([own_x] + [x for _, _, x, _ in arrived]) if arrived and own_x is not None else own_x
-            node.w = own_w + sum(weight for _, _, _, weight in arrived)
+            parts = [x for x, _ in own] + [x for _, _, x, _ in arrived]
+            node.x = None if x_half is None else tree_sum(parts) if len(parts) > 1 else parts[0]
+            node.w = sum(weight for _, weight in own) + sum(weight for _, _, _, weight in arrived)
             node.iteration += 1
             sim.applied([(w.index, k)], k)  # the node's model has taken its step and its mix
 

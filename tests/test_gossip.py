@@ -125,3 +125,27 @@ def test_adpsgd_averages_pairs_and_learns():
     sends = result.events[result.events["kind"] == "send"]
     assert len(sends) % 2 == 0 and len(sends) > 0  # one copy each way per exchange
     assert (result.updates["staleness"] >= 0).all()
+
+
+def test_a_node_without_a_self_weight_keeps_nothing_of_its_own():
+    # A column-stochastic matrix may give p_ii = 0: node i then sends all of x_i and w_i away
+    # and x_i <- the shares it receives. It kept its whole x_i and w_i as well, doubling the
+    # mass every iteration (weights 2, 4, 8, ...), which shrank the step in z = x / w.
+    swap = [[0.0, 1.0], [1.0, 0.0]]
+    sim, state = push_sum(2, topology=[swap], init_spread=0.5)
+    start = total(state)
+    firsts = [node.x for node in state.nodes]
+    for k in range(1, 5):
+        sim.env.run(until=(k + 0.5) * 0.01)
+        assert [node.w for node in state.nodes] == [1.0, 1.0]
+        now = total(state)
+        for name in start:
+            np.testing.assert_allclose(now[name], start[name], rtol=1e-6, atol=1e-6)
+    for name in start:  # an even number of swaps (lr 0): each node has its own start back
+        np.testing.assert_array_equal(np.asarray(state.nodes[0].x[name]), np.asarray(firsts[0][name]))
+
+
+def test_explicit_matrices_must_give_every_node_a_share():
+    nobody_to_1 = [[1.0, 1.0], [0.0, 0.0]]  # column-stochastic, but node 1 would receive nothing: w_1 = 0
+    with pytest.raises(fred.ScenarioError, match="matrix 0 has row 1 all zero"):
+        validate(tiny(cluster={"workers": 2}, strategy={"name": "sgp", "topology": [nobody_to_1]}))
