@@ -10,7 +10,8 @@
 
 The mixing matrix P(k) is column-stochastic, so push-sum keeps sum_i x_i and
 sum_i w_i = n. Topologies: ``directed_exponential`` (node i sends to
-i + 2^(k mod log2 n), 1 or 2 peers per iteration, weights split evenly),
+i + 2^(k mod e), e = floor(log2(n - 1)) + 1 hops: log2 n for a power of two;
+1 or 2 peers per iteration, weights split evenly),
 ``ring`` (i -> i + 1), ``complete`` (uniform 1/n: AR-SGD's average), or an
 explicit list of matrices used in turn. The loop here is shared with ``osgp``
 (messages consumed up to tau iterations late) and ``dpsgd``.
@@ -25,7 +26,6 @@ model is the average over the nodes still running.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -98,7 +98,9 @@ def mixing(config: SGP, n: int) -> Callable[[int, int], list[tuple[int, float]]]
         return lambda k, i: [(j, 1.0 / n) for j in range(n)]
     if topology == "ring":
         return lambda k, i: [(i, 0.5), ((i + 1) % n, 0.5)] if n > 1 else [(i, 1.0)]
-    exponents = max(1, int(math.floor(math.log2(n)))) if n > 1 else 0
+    # The paper's list of hops: 2^0, 2^1, ..., 2^floor(log2(n - 1)), i.e. log2 n of them for a power
+    # of two. floor(log2 n) dropped the longest hop for every other n (6 nodes: 1, 2 and not 4).
+    exponents = (n - 1).bit_length()
 
     def exponential(k: int, i: int) -> list[tuple[int, float]]:
         if n == 1:

@@ -149,3 +149,13 @@ def test_explicit_matrices_must_give_every_node_a_share():
     nobody_to_1 = [[1.0, 1.0], [0.0, 0.0]]  # column-stochastic, but node 1 would receive nothing: w_1 = 0
     with pytest.raises(fred.ScenarioError, match="matrix 0 has row 1 all zero"):
         validate(tiny(cluster={"workers": 2}, strategy={"name": "sgp", "topology": [nobody_to_1]}))
+
+
+@pytest.mark.parametrize(("n", "hops"), [(2, [1]), (3, [1, 2]), (5, [1, 2, 4]), (6, [1, 2, 4]), (8, [1, 2, 4]), (12, [1, 2, 4, 8])])
+def test_the_directed_exponential_graph_cycles_through_every_hop_up_to_n_minus_1(n, hops):
+    # The paper (seed 004): node i sends to i + 2^0, i + 2^1, ..., i + 2^log2(n-1) mod n, in turn.
+    # floor(log2 n) hops dropped the longest one whenever n is not a power of two
+    # (3 nodes: a plain ring; 6 nodes: 1, 2 and never 4).
+    shares = mixing(SGP(), n)
+    for k in range(2 * len(hops)):
+        assert shares(k, 0) == [(0, 0.5), (hops[k % len(hops)] % n, 0.5)]
