@@ -42,10 +42,21 @@ class ParameterServer:
         """Send a gradient from ``worker`` to the server (``param_bytes`` by default)."""
         yield from self._transfer(worker.name, self.name, self._bytes(nbytes), "push")
 
-    def fetch(self, worker: Worker, nbytes: float | None = None) -> Generator[simpy.Event, Any, tuple[Params, int]]:
-        """Send the current parameters to ``worker``; returns them and their version as sent."""
+    def fetch(
+        self, worker: Worker, nbytes: float | None = None, reply: Callable[[], None] | None = None
+    ) -> Generator[simpy.Event, Any, tuple[Params, int]]:
+        """Send the current parameters to ``worker``; returns them and their version as sent.
+
+        ``reply``, if given, is called as each attempt is sent, with the parameters: it takes
+        what else the reply carries (B-FASGD's statistic) as of that moment, not its arrival.
+        """
         sent: list[tuple[Params, int]] = []  # what the last (successful) attempt carried
-        capture = lambda: sent.append((self.params, self.version))
+
+        def capture() -> None:
+            sent.append((self.params, self.version))
+            if reply is not None:
+                reply()
+
         yield from self._transfer(self.name, worker.name, self._bytes(nbytes), "fetch", capture)
         return sent[-1]
 

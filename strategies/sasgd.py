@@ -194,8 +194,9 @@ def run_parameter_server(
             yield from sim.wait_for(w.name, submit(*entry))
             known = statistic()  # the server's reply carries its statistic
             if gate is None or gate.fetch(w, fetches, known):
-                params, version = held[w.index] = yield from server.fetch(w)
-                known = statistic()
+                carried: list[float | None] = []  # the statistic the reply carries, taken as it is sent
+                params, version = held[w.index] = yield from server.fetch(w, reply=lambda: carried.append(statistic()))
+                known = carried[-1]
             else:
                 server.dropped(w, "fetch")
             fetches += 1

@@ -166,6 +166,36 @@ def test_a_cached_gradient_keeps_its_original_version():
             assert row["staleness"] == row["version_applied"] - last["version_read"]
 
 
+def test_a_fetch_reply_carries_the_statistic_as_it_was_sent_not_as_it_arrives(monkeypatch):
+    # A rule whose statistic counts the updates applied: a worker's v must then be the version of
+    # the parameters that came with it. Read on arrival, it counted the updates applied while the
+    # reply was on the wire (most fetches of four workers overlap another worker's push).
+    import strategies.bfasgd as bfasgd
+    from strategies.sasgd import Rule
+
+    seen: list[tuple[str, int, float | None]] = []
+
+    def recording(config, kind, seed, workers):
+        def decide(w, opportunity, v):
+            seen.append((kind, w.index, v))
+            return True
+
+        return decide
+
+    counting = Rule(lambda params: 0, lambda params, state, grads, staleness: (params, state + 1), lambda s: float(s))
+    monkeypatch.setattr(bfasgd, "_decider", recording)
+    monkeypatch.setattr(bfasgd, "rule_for", lambda config: counting)
+    updates = fred.run(tiny(strategy={"name": "bfasgd"}, stop={"max_updates": 40})).updates
+    checked = 0
+    for worker, rows in updates.groupby("worker"):
+        reads = rows["version_read"].tolist()  # gradient p was computed on the parameters of fetch p - 1
+        pushes = [v for kind, i, v in seen if kind == "push" and i == worker]  # opportunities 1, 2, ...
+        for p, v in enumerate(pushes[: len(reads) - 1], start=1):
+            assert v == reads[p], (worker, p)
+            checked += 1
+    assert checked > 20
+
+
 def test_the_first_push_always_goes_through():
     result = fred.run(tiny(strategy={"name": "bfasgd", "c_push": 1e6}, stop={"max_updates": 30}))
     first = result.events[result.events["kind"].isin(["push", "push_dropped"])].groupby("entity")["kind"].first()
