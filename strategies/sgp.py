@@ -258,6 +258,10 @@ def run_push_sum(
             arrived = sorted((m for m in node.inbox if m[0] <= k), key=lambda m: m[:2])  # none from the future
             node.inbox = [m for m in node.inbox if m[0] > k]
             parts = [x for x, _ in own] + [x for _, _, x, _ in arrived]
+            if not parts:  # p_ii = 0 and its in-neighbours crashed: no mass, w = 0, z = x / w undefined
+                sim.fail(f"push-sum node {w.index} received no share in iteration {k}: its matrix column gives it no "
+                         "self weight and its in-neighbours crashed; give the node a self weight (p_ii > 0)")
+                return
             node.x = None if x_half is None else tree_sum(parts) if len(parts) > 1 else parts[0]
             node.w = sum(weight for _, weight in own) + sum(weight for _, _, _, weight in arrived)
             node.iteration += 1

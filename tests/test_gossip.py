@@ -145,6 +145,16 @@ def test_a_node_without_a_self_weight_keeps_nothing_of_its_own():
         np.testing.assert_array_equal(np.asarray(state.nodes[0].x[name]), np.asarray(firsts[0][name]))
 
 
+def test_a_node_without_a_self_weight_whose_in_neighbours_crashed_fails_the_run_saying_why():
+    # It received no share at all (w = 0) and the run ended in an IndexError traceback.
+    swap = [[0.0, 1.0], [1.0, 0.0]]
+    result = fred.run(tiny(cluster={"workers": 2}, strategy={"name": "sgp", "topology": [swap]}, stop={"max_updates": 50},
+                           faults={"worker_crash": [{"worker": 1, "at_s": 0.05}], "sync_timeout_s": 0.01}))
+    assert result.summary["status"] == "failed"
+    assert "push-sum node 0 received no share" in result.summary["failure"]
+    assert "give the node a self weight (p_ii > 0)" in result.summary["failure"]
+
+
 def test_explicit_matrices_must_give_every_node_a_share():
     nobody_to_1 = [[1.0, 1.0], [0.0, 0.0]]  # column-stochastic, but node 1 would receive nothing: w_1 = 0
     with pytest.raises(fred.ScenarioError, match="matrix 0 has row 1 all zero"):
