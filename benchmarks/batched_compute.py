@@ -5,7 +5,7 @@
     python benchmarks/batched_compute.py --quick    # best of 5
 
 When several workers ask for a gradient on the same parameters at the same
-simulated instant (every SSGD round), ``fred.engine.GradientService`` serves them
+simulated instant (every SSGD round), ``fred.simulation.engine.GradientService`` serves them
 with one ``Numerics.shard_sums_of(params, dataset, rows, shards)`` call over all
 their rows. This measures what that saves against a Python loop of per-worker
 calls (``shard_sums_of(params, dataset, rows_i, 1)``), for ``reduction: exact``
@@ -27,10 +27,10 @@ import jax
 import numpy as np
 from common import RESULTS_DIR, begin, options, table, write_results
 
-from fred.api import resolve
-from fred.engine import GradientService
-from fred.numerics import CHUNK_ROWS, GradSum
-from fred.runner import build
+from fred.numerics.gradients import CHUNK_ROWS, GradSum
+from fred.runs.api import resolve
+from fred.runs.runner import build
+from fred.simulation.engine import GradientService
 
 WORKERS = (16, 64)
 BATCH = 32

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 
 import fred
-from fred.host import cpu_model
+from fred.runs.host import cpu_model
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

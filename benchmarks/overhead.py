@@ -43,14 +43,14 @@ import numpy as np
 from common import RESULTS_DIR, begin, best_in_turn, best_of, options, table, write_results
 
 import fred
-from fred import rng
-from fred.api import resolve
-from fred.data import GlobalBatchStream
-from fred.engine import GradientService
-from fred.numerics import _ZERO, CHUNK_ROWS, _exact_block_sums, _example_loss, pairwise_sum, tree_sum
-from fred.optim import make_sum_step, sgd
-from fred.records import Recorder
-from fred.runner import build
+from fred.numerics import rng
+from fred.numerics.data import GlobalBatchStream
+from fred.numerics.gradients import _ZERO, CHUNK_ROWS, _exact_block_sums, _example_loss, pairwise_sum, tree_sum
+from fred.numerics.optim import make_sum_step, sgd
+from fred.runs.api import resolve
+from fred.runs.records import Recorder
+from fred.runs.runner import build
+from fred.simulation.engine import GradientService
 
 TARGET_RATIO = 1.5  # the foundation issue's
 PERF_TARGET_RATIO = 1.3  # the performance issue's, for SSGD and ASGD at 8 and 64 workers
@@ -137,7 +137,7 @@ def _fast_shard_sums(loss, params, x, y, shards):
 
 
 def _same_bits_shard_sums(per_example, params, x, y, zero, rows, shards):
-    """fred's own exact program (``fred.numerics._exact_block_sums``: per-example gradients
+    """fred's own exact program (``fred.numerics.gradients._exact_block_sums``: per-example gradients
     64 rows at a time, each value stored before it is summed, the pairwise tree inside
     each shard), then fred's tree across shards (``tree_sum``): fred's bits for any batch size.
     ``x`` and ``y`` are already padded to a multiple of CHUNK_ROWS."""
@@ -302,7 +302,7 @@ def python_thread(scenario: dict[str, Any], loop, repeats: int) -> dict[str, flo
     process's (XLA computes in threads of its own), the same for ``loop`` (the fastest bare loop
     giving fred's bits), and the run again with the numerics tape not recording (each op called
     directly; such a run could not be replayed), timed in turn with the normal one."""
-    from fred.tape import Tape
+    from fred.numerics.tape import Tape
 
     recording = Tape.call
 
@@ -455,7 +455,7 @@ def _yes(flag: bool) -> str:
 
 # ----------------------------------------------------------------------------- 3: events
 def event_throughput(updates: int, repeats: int, workers: int = 64) -> dict[str, Any]:
-    from strategies import registry
+    from fred.scenario import registry
 
     scn = events_scenario(updates, workers)
     run_s, result = best_of(lambda: fred.run(scn), repeats)

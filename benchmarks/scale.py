@@ -37,8 +37,8 @@ import simpy
 from common import RESULTS_DIR, begin, options, table, write_results
 
 import fred
-from fred.network import Network
-from fred.runner import _Controller
+from fred.runs.runner import _Controller
+from fred.simulation.network import Network
 
 STRATEGIES: dict[str, dict[str, Any]] = {
     "ring all-reduce": {"name": "arsgd"},

@@ -32,13 +32,22 @@ import jax
 import numpy as np
 import simpy
 from common import RESULTS_DIR, begin, best_in_turn, options, table, write_results
-from overhead import (LR, PERF_TARGET_RATIO, WORKERS, Bare, _exact_shard_sums, _fast_shard_sums, _sgd, digits_scenario,
-                      max_abs_diff)
+from overhead import (
+    LR,
+    PERF_TARGET_RATIO,
+    WORKERS,
+    Bare,
+    _exact_shard_sums,
+    _fast_shard_sums,
+    _sgd,
+    digits_scenario,
+    max_abs_diff,
+)
 
 import fred
-from fred.engine import MAX_EXACT_ROWS
-from fred.numerics import CHUNK_ROWS, _example_loss, stacked_sum
-from fred.optim import make_sum_step, sgd
+from fred.numerics.gradients import CHUNK_ROWS, _example_loss, stacked_sum
+from fred.numerics.optim import make_sum_step, sgd
+from fred.simulation.engine import MAX_EXACT_ROWS
 
 RESULTS = RESULTS_DIR / "skeleton.json"
 UPDATES = 300  # ASGD always; SSGD at 8 workers (a 64-worker round is 8x the gradients: 1/8 of them)

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from fred.docgen import cli_reference, scenario_reference
+from fred.tools.docgen import cli_reference, scenario_reference
 
 
 def on_pre_build(config, **kwargs):

@@ -18,29 +18,29 @@ __version__ = "0.1.0"
 # `fred` command imports this package before it can take Ctrl-C, and jax and pandas take a
 # second to load, during which a Ctrl-C was a raw traceback.
 _SOURCES = {
-    "RunResult": "fred.runner",
-    "Scenario": "fred.scenario",
-    "ScenarioError": "fred.loading",
-    "load_run": "fred.api",
-    "load_scenario": "fred.loading",
-    "run": "fred.api",
-    "validate": "fred.loading",
+    "RunResult": "fred.runs.runner",
+    "Scenario": "fred.scenario.schema",
+    "ScenarioError": "fred.scenario.loading",
+    "load_run": "fred.runs.api",
+    "load_scenario": "fred.scenario.loading",
+    "run": "fred.runs.api",
+    "validate": "fred.scenario.loading",
 }
 
 __all__ = ["RunResult", "Scenario", "ScenarioError", "load_run", "load_scenario", "run", "validate", "__version__"]
 
 if _typing.TYPE_CHECKING:  # what type checkers and editors see
-    from fred.api import load_run, run
-    from fred.loading import ScenarioError, load_scenario, validate
-    from fred.runner import RunResult
-    from fred.scenario import Scenario
+    from fred.runs.api import load_run, run
+    from fred.runs.runner import RunResult
+    from fred.scenario.loading import ScenarioError, load_scenario, validate
+    from fred.scenario.schema import Scenario
 
 
 def __getattr__(name: str) -> object:
     if name in _SOURCES:
         value = getattr(_import_module(_SOURCES[name]), name)
     elif name.isidentifier() and _find_spec(f"fred.{name}") is not None:
-        value = _import_module(f"fred.{name}")  # fred.api and the rest were there after `import fred` when it loaded them
+        value = _import_module(f"fred.{name}")  # fred.runs.api and the rest were there after `import fred` when it loaded them
     else:
         raise AttributeError(f"module 'fred' has no attribute {name!r}")
     globals()[name] = value  # later uses skip this function

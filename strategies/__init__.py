@@ -6,7 +6,7 @@ Adding an algorithm means adding a module here; nothing else changes.
 import importlib
 import pkgutil
 
-from strategies import registry
+from fred.scenario import registry
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     if not _module.startswith("_") and _module != "registry":

@@ -24,14 +24,14 @@ import jax
 import simpy
 from pydantic import Field
 
-from fred import rng
-from fred.engine import Simulation, Worker
-from fred.models import Params
-from fred.numerics import divide, tree_sum
-from fred.optim import make_sum_step, sgd
-from fred.scenario import StrategyConfig
-from fred.tape import op
-from strategies.registry import register
+from fred.numerics import rng
+from fred.numerics.gradients import divide, tree_sum
+from fred.numerics.models import Params
+from fred.numerics.optim import make_sum_step, sgd
+from fred.numerics.tape import op
+from fred.scenario.registry import register
+from fred.scenario.schema import StrategyConfig
+from fred.simulation.engine import Simulation, Worker
 
 
 class ADPSGD(StrategyConfig):

@@ -14,10 +14,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from fred.engine import Simulation
-from fred.optim import make_sum_step, sgd
-from fred.scenario import StrategyConfig
-from strategies.registry import register
+from fred.numerics.optim import make_sum_step, sgd
+from fred.scenario.registry import register
+from fred.scenario.schema import StrategyConfig
+from fred.simulation.engine import Simulation
 from strategies.ssgd import ALLREDUCE_FAULTS, run_allreduce_sgd
 
 

@@ -16,9 +16,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from fred.engine import Simulation
-from fred.scenario import StrategyConfig
-from strategies.registry import register
+from fred.scenario.registry import register
+from fred.scenario.schema import StrategyConfig
+from fred.simulation.engine import Simulation
 from strategies.sasgd import PS_FAULTS, run_parameter_server, sasgd_rule
 
 

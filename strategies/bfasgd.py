@@ -19,10 +19,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from fred import rng
-from fred.engine import Simulation, Worker
+from fred.numerics import rng
+from fred.scenario.registry import register
+from fred.simulation.engine import Simulation, Worker
 from strategies.fasgd import FASGD, rule_for
-from strategies.registry import register
 from strategies.sasgd import Gate, run_parameter_server
 
 

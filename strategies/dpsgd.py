@@ -15,9 +15,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from fred.engine import Simulation
-from fred.scenario import StrategyConfig
-from strategies.registry import register
+from fred.scenario.registry import register
+from fred.scenario.schema import StrategyConfig
+from fred.simulation.engine import Simulation
 from strategies.sgp import SGP, run_push_sum
 
 

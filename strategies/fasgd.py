@@ -23,12 +23,12 @@ import jax
 import jax.numpy as jnp
 from pydantic import Field, model_validator
 
-from fred.engine import Simulation
-from fred.models import Params
-from fred.numerics import GradSum, mean_grad, tree_sum
-from fred.optim import make_step, sgd
-from fred.tape import op
-from strategies.registry import register
+from fred.numerics.gradients import GradSum, mean_grad, tree_sum
+from fred.numerics.models import Params
+from fred.numerics.optim import make_step, sgd
+from fred.numerics.tape import op
+from fred.scenario.registry import register
+from fred.simulation.engine import Simulation
 from strategies.sasgd import SASGD, Rule, run_parameter_server, staleness_scales
 
 

@@ -32,11 +32,11 @@ import numpy as np
 import simpy
 from pydantic import Field, model_validator
 
-from fred.engine import Contribution, Simulation, Worker
-from fred.numerics import GradSum
-from fred.scenario import Scenario, StrategyConfig
-from fred.server import ParameterServer
-from strategies.registry import register
+from fred.numerics.gradients import GradSum
+from fred.scenario.registry import register
+from fred.scenario.schema import Scenario, StrategyConfig
+from fred.simulation.engine import Contribution, Simulation, Worker
+from fred.simulation.server import ParameterServer
 from strategies.sasgd import sasgd_rule
 
 

@@ -24,12 +24,12 @@ from typing import Literal
 
 from pydantic import Field
 
-from fred.engine import Simulation, Worker
-from fred.models import Params
-from fred.numerics import GradSum, sum_grads
-from fred.optim import make_sum_step, sgd
-from fred.scenario import StrategyConfig
-from strategies.registry import register
+from fred.numerics.gradients import GradSum, sum_grads
+from fred.numerics.models import Params
+from fred.numerics.optim import make_sum_step, sgd
+from fred.scenario.registry import register
+from fred.scenario.schema import StrategyConfig
+from fred.simulation.engine import Simulation, Worker
 
 
 class HPSGD(StrategyConfig):

@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from fred.engine import Simulation
-from strategies.registry import register
+from fred.scenario.registry import register
+from fred.simulation.engine import Simulation
 from strategies.sgp import SGP, run_push_sum
 
 

@@ -22,12 +22,12 @@ from typing import Any, Literal
 import simpy
 from pydantic import Field
 
-from fred.compression import Scheme, roundtrip, wire_bytes
-from fred.engine import Simulation, Worker
-from fred.numerics import GradSum
-from fred.optim import make_sum_step, sgd
-from fred.scenario import StrategyConfig
-from strategies.registry import register
+from fred.numerics.compression import Scheme, roundtrip, wire_bytes
+from fred.numerics.gradients import GradSum
+from fred.numerics.optim import make_sum_step, sgd
+from fred.scenario.registry import register
+from fred.scenario.schema import StrategyConfig
+from fred.simulation.engine import Simulation, Worker
 
 
 class PipeSGD(StrategyConfig):

@@ -25,15 +25,15 @@ import jax
 import jax.numpy as jnp
 from pydantic import Field
 
-from fred.dispatch import LogicalClock
-from fred.engine import Contribution, Simulation, Worker
-from fred.models import Params
-from fred.numerics import GradSum, mean_grad, sum_grads, tree_sum
-from fred.optim import make_step, make_sum_step, sgd
-from fred.scenario import Scenario, StrategyConfig
-from fred.server import ParameterServer
-from fred.tape import op
-from strategies.registry import register
+from fred.numerics.gradients import GradSum, mean_grad, sum_grads, tree_sum
+from fred.numerics.models import Params
+from fred.numerics.optim import make_step, make_sum_step, sgd
+from fred.numerics.tape import op
+from fred.scenario.registry import register
+from fred.scenario.schema import Scenario, StrategyConfig
+from fred.simulation.dispatch import LogicalClock
+from fred.simulation.engine import Contribution, Simulation, Worker
+from fred.simulation.server import ParameterServer
 
 
 class SASGD(StrategyConfig):

@@ -11,10 +11,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from fred.engine import Simulation, Worker
-from fred.optim import make_sum_step, sgd
-from fred.scenario import Scenario, StrategyConfig
-from strategies.registry import register
+from fred.numerics.optim import make_sum_step, sgd
+from fred.scenario.registry import register
+from fred.scenario.schema import Scenario, StrategyConfig
+from fred.simulation.engine import Simulation, Worker
 
 
 class SGD(StrategyConfig):

@@ -34,14 +34,14 @@ import jax.numpy as jnp
 import numpy as np
 from pydantic import Field, field_validator
 
-from fred import rng
-from fred.engine import Simulation, Worker
-from fred.models import Params
-from fred.numerics import tree_sum
-from fred.optim import make_sum_step, sgd
-from fred.scenario import Scenario, StrategyConfig
-from fred.tape import op
-from strategies.registry import register
+from fred.numerics import rng
+from fred.numerics.gradients import tree_sum
+from fred.numerics.models import Params
+from fred.numerics.optim import make_sum_step, sgd
+from fred.numerics.tape import op
+from fred.scenario.registry import register
+from fred.scenario.schema import Scenario, StrategyConfig
+from fred.simulation.engine import Simulation, Worker
 
 Matrix = list[list[float]]
 

@@ -15,10 +15,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from fred.engine import Simulation, Worker
-from fred.optim import make_sum_step, sgd
-from fred.scenario import StrategyConfig
-from strategies.registry import register
+from fred.numerics.optim import make_sum_step, sgd
+from fred.scenario.registry import register
+from fred.scenario.schema import StrategyConfig
+from fred.simulation.engine import Simulation, Worker
 from strategies.sasgd import PS_FAULTS, run_parameter_server, sasgd_rule
 
 ALLREDUCE_FAULTS = frozenset({"rejoin"})

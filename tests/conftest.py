@@ -9,8 +9,8 @@ from typing import Any
 import jax
 import pytest
 
-from fred import compilation_cache
-from fred.loading import merge
+from fred.scenario.loading import merge
+from fred.tools import compilation_cache
 
 # The suite checks fred's CPU bits (fred.run computes on CPU anyway); on a machine with a GPU,
 # helpers that call jitted code directly would otherwise run there. gpu-marked tests ask for it.
@@ -64,7 +64,7 @@ def tiny(**overrides: Any) -> dict[str, Any]:
 
 
 def _has_lr(name: Any) -> bool:
-    from strategies import registry
+    from fred.scenario import registry
 
     try:
         return "lr" in registry.config_class(name).model_fields

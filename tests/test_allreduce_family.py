@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import fred
-from fred.compression import fp16_truncate, int8_quantize, wire_bytes
-from fred.network import ring_allreduce_time_s
-from fred.scenario import NetworkConfig
+from fred.numerics.compression import fp16_truncate, int8_quantize, wire_bytes
+from fred.scenario.schema import NetworkConfig
+from fred.simulation.network import ring_allreduce_time_s
 from tests.conftest import tiny
 
 NET = {"latency_s": 2e-4, "bandwidth_bps": 1e8, "reduce_s_per_byte": 1e-10, "sync_s": 1e-3}

@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 
 import fred
-from fred.analysis import staleness
-from fred.cli import main
-from fred.compare import compare, gather
-from fred.plots import loss_curves, staleness_histograms, timeline
-from fred.trace import trace_events
+from fred.runs.analysis import staleness
+from fred.tools.cli import main
+from fred.tools.compare import compare, gather
+from fred.tools.plots import loss_curves, staleness_histograms, timeline
+from fred.tools.trace import trace_events
 from tests.conftest import tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,7 +175,7 @@ def test_a_summary_without_a_field_the_table_needs_is_named_not_a_traceback(tmp_
 def test_runs_of_different_strategies_are_told_apart_by_the_strategy_not_by_fields_only_one_has(tmp_path):
     # "quickstart (strategy.name=asgd, strategy.lr=0.1, strategy.clock=simulated, ...)" beside
     # "... strategy.clock=None ...": ssgd has no clock.
-    from fred.plots import _label
+    from fred.tools.plots import _label
 
     out = [str(tmp_path / name) for name in ("a", "s")]
     fred.run(tiny(name="same", strategy={"name": "asgd", "lr": 0.1}), out=out[0])
@@ -293,7 +293,7 @@ def test_each_window_counts_the_updates_between_its_own_edges():
 
 
 def test_the_timeline_legend_is_beside_the_bars_not_over_them(monkeypatch, tmp_path):
-    from fred import plots
+    from fred.tools import plots
 
     shown = []
     monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
@@ -307,7 +307,7 @@ def test_the_timeline_legend_is_beside_the_bars_not_over_them(monkeypatch, tmp_p
 def test_the_timeline_shows_activities_inside_a_fault_and_instant_events(monkeypatch, tmp_path):
     # A degraded link's span ("other") was painted last, over every compute and push inside it;
     # events without duration (a crash; every event on the logical clock) had no width to show.
-    from fred import plots
+    from fred.tools import plots
 
     shown = []
     monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
@@ -327,7 +327,7 @@ def test_a_comparison_of_many_runs_keeps_them_apart_and_its_histograms_in_rows(m
     # made a PNG 66,000 px wide.
     from types import SimpleNamespace
 
-    from fred import plots
+    from fred.tools import plots
 
     shown = []
     monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
@@ -345,7 +345,7 @@ def test_a_comparison_of_many_runs_keeps_them_apart_and_its_histograms_in_rows(m
 
 
 def test_the_timeline_says_when_it_shows_only_the_first_events_and_draws_no_edges(monkeypatch, tmp_path):
-    from fred import plots
+    from fred.tools import plots
 
     shown = []
     monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])

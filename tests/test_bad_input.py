@@ -9,8 +9,8 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from fred.cli import main
-from fred.loading import ScenarioError, validate
+from fred.scenario.loading import ScenarioError, validate
+from fred.tools.cli import main
 from tests.conftest import tiny
 
 BASE = tiny(

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 import fred
-from fred.cli import main
+from fred.tools.cli import main
 from tests.conftest import tiny
 
 
@@ -82,7 +82,7 @@ def test_calibrate_takes_a_model_and_batch_without_a_scenario(tmp_path):
 
 
 def test_calibrate_flags_override_a_scenario(tmp_path):
-    from fred.calibrate import calibration_scenario
+    from fred.tools.calibrate import calibration_scenario
 
     scenario = tmp_path / "s.yaml"
     scenario.write_text(yaml.safe_dump(tiny(model={"kind": "mlp", "hidden": [4]})))

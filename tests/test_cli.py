@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fred.cli import main
-from fred.loading import validate
-from fred.records import FILES, is_complete
+from fred.runs.records import FILES, is_complete
+from fred.scenario.loading import validate
+from fred.tools.cli import main
 from tests.conftest import tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -191,7 +191,7 @@ def test_a_file_where_a_directory_of_outputs_goes_is_refused_before_any_run(tmp_
 
 def test_the_console_script_runs_the_quickstart_shipped_with_the_repo(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "fred.cli", "run", str(ROOT / "scenarios" / "quickstart.yaml"),
+        [sys.executable, "-m", "fred.tools.cli", "run", str(ROOT / "scenarios" / "quickstart.yaml"),
          "--out", str(tmp_path / "q"), "--set", "stop.max_updates=60"],
         capture_output=True, text=True, check=True,
     )
@@ -206,7 +206,7 @@ def test_a_run_killed_at_any_moment_leaves_a_complete_directory_or_none(tmp_path
 
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fred.cli", "run", str(ROOT / "scenarios" / "quickstart.yaml"),
+        [sys.executable, "-m", "fred.tools.cli", "run", str(ROOT / "scenarios" / "quickstart.yaml"),
          "--out", str(out), "--quiet", "--set", "stop.max_updates=300"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -231,7 +231,7 @@ class Slow:
         return None
 sys.meta_path.insert(0, Slow())
 sys.argv[0] = "fred"
-from fred.cli import entry
+from fred.tools.cli import entry
 entry()
 """
 
@@ -260,13 +260,15 @@ def test_a_bare_import_of_fred_loads_no_heavy_library():
 
 def test_every_public_name_of_fred_is_its_modules_own():
     import fred
-    from fred import api, loading, runner, scenario
+    from fred.runs import api, runner
+    from fred.scenario import loading
+    from fred.scenario import schema as scenario
 
     homes = {"run": api, "load_run": api, "ScenarioError": loading, "load_scenario": loading, "validate": loading,
              "RunResult": runner, "Scenario": scenario}
     assert set(fred.__all__) == {*homes, "__version__"}
     assert all(getattr(fred, name) is getattr(home, name) for name, home in homes.items())
-    assert fred.compare.sweep_runs and not hasattr(fred, "no_such_name")  # submodules too, as when loaded eagerly
+    assert fred.tools.compare.sweep_runs and not hasattr(fred, "no_such_name")  # submodules too, as when loaded eagerly
 
 
 def unprivileged() -> list[str]:
@@ -296,7 +298,7 @@ def test_a_read_only_folder_is_refused_before_the_work_not_with_a_traceback_afte
         ["sweep", str(scenario), "--grid", "seed=0,1", "--runs", str(locked / "runs"), "--out", str(tmp_path / "t.parquet")],
         ["replay", str(done), "--timings", str(locked / "t.csv")],
     ]
-    script = ("import json, sys\nfrom fred.cli import main\n"
+    script = ("import json, sys\nfrom fred.tools.cli import main\n"
               "for argv in json.loads(sys.argv[1]):\n    print(main(argv), flush=True)\n")
     locked.chmod(0o555)
     try:
@@ -313,7 +315,7 @@ def test_a_read_only_folder_is_refused_before_the_work_not_with_a_traceback_afte
 
 def test_the_progress_bar_says_it_is_compiling_until_the_first_update():
     # On a terminal the bar sat at "t=0.000s updates=0" for most of a short run.
-    from fred.cli import _progress
+    from fred.tools.cli import _progress
 
     bar = _progress(validate(tiny()), True)
     update = bar.__enter__()
@@ -328,7 +330,7 @@ def test_the_progress_bar_says_it_is_compiling_until_the_first_update():
 
 def test_output_piped_to_a_reader_that_stops_early_ends_quietly():
     # `fred compare ... | head` printed "fred: Broken pipe" and exited 2.
-    command = [sys.executable, "-c", "import sys; from fred.cli import main; sys.exit(main(['list']))"]
+    command = [sys.executable, "-c", "import sys; from fred.tools.cli import main; sys.exit(main(['list']))"]
     listing = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     listing.stdout.close()  # the reader is gone before fred writes a line
     _, err = listing.communicate(timeout=300)  # a hang guard, not a speed check
@@ -341,7 +343,7 @@ def ctrl_c(*args, **kwargs):
 
 def test_ctrl_c_in_a_command_that_runs_nothing_says_what_it_left_not_that_runs_are_kept(tmp_path, monkeypatch, capsys):
     # fred list, plot and trace said "runs that finished are kept": they run nothing.
-    from strategies import registry
+    from fred.scenario import registry
 
     with monkeypatch.context() as patch:
         patch.setattr(registry, "all_strategies", ctrl_c)
@@ -350,7 +352,7 @@ def test_ctrl_c_in_a_command_that_runs_nothing_says_what_it_left_not_that_runs_a
     run_dir = tmp_path / "run"
     main(["run", str(write(tmp_path, tiny())), "--out", str(run_dir), "--quiet"])
     with monkeypatch.context() as patch:
-        patch.setattr("fred.api.load_run", ctrl_c)
+        patch.setattr("fred.runs.api.load_run", ctrl_c)
         assert main(["trace", str(run_dir)]) == 130
     assert capsys.readouterr().err == "fred: interrupted; nothing was written\n"
 

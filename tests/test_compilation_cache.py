@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from fred import compilation_cache
-from fred.compilation_cache import cache_dir
-from fred.host import cpu_fingerprint
+from fred.runs.host import cpu_fingerprint
+from fred.tools import compilation_cache
+from fred.tools.compilation_cache import cache_dir
 from tests.conftest import tiny
 
 
@@ -53,7 +53,7 @@ def test_a_folder_that_cannot_be_made_leaves_the_cache_off(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     env = with_cache(blocker / "cache")  # under a file: it cannot be made
-    code = "import jax; from fred.compilation_cache import enable; print(enable(), jax.config.jax_compilation_cache_dir)"
+    code = "import jax; from fred.tools.compilation_cache import enable; print(enable(), jax.config.jax_compilation_cache_dir)"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["None", "None"]
 
@@ -64,7 +64,7 @@ import json, sys
 import jax.monitoring
 hits = []
 jax.monitoring.register_event_listener(lambda name, **kw: hits.append(name) if name.endswith("/cache_hits") else None)
-from fred.cli import main
+from fred.tools.cli import main
 code = main(["run", sys.argv[1], "--out", sys.argv[2], "--quiet"])
 print(json.dumps({"code": code, "hits": len(hits)}))
 """
@@ -101,5 +101,5 @@ def test_an_entry_a_killed_process_left_empty_is_dropped(tmp_path):
     (folder / "jit_step-0123-cache").write_bytes(b"")
     (folder / "jit_step-4567-cache").write_bytes(b"kept")
     env = with_cache(tmp_path / "cache")
-    subprocess.run([sys.executable, "-c", "from fred.compilation_cache import enable; enable()"], env=env, check=True)
+    subprocess.run([sys.executable, "-c", "from fred.tools.compilation_cache import enable; enable()"], env=env, check=True)
     assert sorted(p.name for p in folder.iterdir()) == ["jit_step-4567-cache"]

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import fred
-from fred import rng
-from fred.compute import ComputeModel
-from fred.loading import validate
+from fred.numerics import rng
+from fred.scenario.loading import validate
+from fred.simulation.compute import ComputeModel
 from tests.conftest import tiny
 
 

@@ -18,8 +18,9 @@ import pandas as pd
 import pytest
 
 import fred
-from fred.records import EVENT_COLUMNS, METRIC_COLUMNS, UPDATE_COLUMNS
-from strategies import registry
+import strategies
+from fred.runs.records import EVENT_COLUMNS, METRIC_COLUMNS, UPDATE_COLUMNS
+from fred.scenario import registry
 from tests.conftest import cluster_for, tiny
 
 
@@ -42,7 +43,8 @@ ANOTHER_PROCESS = """
 import json, sys
 import fred
 from tests.test_contract import contract_scenario, fingerprint
-from strategies import registry
+import strategies
+from fred.scenario import registry
 print(json.dumps({name: fingerprint(fred.run(contract_scenario(name))) for name in registry.names()}))
 """
 
@@ -115,8 +117,7 @@ def test_a_strategy_module_that_fails_to_import_is_named(tmp_path):
     # Every command imports every strategy; a traceback from inside validation named none.
     package = tmp_path / "strategies"
     package.mkdir()
-    for module in ("__init__.py", "registry.py"):
-        shutil.copy(Path(registry.__file__).with_name(module), package / module)
+    shutil.copy(Path(strategies.__file__), package / "__init__.py")
     (package / "half_written.py").write_text("raise RuntimeError('not finished')\n")
     done = subprocess.run([sys.executable, "-c", "import strategies"], capture_output=True, text=True, check=False,
                           env={**os.environ, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
@@ -128,8 +129,8 @@ def test_a_strategy_without_lr_gets_the_tiny_scenario_without_it(monkeypatch):
     # The tiny scenario's lr went to every strategy, and one without it was refused ("unknown key").
     from typing import Literal
 
-    from fred.loading import validate
-    from fred.scenario import StrategyConfig
+    from fred.scenario.loading import validate
+    from fred.scenario.schema import StrategyConfig
 
     class NoLr(StrategyConfig):
         name: Literal["no_lr"] = "no_lr"

@@ -1,4 +1,4 @@
-"""Tests for fred.data: loading, splitting, sharding and batch streams."""
+"""Tests for fred.numerics.data: loading, splitting, sharding and batch streams."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fred.data import BatchStream, Dataset, GlobalBatchStream, load_dataset, shard
-from fred.scenario import DataConfig, MNISTData, SyntheticData
+from fred.numerics.data import BatchStream, Dataset, GlobalBatchStream, load_dataset, shard
+from fred.scenario.schema import DataConfig, MNISTData, SyntheticData
 
 
 def rng(seed: int = 0) -> np.random.Generator:
@@ -408,8 +408,8 @@ def test_an_unknown_worker_is_refused() -> None:
     ],
 )
 def test_a_batch_the_data_cannot_fill_is_refused_naming_the_field_and_what_fits(data: dict, workers: int, message: str) -> None:
-    from fred.loading import validate
-    from fred.runner import build
+    from fred.runs.runner import build
+    from fred.scenario.loading import validate
     from tests.conftest import tiny
 
     scenario = tiny(cluster={"workers": workers})

@@ -44,7 +44,7 @@ def test_a_run_in_a_fresh_process_gives_the_same_bits(tmp_path):
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(data))
     subprocess.run(
-        [sys.executable, "-m", "fred.cli", "run", str(path), "--out", str(tmp_path / "there"), "--quiet"],
+        [sys.executable, "-m", "fred.tools.cli", "run", str(path), "--out", str(tmp_path / "there"), "--quiet"],
         check=True,
     )
     there = fred.load_run(tmp_path / "there")

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fred.docgen import cli_reference, scenario_reference
-from fred.scenario import Scenario
-from strategies import registry
+from fred.scenario import registry
+from fred.scenario.schema import Scenario
+from fred.tools.docgen import cli_reference, scenario_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,7 +53,7 @@ def engine_page_asgd() -> registry.Start:
     code = page.split("Here is ASGD written", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     started: list[registry.Start] = []
     namespace = {"register": lambda config, timing_only=False: lambda start: started.append(start) or start}
-    exec(compile(code.replace("from strategies.registry import register\n", ""), "docs/engine.md", "exec"), namespace)  # noqa: S102
+    exec(compile(code.replace("from fred.scenario.registry import register\n", ""), "docs/engine.md", "exec"), namespace)  # noqa: S102
     return started[0]
 
 

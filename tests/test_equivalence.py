@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fred
-from fred import rng
-from fred.data import load_dataset
-from fred.models import build_model
-from fred.numerics import Numerics
-from fred.scenario import CNNModel, DataConfig, LogisticModel, MLPModel
+from fred.numerics import rng
+from fred.numerics.data import load_dataset
+from fred.numerics.gradients import Numerics
+from fred.numerics.models import build_model
+from fred.scenario.schema import CNNModel, DataConfig, LogisticModel, MLPModel
 from tests.conftest import tiny
 
 STEPS = 4
@@ -92,7 +92,7 @@ def test_a_per_example_gradient_does_not_depend_on_its_batch(example, batch, pos
 
 def test_workers_served_together_get_their_own_gradients_bit_for_bit():
     """The GradientService's batched calls (here 20 workers x 32 rows) equal one call per worker."""
-    from fred.engine import GradientService
+    from fred.simulation.engine import GradientService
 
     ds, numerics, params = digits_mlp()
     batches = [rng.stream(w, "rows").choice(len(ds.y_train), size=32) for w in range(20)]
@@ -111,7 +111,7 @@ def test_in_block_sums_read_in_place_are_the_concatenated_sums_bit_for_bit(per_b
     """Power-of-two blocks are summed straight from the per-example chunks: the same tree, the same bits."""
     import jax
 
-    from fred.numerics import CHUNK_ROWS, _aligned_block_sums, _concatenated_block_sums
+    from fred.numerics.gradients import CHUNK_ROWS, _aligned_block_sums, _concatenated_block_sums
 
     stream = rng.stream(per_block, blocks, "chunks")
 
@@ -147,8 +147,8 @@ def test_the_one_program_exact_gradients_are_one_call_per_chunk_bit_for_bit(mode
     multiply-add (seen as 1e-8..1e-6 differences here for every model but the bias-only sums)."""
     import jax
 
-    from fred.models import build_model as build
-    from fred.numerics import CHUNK_ROWS, _concatenated_block_sums
+    from fred.numerics.gradients import CHUNK_ROWS, _concatenated_block_sums
+    from fred.numerics.models import build_model as build
 
     ds = load_dataset(DataConfig(), rng.stream(0, "data", "load"))
     net = build(model, ds.feature_shape, ds.num_classes)
@@ -172,8 +172,8 @@ def test_an_all_reduce_of_whole_stacked_calls_adds_the_same_bits_as_of_split_par
     """20 workers x 32 rows are served by three calls (8, 8, 4 workers); their parts stay rows
     of the stacked results, and summing them in order splits nothing and gives the bits of
     the tree over the split parts. Any other selection is split first, and is right too."""
-    from fred.engine import GradientService
-    from fred.numerics import GradSum, sum_grads
+    from fred.numerics.gradients import GradSum, sum_grads
+    from fred.simulation.engine import GradientService
 
     ds, numerics, params = digits_mlp()
     service = GradientService(numerics, ds)
@@ -195,7 +195,7 @@ def test_an_all_reduce_of_whole_stacked_calls_adds_the_same_bits_as_of_split_par
 def test_the_rows_of_a_stacked_call_are_copied_out_by_one_program_whatever_their_number():
     # One program returning every row compiled in time and memory growing with the rows (24 s,
     # GBs, for 1,024 batch-1 workers); the copy must stay exact, as the bits of every run rely on.
-    from fred import numerics
+    from fred.numerics import gradients as numerics
 
     program = numerics.take_row.__wrapped__
     for rows in (5, 40):

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 import fred
-from fred import rng
-from fred.loading import ScenarioError, apply_overrides, validate
-from fred.runner import build
-from strategies import registry
+from fred.numerics import rng
+from fred.runs.runner import build
+from fred.scenario import registry
+from fred.scenario.loading import ScenarioError, apply_overrides, validate
 from tests.conftest import NEVER_WAITS, ONE_WORKER, cluster_for, tiny
 
 CRASH_AT_S = 0.035
@@ -132,7 +132,7 @@ def test_lost_messages_are_resent_and_counted(name):
 
 def test_a_lost_send_is_resent_after_the_retransmit_timeout():
     data = scenario("asgd", {"message_loss": {"probability": 0.5, "retransmit_timeout_s": 0.01}})
-    sim = build(fred.loading.validate(data)).sim
+    sim = build(fred.scenario.loading.validate(data)).sim
     draws = rng.stream(data["seed"], "faults", "loss", "worker0")
     losses = 0
     while draws.random() < 0.5:
@@ -156,7 +156,7 @@ def test_a_degraded_link_slows_transfers_and_is_recorded(name):
 
 def test_a_transfer_on_a_degraded_link_takes_the_degraded_time():
     degrade = {"entity": "worker1", "at_s": 0.0, "bandwidth_factor": 0.25, "extra_latency_s": 0.003}
-    sim = build(fred.loading.validate(scenario("asgd", {"link_degrade": [degrade]}))).sim
+    sim = build(fred.scenario.loading.validate(scenario("asgd", {"link_degrade": [degrade]}))).sim
     sim.faults.start()
     sim.env.run(until=1e-9)  # the degrade takes effect at 0
     sim.process(sim.send("worker0", "worker1", 1e6))
@@ -170,7 +170,7 @@ def test_overlapping_degradations_compound_and_both_end():
     # first, put back the first's half bandwidth when it ended, for the rest of the run.
     first = {"entity": "worker1", "at_s": 0.1, "duration_s": 0.2, "bandwidth_factor": 0.5, "extra_latency_s": 0.001}
     second = {"entity": "worker1", "at_s": 0.2, "duration_s": 0.2, "bandwidth_factor": 0.25, "extra_latency_s": 0.002}
-    sim = build(fred.loading.validate(scenario("asgd", {"link_degrade": [first, second]}))).sim
+    sim = build(fred.scenario.loading.validate(scenario("asgd", {"link_degrade": [first, second]}))).sim
     port, cfg = sim.network.ports["worker1"], sim.network.config
     sim.faults.start()
     seen = []

@@ -19,8 +19,8 @@ import jax
 import pytest
 
 import fred
-from fred.host import cpu_isa
-from fred.replay import replay
+from fred.runs.host import cpu_isa
+from fred.tools.replay import replay
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "scenarios").rglob("*.yaml"))
@@ -41,7 +41,7 @@ def events_sha256(result: fred.RunResult) -> str:
 
 def platform_key() -> str:
     """Parameters are bit-identical only for the same JAX version on the same CPU
-    instruction set (fred.host), so their hashes are kept per such platform."""
+    instruction set (fred.runs.host), so their hashes are kept per such platform."""
     return f"jax-{jax.__version__}/{cpu_isa()}"
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import fred
-from fred.loading import validate
-from fred.runner import build
+from fred.runs.runner import build
+from fred.scenario.loading import validate
 from strategies.sgp import SGP, mixing, run_push_sum
 from tests.conftest import tiny
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fred
-from fred.loading import ScenarioError, validate
+from fred.scenario.loading import ScenarioError, validate
 from tests.conftest import tiny
 
 STOP = {"max_updates": 30}

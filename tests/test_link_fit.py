@@ -14,7 +14,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fred.network import Link, earliest_fit
+from fred.simulation.network import Link, earliest_fit
 
 
 def scanned_fit(links: tuple[Link, Link], start_s: float, duration_s: float) -> float:

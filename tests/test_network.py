@@ -8,9 +8,9 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fred.engine import Simulation, Worker
-from fred.network import Network, ring_allreduce_time_s
-from fred.scenario import NetworkConfig
+from fred.scenario.schema import NetworkConfig
+from fred.simulation.engine import Simulation, Worker
+from fred.simulation.network import Network, ring_allreduce_time_s
 
 
 def bare_sim(workers: int, **network) -> Simulation:

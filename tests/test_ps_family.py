@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import fred
-from fred.engine import Worker
-from fred.numerics import GradSum
+from fred.numerics.gradients import GradSum
+from fred.simulation.engine import Worker
 from strategies.bfasgd import BFASGD, _decider, transmit_probability
 from strategies.fasgd import fasgd_rule
 from strategies.sasgd import sasgd_rule

@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 import fred
-from fred import host, tape
-from fred.cli import main
-from fred.host import cpu_isa
-from fred.replay import ReplayError, _Steps, compare, needed, replay
-from strategies import registry
+from fred.numerics import tape
+from fred.runs import host
+from fred.runs.host import cpu_isa
+from fred.scenario import registry
+from fred.tools.cli import main
+from fred.tools.replay import ReplayError, _Steps, compare, needed, replay
 from tests.conftest import cluster_for, tiny
 
 VARIANTS = {
@@ -268,7 +269,7 @@ def test_a_call_that_now_returns_another_structure_is_a_clear_error(tmp_path):
     strategy_run("ssgd", tmp_path / "run")
     doc, blobs, _ = tape.read(tmp_path / "run" / "tape.npz")
     call = next(c for c in doc["calls"] if c[0] == "gradients" and c[3][-1] > 1)
-    call[4] = next(c[4] for c in doc["calls"] if c[0] == "fred.numerics:stacked_sum")  # another recorded tree
+    call[4] = next(c[4] for c in doc["calls"] if c[0] == "fred.numerics.gradients:stacked_sum")  # another recorded tree
     tape.write(tmp_path / "run" / "tape.npz", doc, blobs)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     summary["tape_sha256"] = tape.digest(doc, blobs)
@@ -297,7 +298,7 @@ def test_a_constant_array_is_copied_onto_the_tape_not_kept_alive_by_it(monkeypat
 
 
 def test_a_run_whose_final_parameters_no_recorded_call_computes_is_refused_not_passed(tmp_path, monkeypatch, capsys):
-    # A strategy computing outside fred.tape.op leaves its parameters on the tape as a
+    # A strategy computing outside fred.numerics.tape.op leaves its parameters on the tape as a
     # constant; replay then compared params.npz with that copy and said "passed".
     shipped = registry.get("asgd")
 
@@ -309,7 +310,7 @@ def test_a_run_whose_final_parameters_no_recorded_call_computes_is_refused_not_p
     fred.run(tiny(stop={"max_updates": 3}), out=tmp_path / "run")
     with pytest.raises(ReplayError, match="applied 3 updates, but no recorded call computes its final parameters"):
         replay(tmp_path / "run")
-    assert main(["replay", str(tmp_path / "run")]) == 2 and "fred.tape.op" in capsys.readouterr().err
+    assert main(["replay", str(tmp_path / "run")]) == 2 and "fred.numerics.tape.op" in capsys.readouterr().err
 
 
 def test_an_op_replay_could_not_find_is_refused_at_its_first_recorded_call():
@@ -325,7 +326,7 @@ def test_an_op_replay_could_not_find_is_refused_at_its_first_recorded_call():
 
 
 def test_an_op_takes_its_arguments_by_position_only():
-    @tape.op("fred.numerics:mean_grad")
+    @tape.op("fred.numerics.gradients:mean_grad")
     def scaled(x, weight):
         return x * weight
 
@@ -338,7 +339,7 @@ def test_replay_reads_no_table(tmp_path, monkeypatch):
     # parameters: it used more memory than the run it checked.
     import pandas as pd
 
-    from fred.records import EVENT_COLUMNS
+    from fred.runs.records import EVENT_COLUMNS
 
     fred.run(tiny(stop={"max_updates": 3}), out=tmp_path / "run")
     monkeypatch.setattr(pd, "read_parquet", lambda *a, **k: pytest.fail("replay read a table"))

@@ -18,16 +18,16 @@ import pytest
 import yaml
 
 import fred
-import fred.runner
-from fred import checkpoint
-from fred.checkpoint import Checkpointer, checkpoint_dir
-from fred.records import is_complete
-from fred.cli import main
-from fred.loading import validate
-from fred.numerics import Numerics
-from fred.runner import execute
-from fred.tape import NeedsValue
-from strategies import registry
+import fred.runs.runner
+from fred.numerics.gradients import Numerics
+from fred.numerics.tape import NeedsValue
+from fred.runs import checkpoint
+from fred.runs.checkpoint import Checkpointer, checkpoint_dir
+from fred.runs.records import is_complete
+from fred.runs.runner import execute
+from fred.scenario import registry
+from fred.scenario.loading import validate
+from fred.tools.cli import main
 from tests.conftest import READS_NUMBERS, cluster_for, tiny
 
 VARIANTS = {
@@ -102,7 +102,7 @@ def test_a_run_resumed_from_a_mid_run_checkpoint_is_the_uninterrupted_run(name, 
     saved = checkpoint.load(tmp_path)
     assert saved.steps == half and saved.values
     calls = gradient_calls(monkeypatch)
-    if name in READS_NUMBERS:  # fred.api.resume then runs it from the start (tested below)
+    if name in READS_NUMBERS:  # fred.runs.api.resume then runs it from the start (tested below)
         with pytest.raises(NeedsValue):
             execute(sc, resume=saved)
         return
@@ -136,7 +136,7 @@ def test_each_checkpoint_writes_only_the_calls_made_since_the_last(tmp_path):
     names, ends = every.seen[-1][0], [n for _, n in every.seen]
     assert len(names) == 4 and sorted(names) == sorted(f"tape-{a}-{b}.npz" for a, b in zip([0] + ends, ends))
     saved = checkpoint.load(tmp_path)
-    whole = fred.tape.parse(*clean.tape)  # the uninterrupted run's whole tape
+    whole = fred.numerics.tape.parse(*clean.tape)  # the uninterrupted run's whole tape
     assert saved.recorded.calls == whole.calls[: ends[-1]]
     assert saved.recorded.treedefs == whole.treedefs[: len(saved.recorded.treedefs)]
     as_lists = lambda times: {i: list(d) for i, d in times.items()}  # noqa: E731
@@ -152,7 +152,7 @@ def test_a_missing_segment_makes_resume_run_from_the_start(tmp_path):
     (every.path / every.seen[-1][0][0]).unlink()
     with pytest.raises(ValueError, match="segment tape-0-.* is missing"):
         checkpoint.load(every.path)
-    result, reason = fred.api.resume(run_dir)
+    result, reason = fred.runs.api.resume(run_dir)
     assert "is missing" in reason
     same_run(result, execute(sc))
 
@@ -163,7 +163,7 @@ def test_a_truncated_checkpoint_is_named_in_the_reason_resume_ran_from_the_start
     once = interrupted(sc, run_dir, Once, 40)
     whole = (once.path / "checkpoint.npz").read_bytes()
     (once.path / "checkpoint.npz").write_bytes(whole[: len(whole) // 2])  # cut short, as by a full disk
-    result, reason = fred.api.resume(run_dir)
+    result, reason = fred.runs.api.resume(run_dir)
     assert reason.startswith(f"BadZipFile reading {once.path}:")  # it said only "File is not a zip file"
     same_run(result, execute(sc))
 
@@ -182,15 +182,15 @@ def test_a_resumed_run_checkpoints_afresh_and_drops_the_old_segments(tmp_path):
 
 
 def test_train_losses_added_up_as_the_run_goes_give_the_same_bits_and_resume(tmp_path, monkeypatch):
-    """A run evaluated rarely adds its oldest train losses up as it goes (fred.runner.FOLD_LOSSES);
+    """A run evaluated rarely adds its oldest train losses up as it goes (fred.runs.runner.FOLD_LOSSES);
     the train loss is the same float as adding them all at the evaluation, and a checkpoint
     taken between carries the partial sum."""
     sc = validate(tiny(strategy={"name": "asgd"}, stop={"max_updates": 120}, eval={"every_updates": 60}))
     whole = execute(sc)  # 120 losses at most between evaluations: nothing added up early
     folds = []
-    real_fold = fred.runner._Controller._fold
-    monkeypatch.setattr(fred.runner, "FOLD_LOSSES", 4)
-    monkeypatch.setattr(fred.runner._Controller, "_fold", lambda self: (folds.append(1), real_fold(self)))
+    real_fold = fred.runs.runner._Controller._fold
+    monkeypatch.setattr(fred.runs.runner, "FOLD_LOSSES", 4)
+    monkeypatch.setattr(fred.runs.runner._Controller, "_fold", lambda self: (folds.append(1), real_fold(self)))
     early = execute(sc)
     assert len(folds) > 20
     same_run(early, whole)
@@ -209,13 +209,13 @@ def test_a_checkpoint_from_before_segments_still_resumes(tmp_path):
     every = Every(tmp_path / "new", 40, sc.digest(), clock=itertools.count().__next__)
     clean = execute(sc, checkpointer=every)
     saved = checkpoint.load(every.path)
-    old = fred.tape.Tape()  # the same tape, rebuilt to be documented whole
+    old = fred.numerics.tape.Tape()  # the same tape, rebuilt to be documented whole
     old.calls, old.treedefs, old.constants, old.compute_s = (
         saved.recorded.calls, saved.recorded.treedefs, saved.recorded.constants, saved.recorded.compute_s)
-    doc, blobs = fred.tape.document(old, (0, []))
+    doc, blobs = fred.numerics.tape.document(old, (0, []))
     state = {"steps": saved.steps, "metrics": saved.metrics, "scenario_sha256": saved.scenario_sha256}
     (tmp_path / "old").mkdir()
-    fred.tape.write(tmp_path / "old" / "checkpoint.npz", doc, blobs, state=fred.tape.json_array(state),
+    fred.numerics.tape.write(tmp_path / "old" / "checkpoint.npz", doc, blobs, state=fred.numerics.tape.json_array(state),
                     **{f"v{i}": v for i, v in saved.values.items()})
     same_run(execute(sc, resume=checkpoint.load(tmp_path / "old")), clean)
 
@@ -226,7 +226,7 @@ def test_resume_falls_back_to_a_full_run_when_it_cannot_fast_forward(tmp_path):
     run_dir = tmp_path / "run"
     interrupted(sc, run_dir, Once, 80)
     told = []
-    result, reason = fred.api.resume(run_dir, restarting=lambda why: told.append((why, checkpoint_dir(run_dir).exists())))
+    result, reason = fred.runs.api.resume(run_dir, restarting=lambda why: told.append((why, checkpoint_dir(run_dir).exists())))
     assert reason is not None and told == [(reason, True)], "told before the run went again, not after it"
     same_run(result, execute(sc))
     assert (run_dir / "summary.json").is_file() and not checkpoint_dir(run_dir).exists()
@@ -257,7 +257,7 @@ def test_a_strategy_computing_outside_the_tape_resumes_by_running_from_the_start
     sc = scenario("asgd")
     run_dir = tmp_path / "run"
     interrupted(sc, run_dir, Once, 40)
-    result, reason = fred.api.resume(run_dir)
+    result, reason = fred.runs.api.resume(run_dir)
     assert reason is not None and ("Placeholder" in reason or "does not record" in reason), reason
     same_run(result, execute(sc))
 
@@ -268,7 +268,7 @@ def test_a_resumed_run_reports_the_wall_time_of_the_whole_run(tmp_path):
     run_dir = tmp_path / "run"
     checkpointer = interrupted(sc, run_dir, Once, 40, wall_before_s=1000.0)
     assert checkpoint.load(checkpointer.path).wall_s > 1000.0
-    result, reason = fred.api.resume(run_dir)
+    result, reason = fred.runs.api.resume(run_dir)
     assert reason is None and result.summary["wall_time_s"] > 1000.0
 
 
@@ -277,7 +277,7 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(tmp_pat
     path = checkpoint_dir(tmp_path / "run")
     path.mkdir()
     (path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
-    result, reason = fred.api.resume(tmp_path / "run")
+    result, reason = fred.runs.api.resume(tmp_path / "run")
     assert "holds no checkpoint" in reason
     same_run(result, execute(sc))
 
@@ -304,7 +304,7 @@ def test_a_checkpoint_interval_must_be_positive(tmp_path, capsys, every_s):
     assert f"--checkpoint-every-s {float(every_s)}: give a positive number" in capsys.readouterr().err
 
 
-FRED_CLI = [sys.executable, "-m", "fred.cli"]
+FRED_CLI = [sys.executable, "-m", "fred.tools.cli"]
 
 
 def checkpointed_cli_run(tmp_path, updates: int, out, **popen) -> tuple[Path, dict[str, str], subprocess.Popen]:
@@ -364,7 +364,7 @@ def test_a_ctrl_c_during_a_checkpoints_collection_stops_the_run():
     # Raised inside a collection callback (JAX has one), Python printed and dropped it.
     import gc
 
-    from fred.checkpoint import collect
+    from fred.runs.checkpoint import collect
 
     def interrupt(phase, info):
         if phase == "start":
@@ -411,7 +411,7 @@ def test_ctrl_c_inside_a_step_stops_the_run_and_leaves_the_last_checkpoint_whole
     with pytest.raises(KeyboardInterrupt):
         execute(sc, checkpointer=every_step)
     monkeypatch.setattr(Numerics, "_call", real)
-    result, reason = fred.api.resume(tmp_path / "run")
+    result, reason = fred.runs.api.resume(tmp_path / "run")
     assert reason is None, "the checkpoint left is whole: the run fast-forwarded to it"
     same_run(result, execute(sc))
 
@@ -444,7 +444,7 @@ def test_a_stopped_run_keeps_a_checkpoint_of_its_last_whole_step_and_resumes_los
     assert checkpointer.saved == 1
     saved = checkpoint.load(checkpointer.path)
     assert saved.steps > 0
-    result, reason = fred.api.resume(tmp_path / "run")
+    result, reason = fred.runs.api.resume(tmp_path / "run")
     assert reason is None, "the stop's checkpoint is whole: the run fast-forwarded to it"
     same_run(result, execute(sc))
 
@@ -460,11 +460,11 @@ def test_a_second_ctrl_c_stops_at_once_and_keeps_no_checkpoint_of_the_step_it_cu
 def test_ctrl_c_before_the_first_step_stops_the_run(where, monkeypatch):
     # Pressed while the data loaded or the first programs compiled, it landed in a JAX callback,
     # was dropped, and the run went on to its end (4 of 14 early presses of a fred run).
-    import fred.runner
+    import fred.runs.runner
 
     if where == "build":
-        real_build = fred.runner.build
-        monkeypatch.setattr(fred.runner, "build", lambda sc: (ctrl_c_in_a_collection(), real_build(sc))[1])
+        real_build = fred.runs.runner.build
+        monkeypatch.setattr(fred.runs.runner, "build", lambda sc: (ctrl_c_in_a_collection(), real_build(sc))[1])
     else:
         real_evaluate = Numerics.evaluate
         monkeypatch.setattr(Numerics, "evaluate", lambda self, *a: (ctrl_c_in_a_collection(), real_evaluate(self, *a))[1])
@@ -513,7 +513,7 @@ def test_a_failure_of_the_resumed_run_itself_is_not_met_by_running_it_again(tmp_
     run_dir = tmp_path / "run"
     interrupted(sc, run_dir, Once, 40)
     runs = [0]
-    real = fred.api.execute
+    real = fred.runs.api.execute
 
     def counted(*args, **kwargs):
         runs[0] += 1
@@ -522,10 +522,10 @@ def test_a_failure_of_the_resumed_run_itself_is_not_met_by_running_it_again(tmp_
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(fred.api, "execute", counted)
+    monkeypatch.setattr(fred.runs.api, "execute", counted)
     monkeypatch.setattr(Checkpointer, "save", disk_full)
     with pytest.raises(OSError, match="No space left"):
-        fred.api.resume(run_dir, checkpoint_every_s=1e-9)
+        fred.runs.api.resume(run_dir, checkpoint_every_s=1e-9)
     assert runs[0] == 1
 
 

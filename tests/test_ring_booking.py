@@ -15,9 +15,9 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fred.engine import Simulation, Worker
-from fred.network import Link, Network, earliest_fit, ring_by_chunk
-from fred.scenario import NetworkConfig
+from fred.scenario.schema import NetworkConfig
+from fred.simulation.engine import Simulation, Worker
+from fred.simulation.network import Link, Network, earliest_fit, ring_by_chunk
 
 
 def reference_ring(net: Network, names: list[str], nbytes: float, now_s: float) -> float:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import fred
-from fred import records
-from fred.exchange import UNSUPPORTED, exchange
-from fred.records import is_complete, write_run_dir
+from fred.runs import records
+from fred.runs.exchange import UNSUPPORTED, exchange
+from fred.runs.records import is_complete, write_run_dir
 from tests.conftest import tiny
 
 REPLACEMENTS = 150  # the two renames left the run missing to a polling reader ~1-2 times a replacement here
@@ -178,7 +178,7 @@ def test_the_system_call_swaps_where_libc_has_no_wrapper(tmp_path):
     import platform
     import sys
 
-    from fred.exchange import AT_FDCWD, RENAME_EXCHANGE, _syscall
+    from fred.runs.exchange import AT_FDCWD, RENAME_EXCHANGE, _syscall
 
     if not sys.platform.startswith("linux") or _syscall(ctypes.CDLL(None, use_errno=True)) is None:
         pytest.skip(f"renameat2's system call number is not known for {sys.platform} {platform.machine()}")

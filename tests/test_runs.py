@@ -137,7 +137,7 @@ def test_loading_a_result_that_was_not_written_says_how_to_write_it():
 def test_a_run_with_nothing_left_to_happen_stops_as_stalled(monkeypatch, max_sim_time_s):
     # With every_s and no time limit it used to evaluate on the grid forever; with a time
     # limit it jumped to the limit and said `completed`, hiding the deadlock.
-    from strategies import registry
+    from fred.scenario import registry
 
     idle = registry.get("asgd")._replace(start=lambda sim, config: lambda: sim.init_params)
     monkeypatch.setitem(registry._REGISTRY, "asgd", idle)
@@ -163,7 +163,7 @@ def test_a_run_directory_another_process_writes_at_the_same_time_ends_whole(tmp_
     # tests/test_run_dir_swap.py races the swap.
     import errno
 
-    from fred import records
+    from fred.runs import records
 
     out = tmp_path / "run"
     fred.run(tiny(stop={"max_updates": 2}), out=out)
@@ -194,7 +194,7 @@ def test_hidden_copies_a_killed_process_left_are_deleted_by_the_next_write(tmp_p
     import subprocess
     import sys
 
-    from fred.records import _hidden
+    from fred.runs.records import _hidden
 
     out = tmp_path / "run"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fred.loading import ScenarioError, apply_overrides, load_scenario, validate
-from fred.scenario import Scenario
+from fred.scenario.loading import ScenarioError, apply_overrides, load_scenario, validate
+from fred.scenario.schema import Scenario
 from tests.conftest import tiny
 
 
@@ -126,8 +126,8 @@ def test_set_overrides_parse_values_as_yaml():
 def test_exponents_without_a_dot_or_sign_are_numbers_in_files_sets_and_grids(tmp_path):
     # YAML 1.1 (PyYAML) reads 1e-3 and 1.25e9 as strings: validation turned them into numbers,
     # but a sweep's table and labels kept strings, and 1e-3 and 0.001 were two grid values.
-    from fred.loading import read_yaml
-    from fred.sweep import parse_grid
+    from fred.scenario.loading import read_yaml
+    from fred.tools.sweep import parse_grid
 
     path = tmp_path / "s.yaml"
     path.write_text("strategy: {lr: 1e-3}\nnetwork: {bandwidth_bps: 1.25e9, latency_s: 5e-5}\n")

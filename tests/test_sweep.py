@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from fred.cli import main
-from fred.loading import ScenarioError
-from fred.records import is_complete
-from fred.sweep import parse_grid, sweep
+from fred.runs.records import is_complete
+from fred.scenario.loading import ScenarioError
+from fred.tools.cli import main
+from fred.tools.sweep import parse_grid, sweep
 from tests.conftest import tiny
 
 
@@ -121,7 +121,7 @@ def test_ctrl_c_twice_at_a_terminal_ends_a_parallel_sweep_at_once(tmp_path):
     # short and the sweep hung at exit, its workers never told to stop.
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(tiny(stop={"max_updates": 3000}, eval={"every_updates": 1000})))
-    command = [sys.executable, "-m", "fred.cli", "sweep", str(path), "--grid", "seed=0,1,2,3,4,5", "--jobs", "2",
+    command = [sys.executable, "-m", "fred.tools.cli", "sweep", str(path), "--grid", "seed=0,1,2,3,4,5", "--jobs", "2",
                "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "t.parquet")]
     sweep_process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert sweep_process.stderr.readline().startswith("[1/6]")  # one run finished, two more started
@@ -179,7 +179,7 @@ def ray_here():  # a Ray started by the caller, small and quiet, as a notebook o
     ray.shutdown()
 
 
-@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # see fred/sweep_ray.py
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # see fred/tools/sweep_ray.py
 def test_ray_tasks_give_the_local_table_and_resume(ray_here, scenario, tmp_path):
     grid = {"strategy.lr": [0.05, 0.1], "seed": [0, 1]}
     local, _ = sweep(scenario, grid, tmp_path / "local")
@@ -191,7 +191,7 @@ def test_ray_tasks_give_the_local_table_and_resume(ray_here, scenario, tmp_path)
     assert ray_here.is_initialized()  # a Ray the caller started is left running
 
 
-@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # see fred/sweep_ray.py
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # see fred/tools/sweep_ray.py
 def test_ctrl_c_stops_a_ray_sweep_in_a_ray_that_stays_up(ray_here, scenario, tmp_path):
     def interrupt(line):  # Ctrl-C in a notebook as the first run finishes
         raise KeyboardInterrupt
@@ -229,7 +229,7 @@ def test_without_ray_the_executor_says_how_to_install_it(scenario, tmp_path, cap
 
 
 def test_fred_compare_reads_a_sweep_table(scenario, tmp_path, monkeypatch, capsys):
-    from fred.compare import compare
+    from fred.tools.compare import compare
 
     monkeypatch.chdir(tmp_path)  # as a user would: relative runs/ and table
     assert main(["sweep", str(scenario), "--grid", "strategy.lr=0.05,0.1", "--grid", "seed=0,1", "--out", "s.parquet"]) == 0
@@ -307,7 +307,7 @@ def test_a_sweep_killed_outright_takes_its_workers_with_it(tmp_path):
     # SIGKILL (or a scheduler's SIGTERM) left the workers waiting for work for ever, ~440 MB each.
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(tiny(stop={"max_updates": 20000}, eval={"every_updates": 5000})))
-    command = [sys.executable, "-m", "fred.cli", "sweep", str(path), "--grid", "seed=0,1,2,3", "--jobs", "2",
+    command = [sys.executable, "-m", "fred.tools.cli", "sweep", str(path), "--grid", "seed=0,1,2,3", "--jobs", "2",
                "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "t.parquet")]
     sweep_process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     workers: list[int] = []

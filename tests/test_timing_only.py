@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 import fred
-from fred.loading import ScenarioError, validate
-from fred.numerics import Numerics
-from strategies import registry
+from fred.numerics.gradients import Numerics
+from fred.scenario import registry
+from fred.scenario.loading import ScenarioError, validate
 from tests.conftest import cluster_for, tiny
 
 SUPPORTED = [s.name for s in registry.all_strategies() if s.timing_only]

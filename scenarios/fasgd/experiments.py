@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import fred
-from fred.loading import read_yaml
+from fred.scenario.loading import read_yaml
 
 HERE = Path(__file__).resolve().parent
 CLIENTS = [4, 16, 64]
@@ -35,7 +35,7 @@ TARGET_LOSS = 0.3
 
 def scenario(method: str, clients: int, **overrides) -> dict:
     data = read_yaml(HERE / f"{method}_{clients}.yaml")
-    return fred.loading.merge(data, overrides)
+    return fred.scenario.loading.merge(data, overrides)
 
 
 def fmt(x: float, digits: int = 3) -> str:

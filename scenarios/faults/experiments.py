@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import fred
-from fred.loading import read_yaml
-from fred.loading import ScenarioError
-from strategies import registry
+from fred.scenario.loading import read_yaml
+from fred.scenario.loading import ScenarioError
+from fred.scenario import registry
 
 HERE = Path(__file__).resolve().parent
 CRASH = {"worker": 3, "at_s": 1.0}

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 import fred
-from fred.compression import wire_bytes
-from fred.network import ring_allreduce_time_s
+from fred.numerics.compression import wire_bytes
+from fred.simulation.network import ring_allreduce_time_s
 
 HERE = Path(__file__).resolve().parent
 CASES = ["arsgd", "pipe_k1", "pipe_k1_fp16", "pipe_k1_int8", "pipe_k1_level2", "compute_bound_arsgd", "compute_bound_pipe_k1"]

@@ -1,0 +1,5 @@
+"""Numerics layer: the real numbers of a run, as pure JAX functions.
+
+Models, data, gradients and their exact reductions, optimizers, compression, the per-entity
+random streams, and the tape that records every jitted call so it can be replayed.
+"""

@@ -1,0 +1,402 @@
+"""Gradients, reductions and evaluation: the real numbers behind a simulated run.
+
+Why the ``exact`` reduction looks the way it does: on XLA CPU a batch mean
+depends on the batch size in its last bits, so SSGD with n workers of batch b
+would drift from SGD with batch n*b. Per-example gradients (vmap of grad),
+computed in calls of exactly ``CHUNK_ROWS`` rows, do not depend on the batch or
+on an example's position in it (one call over a whole large batch would not do: XLA
+compiles a bigger vmap differently, and from a few hundred rows on the last bits
+change). Summing them with one fixed pairwise tree whose
+subtrees are exactly the workers' shards then gives the same bits whichever
+way the global batch was split. One gradient call is one compiled program: the
+chunks, then the sums (see :func:`_exact_block_sums` for what keeps XLA from fusing
+the two into something else). ``fast`` skips this and differentiates each shard's
+summed loss in one go.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Literal, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fred.numerics.data import Dataset
+from fred.numerics.models import Model, Params
+from fred.numerics.tape import op
+
+# Rows per per-example gradient chunk: batches are padded to a multiple of this and
+# computed 64 rows at a time (each chunk as a 64-row call of its own would compute it),
+# so an example's gradient always has the same bits, whatever batch (or batch of
+# workers) it came in.
+CHUNK_ROWS = 64
+_ZERO = np.int32(0)  # a run-time argument of the exact gradient program: see _as_stored
+
+
+class Stacked(NamedTuple):
+    """The shard sums of one gradient call, stacked along a leading axis of length ``shards``."""
+
+    loss: jax.Array
+    grad: Params
+
+
+class _Source:
+    """One gradient call's stacked result, shared by its parts; split into rows only when asked."""
+
+    __slots__ = ("stacked", "size", "rows")
+
+    def __init__(self, stacked: Stacked, size: int):
+        # The row count is kept: a resumed run's stacked values are placeholders, shapeless until filled.
+        self.stacked, self.size = stacked, size
+        self.rows: dict[int, tuple[jax.Array, Params]] = {}  # copied out as read
+
+    def row(self, i: int) -> tuple[jax.Array, Params]:
+        if i not in self.rows:
+            self.rows[i] = take_row(self.stacked, i)
+        return self.rows[i]
+
+
+@jax.tree_util.register_pytree_node_class
+class GradSum:
+    """A shard's gradient *sum* (not mean) with its loss sum and example count.
+
+    Sums travel instead of means so that aggregation is one pairwise tree and
+    the division by the global example count happens exactly once.
+
+    A part of a gradient call that served several workers starts as a row of the
+    call's :class:`Stacked` result; its ``grad`` and ``loss`` are split off (one
+    call for all rows) only when something reads them. An all-reduce of whole calls
+    in order never does: :func:`sum_grads` adds the rows where they are.
+    """
+
+    __slots__ = ("_grad", "_loss", "count", "source", "row")
+    _fields = ("grad", "loss", "count")  # what it unpacks to; the tape writes it as it writes a named tuple
+
+    def __init__(self, grad: Params, loss: jax.Array, count: int):
+        self._grad, self._loss, self.count = grad, loss, count
+        self.source: _Source | None = None
+        self.row = 0
+
+    @classmethod
+    def part(cls, source: _Source, row: int, count: int) -> GradSum:
+        """Row ``row`` of a stacked gradient call, not split off yet."""
+        part = cls(None, None, count)
+        part.source, part.row = source, row
+        return part
+
+    @property
+    def grad(self) -> Params:
+        self._split()
+        return self._grad
+
+    @property
+    def loss(self) -> jax.Array:
+        self._split()
+        return self._loss
+
+    def _split(self) -> None:
+        if self._loss is None and self.source is not None:
+            self._loss, self._grad = self.source.row(self.row)
+
+    def loss_ref(self) -> tuple[jax.Array, int | None]:
+        """Where the loss sum is, without splitting anything off and without holding the
+        gradient: ``(array, row)`` for a part still stacked, ``(scalar, None)`` otherwise."""
+        if self._loss is None and self.source is not None:
+            return self.source.stacked.loss, self.row
+        return self.loss, None
+
+    def tree_flatten(self) -> tuple[tuple[Any, ...], None]:
+        return (self.grad, self.loss, self.count), None
+
+    @classmethod
+    def tree_unflatten(cls, _aux: None, children: tuple[Any, ...]) -> GradSum:
+        return cls(*children)
+
+    def __iter__(self):  # unpacks like the named tuple it was: grad, loss, count
+        return iter((self.grad, self.loss, self.count))
+
+    def __repr__(self) -> str:
+        return f"GradSum(count={self.count}, row={self.row if self.source is not None else None})"
+
+
+def pairwise_sum(x: jax.Array) -> jax.Array:
+    """Sum over axis 1 of ``(groups, rows, ...)`` by a balanced binary tree of adjacent pairs.
+
+    Rows are zero-padded to a power of two; ``x + 0 == x`` exactly, so padding
+    never changes a sum.
+    """
+    rows = x.shape[1]
+    width = 1 << max(rows - 1, 0).bit_length()
+    if width != rows:
+        x = jnp.concatenate([x, jnp.zeros((x.shape[0], width - rows, *x.shape[2:]), x.dtype)], axis=1)
+    while x.shape[1] > 1:
+        x = x[:, 0::2] + x[:, 1::2]
+    return x[:, 0]
+
+
+@op("fred.numerics.gradients:tree_sum")
+@jax.jit
+def tree_sum(trees: Sequence[Params]) -> Params:
+    """Pairwise sum of several pytrees, in list order (the cross-worker step of the tree)."""
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves)[None], *trees)
+    return jax.tree.map(lambda leaf: pairwise_sum(leaf)[0], stacked)  # type: ignore[return-value]
+
+
+def sum_grads(parts: Sequence[GradSum]) -> GradSum:
+    """Aggregate shard sums into one, by the fixed tree over shards in the given order."""
+    if len(parts) == 1:
+        return parts[0]
+    count = sum(p.count for p in parts)
+    whole = _whole_calls(parts)
+    if whole is not None:  # the same adds in the same tree, on the rows where the calls left them
+        grads, loss = stacked_sum(whole)
+    else:
+        grads, loss = tree_sum([(p.grad, p.loss) for p in parts])
+    return GradSum(grads, loss, count)
+
+
+def _whole_calls(parts: Sequence[GradSum]) -> list[Stacked] | None:
+    """The stacked calls ``parts`` are, when they are every row of whole calls, in order."""
+    calls: list[Stacked] = []
+    expected = 0
+    for part in parts:
+        if part.source is None or part.row != expected:
+            return None
+        if expected == 0:
+            calls.append(part.source.stacked)
+        expected = 0 if part.row + 1 == part.source.size else part.row + 1
+    return calls if expected == 0 else None
+
+
+def parts_of(result: list[GradSum] | Stacked, shards: int, per_shard: int) -> list[GradSum]:
+    """Each shard's :class:`GradSum` from what :meth:`Numerics.gradients` returned."""
+    if isinstance(result, Stacked):
+        source = _Source(result, shards)
+        return [GradSum.part(source, i, per_shard) for i in range(shards)]
+    return result
+
+
+@op("fred.numerics.gradients:stacked_sum")
+@jax.jit
+def stacked_sum(calls: Sequence[Stacked]) -> tuple[Params, jax.Array]:
+    """:func:`tree_sum` of the rows of ``calls`` laid end to end: (gradient sum, loss sum)."""
+    rows = lambda *leaves: jnp.concatenate(leaves)[None] if len(leaves) > 1 else leaves[0][None]
+    stacked = jax.tree.map(rows, *[(c.grad, c.loss) for c in calls])
+    return jax.tree.map(lambda leaf: pairwise_sum(leaf)[0], stacked)  # type: ignore[return-value]
+
+
+@op("fred.numerics.gradients:take_row")
+@jax.jit
+def take_row(stacked: Stacked, i: jax.Array) -> tuple[jax.Array, Params]:
+    """Row ``i`` of a stacked call as its own (loss, gradient sum): a copy, no arithmetic.
+
+    The index is traced, so one program serves every row of every call of a shape. A
+    program returning all N rows at once compiled in time and memory growing with N:
+    24 s and GBs for the 256 rows of 1,024 workers' batch-1 first step.
+    """
+    return stacked.loss[i], jax.tree.map(lambda g: g[i], stacked.grad)
+
+
+@op("fred.numerics.gradients:unstack")
+@jax.jit
+def unstack(stacked: Stacked) -> list[tuple[jax.Array, Params]]:
+    """Every row of a stacked call in one call: what runs recorded before take_row replay with."""
+    return [(stacked.loss[i], jax.tree.map(lambda g, i=i: g[i], stacked.grad)) for i in range(stacked.loss.shape[0])]
+
+
+@op("fred.numerics.gradients:mean_grad")
+@jax.jit
+def mean_grad(total: GradSum) -> Params:
+    return jax.tree.map(lambda g: g / total.count, total.grad)
+
+
+@op("fred.numerics.gradients:divide")
+@functools.partial(jax.jit, static_argnums=1)
+def divide(tree: Params, n: int) -> Params:
+    """Every leaf divided by ``n`` (an average from a sum)."""
+    return jax.tree.map(lambda x: x / n, tree)
+
+
+def _unstack(losses: jax.Array, grads: Params, blocks: int) -> tuple[list[jax.Array], list[Params]]:
+    """Per-block losses and gradient trees, split inside jit (one call, not one slice per leaf)."""
+    return [losses[i] for i in range(blocks)], [jax.tree.map(lambda g, i=i: g[i], grads) for i in range(blocks)]
+
+
+def _concatenated_block_sums(
+    chunks: list[tuple[jax.Array, Params]], rows: int, blocks: int
+) -> tuple[list[jax.Array], list[Params]]:
+    """In-block pairwise sums of per-example chunks: the first ``rows`` rows, laid end to end, in ``blocks``."""
+    losses = jnp.concatenate([loss for loss, _ in chunks])
+    grads = jax.tree.map(lambda *parts: jnp.concatenate(parts), *[g for _, g in chunks])
+    split = lambda a: pairwise_sum(a[:rows].reshape(blocks, -1, *a.shape[1:]))
+    return _unstack(split(losses), jax.tree.map(split, grads), blocks)
+
+
+def _aligned_block_sums(
+    chunks: list[tuple[jax.Array, Params]], per_block: int, blocks: int
+) -> tuple[list[jax.Array], list[Params]]:
+    """In-block pairwise sums of per-example chunks, for blocks of a power-of-two number of rows.
+
+    Such a block needs no padding, and each of its subtrees of up to ``CHUNK_ROWS`` rows
+    lies inside one chunk, so the sums can read the chunks where they are: the same adds
+    in the same tree as :func:`pairwise_sum` over the concatenated rows (the same bits),
+    without the copy of every per-example gradient into one array that XLA made first.
+    Blocks of at most ``CHUNK_ROWS`` rows lie side by side inside the chunks, so each
+    chunk's blocks are summed together (one tree per chunk and leaf, not per block: at
+    16-row blocks a quarter of the ops, 0.84 -> 0.51 ms for 16 workers' 256 rows).
+    """
+    if per_block <= CHUNK_ROWS:  # whole blocks side by side in each chunk: every chunk's trees at once
+        in_chunk = lambda a: pairwise_sum(a.reshape(-1, per_block, *a.shape[1:]))
+        sums = [jax.tree.map(in_chunk, chunk) for chunk in chunks]
+        losses, grads = jax.tree.map(lambda *s: jnp.concatenate(s)[:blocks], *sums)
+        return _unstack(losses, grads, blocks)
+    columns = [[loss, *jax.tree.leaves(grad)] for loss, grad in chunks]  # per chunk: the loss, then each leaf
+    sums = [
+        [_chunked_tree([column[leaf] for column in columns], b * per_block, per_block) for b in range(blocks)]
+        for leaf in range(len(columns[0]))
+    ]
+    treedef = jax.tree.structure(chunks[0][1])
+    return sums[0], [jax.tree.unflatten(treedef, [leaf[b] for leaf in sums[1:]]) for b in range(blocks)]
+
+
+def _chunked_tree(parts: list[jax.Array], start: int, rows: int) -> jax.Array:
+    """:func:`pairwise_sum` of rows ``start`` to ``start + rows`` (a power of two) of ``parts``
+    laid end to end, each ``CHUNK_ROWS`` rows long: a subtree inside one part is summed there."""
+    part, offset = divmod(start, CHUNK_ROWS)
+    if offset + rows <= CHUNK_ROWS:
+        return pairwise_sum(parts[part][None, offset : offset + rows])[0]
+    half = rows // 2
+    return _chunked_tree(parts, start, half) + _chunked_tree(parts, start + half, half)
+
+
+def _grad_sums(losses: list[jax.Array], grads: list[Params], per_shard: int) -> list[GradSum]:
+    return [GradSum(g, loss, per_shard) for g, loss in zip(grads, losses)]
+
+
+def _example_loss(model: Model, task: str, params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
+    out = model.apply(params, x[None])[0]
+    if task == "regression":
+        return 0.5 * (out[0] - y) ** 2
+    return -jax.nn.log_softmax(out)[y]
+
+
+def _exact_block_sums(per_example, params: Params, xs: jax.Array, ys: jax.Array, zero: jax.Array, rows: int, blocks: int):
+    """Per-example gradients of ``CHUNK_ROWS``-row chunks, then in-block pairwise sums of the first ``rows``.
+
+    One compiled program instead of one call per chunk and one for the sums. Left to
+    itself XLA would fuse the last multiply of a per-example gradient (an outer
+    product) into the first add of the tree, where LLVM contracts the two into one
+    fused multiply-add: a different rounding, and the exactness is lost (an
+    ``optimization_barrier`` does not stop it: XLA removes barriers before fusing).
+    :func:`_as_stored` makes every per-example value the rounded float a separate call
+    would have returned, so the sums add exactly what one call per chunk gave.
+    """
+    chunks = [
+        _as_stored(per_example(params, xs[i : i + CHUNK_ROWS], ys[i : i + CHUNK_ROWS]), zero)
+        for i in range(0, xs.shape[0], CHUNK_ROWS)
+    ]
+    per_block = rows // blocks
+    if per_block & (per_block - 1) == 0:
+        return _aligned_block_sums(chunks, per_block, blocks)
+    return _concatenated_block_sums(chunks, rows, blocks)
+
+
+def _as_stored(tree, zero: jax.Array):
+    """Each leaf, bit for bit, through its integer bits XOR a zero known only at run time.
+
+    Nothing changes, but XLA and LLVM cannot prove it: a product has to be rounded to
+    its stored float before the XOR, so it cannot become half of a fused multiply-add.
+    """
+
+    def leaf(a: jax.Array) -> jax.Array:
+        bits = jax.lax.bitcast_convert_type(a, jnp.dtype(f"int{a.dtype.itemsize * 8}"))
+        return jax.lax.bitcast_convert_type(bits ^ zero.astype(bits.dtype), a.dtype)
+
+    return jax.tree.map(leaf, tree)
+
+
+def _fast_block_sums(batch_loss, params: Params, xs: jax.Array, ys: jax.Array, blocks: int):
+    """Each block's summed loss differentiated in one go (``xs`` is ``(blocks, rows, ...)``)."""
+    losses, grads = jax.vmap(jax.value_and_grad(batch_loss), in_axes=(None, 0, 0))(params, xs, ys)
+    return _unstack(losses, grads, blocks)
+
+
+def _gathered(block_sums, fn, stack: bool, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array, *static):
+    """``block_sums`` of the training rows ``rows``, gathered inside the call; one
+    :class:`Stacked` when ``stack``, else the per-block lists."""
+    losses, grads = block_sums(fn, params, x_all[rows], y_all[rows], *static)
+    if stack:
+        return Stacked(jnp.stack(losses), jax.tree.map(lambda *g: jnp.stack(g), *grads))
+    return losses, grads
+
+
+class Numerics:
+    """Jitted gradient and evaluation functions for one model and task."""
+
+    def __init__(self, model: Model, task: Literal["classification", "regression"], reduction: str):
+        self.model, self.task, self.reduction = model, task, reduction
+        loss = functools.partial(_example_loss, model, task)
+        per_example = jax.vmap(jax.value_and_grad(loss), in_axes=(None, 0, 0))
+        self._per_example = jax.jit(per_example)  # one chunk alone: what the exact program must match
+        self._exact_at = {
+            stack: jax.jit(functools.partial(_gathered, _exact_block_sums, per_example, stack), static_argnums=(5, 6))
+            for stack in (False, True)
+        }
+        batch_loss = lambda p, x, y: jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0))(p, x, y))
+        self._fast_at = {
+            stack: jax.jit(functools.partial(_gathered, _fast_block_sums, batch_loss, stack), static_argnums=(4,))
+            for stack in (False, True)
+        }
+        self._evaluate = jax.jit(self._eval_fn)
+        self._device_data: tuple[Dataset, str, jax.Array, jax.Array, jax.Array] | None = None
+
+    def shard_sums_of(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int) -> list[GradSum]:
+        """Gradient sums of ``shards`` equal, contiguous blocks of the training examples ``rows``
+        at ``params``, gathered inside the call from a copy of the training set kept on the
+        device (the same values, one small transfer)."""
+        losses, grads = self._call(params, dataset, rows, shards, stack=False)
+        return _grad_sums(losses, grads, len(rows) // shards)
+
+    def gradients(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int) -> list[GradSum] | Stacked:
+        """What a run records as one gradient call: :meth:`shard_sums_of` for one shard,
+        the same sums as one :class:`Stacked` for several (fewer arrays to make and track)."""
+        if shards == 1:
+            return self.shard_sums_of(params, dataset, rows, 1)
+        return self._call(params, dataset, rows, shards, stack=True)
+
+    def _call(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int, stack: bool):
+        x_all, y_all, zero = self._on_device(dataset)
+        if self.reduction == "fast":
+            return self._fast_at[stack](params, x_all, y_all, rows.reshape(shards, -1), shards)
+        count = len(rows)
+        pad = (-count) % CHUNK_ROWS
+        if pad:  # padding rows are real examples (row 0) whose gradients are dropped
+            rows = np.concatenate([rows, np.zeros(pad, rows.dtype)])
+        return self._exact_at[stack](params, x_all, y_all, rows, zero, count, shards)
+
+    def _on_device(self, dataset: Dataset) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """The training set as arrays on the default device, made once per data set and device,
+        and the exact program's zero there too (a host scalar would be copied over on every call)."""
+        device = str(jax.config.jax_default_device)
+        cached = self._device_data
+        if cached is None or cached[0] is not dataset or cached[1] != device:
+            on_device = (jnp.asarray(dataset.x_train), jnp.asarray(dataset.y_train), jnp.asarray(_ZERO))
+            cached = self._device_data = (dataset, device, *on_device)
+        return cached[2], cached[3], cached[4]
+
+    def _eval_fn(self, params: Params, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+        out = self.model.apply(params, x)
+        if self.task == "regression":
+            return jnp.mean(0.5 * (out[:, 0] - y) ** 2), jnp.float32(jnp.nan)
+        loss = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(out), y[:, None], axis=1))
+        return loss, jnp.mean(jnp.argmax(out, axis=1) == y)
+
+    def evaluate(self, params: Params, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+        """Mean loss and accuracy on ``x, y``. A NaN loss (NaN outputs: parameters gone to NaN
+        in a diverged run) has no accuracy: argmax of NaN logits is class 0, not a prediction."""
+        loss, accuracy = self._evaluate(params, x, y)
+        loss = float(loss)
+        return loss, math.nan if math.isnan(loss) else float(accuracy)

@@ -1,0 +1,539 @@
+"""Scenario: the validated description of one run.
+
+A scenario is plain data. YAML files, ``--set`` overrides and Python code all go
+through :func:`validate`, so the same rules and the same error messages apply
+everywhere. Every section rejects unknown keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import types
+import typing
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class Section(BaseModel):
+    """Base of every scenario section: frozen, unknown keys rejected, every number finite
+    (an infinite time or size passed the bounds and then hung or crashed the run)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        # pydantic takes true as 1: "workers: yes" ran one worker. (A model validator: a field
+        # validator for every field is not allowed on the fields unions are told apart by.)
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key) if isinstance(key, str) else None
+                if isinstance(value, bool) and field is not None and not _takes_bool(field.annotation):
+                    wanted = "a number" if _numeric(field.annotation) else "a number or a name"
+                    raise ValueError(f"{key}: got {str(value).lower()}; {wanted} is needed here, not true or false")
+        return data
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether a field takes numbers only (``int``, ``float``, bounded or optional)."""
+    if typing.get_origin(annotation) is Annotated:
+        return _numeric(typing.get_args(annotation)[0])
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if args and typing.get_origin(annotation) in (Union, types.UnionType):
+        return all(_numeric(a) for a in args)
+    return annotation in (int, float)
+
+
+def _takes_bool(annotation: Any) -> bool:
+    """Whether a field's type admits a boolean (``bool``, ``Any``, a Literal of one, or a union with one)."""
+    if annotation is bool or annotation is Any:
+        return True
+    if typing.get_origin(annotation) is Literal:
+        return any(isinstance(v, bool) for v in typing.get_args(annotation))
+    return any(_takes_bool(arg) for arg in typing.get_args(annotation))
+
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+
+
+# ----------------------------------------------------------------------------- model
+class LogisticModel(Section):
+    kind: Literal["logistic"] = "logistic"
+
+
+class MLPModel(Section):
+    kind: Literal["mlp"] = "mlp"
+    hidden: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [64])
+    activation: Literal["relu", "tanh", "sigmoid", "gelu"] = "relu"
+
+
+class CNNModel(Section):
+    kind: Literal["cnn"] = "cnn"
+    channels: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [8, 16])
+    kernel_size: Annotated[int, Field(gt=0)] = 3
+    hidden: Annotated[int, Field(gt=0)] = 64
+
+
+ModelConfig = Annotated[Union[LogisticModel, MLPModel, CNNModel], Field(discriminator="kind")]
+
+
+# ----------------------------------------------------------------------------- data
+class DigitsData(Section):
+    kind: Literal["digits"] = "digits"
+
+
+class SyntheticData(Section):
+    kind: Literal["synthetic"] = "synthetic"
+    task: Literal["classification", "regression"] = "classification"
+    examples: Annotated[int, Field(ge=2)] = 2000
+    features: Annotated[int, Field(ge=1)] = 20
+    classes: Annotated[int, Field(ge=2)] = 4
+    noise: NonNegFloat = 0.5
+
+
+class MNISTData(Section):
+    kind: Literal["mnist"] = "mnist"
+    path: str = Field(description="a directory of IDX files (optionally .gz) or one .npz file")
+
+
+DataSource = Annotated[Union[DigitsData, SyntheticData, MNISTData], Field(discriminator="kind")]
+
+
+class DataConfig(Section):
+    source: DataSource = Field(default_factory=DigitsData)
+    eval_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    batch_size: Annotated[int, Field(ge=1)] = 32
+    sharding: Literal["iid", "by_label", "dirichlet"] = "iid"
+    dirichlet_alpha: PositiveFloat = 0.5
+    eval_examples: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="evaluate on at most this many held-out examples"
+    )
+
+
+# ----------------------------------------------------------------------------- cluster
+class Jitter(Section):
+    kind: Literal["none", "lognormal"] = "none"
+    # exp(sigma * N(0, 1)) scales a step: past ~10 the factor overflows a float on a rare draw
+    sigma: Annotated[float, Field(ge=0, le=10)] = 0.0
+
+    @model_validator(mode="after")
+    def _sigma_with_its_kind(self) -> "Jitter":
+        # Either half alone was accepted and gave steps of exactly step_time_s: no jitter, silently.
+        if self.kind == "none" and self.sigma != 0:
+            raise ValueError(f"sigma {self.sigma} is given with kind 'none', which ignores it; add kind: lognormal")
+        if self.kind == "lognormal" and "sigma" not in self.model_fields_set:
+            raise ValueError("kind: lognormal needs its sigma, e.g. {kind: lognormal, sigma: 0.1}")
+        return self
+
+
+class Straggler(Section):
+    worker: Annotated[int, Field(ge=0)]
+    slow_factor: Annotated[float, Field(ge=1)] = 1.0
+    delay_s: NonNegFloat = 0.0
+
+
+class RandomStraggle(Section):
+    probability: Annotated[float, Field(ge=0, le=1)] = 0.0
+    delay_s: NonNegFloat = 0.0
+
+
+class SpeedChange(Section):
+    """From ``at_s`` on (simulated seconds), ``worker`` runs at ``speed`` (a drifting machine)."""
+
+    worker: Annotated[int, Field(ge=0)]
+    at_s: NonNegFloat
+    speed: PositiveFloat
+
+
+class ComputeConfig(Section):
+    step_time_s: PositiveFloat | None = Field(default=None, description="seconds per batch at speed 1 (0.01 when cluster.compute is left out)")
+    flops_per_example: PositiveFloat | None = None
+    device_flops: PositiveFloat | None = None
+
+    @model_validator(mode="after")
+    def _one_compute_model(self) -> "ComputeConfig":
+        if self.step_time_s is not None and self.flops_per_example is not None:
+            raise ValueError("give either step_time_s, or flops_per_example with device_flops, not both")
+        if self.flops_per_example is not None and self.device_flops is None:
+            raise ValueError("flops_per_example needs device_flops to turn FLOPs into seconds")
+        return self
+
+
+class ClusterConfig(Section):
+    workers: Annotated[int, Field(ge=1, le=4096)] = 1
+    compute: ComputeConfig = Field(default_factory=lambda: ComputeConfig(step_time_s=0.01))
+    speed: dict[int, PositiveFloat] = Field(
+        default_factory=dict, description="per-worker speed factor (default 1); 2 means twice as fast"
+    )
+    jitter: Jitter = Field(default_factory=Jitter)
+    stragglers: list[Straggler] = Field(default_factory=list)
+    random_straggle: RandomStraggle = Field(default_factory=RandomStraggle)
+    speed_changes: list[SpeedChange] = Field(default_factory=list)
+
+    @field_validator("speed")
+    @classmethod
+    def _in_worker_order(cls, speed: dict[int, float]) -> dict[int, float]:
+        # the resolved scenario.yaml is then the same text whatever order the input gave
+        return dict(sorted(speed.items()))
+
+    @model_validator(mode="after")
+    def _workers_exist(self) -> "ClusterConfig":
+        named = [(f"speed.{w}", w) for w in self.speed]
+        named += [(f"stragglers.{i}.worker", s.worker) for i, s in enumerate(self.stragglers)]
+        named += [(f"speed_changes.{i}.worker", c.worker) for i, c in enumerate(self.speed_changes)]
+        bad = [(path, w) for path, w in named if not 0 <= w < self.workers]
+        if bad:
+            path, w = bad[0]
+            raise ValueError(
+                f"{path}: worker index {w} does not exist; workers are 0..{self.workers - 1} "
+                f"(cluster.workers is {self.workers}): drop the entry or give more workers"
+            )
+        return self
+
+
+# ----------------------------------------------------------------------------- network
+class LinkConfig(Section):
+    latency_s: NonNegFloat = 50e-6
+    bandwidth_bps: PositiveFloat = 1.25e9  # bytes per second: 10 Gbit/s
+
+
+class NetworkConfig(Section):
+    latency_s: NonNegFloat = 50e-6
+    bandwidth_bps: PositiveFloat = Field(default=1.25e9, description="bytes per second (1/beta)")
+    reduce_s_per_byte: NonNegFloat = Field(default=0.0, description="gamma: reduction cost per byte")
+    sync_s: NonNegFloat = Field(default=0.0, description="S: fixed synchronisation cost per all-reduce")
+    server: LinkConfig | None = Field(
+        default=None, description="parameter-server link; a key left out is as the workers' link"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _server_as_workers(cls, data: Any) -> Any:
+        # A partial server link took LinkConfig's own defaults, not the workers' values the docs promise.
+        if isinstance(data, dict) and isinstance(data.get("server"), dict):
+            workers = {key: data.get(key, cls.model_fields[key].default) for key in LinkConfig.model_fields}
+            data = {**data, "server": {**workers, **data["server"]}}
+        return data
+
+
+# ----------------------------------------------------------------------------- workload
+PROFILES: dict[str, dict[str, float]] = {
+    # ResNet-50: 25.6 M float32 parameters; ~4.1 GFLOP forward per 224x224 image, x3 for fwd+bwd.
+    "resnet50": {"param_bytes": 25.6e6 * 4, "flops_per_example": 3 * 4.1e9},
+}
+
+
+class WorkloadConfig(Section):
+    profile: Literal["resnet50"] | None = None
+    param_bytes: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="bytes of one gradient or parameter message on the wire"
+    )
+    flops_per_example: PositiveFloat | None = Field(
+        default=None, description="time compute as if one example cost this many FLOPs"
+    )
+    timing_only: bool = Field(
+        default=False,
+        description="simulate the timing without computing gradients: no losses, no parameters "
+        "(scale studies; only strategies registered with timing_only)",
+    )
+
+    def resolved_param_bytes(self) -> int | None:
+        if self.param_bytes is not None:
+            return self.param_bytes
+        return int(PROFILES[self.profile]["param_bytes"]) if self.profile else None
+
+    def resolved_flops_per_example(self) -> float | None:
+        """FLOPs per example to time compute with (a profile's apply only with device_flops)."""
+        if self.flops_per_example is not None:
+            return self.flops_per_example
+        return PROFILES[self.profile]["flops_per_example"] if self.profile else None
+
+
+# ----------------------------------------------------------------------------- faults
+class WorkerCrash(Section):
+    """``worker`` stops at ``at_s``; with ``rejoin_at_s`` it comes back then."""
+
+    worker: Annotated[int, Field(ge=0)]
+    at_s: NonNegFloat
+    rejoin_at_s: PositiveFloat | None = Field(default=None, description="when the worker comes back (simulated s)")
+    rejoin_from: Literal["global", "own"] = Field(
+        default="global", description="global: fetch the current model; own: resume from its stale copy"
+    )
+
+    @model_validator(mode="after")
+    def _rejoin_after_crash(self) -> "WorkerCrash":
+        if self.rejoin_at_s is not None and self.rejoin_at_s <= self.at_s:
+            raise ValueError(f"rejoin_at_s ({self.rejoin_at_s}) must be after at_s ({self.at_s})")
+        return self
+
+
+class LinkDegrade(Section):
+    """From ``at_s`` for ``duration_s``, ``entity``'s link runs at a fraction of its bandwidth."""
+
+    entity: str = Field(description="whose link: 'worker3', or 'server'")
+    at_s: NonNegFloat
+    duration_s: PositiveFloat | None = Field(default=None, description="how long; default: to the end")
+    bandwidth_factor: Annotated[float, Field(gt=0, le=1)] = 1.0
+    extra_latency_s: NonNegFloat = 0.0
+
+
+class MessageLoss(Section):
+    """Each transfer touching ``entities`` (default: every link) is lost with ``probability``."""
+
+    probability: Annotated[float, Field(ge=0, lt=1)]
+    retransmit_timeout_s: PositiveFloat = Field(description="the sender resends this long after a lost send began")
+    entities: list[str] = Field(default_factory=list, description="links affected; empty means all")
+
+
+class ServerCrashAt(Section):
+    at_s: NonNegFloat
+    restart_s: PositiveFloat = Field(description="seconds until the server is back, from its last checkpoint")
+
+
+class ServerCrash(Section):
+    """Parameter-server crashes: each restarts from the last checkpoint, losing the updates since."""
+
+    checkpoint_every_s: PositiveFloat = Field(description="simulated seconds between server checkpoints")
+    crashes: list[ServerCrashAt] = Field(min_length=1)
+
+
+class FaultsConfig(Section):
+    """Injected failures, all timed in simulated seconds and seeded."""
+
+    worker_crash: list[WorkerCrash] = Field(default_factory=list)
+    sync_timeout_s: PositiveFloat | None = Field(
+        default=None,
+        description="how long anyone waiting for a crashed worker waits before going on without it; "
+        "null: a strategy that must wait for it fails the run",
+    )
+    link_degrade: list[LinkDegrade] = Field(default_factory=list)
+    message_loss: MessageLoss | None = None
+    server_crash: ServerCrash | None = None
+
+    def any(self) -> bool:
+        return bool(self.worker_crash or self.link_degrade or self.message_loss or self.server_crash)
+
+
+# ----------------------------------------------------------------------------- stop / eval
+class StopConfig(Section):
+    max_sim_time_s: PositiveFloat | None = None
+    max_updates: Annotated[int, Field(ge=1)] | None = None
+    target_eval_loss: float | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "StopConfig":
+        if self.max_sim_time_s is None and self.max_updates is None:
+            raise ValueError("set max_sim_time_s or max_updates (or both) so the run ends")
+        return self
+
+
+class EvalConfig(Section):
+    """When to evaluate on the held-out set: every N updates or every T simulated seconds."""
+
+    every_updates: Annotated[int, Field(ge=1)] | None = Field(default=None, description="20 when every_s is not given either")
+    every_s: PositiveFloat | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_cadence(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("every_updates") is None and data.get("every_s") is None:
+            return {**data, "every_updates": 20}
+        return data
+
+    @model_validator(mode="after")
+    def _one_cadence(self) -> "EvalConfig":
+        if self.every_updates is not None and self.every_s is not None:
+            raise ValueError("give every_updates or every_s, not both")
+        return self
+
+
+# ----------------------------------------------------------------------------- strategy
+class StrategyConfig(Section):
+    """Base of every strategy's hyper-parameters; each strategy module subclasses it."""
+
+    name: str
+    reduction: Literal["exact", "fast"] = Field(
+        default="exact",
+        description="exact: fixed pairwise summation tree (bit-reproducible across layouts); "
+        "fast: one batched gradient per worker",
+    )
+
+    def check(self, scenario: "Scenario") -> None:
+        """Raise ``ValueError`` naming the fix if this strategy cannot run ``scenario``."""
+
+    def fault_support(self) -> frozenset[str]:
+        """Optional fault behaviours this strategy models: ``rejoin``, ``server_crash``."""
+        return frozenset()
+
+    def has_server(self) -> bool:
+        """Whether the strategy runs a parameter server, whose ``server`` link faults may name."""
+        return "server_crash" in self.fault_support()
+
+
+def _validate_strategy(value: Any) -> StrategyConfig:
+    from fred.scenario import registry  # strategies import the engine; import late to avoid a cycle
+
+    if isinstance(value, StrategyConfig):
+        return value
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        raise ValueError(f"strategy needs a 'name', one of: {', '.join(registry.names())}")
+    config_cls = registry.config_class(value["name"])
+    return config_cls.model_validate(value)
+
+
+def _check_timing_only(scenario: Scenario) -> None:
+    from fred.scenario import registry
+
+    name = scenario.strategy.name
+    if not registry.get(name).timing_only:
+        supported = ", ".join(s.name for s in registry.all_strategies() if s.timing_only)
+        raise ValueError(
+            f"workload.timing_only: strategy {name!r} needs real gradients; timing-only runs support "
+            f"{supported}. Pick one of those or set workload.timing_only: false"
+        )
+    if scenario.stop.target_eval_loss is not None:
+        raise ValueError(
+            "stop.target_eval_loss is never reached in a timing-only run (there are no losses); "
+            "stop on max_updates or max_sim_time_s, or set workload.timing_only: false"
+        )
+
+
+# ----------------------------------------------------------------------------- scenario
+class Scenario(Section):
+    """One run: what to train, on which simulated cluster, with which strategy, until when."""
+
+    name: str = "run"
+    seed: Annotated[int, Field(ge=0)] = 0
+    model: ModelConfig = Field(default_factory=MLPModel)
+    data: DataConfig = Field(default_factory=DataConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+    workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
+    strategy: StrategyConfig
+    stop: StopConfig
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    faults: FaultsConfig = Field(default_factory=FaultsConfig)
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _dispatch_strategy(cls, value: Any) -> StrategyConfig:
+        return _validate_strategy(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Scenario":
+        compute = self.cluster.compute
+        if self.workload.flops_per_example is not None and compute.device_flops is None:
+            raise ValueError("workload.flops_per_example needs cluster.compute.device_flops to turn FLOPs into seconds")
+        if compute.step_time_s is None and compute.device_flops is None:
+            raise ValueError("cluster.compute needs step_time_s, or device_flops with flops_per_example or a workload")
+        if compute.step_time_s is None and compute.flops_per_example is None and self.workload.resolved_flops_per_example() is None:
+            raise ValueError("cluster.compute.device_flops needs flops_per_example (here or in workload)")
+        self.strategy.check(self)
+        _check_faults(self)
+        _check_cadences(self)
+        if self.workload.timing_only:
+            _check_timing_only(self)
+        return self
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not value or any(c in value for c in "/\\\0") or value.startswith("."):
+            raise ValueError(f"got {value!r}; use a plain, non-empty name without '/', '\\' or a leading '.'")
+        return value
+
+    def resolved(self) -> dict[str, Any]:
+        """The fully resolved scenario as plain JSON-compatible data (defaults filled in)."""
+        data = self.model_dump(mode="json")
+        data["strategy"] = self.strategy.model_dump(mode="json")
+        return data
+
+    def digest(self) -> str:
+        """SHA-256 of the resolved scenario in canonical JSON: equal scenarios, equal digest."""
+        canonical = json.dumps(self.resolved(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+MAX_CADENCE_EVENTS = 10_000_000  # evaluations or checkpoints in one run: past this, a typo, not a plan
+
+
+def _check_cadences(scenario: Scenario) -> None:
+    """Refuse an interval that would run for ever: 1e-20 s evaluations hung the run, silently."""
+    end_s = scenario.stop.max_sim_time_s
+    server = scenario.faults.server_crash
+    for field, every_s in [("eval.every_s", scenario.eval.every_s),
+                           ("faults.server_crash.checkpoint_every_s", server.checkpoint_every_s if server else None)]:
+        if end_s is not None and every_s is not None and end_s / every_s > MAX_CADENCE_EVENTS:
+            raise ValueError(f"{field} is {every_s} s: {end_s / every_s:.3g} times in stop.max_sim_time_s {end_s} s; "
+                             f"give at most {MAX_CADENCE_EVENTS:,} (every_s >= {end_s / MAX_CADENCE_EVENTS:.3g})")
+
+
+def _check_crash_order(faults: FaultsConfig) -> None:
+    """Refuse a crash of a worker or server that is already down: it was silently dropped, and
+    with it the rejoin or restart time the user gave."""
+    by_worker: dict[int, list[tuple[float, int]]] = {}
+    for i, crash in enumerate(faults.worker_crash):
+        by_worker.setdefault(crash.worker, []).append((crash.at_s, i))
+    for worker in sorted(by_worker):
+        entries = sorted(by_worker[worker])
+        for (_, before), (at_s, i) in zip(entries, entries[1:]):
+            back_s = faults.worker_crash[before].rejoin_at_s
+            if back_s is None or at_s <= back_s:
+                back = f"back at {back_s} s" if back_s is not None else "never back (no rejoin_at_s)"
+                raise ValueError(
+                    f"faults.worker_crash.{i} crashes worker {worker} at {at_s} s while it is down "
+                    f"(faults.worker_crash.{before}: down from {faults.worker_crash[before].at_s} s, {back}); "
+                    "a worker can crash again only after it has rejoined"
+                )
+    crashes = faults.server_crash.crashes if faults.server_crash is not None else []
+    order = sorted(range(len(crashes)), key=lambda i: crashes[i].at_s)
+    for before, i in zip(order, order[1:]):
+        back_s = crashes[before].at_s + crashes[before].restart_s
+        if crashes[i].at_s <= back_s:
+            raise ValueError(
+                f"faults.server_crash.crashes.{i} is at {crashes[i].at_s} s while the server is down "
+                f"(crashes.{before}: from {crashes[before].at_s} s, back at {back_s} s); "
+                "a server can crash again only after it has restarted"
+            )
+
+
+def _check_faults(scenario: Scenario) -> None:
+    """Faults must name workers and links that exist, and behaviours the strategy models."""
+    faults, n = scenario.faults, scenario.cluster.workers
+    strategy, support = scenario.strategy.name, scenario.strategy.fault_support()
+    server = scenario.strategy.has_server()
+    entities = [f"worker{i}" for i in range(n)] + (["server"] if server else [])
+    for i, crash in enumerate(faults.worker_crash):
+        if crash.worker >= n:
+            raise ValueError(f"faults.worker_crash.{i}.worker is {crash.worker}; workers are 0..{n - 1}")
+        if crash.rejoin_at_s is not None and "rejoin" not in support:
+            raise ValueError(
+                f"faults.worker_crash.{i}.rejoin_at_s: strategy {strategy!r} does not model a worker rejoining; "
+                "remove rejoin_at_s (see docs/failures.md for the strategies that do)"
+            )
+    _check_crash_order(faults)
+    if faults.any() and getattr(scenario.strategy, "clock", "simulated") == "logical":
+        raise ValueError("faults are timed in simulated seconds, which clock: logical does not have; use clock: simulated")
+    named = [(f"faults.link_degrade.{i}.entity", d.entity) for i, d in enumerate(faults.link_degrade)]
+    if faults.message_loss is not None:
+        named += [(f"faults.message_loss.entities.{i}", e) for i, e in enumerate(faults.message_loss.entities)]
+    workers = "worker0" if n == 1 else f"worker0..worker{n - 1}"
+    for where, entity in named:
+        if entity not in entities:
+            if server:
+                raise ValueError(f"{where} is {entity!r}; links belong to {workers} or server")
+            raise ValueError(f"{where} is {entity!r}; links belong to {workers} "
+                             f"(strategy {strategy!r} has no parameter server, so no server link)")
+    if faults.server_crash is not None and "server_crash" not in support:
+        if server:
+            raise ValueError(
+                f"faults.server_crash: strategy {strategy!r} does not model its parameter server crashing "
+                "(what a checkpoint keeps, what a restart loses); see docs/failures.md for the strategies that do"
+            )
+        raise ValueError(
+            f"faults.server_crash: strategy {strategy!r} has no parameter server to crash; "
+            "use asgd, sasgd, fasgd, bfasgd or ssgd with aggregation: ps"
+        )

@@ -1,0 +1,506 @@
+"""The simulation: a SimPy environment plus the primitives strategies compose.
+
+Strategies never touch links, clocks or records directly. They write worker and
+server processes as generators and use a few primitives:
+
+``yield from sim.compute(worker, params)``
+    charge one gradient step of simulated time; returns the real :class:`GradSum`
+    (``None`` in a timing-only run, which has no gradient service).
+``yield from sim.work(entity, seconds, kind)``
+    keep an entity busy for a given time (compression, a server's update, a sleep).
+``yield from sim.send(src, dst, nbytes, kind, payload)``
+    a point-to-point transfer (FIFO contention); a payload lands in ``dst``'s mailbox.
+``yield from server.push(...)`` / ``server.fetch(...)``
+    transfers to and from a :class:`~fred.simulation.server.ParameterServer`.
+``yield from sim.allreduce(group, member, nbytes, value)``
+    join a ring all-reduce with the group's other members; returns the summed value.
+``sim.applied(contributions, version_applied)``
+    tell the run a model update happened (records, evaluation, stopping).
+
+Faults (:mod:`fred.simulation.faults`) act through the same primitives: a process that computes,
+sends or all-reduces for a worker belongs to it, and is interrupted when it crashes;
+a lost transfer is resent after the scenario's retransmit timeout.
+
+SimPy orders simultaneous events by (time, priority, insertion sequence), and every
+process here is started in a fixed order, so the whole run is deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generator, NamedTuple, Sequence
+
+import numpy as np
+import simpy
+
+from fred.numerics.data import Dataset
+from fred.numerics.gradients import GradSum, Numerics, parts_of, sum_grads, tree_sum
+from fred.numerics.models import Params
+from fred.numerics.tape import active_tape, op
+from fred.scenario.schema import FaultsConfig
+from fred.simulation.compute import ComputeModel
+from fred.simulation.faults import Crash, Faults
+from fred.simulation.network import Network, Transfer, ring_by_chunk
+
+Process = Generator[simpy.Event, Any, Any]
+
+
+class Contribution(NamedTuple):
+    """One gradient in a model update: who computed it, on which version, and whether it was re-applied."""
+
+    worker: int
+    version_read: int
+    cached: bool = False
+
+
+Tracer = Callable[[str, str, float, float, float, str], None]
+
+
+@dataclass
+class Worker:
+    """A simulated worker: its index, entity name and where its batches come from."""
+
+    index: int
+    next_batch: Callable[[], np.ndarray]
+    name: str = field(init=False)  # "worker3": made once, read at every primitive
+
+    def __post_init__(self) -> None:
+        self.name = f"worker{self.index}"
+
+
+class GroupKey(tuple):
+    """A group's member indices, hashed once: a tuple hashes all p of them at every lookup,
+    and every join looks its group up several times, which made a ring round cost p^2."""
+
+    def __new__(cls, indices: Any) -> "GroupKey":
+        key = super().__new__(cls, indices)
+        key._hash = tuple.__hash__(key)
+        return key
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+NO_PAYLOAD: Any = object()  # send()'s default: a transfer that delivers nothing (a push of bytes alone)
+MAX_EXACT_ROWS = 256  # rows per exact gradient call when several workers are served at once
+
+
+class _GradientRequest:
+    __slots__ = ("params", "rows", "worker", "result", "duration_s")
+
+    def __init__(self, params: Params, rows: np.ndarray, worker: int):
+        self.params, self.rows, self.worker, self.result, self.duration_s = params, rows, worker, None, 0.0
+
+
+def _by_worker(req: _GradientRequest) -> int:
+    return req.worker
+
+
+class GradientService:
+    """Evaluates gradient requests lazily, batching those made on the same parameters.
+
+    A request's value is needed only when its simulated compute time has passed;
+    by then every worker that started on the same parameters at the same instant
+    has asked too, so vectorised calls serve them all (fast: one call; exact: calls
+    of up to ``MAX_EXACT_ROWS`` rows). With the exact reduction every example's
+    gradient comes from the same 64-row program, so batched and unbatched results
+    are the same bits (docs/determinism.md).
+    """
+
+    def __init__(self, numerics: Numerics, dataset: Dataset):
+        self.numerics, self.dataset = numerics, dataset
+        # Requests waiting, grouped by what a batched call needs in common: the same
+        # parameters (by identity; each request holds them) and batch size. Served in worker order.
+        self._pending: dict[tuple[int, int], list[_GradientRequest]] = {}
+        # On the numerics tape as "gradients": replay rebuilds it from the run's scenario.
+        self._gradients = op("gradients")(lambda params, rows, shards: numerics.gradients(params, dataset, rows, shards))
+
+    def request(self, params: Params, rows: np.ndarray, worker: int = 0) -> _GradientRequest:
+        req = _GradientRequest(params, rows, worker)
+        self._pending.setdefault((id(params), len(rows)), []).append(req)
+        return req
+
+    def cancel(self, req: _GradientRequest) -> None:
+        """Forget a request whose worker crashed before it was needed."""
+        key = (id(req.params), len(req.rows))
+        rest = [r for r in self._pending.get(key, []) if r is not req]
+        if rest:
+            self._pending[key] = rest
+        else:
+            self._pending.pop(key, None)
+
+    def result(self, req: _GradientRequest) -> GradSum:
+        if req.result is None:
+            self._flush_like(req)
+        return req.result
+
+    def _flush_like(self, first: _GradientRequest) -> None:
+        # In worker order (a stable sort: ties keep request order), as all-reduces sum: one of
+        # whole calls then adds the stacked rows where they are (numerics.sum_grads). Which
+        # call serves a worker never changes its bits.
+        same = sorted(self._pending.pop((id(first.params), len(first.rows))), key=_by_worker)
+        per_call = self._workers_per_call(len(first.rows), len(same))
+        for start in range(0, len(same), per_call):
+            group = same[start : start + per_call]
+            rows = np.concatenate([r.rows for r in group])
+            for req, part in zip(group, parts_of(self._gradients(first.params, rows, len(group)), len(group), len(first.rows))):
+                req.result = part
+            tape = active_tape()
+            if tape is not None:  # replay reports real step times next to these simulated ones
+                tape.note_compute([r.duration_s for r in group])
+
+    def _workers_per_call(self, batch: int, workers: int) -> int:
+        """Exact: calls of up to MAX_EXACT_ROWS rows (the same bits, and faster than one huge call,
+        whose per-example gradients no longer fit in cache); fast: one call for everyone."""
+        if self.numerics.reduction == "fast":
+            return workers
+        return max(1, MAX_EXACT_ROWS // batch)
+
+
+def _sum_values(values: list[Any]) -> Any:
+    """The all-reduced value: gradient sums by :func:`sum_grads`, other pytrees by the same tree."""
+    if any(v is None for v in values):
+        return None
+    if all(isinstance(v, GradSum) for v in values):
+        return sum_grads(values)
+    return values[0] if len(values) == 1 else tree_sum(values)
+
+
+@dataclass
+class _Collective:
+    """One all-reduce call of a group: who has joined, when it starts, when it ends."""
+
+    started: simpy.Event
+    arrived: list[tuple[int, Any]] = field(default_factory=list)
+    participants: list[int] = field(default_factory=list)  # who was in it, once started
+    done: simpy.Event | None = None
+    result: Any = None
+    nbytes: float = 0.0
+
+
+class Simulation:
+    """Entities, links and primitives of one run. Built by :func:`fred.runs.runner.build`."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        workers: list[Worker],
+        network: Network,
+        compute_model: ComputeModel,
+        gradients: GradientService | None,
+        init_params: Params,
+        param_bytes: int,
+        seed: int,
+        faults: FaultsConfig | None = None,
+    ):
+        self.env, self.workers, self.network = env, workers, network
+        self.compute_model, self.gradients = compute_model, gradients
+        self.init_params, self.param_bytes, self.seed = init_params, param_bytes, seed
+        self.tracers: list[Tracer] = []
+        self.update_hooks: list[Callable[[list[Contribution], int], None]] = []
+        self.compute_hooks: list[Callable[[GradSum], None]] = []
+        self.report: dict[str, Any] = {}  # strategy facts for the summary (e.g. a grouping)
+        self._collectives: dict[tuple[Any, int], _Collective] = {}
+        self._joined: dict[tuple[Any, int], int] = {}
+        self._started: dict[tuple[int, ...], int] = {}  # collectives started per group
+        self._last_participants: dict[tuple[int, ...], list[int]] = {}
+        self._mailboxes: dict[str, simpy.Store] = {}
+        self._owned: list[dict[simpy.Process, None]] = [{} for _ in workers]  # ordered sets
+        self._by_name = {w.name: w for w in workers}
+        self._crew_key = GroupKey(w.index for w in workers)  # the key of most groups, built once
+        self.failure: str | None = None
+        self.faults = Faults(self, faults or FaultsConfig())
+        self._track = bool(self.faults.config.worker_crash)  # who owns a process matters only then
+        self._lossy = bool(self.faults.config.message_loss and self.faults.config.message_loss.probability > 0)
+        self.faults.on_change(self._recheck_collectives)
+        for worker in workers:
+            network.add(worker.name)
+
+    # -- bookkeeping -------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return self.env.now
+
+    @property
+    def timing_only(self) -> bool:
+        """A run without gradients: ``compute`` returns ``None``; strategies skip their numbers."""
+        return self.gradients is None
+
+    def process(self, generator: Process, worker: Worker | None = None) -> simpy.Process:
+        """Start a process; one interrupted by its worker's crash just ends.
+
+        A process acts for the workers whose primitives it runs, from its first one; with
+        ``worker`` it acts for that worker from the start (a rejoined worker whose first step
+        is the server's fetch, a primitive of the server, was otherwise not stopped by a
+        second crash).
+        """
+        started = self.env.process(self._guarded(generator))
+        if worker is not None and self._track:
+            self._owned[worker.index][started] = None
+        return started
+
+    @staticmethod
+    def _guarded(generator: Process) -> Process:
+        try:
+            return (yield from generator)
+        except simpy.Interrupt as stop:
+            if isinstance(stop.cause, Crash):
+                return None
+            raise
+
+    def _own_entity(self, entity: str) -> None:
+        """:meth:`_own` for an entity name that may be a worker's."""
+        if self._track and entity in self._by_name:
+            self._own(self._by_name[entity])
+
+    def _own(self, worker: Worker) -> None:
+        """The running process acts for ``worker``: it dies when the worker crashes."""
+        if not self._track:
+            return
+        process, owned = self.env.active_process, self._owned[worker.index]
+        if process is not None and process not in owned:
+            owned[process] = None
+            if len(owned) > 64 and len(owned) & (len(owned) - 1) == 0:  # at powers of two: drop the dead
+                for dead in [p for p in owned if not p.is_alive]:
+                    del owned[dead]
+
+    def interrupt_owned(self, worker: Worker, cause: Crash) -> None:
+        """Stop every live process acting for ``worker``, in the order they started acting."""
+        owned, self._owned[worker.index] = self._owned[worker.index], {}
+        for process in owned:
+            if process.is_alive:
+                process.interrupt(cause)
+
+    def fail(self, reason: str) -> None:
+        """End the run with ``status: failed`` and ``reason`` (the first failure wins)."""
+        if self.failure is None:
+            self.failure = reason
+            self.trace("failed", "run", self.now, self.now)
+
+    def trace(
+        self, kind: str, entity: str, start_s: float, end_s: float, nbytes: float = 0.0, peer: str = ""
+    ) -> None:
+        """Tell every tracer about one activity; ``peer`` is the other end of a transfer."""
+        for tracer in self.tracers:
+            tracer(kind, entity, start_s, end_s, nbytes, peer)
+
+    def wait(self, entity: str, until_s: float) -> simpy.Timeout:
+        """Idle until ``until_s``, recorded as a ``wait`` event when it takes time."""
+        if until_s > self.now:
+            self.trace("wait", entity, self.now, until_s)
+        return self.env.timeout(max(until_s - self.now, 0.0))
+
+    def wait_for(self, entity: str, event: simpy.Event) -> Generator[simpy.Event, Any, Any]:
+        """Block on ``event`` (a barrier, a message); the blocked time is recorded as ``wait``."""
+        self._own_entity(entity)
+        start = self.now
+        try:
+            value = yield event
+        except simpy.Interrupt:
+            # A dead worker must not take a message meant for its successor. A lock request
+            # cancels itself as its `with` block ends (SimPy's way): cancelled twice, it raised.
+            if isinstance(event, (simpy.resources.base.Get, simpy.resources.base.Put)) and not isinstance(
+                event, simpy.resources.resource.Request
+            ):
+                event.cancel()
+            raise
+        finally:
+            if self.now > start:
+                self.trace("wait", entity, start, self.now)
+        return value
+
+    def applied(self, contributions: Sequence[tuple[int, int] | Contribution], version_applied: int) -> None:
+        """Record one model update made of ``(worker, version_read[, cached])`` gradients.
+
+        ``version_applied`` is the model version the gradients were applied to, so
+        each contribution's staleness is ``version_applied - version_read``; ``cached``
+        marks a gradient the server re-applied from its cache instead of receiving it.
+        """
+        rows = [Contribution(*c) for c in contributions]
+        for hook in self.update_hooks:
+            hook(rows, version_applied)
+
+    # -- primitives --------------------------------------------------------------------
+    def compute(
+        self, worker: Worker, params: Params, duration_s: float | None = None
+    ) -> Generator[simpy.Event, Any, GradSum | None]:
+        """One gradient step of ``worker`` on its next batch, at ``params``.
+
+        It takes the compute model's next duration for the worker, or ``duration_s``
+        when given (a logical clock passes 0). Without a gradient service (a
+        timing-only run) it draws no batch and returns ``None``: the time is charged
+        all the same, because durations never depend on the numbers.
+        """
+        self._own(worker)
+        request = self.gradients.request(params, worker.next_batch(), worker.index) if self.gradients else None
+        start = self.now
+        if duration_s is None:
+            duration_s = self.compute_model.duration_s(worker.index, self.now)
+        if request is not None:
+            request.duration_s = duration_s
+        try:
+            yield self.env.timeout(duration_s)
+        except simpy.Interrupt:
+            if request is not None:
+                self.gradients.cancel(request)  # type: ignore[union-attr]
+            raise
+        finally:
+            self.trace("compute", worker.name, start, self.now)
+        if request is None:
+            return None
+        grad = self.gradients.result(request)
+        for hook in self.compute_hooks:
+            hook(grad)
+        return grad
+
+    def work(self, entity: str, seconds: float, kind: str = "compute") -> Generator[simpy.Event, Any, None]:
+        """Keep ``entity`` busy for ``seconds`` of simulated time (compression, an update, a sleep)."""
+        self._own_entity(entity)
+        start = self.now
+        try:
+            yield self.env.timeout(seconds)
+        finally:
+            self.trace(kind, entity, start, self.now)
+
+    def send(
+        self, src: str, dst: str, nbytes: float, kind: str = "send", payload: Any = NO_PAYLOAD,
+        delivered: Callable[[], bool] | None = None,
+    ) -> Generator[simpy.Event, Any, None]:
+        """Move ``nbytes`` from ``src`` to ``dst``; a ``payload``, if given, is delivered to ``dst``'s mailbox.
+
+        ``None`` is a payload like any other (a timing-only run's parameters are ``None``);
+        without one, nothing is delivered and only the transfer is simulated.
+
+        ``delivered``, asked on arrival, may say the message was lost on the way (its end
+        went down): it is then recorded as ``lost``, not as ``kind``, and not delivered.
+        """
+        self._own_entity(src)
+        transfer = self._book(src, dst, nbytes)
+        yield self.wait(src, transfer.start_s)
+        try:
+            yield self.env.timeout(transfer.arrive_s - self.now)
+        except simpy.Interrupt:  # the sender crashed: what was on the wire is lost
+            self.trace("lost", src, transfer.start_s, self.now, nbytes, dst)
+            raise
+        if delivered is not None and not delivered():
+            self.trace("lost", src, transfer.start_s, self.now, nbytes, dst)
+            return
+        self.trace(kind, src, transfer.start_s, self.now, nbytes, dst)
+        if payload is not NO_PAYLOAD:
+            self.mailbox(dst).put((src, payload))
+
+    def _book(self, src: str, dst: str, nbytes: float, not_before_s: float | None = None) -> Transfer:
+        """Book a transfer; each lost attempt is traced and resent after the retransmit timeout."""
+        transfer = self.network.reserve(src, dst, nbytes, self.now, not_before_s)
+        if not self._lossy:
+            return transfer
+        while self.faults.lost(src, dst):
+            self.trace("lost", src, transfer.start_s, transfer.arrive_s, nbytes, dst)
+            retry_s = transfer.start_s + self.faults.config.message_loss.retransmit_timeout_s  # type: ignore[union-attr]
+            transfer = self.network.reserve(src, dst, nbytes, self.now, retry_s)
+        return transfer
+
+    def mailbox(self, entity: str) -> simpy.Store:
+        """The FIFO of ``(sender, payload)`` messages delivered to ``entity``."""
+        if entity not in self._mailboxes:
+            self._mailboxes[entity] = simpy.Store(self.env)
+        return self._mailboxes[entity]
+
+    def allreduce(
+        self, group: Sequence[Worker], member: Worker, nbytes: float, value: Any = None
+    ) -> Generator[simpy.Event, Any, Any]:
+        """Join the group's next ring all-reduce; returns the pairwise-tree sum of the values.
+
+        Values are :class:`GradSum` (summed with their losses and counts) or any pytree
+        of arrays (parameters, for model averaging); ``None`` from everyone times the
+        collective without numbers.
+
+        Members block until every member peers still wait for has joined (recorded as
+        ``wait``; a crashed member is waited for until ``faults.sync_timeout_s``). The
+        timing is the ring's, step by step; the sum is always taken in group order
+        by the fixed tree, so it is the same bits whatever the ring did.
+        """
+        self._own(member)
+        key = self._group_key(group)
+        call = self._joined.get((key, member.index), 0)
+        self._joined[(key, member.index)] = call + 1
+        if (key, call) not in self._collectives:
+            self._collectives[(key, call)] = _Collective(self.env.event(), nbytes=nbytes)
+        coll = self._collectives[(key, call)]
+        coll.arrived.append((member.index, value))
+        self._try_start(key, call)
+        arrived_s = self.now
+        try:
+            yield coll.started
+        except simpy.Interrupt:  # crashed while waiting: its value never entered the ring
+            coll.arrived = [a for a in coll.arrived if a[0] != member.index]
+            raise
+        finally:
+            if self.now > arrived_s:
+                self.trace("wait", member.name, arrived_s, self.now)
+        start = self.now
+        yield coll.done
+        p = len(coll.participants)
+        self.trace("allreduce", member.name, start, self.now, 2 * (p - 1) * nbytes / p)
+        return coll.result
+
+    def participants(self, group: Sequence[Worker]) -> list[int]:
+        """Who took part in the group's latest started all-reduce (all, unless some crashed)."""
+        return self._last_participants.get(self._group_key(group), [w.index for w in group])
+
+    def _group_key(self, group: Sequence[Worker]) -> tuple[int, ...]:
+        """A group's member indices. The whole crew (``self.workers``, never changed) is the
+        usual group: every member joins with it, so building it per join would cost p^2."""
+        return self._crew_key if group is self.workers else GroupKey(w.index for w in group)
+
+    def _try_start(self, key: tuple[int, ...], call: int) -> None:
+        """Start the collective once every member peers still wait for has joined."""
+        coll = self._collectives[(key, call)]
+        expected = self.faults.live(key) if self.faults.any_excluded() else key  # no O(p) copy per join
+        if len(coll.arrived) < len(expected):  # arrivals are live members: a crash withdraws its own
+            if self.faults.down:
+                here = {i for i, _ in coll.arrived}
+                self.faults.blocked([i for i in expected if i not in here], "the all-reduce")
+            return
+        del self._collectives[(key, call)]
+        self._started[key] = call + 1
+        arrived = sorted(coll.arrived, key=lambda item: item[0])
+        coll.participants = [i for i, _ in arrived]
+        self._last_participants[key] = coll.participants
+        coll.result = _sum_values([v for _, v in arrived])
+        coll.done = self.env.process(self._ring([self.workers[i].name for i in coll.participants], coll.nbytes))
+        coll.started.succeed()
+
+    def _recheck_collectives(self) -> None:
+        for key, call in list(self._collectives):
+            if (key, call) in self._collectives and self._collectives[(key, call)].arrived:
+                self._try_start(key, call)
+
+    def next_collective(self, group: Sequence[Worker], member: Worker) -> int:
+        """The number of the group's all-reduce that ``member`` joins next (0 for the first):
+        after a rejoin, the first that has not started."""
+        return self._joined.get((self._group_key(group), member.index), 0)
+
+    def rejoined(self, worker: Worker) -> None:
+        """A worker back from a crash joins each of its groups' next collective, not its old one."""
+        for key, started in self._started.items():
+            if worker.index in key:
+                self._joined[(key, worker.index)] = started
+
+    def _ring(self, names: list[str], nbytes: float) -> Process:
+        """Ring all-reduce timing: 2(p-1) chunk transfers per member, p-1 reductions, then S.
+
+        Each chunk transfer is booked on its two links in step order, once its sender
+        has received (and, while reducing, folded in) its predecessor's chunk. The
+        whole schedule is booked when the collective starts, then waited out at once:
+        the same times as one process per member, without their events. On idle,
+        uniform links without message loss it is booked in one pass over one shared
+        timeline (:meth:`Network.ring_on_idle_links`): the same times and link state.
+        """
+        cfg = self.network.config
+        chunk = nbytes / len(names)
+        reduce_s = chunk * cfg.reduce_s_per_byte
+        done_s = None if self._lossy else self.network.ring_on_idle_links(names, chunk, reduce_s, self.now)
+        if done_s is None:  # contention, a degraded link or lost chunks: book chunk by chunk
+            done_s = ring_by_chunk(self._book, names, chunk, reduce_s, self.now)
+        yield self.env.timeout(done_s - self.now + cfg.sync_s)

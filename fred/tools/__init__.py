@@ -1,0 +1,5 @@
+"""Tools layer: what people do with runs, built on the layers below.
+
+The ``fred`` command line, comparisons, sweeps, plots, traces, replay on an accelerator,
+calibration of compute times, the compilation cache and the generated reference docs.
+"""

@@ -1,0 +1,147 @@
+"""``fred calibrate``: measure real per-batch gradient time, so simulated compute can be measured.
+
+The measured step is exactly what a simulated worker computes: one gradient of one
+batch of the scenario's model, with the scenario's reduction, timed after a warm-up
+(compilation) and repeated; the median becomes ``step_time_s`` in a compute profile
+that scenarios include with ``cluster.compute.profile: path/to/profile.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import statistics
+import time
+import typing
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import yaml
+
+from fred.numerics import rng
+from fred.runs.paths import output_file, write_whole
+from fred.runs.runner import build
+from fred.scenario.loading import ScenarioError, apply_overrides, include_profiles, load_scenario, validate, yaml_value
+from fred.scenario.schema import ModelConfig, Scenario
+
+# What ``fred calibrate`` times without a scenario file: fred's defaults (digits, an MLP with
+# one hidden layer of 64, batch 32, the exact reduction). The strategy and stop are required
+# by a scenario but play no part in one gradient step.
+DEFAULTS: dict[str, Any] = {"name": "calibrate", "strategy": {"name": "sgd"}, "stop": {"max_updates": 1}}
+MODEL_KINDS = tuple(m.model_fields["kind"].default for m in typing.get_args(typing.get_args(ModelConfig)[0]))
+
+
+def calibration_scenario(
+    path: str | Path | None = None,
+    sets: list[str] | None = None,
+    model: str | None = None,
+    batch: int | None = None,
+    reduction: str | None = None,
+) -> Scenario:
+    """The scenario whose gradient step ``fred calibrate`` times.
+
+    A scenario file's model, data, batch size and reduction, or fred's defaults without one;
+    then ``--set`` overrides; then the flags: ``model`` is a kind (``mlp``) or a YAML mapping
+    (``{kind: mlp, hidden: [128, 64]}``) that replaces the model section, ``batch`` the batch
+    size and ``reduction`` the strategy's reduction.
+    """
+    overrides = list(sets or [])
+    if model is not None:  # JSON is YAML: the section goes through --set's parser whole
+        overrides.append(f"model={json.dumps(_model_section(model))}")
+    if batch is not None:
+        overrides.append(f"data.batch_size={batch}")
+    if reduction is not None:
+        overrides.append(f"strategy.reduction={reduction}")
+    if path is not None:
+        return load_scenario(path, overrides)
+    return validate(include_profiles(apply_overrides(DEFAULTS, overrides), Path.cwd()), "fred calibrate")
+
+
+def _model_section(spec: str) -> dict[str, Any]:
+    """``--model``: a kind, or a YAML mapping with one."""
+    try:
+        value = yaml_value(spec)
+    except yaml.YAMLError:
+        value = None
+    if isinstance(value, str):
+        value = {"kind": value}
+    if not isinstance(value, dict):
+        raise ScenarioError(
+            [f"--model {spec!r}: give a kind ({', '.join(MODEL_KINDS)}) or a mapping like '{{kind: mlp, hidden: [128, 64]}}'"],
+            "--model",
+        )
+    return value
+
+
+def device_for(backend: str) -> jax.Device:
+    try:
+        return jax.devices(backend)[0]
+    except RuntimeError:
+        seen = sorted({d.platform for d in jax.devices()})
+        raise ValueError(f"no {backend} backend here; JAX sees: {', '.join(seen)}") from None
+
+
+def measure(scenario: Scenario, backend: str = "cpu", repeats: int = 20, warmup: int = 3) -> dict[str, Any]:
+    """Time one batch's gradient ``repeats`` times after ``warmup`` untimed calls."""
+    if repeats < 1:
+        raise ValueError(f"--repeats {repeats}: a median needs at least 1 timed call (20 is the default)")
+    if warmup < 0:
+        raise ValueError(f"--warmup {warmup}: give 0 or more untimed calls (the first one compiles; 3 is the default)")
+    built = build(scenario)
+    device = device_for(backend)
+    batch = scenario.data.batch_size
+    pick = rng.stream(scenario.seed, "calibrate")
+    ds = built.dataset
+    with jax.default_device(device):
+        params = jax.device_put(built.sim.init_params, device)
+        times = []
+        for i in range(warmup + repeats):
+            rows = pick.choice(len(ds.y_train), size=batch, replace=len(ds.y_train) < batch)
+            start = time.perf_counter()
+            [g] = built.numerics.shard_sums_of(params, ds, rows, 1)  # what a run's gradient call computes
+            jax.block_until_ready(g.grad)
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+    return {
+        "median_s": statistics.median(times),
+        "p10_s": float(np.percentile(times, 10)),
+        "p90_s": float(np.percentile(times, 90)),
+        "repeats": repeats,
+        "backend": backend,
+        "device": str(device),
+        "jax_version": jax.__version__,
+        "host": platform.node(),
+        "model": scenario.model.model_dump(mode="json"),
+        "batch_size": batch,
+        "reduction": scenario.strategy.reduction,
+    }
+
+
+def write_profile(measured: dict[str, Any], path: str | Path) -> Path:
+    """Write the profile to ``path`` (``path/profile.yaml`` when it is a directory)."""
+    path = output_file(path, "profile.yaml")
+    header = "# fred compute profile, measured by `fred calibrate`; include it with\n# cluster: {compute: {profile: <this file>}}\n"
+    body = yaml.safe_dump({"step_time_s": measured["median_s"], "measured": measured}, sort_keys=False)
+    return write_whole(path, lambda partial: partial.write_text(header + body))
+
+
+def read_profile(path: Path) -> float:
+    """The ``step_time_s`` of a profile file, with errors that name the file."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"cluster.compute.profile: no such file {path}") from None
+    except IsADirectoryError:
+        raise ValueError(f"cluster.compute.profile: {path} is a directory; give the profile file fred calibrate wrote") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"cluster.compute.profile: {path} is not UTF-8 text; give the profile file fred calibrate wrote") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"cluster.compute.profile: {path} is not valid YAML ({err})") from None
+    value = data.get("step_time_s") if isinstance(data, dict) else None
+    # bool is an int to Python, and NaN passes "<= 0": neither is a time
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"cluster.compute.profile: {path} has no positive, finite step_time_s; make it with fred calibrate")
+    return float(value)

@@ -1,0 +1,417 @@
+"""The ``fred`` command line: ``run``, ``list``, ``compare``, ``sweep``, ``calibrate``, ``replay``, ``plot``, ``trace``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from fred.runs.interrupt import Terminated, raise_terminated
+from fred.runs.paths import (  # os and pathlib only: the heavy libraries load in main, where Ctrl-C is taken
+    output_file,
+    write_whole,
+)
+
+SUMMARY_KEYS = [
+    "status", "stop_reason", "strategy", "workers", "sim_time_s", "updates",
+    "final_eval_loss", "final_eval_accuracy", "bytes_sent", "mean_staleness", "params_sha256", "wall_time_s",
+]  # fmt: skip
+
+
+COMPILES = frozenset({"run", "compare", "sweep", "calibrate", "replay"})  # the commands that run jitted code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from fred.scenario.loading import ScenarioError  # pydantic: loaded after entry can take a Ctrl-C
+
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if args.command in COMPILES:
+        from fred.tools.compilation_cache import enable
+
+        enable()  # compiled programs from earlier processes: most of a short run's time otherwise
+    try:
+        return args.handler(args)
+    except ScenarioError as err:
+        print(f"fred: {err}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, ValueError) as err:  # data files, shard sizes, a missing extra: not bugs
+        print(f"fred: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `fred compare ... | head` closed the pipe: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python flushes at exit
+        return 141  # what a shell reports for a command ended by SIGPIPE
+    except OSError as err:  # a read-only folder, a full disk: the machine's answer, not a bug
+        print(f"fred: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 2
+    except MemoryError as err:  # numpy's "Unable to allocate 745. GiB": the scenario, not a bug
+        print(f"fred: out of memory ({err}); make the data set or the model smaller", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as stop:
+        how, code = _stopped_by(stop)
+        print(f"fred: {how}; {_left(args)}", file=sys.stderr)
+        return code
+
+
+def entry() -> None:
+    """The ``fred`` command: :func:`main`, and after a Ctrl-C or SIGTERM an exit that skips
+    interpreter shutdown, where JAX/XLA crashed now and then with a segmentation fault (2 in 7
+    Ctrl-Cs during compilation) after fred had reported the interrupt.
+
+    SIGTERM (``timeout``, ``kill``, a job scheduler's stop before its kill) is taken as Ctrl-C
+    is: a run stops between two steps and keeps a last checkpoint when it is checkpointed.
+    """
+    signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        code = main()
+    except KeyboardInterrupt as stop:  # while main loaded jax, pandas or pydantic, before its own handling
+        how, code = _stopped_by(stop)
+        print(f"fred: {how} while starting; nothing was done", file=sys.stderr)
+    if code in STOPPED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+STOPPED = (130, 143)  # the statuses a shell reports for a command ended by SIGINT and by SIGTERM
+
+
+def _stopped_by(stop: KeyboardInterrupt) -> tuple[str, int]:
+    """How a stop is told, and the command's status: SIGTERM's or Ctrl-C's."""
+    return ("terminated", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
+
+
+RUNS = frozenset({"compare", "sweep"})  # the commands that make and keep runs (fred run makes one)
+
+
+def _left(args: argparse.Namespace) -> str:
+    """What a Ctrl-C left, said for the command cut short: a run directory is written whole or not
+    at all, so runs that finished are kept; a command that runs nothing has no runs to keep, only
+    what it was writing (the handler says what, in ``args.writing``, before it writes)."""
+    if args.command == "run":
+        return f"no run directory was written{_resumable(args)}"
+    if args.command in RUNS:
+        return "runs that finished are kept"
+    return getattr(args, "writing", None) or "nothing was written"
+
+
+def _resumable(args: argparse.Namespace) -> str:
+    """What to type to finish an interrupted ``fred run`` that left a checkpoint."""
+    from fred.runs.checkpoint import checkpoint_dir
+
+    if args.command != "run" or (args.checkpoint_every_s is None and not args.resume):  # a resume's checkpoint stays
+        return ""
+    out = args.resume or getattr(args, "out_resolved", None)
+    if out is None or not (checkpoint_dir(out) / "checkpoint.npz").is_file():
+        return ""
+    return f"; its checkpoint is kept: fred run --resume {out}"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fred", description="Simulate distributed deep-learning training.",
+        epilog="run, compare, sweep, calibrate and replay keep the programs JAX compiles in ~/.cache/fred/jax "
+               "($XDG_CACHE_HOME/fred/jax if set), one folder per CPU, for later processes (the same bits, "
+               "seconds sooner); FRED_JAX_CACHE=off turns that off, FRED_JAX_CACHE=DIR moves it.")
+    sub = parser.add_subparsers(dest="command")
+    run = sub.add_parser("run", help="run one scenario and write its run directory")
+    run.add_argument("scenario", nargs="?", help="scenario YAML file (not with --resume)")
+    run.add_argument("--out", help="run directory (default: runs/<name>-<hash of the resolved scenario>); "
+                     "it replaces an earlier run there, never other files")
+    run.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
+                     help="override a scenario field, e.g. --set cluster.workers=16 (repeatable)")
+    run.add_argument("--seed", type=int, help="override the scenario's seed")
+    run.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    run.add_argument("--checkpoint-every-s", type=float, metavar="S",
+                     help="keep a checkpoint next to the run directory, renewed every S seconds of wall time")
+    run.add_argument("--resume", metavar="RUN_DIR",
+                     help="finish the interrupted run that was to be written to RUN_DIR, from its checkpoint")
+    run.set_defaults(handler=_run)
+    lst = sub.add_parser("list", help="list the registered strategies")
+    lst.set_defaults(handler=_list)
+    cmp_ = sub.add_parser("compare", help="run (or reuse) several scenarios; one table and side-by-side plots")
+    cmp_.add_argument("items", nargs="+", help="scenario YAML files, finished run directories or sweep tables (.parquet from fred sweep)")
+    cmp_.add_argument("--out", default="comparison", help="where the table and plots go (default: comparison/)")
+    cmp_.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
+    cmp_.add_argument("--target-loss", type=float, help="report simulated time and updates to this eval loss "
+                      "(recorded in comparison.csv's target_loss column)")
+    cmp_.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
+                      help="override a field of every scenario file given, e.g. --set stop.max_updates=200 (repeatable)")
+    cmp_.set_defaults(handler=_compare)
+    plot = sub.add_parser("plot", help="loss curves, staleness histogram and per-worker timeline of one run")
+    plot.add_argument("run_dir")
+    plot.add_argument("--out", help="where the figures go (default: RUN_DIR/plots)")
+    plot.set_defaults(handler=_plot)
+    cal = sub.add_parser("calibrate", help="measure real per-batch gradient time; write a compute profile")
+    cal.add_argument("scenario", nargs="?",
+                     help="the model, data, batch size and reduction to time (default: digits, MLP [64], batch 32, exact)")
+    cal.add_argument("--model", metavar="SPEC", help="a model kind (logistic, mlp, cnn) or a YAML mapping, e.g. '{kind: mlp, hidden: [128, 64]}'")
+    cal.add_argument("--batch", type=int, metavar="N", help="the batch size (rows per gradient step)")
+    cal.add_argument("--reduction", choices=["exact", "fast"], help="how the batch's gradient is summed")
+    cal.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
+                     help="override a field of the scenario timed, e.g. --set data.source.kind=synthetic (repeatable)")
+    cal.add_argument("--backend", default="cpu", help="JAX backend: cpu, gpu, ... (default: cpu)")
+    cal.add_argument("--repeats", type=int, default=20, help="timed gradient calls; the median is the profile (default 20)")
+    cal.add_argument("--warmup", type=int, default=3, help="untimed calls first; the first one compiles (default 3)")
+    cal.add_argument("-o", "--output", default="profile.yaml", help="the profile file to write (default: profile.yaml)")
+    cal.set_defaults(handler=_calibrate)
+    rep = sub.add_parser("replay", help="re-execute a run's numerics from its tape and check the final parameters")
+    rep.add_argument("run_dir")
+    rep.add_argument("--backend", help="JAX backend: cpu, gpu, ... (default: the one that made the run, cpu)")
+    rep.add_argument("--check", choices=["bitwise", "close"], default="bitwise",
+                     help="bitwise: the final parameters are the run's bits (same backend); close: every step "
+                          "agrees with the same step on the run's backend, given the same inputs (another backend)")
+    rep.add_argument("--rtol", type=float, default=1e-5,
+                     help="--check close: a step's arrays may differ by atol + rtol * max|reference| (default 1e-5)")
+    rep.add_argument("--atol", type=float, default=1e-6, help="absolute tolerance for --check close (default 1e-6)")
+    rep.add_argument("--matmul-precision", choices=["default", "high", "highest"], default="highest",
+                     help="jax.default_matmul_precision for the replay (default: highest, float32 products as "
+                          "on CPU; 'default' lets a GPU use TF32)")
+    rep.add_argument("--timings", help="write every gradient call's real and simulated time here (.parquet, else CSV; "
+                     "a directory: timings.csv in it)")
+    rep.set_defaults(handler=_replay)
+    sw = sub.add_parser("sweep", help="run a Cartesian grid over scenario fields (resumable)")
+    sw.add_argument("scenario")
+    sw.add_argument("--grid", action="append", default=[], metavar="PATH=V1,V2",
+                    help="a field and its values, e.g. --grid strategy.lr=0.01,0.1 (repeatable)")
+    sw.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
+                    help="override a scenario field in every run, e.g. --set stop.max_updates=200 (repeatable)")
+    sw.add_argument("--jobs", type=int, default=1, help="runs at once, in separate processes (local executor)")
+    sw.add_argument("--executor", choices=["local", "ray"], default="local",
+                    help="local: this machine's processes; ray: Ray tasks, on the cluster RAY_ADDRESS names "
+                         "or a Ray started here (needs pip install -e \".[ray]\" in fred's checkout)")
+    sw.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
+    sw.add_argument("--out", default="sweep.parquet", help="the gathered table (default: sweep.parquet)")
+    sw.set_defaults(handler=_sweep)
+    trace = sub.add_parser("trace", help="export the event timeline as Chrome trace-event JSON (Perfetto)")
+    trace.add_argument("run_dir")
+    trace.add_argument("-o", "--output", help="output file, or a directory to write trace.json in (default: RUN_DIR/trace.json)")
+    trace.set_defaults(handler=_trace)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from fred.runs.api import default_run_dir, run
+    from fred.scenario.loading import load_scenario
+
+    if args.resume:
+        return _resume(args)
+    if not args.scenario:
+        raise ValueError("fred run needs a scenario file, or --resume RUN_DIR")
+    scenario = load_scenario(args.scenario, args.sets, args.seed)
+    out = Path(args.out) if args.out else default_run_dir(scenario)
+    args.out_resolved = out  # for the message after a Ctrl-C
+    show = not args.quiet and sys.stderr.isatty()
+    if args.checkpoint_every_s is not None and args.checkpoint_every_s > 0 and not args.quiet:
+        print(f"checkpoints in {out}.checkpoint/; after a kill: fred run --resume {out}", file=sys.stderr)
+    with _progress(scenario, show) as progress:
+        result = run(scenario, out=out, progress=progress, checkpoint_every_s=args.checkpoint_every_s)
+    if not args.quiet:
+        _print_summary(result.summary, out)
+    return 0 if result.summary["status"] in ("completed", "diverged") else 1
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from fred.runs.api import resume
+
+    if args.scenario or args.sets or args.seed is not None or args.out:
+        raise ValueError("--resume takes only the run directory: the scenario is the checkpoint's")
+    def restarting(reason: str) -> None:  # said before the long part, not after it
+        if not args.quiet:
+            print(f"resuming: running from the start ({reason})", file=sys.stderr)
+
+    result, slow = resume(args.resume, checkpoint_every_s=args.checkpoint_every_s, restarting=restarting)
+    if not args.quiet:
+        how = "fast-forwarded to its checkpoint" if slow is None else f"ran from the start ({slow})"
+        print(f"resumed: {how}", file=sys.stderr)
+        _print_summary(result.summary, Path(args.resume))
+    return 0 if result.summary["status"] in ("completed", "diverged") else 1
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from fred.tools.compare import compare
+
+    show = sys.stderr.isatty()  # a bar for each scenario that has to be run
+    table, ran = compare(args.items, Path(args.out), Path(args.runs), args.target_loss, lambda s: _progress(s, show), args.sets)
+    with __import__("pandas").option_context("display.width", 200, "display.max_columns", 20):
+        print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    print(f"\n{ran} run(s) made, {len(table) - ran} reused; table and plots in {args.out}/")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from fred.tools.calibrate import calibration_scenario, measure, write_profile
+
+    scenario = calibration_scenario(args.scenario, args.sets, args.model, args.batch, args.reduction)
+    inputs = (args.scenario,) if args.scenario is not None else ()
+    output = output_file(args.output, "profile.yaml", inputs)  # before measuring: a bad path fails at once
+    args.writing = f"{output} is written whole or not at all"  # for the message after a Ctrl-C
+    measured = measure(scenario, args.backend, args.repeats, args.warmup)
+    path = write_profile(measured, output)
+    print(
+        f"{measured['device']}: median {measured['median_s'] * 1e3:.3f} ms per batch of {measured['batch_size']} "
+        f"(p10 {measured['p10_s'] * 1e3:.3f}, p90 {measured['p90_s'] * 1e3:.3f}, {measured['repeats']} repeats)\n"
+        f"wrote {path}; use it with  cluster: {{compute: {{profile: {path}}}}}"
+    )
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from fred.tools.replay import replay
+
+    timings = output_file(args.timings, "timings.csv", (args.run_dir,)) if args.timings else None  # fail at once
+    if timings is not None:
+        args.writing = f"{timings} is written whole or not at all"  # for the message after a Ctrl-C
+    with _count_bar(f"replay {Path(args.run_dir).name}", sys.stderr.isatty()) as progress:
+        report = replay(args.run_dir, args.backend, args.check, args.rtol, args.atol, args.matmul_precision, progress)
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
+    grads = report.gradients
+    warm = grads[~grads["compiled"]]
+    print(f"replayed {report.replayed_calls} of {report.recorded_calls} recorded calls on {report.device} "
+          f"in {report.wall_s:.2f} s (calls the final parameters do not depend on are skipped)")
+    if len(warm):
+        print(f"{len(grads)} gradient calls: real median {warm['real_s'].median() * 1e3:.3f} ms "
+              f"(p90 {warm['real_s'].quantile(0.9) * 1e3:.3f}; first call of each shape, with compilation, left out), "
+              f"simulated median {warm['simulated_s'].median() * 1e3:.3f} ms per worker step")
+    floats = lambda x: f"{x:.3g}"  # noqa: E731
+    if report.steps is not None:
+        print("each step against the same step on the run's backend, from the same inputs:")
+        print(report.steps.to_string(index=False, float_format=floats))
+        print("final parameters against the run's (differences of single steps grow over a long run):")
+    print(report.leaves.to_string(index=False, float_format=floats))
+    if timings is not None:
+        write = grads.to_parquet if timings.suffix == ".parquet" else grads.to_csv
+        write_whole(timings, lambda partial: write(partial, index=False))
+    tolerance = "" if args.check == "bitwise" else f" (rtol {args.rtol:g}, atol {args.atol:g})"
+    print(f"{args.check} check{tolerance}: {'passed' if report.passed else 'FAILED'}")
+    return 0 if report.passed else 1
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from fred.tools.sweep import parse_grid, sweep
+
+    progress = lambda line: print(line, file=sys.stderr, flush=True)  # a line per finished run
+    out = output_file(args.out, "sweep.parquet", (args.scenario,))  # before the runs: a bad path fails at once
+    try:
+        table, ran = sweep(args.scenario, parse_grid(args.grid), Path(args.runs), args.jobs, args.executor, args.sets, progress)
+    except KeyboardInterrupt as stop:
+        how, code = _stopped_by(stop)
+        print(f"fred: {how}; every run that finished is kept, and fred sweep again reuses them", file=sys.stderr)
+        return code
+    write_whole(out, lambda partial: table.to_parquet(partial, index=False))  # a Ctrl-C now leaves the earlier table whole
+    print(f"{len(table)} combinations: {ran} run, {len(table) - ran} reused; table in {out}")
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from fred.runs.analysis import SUMMARY_FIELDS_PLOTTED, with_summary_fields
+    from fred.runs.api import load_run
+    from fred.tools.plots import loss_curves, staleness_histograms, timeline
+
+    result = with_summary_fields(load_run(args.run_dir), SUMMARY_FIELDS_PLOTTED, "plot")  # before any figure is written
+    out = Path(args.out) if args.out else Path(args.run_dir) / "plots"
+    args.writing = f"{out} may hold only some of the figures (each is written whole)"  # for the message after a Ctrl-C
+    losses = loss_curves([result], out)
+    if not losses:
+        print("note: no loss curves: the run has no evaluation losses (a timing-only run)", file=sys.stderr)
+    paths = losses + staleness_histograms([result], out) + timeline(result, out)
+    print("\n".join(str(p) for p in paths))
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from fred.runs.api import load_run
+    from fred.tools.trace import write_trace
+
+    result = load_run(args.run_dir)
+    output = output_file(args.output, "trace.json", (args.run_dir,)) if args.output else Path(args.run_dir) / "trace.json"
+    args.writing = f"{output} is written whole or not at all"  # for the message after a Ctrl-C
+    path = write_trace(result.events, output)
+    linked = int((result.events["peer"].fillna("") != "").sum())
+    print(f"{path}: {len(result.events)} events, of which {linked} transfers drawn twice (on their sender's track and their "
+          "link's); open it in https://ui.perfetto.dev or chrome://tracing")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from fred.scenario import registry
+
+    strategies = registry.all_strategies()
+    width = max(len(s.name) for s in strategies)  # one column, however long a name
+    for strategy in strategies:
+        print(f"{strategy.name:<{width}}  {strategy.summary}")
+    return 0
+
+
+class _progress:
+    """A rich progress bar on a terminal; nothing at all otherwise."""
+
+    def __init__(self, scenario, show: bool):
+        self.scenario, self.show = scenario, show
+
+    def __enter__(self) -> Callable[[float, int, float], None] | None:
+        if not self.show:
+            return None
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        stop = self.scenario.stop
+        self.total = stop.max_updates if stop.max_updates is not None else stop.max_sim_time_s
+        self.by_updates = stop.max_updates is not None
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                            TimeElapsedColumn(), transient=True)
+        self.task = self.bar.add_task(self.scenario.name, total=self.total, info="loading data, building the model")
+        self.bar.start()
+        return self.update
+
+    def update(self, sim_time_s: float, updates: int, eval_loss: float) -> None:
+        done = updates if self.by_updates else sim_time_s
+        info = f"t={sim_time_s:.3f}s  updates={updates}  eval_loss={eval_loss:.4f}"
+        if updates == 0:  # JAX compiles each function at its first call: seconds, before the first update
+            info += "  (compiling the first steps)"
+        self.bar.update(self.task, completed=min(done, self.total), info=info)
+
+    def __exit__(self, *exc) -> None:
+        if self.show:
+            self.bar.stop()
+
+
+class _count_bar:
+    """A rich bar of ``(done, total)`` on a terminal; nothing at all otherwise."""
+
+    def __init__(self, description: str, show: bool):
+        self.description, self.show = description, show
+
+    def __enter__(self) -> Callable[[int, int], None] | None:
+        if not self.show:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+        self.task = self.bar.add_task(self.description, total=None)
+        self.bar.start()
+        return lambda done, total: self.bar.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc) -> None:
+        if self.show:
+            self.bar.stop()
+
+
+def _print_summary(summary: dict, out: Path) -> None:
+    width = max(len(k) for k in SUMMARY_KEYS)
+    for key in SUMMARY_KEYS:
+        value = summary.get(key)
+        text = f"{value:.6g}" if isinstance(value, float) else str(value)
+        print(f"{key:<{width}}  {text}")
+    print(f"{'run directory':<{width}}  {out}")
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,188 @@
+"""``fred compare``: run what is not yet run, then one table and side-by-side plots."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from pathlib import Path
+from typing import Callable, ContextManager
+
+import pandas as pd
+
+from fred.runs.analysis import SUMMARY_FIELDS_COMPARED, summary_row, with_summary_fields
+from fred.runs.api import default_run_dir, finished_run, load_run, run
+from fred.runs.paths import output_dir, write_whole
+from fred.runs.runner import RunResult
+from fred.scenario.loading import load_scenario
+from fred.scenario.schema import Scenario
+from fred.tools.plots import loss_curves, staleness_histograms
+
+Watch = Callable[[Scenario], ContextManager[Callable[[float, int, float], None] | None]]
+
+
+def gather(
+    items: list[str], runs_root: Path, watch: Watch | None = None, sets: list[str] | None = None
+) -> tuple[list[RunResult], int]:
+    """Load run directories and the runs of sweep tables (``.parquet``, from ``fred sweep``); run
+    scenario files, with the overrides ``sets`` (``PATH=VALUE``), unless a finished run of the
+    same resolved scenario exists.
+
+    ``watch(scenario)`` gives each run made a progress callback (``fred run``'s), for the
+    length of the run. Returns the results in order and how many had to be run.
+    """
+    _refuse_repeated_items(items)  # before running any: a.yaml given twice would run it first
+    _refuse_sets_on_runs(items, sets)
+    results, origins, ran = [], [], 0
+    for item in items:
+        path = Path(item)
+        if path.is_dir():
+            loaded = [load_run(path)]
+        elif path.suffix == ".parquet":
+            loaded = sweep_runs(path)
+        else:
+            scenario = load_scenario(path, sets)
+            done = finished_run(scenario, runs_root)
+            if done is None:
+                with watch(scenario) if watch is not None else contextlib.nullcontext() as progress:
+                    done = run(scenario, out=default_run_dir(scenario, runs_root), progress=progress)
+                ran += 1
+            loaded = [done]
+        results += [_comparable(result) for result in loaded]
+        origins += [item] * len(loaded)
+    _refuse_repeated_runs(results, origins)
+    _tell_apart(results)
+    return results, ran
+
+
+def _refuse_sets_on_runs(items: list[str], sets: list[str] | None) -> None:
+    """A finished run's scenario is the one it ran: overrides cannot apply to it, and comparing it
+    unchanged beside overridden scenarios would compare what was not asked for."""
+    finished = [item for item in items if Path(item).is_dir() or Path(item).suffix == ".parquet"]
+    if sets and finished:
+        raise ValueError(f"--set applies to scenario files, and {finished[0]} is a finished run (or a sweep's runs): "
+                         "give its scenario.yaml instead, or compare without --set")
+
+
+def _comparable(result: RunResult) -> RunResult:
+    """The run, if its summary has what the table and the figures read."""
+    return with_summary_fields(result, SUMMARY_FIELDS_COMPARED, "compare")
+
+
+def _refuse_repeated_items(items: list[str]) -> None:
+    """Two rows of one run would be told apart by nothing (``s (s)`` twice): refuse it, named."""
+    first: dict[Path, str] = {}
+    for item in items:
+        where = Path(item).resolve()
+        if where in first:
+            raise ValueError(f"{item} is given twice (as {first[where]} too); give each run once")
+        first[where] = item
+
+
+def _refuse_repeated_runs(results: list[RunResult], origins: list[str]) -> None:
+    """The same run reached from two items: a scenario and its run directory, a sweep and one of its runs."""
+    first: dict[Path, str] = {}
+    for result, origin in zip(results, origins):
+        where = result.path.resolve() if result.path is not None else None
+        if where in first:
+            raise ValueError(f"{first[where]} and {origin} are the same run, {result.path}; give it once")
+        if where is not None:
+            first[where] = origin
+
+
+def _tell_apart(results: list[RunResult]) -> None:
+    """Runs that would share a name in the table and the legends are named by what differs
+    between their scenarios (``quickstart (seed=1)``), or by their directories if nothing does."""
+    by_title: dict[str, list[RunResult]] = {}
+    for result in results:
+        by_title.setdefault(result.title, []).append(result)
+    for title, same in by_title.items():
+        if len(same) < 2:
+            continue
+        flats = [_flat(r.scenario.resolved()) for r in same]
+        # Fields every run has (one strategy's own hyper-parameters, absent from another's, are
+        # told apart by strategy.name), in the scenarios' order with the strategy's name first.
+        fields = [k for k in dict.fromkeys(k for flat in flats for k in flat) if all(k in flat for flat in flats)]
+        fields.sort(key=lambda k: k != "strategy.name")
+        differ = [k for k in fields if len({repr(flat[k]) for flat in flats}) > 1]
+        shown = [", ".join(f"{k}={flat.get(k)}" for k in differ[:3]) + (", ..." if len(differ) > 3 else "") for flat in flats]
+        for result, said, where in zip(same, shown, _where_needed(same, shown)):
+            result.label = f"{title} ({', '.join(part for part in (said, where) if part)})"
+
+
+def _where_needed(same: list[RunResult], shown: list[str]) -> list[str]:
+    """For each run whose scenario says what another's says too, the end of its directory's path
+    that tells them apart (``a/x`` and ``b/x``, where the names alone were ``x`` twice); else ''."""
+    where = [""] * len(same)
+    for said in set(shown):
+        tied = [i for i, other in enumerate(shown) if other == said]
+        if len(tied) > 1:
+            for i, tail in zip(tied, _distinct_tails([same[i].path for i in tied])):
+                where[i] = tail
+    return where
+
+
+def _distinct_tails(paths: list[Path | None]) -> list[str]:
+    """The fewest trailing parts of each path (the same number for all) that tell them apart."""
+    parts = [Path(os.path.abspath(p)).parts if p is not None else ("?",) for p in paths]
+    for count in range(1, max(map(len, parts)) + 1):
+        tails = [str(Path(*p[-count:])) for p in parts]
+        if len(set(tails)) == len(tails):
+            return tails
+    return tails  # only paths that are the same (refused before), or unknown
+
+
+def _flat(tree: object, prefix: str = "") -> dict[str, object]:
+    """A nested scenario as ``{"cluster.workers": 8, ...}``."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, object] = {}
+    for key, value in tree.items():
+        out |= _flat(value, f"{prefix}.{key}" if prefix else str(key))
+    return out
+
+
+def sweep_runs(table_path: str | Path) -> list[RunResult]:
+    """The runs a ``fred sweep`` table lists, each named by its scenario and grid combination."""
+    table_path = Path(table_path)
+    try:
+        table = pd.read_parquet(table_path)
+    except FileNotFoundError:
+        raise ValueError(f"{table_path}: no such sweep table") from None
+    except Exception as err:  # pyarrow's errors for a file that is not parquet
+        raise ValueError(f"{table_path} is not a parquet table ({type(err).__name__}); give a table written by fred sweep") from None
+    if "run_dir" not in table.columns:
+        raise ValueError(f"{table_path} has no run_dir column, so it is not a fred sweep table")
+    runs = []
+    for row in table.itertuples(index=False):
+        run_dir = _run_dir(Path(row.run_dir), table_path)
+        result = _comparable(load_run(run_dir))
+        grid = getattr(row, "grid", None)
+        result.label = f"{result.summary['name']} ({grid})" if grid else run_dir.name
+        runs.append(result)
+    return runs
+
+
+def _run_dir(recorded: Path, table_path: Path) -> Path:
+    """A table's run directory as written (relative to where the sweep ran), else next to the table."""
+    for candidate in (recorded, table_path.parent / recorded):
+        if candidate.is_dir():
+            return candidate
+    raise ValueError(f"{table_path} lists {recorded}, which is not here: run the sweep again, or compare from where it ran")
+
+
+def compare(
+    items: list[str], out: Path, runs_root: Path, target_loss: float | None = None, watch: Watch | None = None,
+    sets: list[str] | None = None,
+) -> tuple[pd.DataFrame, int]:
+    """Write ``comparison.csv`` and the plots under ``out``; returns the table and the runs made
+    (``sets``: overrides of every scenario file's fields, as ``fred run --set``)."""
+    if target_loss is not None and math.isnan(target_loss):  # every run would be "never reached"
+        raise ValueError("--target-loss nan: give the eval loss to reach, a number such as 0.3")
+    out = output_dir(out)  # before running anything: a refused path would lose the runs' summary
+    results, ran = gather(items, runs_root, watch, sets)
+    table = pd.DataFrame([summary_row(r, target_loss) for r in results])
+    write_whole(out / "comparison.csv", lambda partial: table.to_csv(partial, index=False))  # an earlier table or this one, whole
+    loss_curves(results, out)
+    staleness_histograms(results, out)
+    return table, ran
