@@ -12,7 +12,7 @@ import typing as _typing
 from importlib import import_module as _import_module
 from importlib.util import find_spec as _find_spec
 
-__version__ = "0.1.0"
+from fred._version import __version__
 
 # Each public name and the module it comes from, imported at its first use (PEP 562): the
 # `fred` command imports this package before it can take Ctrl-C, and jax and pandas take a
@@ -40,7 +40,7 @@ def __getattr__(name: str) -> object:
     if name in _SOURCES:
         value = getattr(_import_module(_SOURCES[name]), name)
     elif name.isidentifier() and _find_spec(f"fred.{name}") is not None:
-        value = _import_module(f"fred.{name}")  # fred.runs.api and the rest were there after `import fred` when it loaded them
+        value = _import_module(f"fred.{name}")  # fred.runs and the other layers
     else:
         raise AttributeError(f"module 'fred' has no attribute {name!r}")
     globals()[name] = value  # later uses skip this function

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import fred
-from fred.runs.analysis import staleness
+from fred.runs.staleness import staleness
 from fred.tools.cli import main
 from fred.tools.compare import compare, gather
 from fred.tools.plots import loss_curves, staleness_histograms, timeline

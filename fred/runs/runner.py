@@ -16,7 +16,7 @@ import pandas as pd
 import simpy
 from pydantic import TypeAdapter
 
-import fred
+from fred._version import __version__
 from fred.numerics import rng
 from fred.numerics.data import BatchStream, Dataset, GlobalBatchStream, load_dataset, shard
 from fred.numerics.gradients import GradSum, Numerics
@@ -25,6 +25,8 @@ from fred.numerics.tape import ResumeMismatch, Tape, digest, document, resolved
 from fred.runs.host import cpu_isa
 from fred.runs.interrupt import StopRequest, between_steps
 from fred.runs.records import METRIC_COLUMNS, Recorder, params_sha256
+from fred.runs.staleness import staleness
+from fred.scenario import registry
 from fred.scenario.schema import ModelConfig, Scenario
 from fred.simulation.compute import ComputeModel
 from fred.simulation.engine import Contribution, GradientService, Simulation, Worker
@@ -153,9 +155,7 @@ class RunResult:
         return self.label if self.label is not None else str(self.summary["name"])
 
     def staleness(self, by: str = "overall", bins: int = 20) -> pd.DataFrame:
-        """Staleness distribution ``overall``, per ``worker`` (every worker a row) or over ``time`` (see fred.runs.analysis)."""
-        from fred.runs.analysis import staleness
-
+        """Staleness distribution ``overall``, per ``worker`` (every worker a row) or over ``time`` (see fred.runs.staleness)."""
         self._need_tables("staleness")
         return staleness(self.updates, by, bins, int(self.summary["workers"]))  # type: ignore[arg-type]
 
@@ -374,8 +374,6 @@ def _execute(
     scenario: Scenario, progress: Progress | None, checkpointer: Checkpointer | None, resume: Saved | None, wall_start: float,
     interrupt: StopRequest,
 ) -> RunResult:
-    from fred.scenario import registry
-
     built = build(scenario)
     interrupt.check()
     recorder = Recorder()
@@ -433,7 +431,7 @@ def _summary(
         "params_sha256": None if scenario.workload.timing_only else params_sha256(params),
         "scenario_sha256": scenario.digest(),
         "wall_time_s": round(wall_s, 3),
-        "fred_version": fred.__version__,
+        "fred_version": __version__,
         "backend": numerics_device().platform,
         "jax_version": jax.__version__,
         "cpu_isa": cpu_isa(),

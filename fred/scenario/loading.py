@@ -14,6 +14,8 @@ from typing import Any, NamedTuple
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from fred.scenario import registry
+from fred.scenario.profiles import read_profile
 from fred.scenario.schema import Scenario
 
 
@@ -169,7 +171,6 @@ def include_profiles(data: dict[str, Any], base_dir: Path, source: str = "scenar
 
     A relative FILE is found next to the scenario file (or the working directory).
     """
-    from fred.tools.calibrate import read_profile
 
     compute = data.get("cluster", {}).get("compute") if isinstance(data.get("cluster"), dict) else None
     if not isinstance(compute, dict) or "profile" not in compute:
@@ -276,8 +277,6 @@ def _walk(loc: tuple, data: Any) -> tuple[list, type[BaseModel] | None, bool]:
 
 
 def _strategy_class(value: Any) -> type[BaseModel] | None:
-    from fred.scenario import registry
-
     try:
         if not isinstance(value, dict) or not isinstance(value.get("name"), str):
             return None

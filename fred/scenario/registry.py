@@ -8,23 +8,29 @@ and returns a function giving the current global parameters (for evaluation).
 ``register(config, timing_only=True)`` declares that the strategy runs with
 ``workload.timing_only``: its processes accept ``None`` from ``sim.compute`` (no
 gradient, so no numbers) and still send, reduce and apply on the same schedule.
+
+The registry sits in the scenario layer, below the engine the strategies are built on, so it
+knows a strategy's ``start`` only as a callable and a config only as a pydantic model. The
+strategy packages (:data:`PLUGIN_PACKAGES`) are imported by name at the first lookup: a
+plug-in discovery, as pytest finds its plugins, which keeps the layers pointing one way.
 """
 
 from __future__ import annotations
 
 import difflib
-from typing import Callable, NamedTuple
+import importlib
+from typing import Any, Callable, NamedTuple
 
-from fred.numerics.models import Params
-from fred.scenario.schema import StrategyConfig
-from fred.simulation.engine import Simulation
+from pydantic import BaseModel
 
-Start = Callable[[Simulation, StrategyConfig], Callable[[], Params]]
+# start(sim: fred.simulation.engine.Simulation, config) -> a function giving the current parameters
+Start = Callable[[Any, Any], Callable[[], Any]]
+PLUGIN_PACKAGES = ("strategies",)  # imported at the first lookup; each registers its strategies
 
 
 class Strategy(NamedTuple):
     name: str
-    config: type[StrategyConfig]
+    config: type[BaseModel]  # a fred.scenario.schema.StrategyConfig subclass
     start: Start
     summary: str
     timing_only: bool = False
@@ -33,7 +39,7 @@ class Strategy(NamedTuple):
 _REGISTRY: dict[str, Strategy] = {}
 
 
-def register(config: type[StrategyConfig], timing_only: bool = False) -> Callable[[Start], Start]:
+def register(config: type[BaseModel], timing_only: bool = False) -> Callable[[Start], Start]:
     """Register ``start`` under the default of ``config.name``; see the module doc for ``timing_only``."""
     name = config.model_fields["name"].default
     if not isinstance(name, str):
@@ -50,11 +56,18 @@ def register(config: type[StrategyConfig], timing_only: bool = False) -> Callabl
     return decorate
 
 
+def _load_plugins() -> None:
+    for package in PLUGIN_PACKAGES:
+        importlib.import_module(package)  # a no-op after the first time
+
+
 def names() -> list[str]:
+    _load_plugins()
     return sorted(_REGISTRY)
 
 
 def get(name: str) -> Strategy:
+    _load_plugins()
     if name not in _REGISTRY:
         close = difflib.get_close_matches(str(name), names(), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -62,7 +75,7 @@ def get(name: str) -> Strategy:
     return _REGISTRY[name]
 
 
-def config_class(name: str) -> type[StrategyConfig]:
+def config_class(name: str) -> type[BaseModel]:
     return get(name).config
 
 

@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from fred.scenario import registry
+
 
 class Section(BaseModel):
     """Base of every scenario section: frozen, unknown keys rejected, every number finite
@@ -374,19 +376,17 @@ class StrategyConfig(Section):
 
 
 def _validate_strategy(value: Any) -> StrategyConfig:
-    from fred.scenario import registry  # strategies import the engine; import late to avoid a cycle
-
     if isinstance(value, StrategyConfig):
         return value
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         raise ValueError(f"strategy needs a 'name', one of: {', '.join(registry.names())}")
     config_cls = registry.config_class(value["name"])
+    if not issubclass(config_cls, StrategyConfig):  # a plug-in's mistake, not the scenario's
+        raise TypeError(f"strategy {value['name']!r} registered {config_cls.__name__}, which is not a StrategyConfig")
     return config_cls.model_validate(value)
 
 
 def _check_timing_only(scenario: Scenario) -> None:
-    from fred.scenario import registry
-
     name = scenario.strategy.name
     if not registry.get(name).timing_only:
         supported = ", ".join(s.name for s in registry.all_strategies() if s.timing_only)

@@ -41,6 +41,7 @@ from fred.scenario.schema import FaultsConfig
 from fred.simulation.compute import ComputeModel
 from fred.simulation.faults import Crash, Faults
 from fred.simulation.network import Network, Transfer, ring_by_chunk
+from fred.simulation.worker import Worker
 
 Process = Generator[simpy.Event, Any, Any]
 
@@ -54,18 +55,6 @@ class Contribution(NamedTuple):
 
 
 Tracer = Callable[[str, str, float, float, float, str], None]
-
-
-@dataclass
-class Worker:
-    """A simulated worker: its index, entity name and where its batches come from."""
-
-    index: int
-    next_batch: Callable[[], np.ndarray]
-    name: str = field(init=False)  # "worker3": made once, read at every primitive
-
-    def __post_init__(self) -> None:
-        self.name = f"worker{self.index}"
 
 
 class GroupKey(tuple):

@@ -13,17 +13,43 @@ peer knows the worker is gone (as a heartbeat timeout would tell them).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Generator
+from typing import Any, Callable, Generator, Protocol
 
 import numpy as np
 import simpy
 
 from fred.numerics import rng
 from fred.scenario.schema import FaultsConfig, LinkDegrade, ServerCrashAt, WorkerCrash
+from fred.simulation.network import Network
+from fred.simulation.worker import Worker
 
-if TYPE_CHECKING:
-    from fred.simulation.engine import Simulation, Worker
-    from fred.simulation.server import ParameterServer
+
+class Engine(Protocol):
+    """What faults use of :class:`fred.simulation.engine.Simulation`, which owns a :class:`Faults`."""
+
+    env: simpy.Environment
+    seed: int
+    workers: list[Worker]
+    network: Network
+    report: dict[str, Any]
+
+    @property
+    def now(self) -> float: ...
+    def trace(self, kind: str, entity: str, start_s: float, end_s: float, nbytes: float = 0.0, peer: str = "") -> None: ...
+    def fail(self, reason: str) -> None: ...
+    def interrupt_owned(self, worker: Worker, cause: Crash) -> None: ...
+    def rejoined(self, worker: Worker) -> None: ...
+
+
+class Server(Protocol):
+    """What faults do to a :class:`fred.simulation.server.ParameterServer`."""
+
+    name: str
+    down: bool
+
+    def checkpoint(self) -> None: ...
+    def crash(self) -> int: ...
+    def restart(self) -> None: ...
 
 
 class Crash:
@@ -39,7 +65,7 @@ class Crash:
 class Faults:
     """The live fault state of one run: who is down, who has been given up on, lossy links."""
 
-    def __init__(self, sim: Simulation, config: FaultsConfig):
+    def __init__(self, sim: Engine, config: FaultsConfig):
         self.sim, self.config = sim, config
         self.down: set[int] = set()  # crashed and not back
         self._excluded: set[int] = set()  # crashed, and peers have stopped waiting for it
@@ -51,7 +77,7 @@ class Faults:
         self._healthy: dict[str, tuple[float, float]] = {}  # entity -> (bandwidth_bps, latency_s) undegraded
         self._degraded: dict[str, list[LinkDegrade]] = {}  # entity -> the windows in force on its link
         self._pending_rejoins = sum(c.rejoin_at_s is not None for c in config.worker_crash)
-        self.server: ParameterServer | None = None
+        self.server: Server | None = None
 
     # -- what strategies ask -------------------------------------------------------------
     def excluded(self, worker: int) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from fred.runs.api import DAMAGED, default_run_dir, finished_run, load_run, run
+from fred.runs.api import DAMAGED, default_run_dir, finished_run, load_run
 from fred.runs.runner import RunResult
 from fred.scenario.loading import (
     ScenarioError,
@@ -37,6 +37,7 @@ from fred.scenario.loading import (
     yaml_value,
 )
 from fred.scenario.schema import Scenario
+from fred.tools.sweep_jobs import Done, Todo, run_one
 
 
 def parse_grid(items: list[str]) -> dict[str, list[Any]]:
@@ -125,15 +126,6 @@ def _with_fix(problem: str, fix: str) -> str:
     return f"{head}{damaged}; {fix}"
 
 
-def _run_one(resolved: dict[str, Any], out: str) -> str:
-    run(validate(resolved), out=out)
-    return out
-
-
-Todo = list[tuple[dict[str, Any], str]]  # (resolved scenario, run directory) for each missing run
-Done = Callable[[str], None]  # told each run directory as its run finishes
-
-
 def _local(todo: Todo, jobs: int, done: Done) -> None:
     if jobs > 1 and len(todo) > 1:
         # spawn, not fork: JAX's runtime does not survive a fork. A run that fails, or Ctrl-C,
@@ -153,7 +145,7 @@ def _local(todo: Todo, jobs: int, done: Done) -> None:
         pool.shutdown(wait=True)
     else:
         for resolved, out in todo:
-            done(_run_one(resolved, out))
+            done(run_one(resolved, out))
 
 
 def _worker_setup(sweep: int) -> None:
@@ -185,7 +177,7 @@ def _in_turn(pool: cf.ProcessPoolExecutor, todo: Todo, jobs: int, done: Done, ru
     ``running`` holds the submitted runs not yet told to ``done``, in ``todo``'s order."""
     queued = enumerate(todo)
     for place, item in itertools.islice(queued, jobs):
-        running[pool.submit(_run_one, *item)] = place
+        running[pool.submit(run_one, *item)] = place
     while running:
         finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
         for future in sorted(finished, key=running.__getitem__):  # runs that end together: in todo's order
@@ -193,7 +185,7 @@ def _in_turn(pool: cf.ProcessPoolExecutor, todo: Todo, jobs: int, done: Done, ru
             done(future.result())
             following = next(queued, None)
             if following is not None:
-                running[pool.submit(_run_one, *following[1])] = following[0]
+                running[pool.submit(run_one, *following[1])] = following[0]
 
 
 def _tell_finished(running: dict[cf.Future, int], done: Done) -> None:

@@ -14,7 +14,7 @@ import os
 import warnings
 from typing import Any
 
-from fred.tools.sweep import Done, Todo, _run_one
+from fred.tools.sweep_jobs import Done, Todo, run_one
 
 
 def _import_ray() -> Any:
@@ -32,7 +32,7 @@ def _run_in(cwd: str, resolved: dict[str, Any], out: str) -> str:
     # a worker on another node starts in a directory of its own; relative paths (runs/, a
     # data file) must mean what they mean to the driver, as they do for local processes
     os.chdir(cwd)
-    return _run_one(resolved, out)
+    return run_one(resolved, out)
 
 
 def run_all(todo: Todo, done: Done = lambda out: None) -> None:
