@@ -207,6 +207,11 @@ class NetworkConfig(Section):
     bandwidth_bps: PositiveFloat = Field(default=1.25e9, description="bytes per second (1/beta)")
     reduce_s_per_byte: NonNegFloat = Field(default=0.0, description="gamma: reduction cost per byte")
     sync_s: NonNegFloat = Field(default=0.0, description="S: fixed synchronisation cost per all-reduce")
+    allreduce: Literal["ring", "recursive_doubling", "halving_doubling"] = Field(
+        default="ring",
+        description="all-reduce algorithm: ring (NCCL's for large messages), recursive_doubling "
+        "(log2 p swaps of the whole message), halving_doubling (Rabenseifner's: MPI's for large messages)",
+    )
     server: LinkConfig | None = Field(
         default=None, description="parameter-server link; a key left out is as the workers' link"
     )

@@ -39,6 +39,7 @@ from fred.numerics.models import Params
 from fred.numerics.tape import active_tape, op
 from fred.scenario.schema import FaultsConfig
 from fred.simulation.compute import ComputeModel
+from fred.simulation.collectives import ALGORITHMS, bytes_sent, run_rounds
 from fred.simulation.faults import Crash, Faults
 from fred.simulation.network import Network, Transfer, ring_by_chunk
 from fred.simulation.worker import Worker
@@ -165,6 +166,7 @@ class _Collective:
     done: simpy.Event | None = None
     result: Any = None
     nbytes: float = 0.0
+    sent: dict[int, float] | None = None  # bytes each participant sends, for algorithms other than the ring
 
 
 class Simulation:
@@ -429,9 +431,18 @@ class Simulation:
                 self.trace("wait", member.name, arrived_s, self.now)
         start = self.now
         yield coll.done
-        p = len(coll.participants)
-        self.trace("allreduce", member.name, start, self.now, 2 * (p - 1) * nbytes / p)
+        self.trace("allreduce", member.name, start, self.now, self._sent_in_allreduce(coll, member.index, nbytes))
         return coll.result
+
+    def _sent_in_allreduce(self, coll: _Collective, member: int, nbytes: float) -> float:
+        """The bytes ``member`` sent in the collective: 2(p-1)/p of the message in a ring."""
+        p, algorithm = len(coll.participants), self.network.config.allreduce
+        if algorithm == "ring":
+            return 2 * (p - 1) * nbytes / p
+        if coll.sent is None:  # once per collective, not once per member: p members, O(p log p) steps
+            sent = bytes_sent(ALGORITHMS[algorithm](p), p, coll.nbytes)
+            coll.sent = {index: sent[position] for position, index in enumerate(coll.participants)}
+        return coll.sent[member]
 
     def participants(self, group: Sequence[Worker]) -> list[int]:
         """Who took part in the group's latest started all-reduce (all, unless some crashed)."""
@@ -477,16 +488,24 @@ class Simulation:
                 self._joined[(key, worker.index)] = started
 
     def _ring(self, names: list[str], nbytes: float) -> Process:
-        """Ring all-reduce timing: 2(p-1) chunk transfers per member, p-1 reductions, then S.
+        """All-reduce timing: the scenario's algorithm, booked transfer by transfer, then S.
 
-        Each chunk transfer is booked on its two links in step order, once its sender
-        has received (and, while reducing, folded in) its predecessor's chunk. The
-        whole schedule is booked when the collective starts, then waited out at once:
-        the same times as one process per member, without their events. On idle,
-        uniform links without message loss it is booked in one pass over one shared
-        timeline (:meth:`Network.ring_on_idle_links`): the same times and link state.
+        The ring sends 2(p-1) chunks per member and reduces p-1 of them; each chunk
+        transfer is booked on its two links in step order, once its sender has received
+        (and, while reducing, folded in) its predecessor's chunk. The whole schedule is
+        booked when the collective starts, then waited out at once: the same times as one
+        process per member, without their events. On idle, uniform links without message
+        loss the ring is booked in one pass over one shared timeline
+        (:meth:`Network.ring_on_idle_links`): the same times and link state. Other
+        algorithms are rounds of transfers (:mod:`fred.simulation.collectives`).
         """
         cfg = self.network.config
+        if cfg.allreduce != "ring":
+            rounds = ALGORITHMS[cfg.allreduce](len(names))
+            book = lambda src, dst, n, at: self._book(names[src], names[dst], n, at).arrive_s  # noqa: E731
+            done_s = run_rounds(book, rounds, len(names), nbytes, cfg.reduce_s_per_byte, self.now)
+            yield self.env.timeout(done_s - self.now + cfg.sync_s)
+            return
         chunk = nbytes / len(names)
         reduce_s = chunk * cfg.reduce_s_per_byte
         done_s = None if self._lossy else self.network.ring_on_idle_links(names, chunk, reduce_s, self.now)

@@ -1,0 +1,134 @@
+"""All-reduce algorithms as rounds of point-to-point transfers, and their closed forms.
+
+An algorithm is a list of rounds; a round is a list of :class:`Step`: member ``src`` sends
+``fraction`` of the message to member ``dst``, which folds it in (``reduce``) or keeps it.
+In a round every member sends at most one message and receives at most one. A step starts
+when both its ends are ready (each has received and folded in what earlier rounds brought
+it): a rendezvous, as large messages go in MPI (the receiver posts its buffer first) and
+over TCP (flow control holds the sender to what the receiver reads). Nothing else waits for
+a round to end: the time comes out of the data dependencies and the links.
+
+Members are positions ``0 .. p-1`` in group order. For ``p`` not a power of two, both
+algorithms here do as MPICH does: with ``q`` the largest power of two below ``p`` and
+``r = p - q``, the ``r`` members past ``q`` first send their whole message to members
+``0 .. r-1`` (which fold it in), the ``q`` members run the algorithm, and the ``r`` helpers
+send the result back.
+
+The ring, fred's default, is booked by :mod:`fred.simulation.network` (chunk by chunk, with
+a fast path on idle links). What the all-reduce *sums* never depends on the algorithm: the
+engine adds the values in group order by a fixed tree.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from fred.scenario.schema import NetworkConfig
+from fred.simulation.network import ring_allreduce_time_s
+
+
+class Step(NamedTuple):
+    """One transfer of a round: ``fraction`` of the message from ``src`` to ``dst``."""
+
+    src: int
+    dst: int
+    fraction: float
+    reduce: bool  # dst folds it in (costs fraction * nbytes * gamma) rather than keeping it
+
+
+Round = list[Step]
+Book = Callable[[int, int, float, float], float]  # (src, dst, nbytes, not_before_s) -> arrival time
+
+
+def _split(p: int) -> tuple[int, int]:
+    """``(q, r)``: the largest power of two ``q <= p`` and the ``r = p - q`` members left over."""
+    q = 1 << (p.bit_length() - 1)
+    return q, p - q
+
+
+def _fold_in(q: int, r: int) -> list[Round]:
+    return [[Step(q + i, i, 1.0, True) for i in range(r)]] if r else []
+
+
+def _hand_back(q: int, r: int) -> list[Round]:
+    return [[Step(i, q + i, 1.0, False) for i in range(r)]] if r else []
+
+
+def recursive_doubling(p: int) -> list[Round]:
+    """log2 q rounds; in round k member i swaps its whole message with member i XOR 2^k."""
+    q, r = _split(p)
+    rounds = [[Step(i, i ^ d, 1.0, True) for i in range(q)] for d in _powers_below(q)]
+    return _fold_in(q, r) + rounds + _hand_back(q, r)
+
+
+def halving_doubling(p: int) -> list[Round]:
+    """Rabenseifner's: a reduce-scatter by recursive halving (distance q/2 first, half of
+    what is left each time), then an all-gather by recursive doubling (the reverse)."""
+    q, r = _split(p)
+    distances = list(reversed(_powers_below(q)))  # q/2, q/4, ..., 1
+    scatter = [[Step(i, i ^ d, d / q, True) for i in range(q)] for d in distances]
+    gather = [[Step(i, i ^ d, d / q, False) for i in range(q)] for d in reversed(distances)]
+    return _fold_in(q, r) + scatter + gather + _hand_back(q, r)
+
+
+def _powers_below(q: int) -> list[int]:
+    return [1 << k for k in range(q.bit_length() - 1)]
+
+
+ALGORITHMS: dict[str, Callable[[int], list[Round]]] = {
+    "recursive_doubling": recursive_doubling,
+    "halving_doubling": halving_doubling,
+}
+
+
+def run_rounds(book: Book, rounds: list[Round], p: int, nbytes: float, reduce_s_per_byte: float, now_s: float) -> float:
+    """Book every step in order; return when the last member has the result (before S)."""
+    ready = [now_s] * p  # when each member has folded in everything sent to it so far
+    for steps in rounds:
+        after = list(ready)
+        for step in steps:
+            start_s = max(ready[step.src], ready[step.dst])  # rendezvous: both ends have reached this round
+            arrive_s = book(step.src, step.dst, step.fraction * nbytes, start_s)
+            reduce_s = step.fraction * nbytes * reduce_s_per_byte if step.reduce else 0.0
+            after[step.dst] = max(after[step.dst], arrive_s) + reduce_s
+        ready = after
+    return max(ready)
+
+
+def bytes_sent(rounds: list[Round], p: int, nbytes: float) -> list[float]:
+    """What each member sends in the whole all-reduce."""
+    sent = [0.0] * p
+    for steps in rounds:
+        for step in steps:
+            sent[step.src] += step.fraction * nbytes
+    return sent
+
+
+def allreduce_time_s(algorithm: str, p: int, nbytes: float, cfg: NetworkConfig) -> float:
+    """Closed form of an all-reduce of ``nbytes`` over ``p`` members on idle, uniform links.
+
+    With ``L = log2 q`` and ``f = (q-1)/q``:
+
+    - ring: ``2(p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma``
+    - recursive_doubling: ``L (alpha + n beta + n gamma)``
+    - halving_doubling: ``2 L alpha + 2 f n beta + f n gamma``
+
+    plus, when ``p != q``, ``2 alpha + 2 n beta + n gamma`` for folding the ``r`` extra
+    members in and handing them the result; plus ``S`` for every algorithm.
+    """
+    alpha, beta, gamma = cfg.latency_s, 1.0 / cfg.bandwidth_bps, cfg.reduce_s_per_byte
+    if p < 2:
+        return cfg.sync_s
+    if algorithm == "ring":
+        return ring_allreduce_time_s(p, nbytes, cfg)
+    q, r = _split(p)
+    levels = q.bit_length() - 1
+    if algorithm == "recursive_doubling":
+        core = levels * (alpha + nbytes * beta + nbytes * gamma)
+    elif algorithm == "halving_doubling":
+        frac = (q - 1) / q
+        core = 2 * levels * alpha + 2 * frac * nbytes * beta + frac * nbytes * gamma
+    else:
+        raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; one of: ring, {', '.join(ALGORITHMS)}")
+    extra = 2 * alpha + 2 * nbytes * beta + nbytes * gamma if r else 0.0
+    return core + extra + cfg.sync_s
