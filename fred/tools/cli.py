@@ -148,6 +148,10 @@ def _parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="loss curves, staleness histogram and per-worker timeline of one run")
     plot.add_argument("run_dir")
     plot.add_argument("--out", help="where the figures go (default: RUN_DIR/plots)")
+    plot.add_argument("--from", dest="start_s", type=float, metavar="S",
+                      help="the timeline starts at S simulated seconds (default: 0)")
+    plot.add_argument("--to", dest="end_s", type=float, metavar="S",
+                      help="the timeline ends at S simulated seconds (default: the run's last event)")
     plot.set_defaults(handler=_plot)
     cal = sub.add_parser("calibrate", help="measure real per-batch gradient time; write a compute profile")
     cal.add_argument("scenario", nargs="?",
@@ -314,15 +318,16 @@ def _sweep(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     from fred.runs.analysis import SUMMARY_FIELDS_PLOTTED, with_summary_fields
     from fred.runs.api import load_run
-    from fred.tools.plots import loss_curves, staleness_histograms, timeline
+    from fred.tools.plots import loss_curves, staleness_histograms, timeline, timeline_window
 
     result = with_summary_fields(load_run(args.run_dir), SUMMARY_FIELDS_PLOTTED, "plot")  # before any figure is written
+    window = timeline_window(result.events, args.start_s, args.end_s, ("--from", "--to"))  # so is a bad window
     out = Path(args.out) if args.out else Path(args.run_dir) / "plots"
     args.writing = f"{out} may hold only some of the figures (each is written whole)"  # for the message after a Ctrl-C
     losses = loss_curves([result], out)
     if not losses:
         print("note: no loss curves: the run has no evaluation losses (a timing-only run)", file=sys.stderr)
-    paths = losses + staleness_histograms([result], out) + timeline(result, out)
+    paths = losses + staleness_histograms([result], out) + timeline(result, out, *window)
     print("\n".join(str(p) for p in paths))
     return 0
 

@@ -6,6 +6,7 @@ display. Every figure is written as PNG and SVG.
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 from typing import Sequence
@@ -14,7 +15,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
+from matplotlib.transforms import ScaledTranslation, blended_transform_factory  # noqa: E402
 
 from fred.runs.paths import output_dir, write_whole  # noqa: E402
 
@@ -23,6 +27,7 @@ COMMUNICATION = {"push", "fetch", "send", "allreduce", "lost"}  # a lost transfe
 # left out) that span activities; drawn last it hid every compute and push inside them.
 DRAWN = ("other", "compute", "communicate", "wait")
 COLOURS = {"compute": "#4C72B0", "communicate": "#DD8452", "wait": "#B0B0B0", "other": "#55A868"}
+LEGEND = {"compute": "compute", "communicate": "communication", "wait": "waiting", "other": "other (faults, drops)"}
 
 
 def _save(fig, out: Path, stem: str) -> list[Path]:
@@ -49,9 +54,11 @@ def _label(result) -> str:
     return f"{title} ({', '.join(said)})" if said else title
 
 
-def loss_curves(results: Sequence, out: Path) -> list[Path]:
+def loss_curves(results: Sequence, out: Path, target_loss: float | None = None) -> list[Path]:
     """Eval loss against simulated time and against updates, one line per run that has losses
-    (a timing-only run has none); no figure when no run has."""
+    (a timing-only run has none), and the target loss as a horizontal line; no figure when no
+    run has losses. Both x axes are linear: a log axis drops update 0 and squeezes the late
+    updates into what looks like a plateau."""
     with_losses = [r for r in results if r.metrics["eval_loss"].notna().any()]
     if not with_losses:
         return []
@@ -60,11 +67,21 @@ def loss_curves(results: Sequence, out: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for i, r in enumerate(with_losses):
             ax.plot(r.metrics[x], r.metrics["eval_loss"], marker=".", label=_label(r), **_line_style(i))
+        if target_loss is not None:
+            ax.axhline(target_loss, color="0.25", linestyle=(0, (5, 3)), linewidth=1, label=f"target loss {target_loss:g}")
         ax.set(xlabel=xlabel, ylabel="eval loss", yscale="log", title=f"eval loss vs {xlabel}")
+        ax.set_xlim(left=0)
+        _plain_log_labels(ax.yaxis)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: never over a curve
         written += _save(fig, out, stem)
     return written
+
+
+def _plain_log_labels(axis) -> None:
+    """A log axis labelled 0.2, 0.3, 0.5, 1, 2 rather than 2×10⁻¹ and, within a decade, nothing."""
+    axis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    axis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if f"{y:.0e}"[0] in "235" else ""))
 
 
 LINE_STYLES = ("-", "--", ":", "-.")
@@ -87,43 +104,223 @@ def staleness_histograms(results: Sequence, out: Path) -> list[Path]:
     for ax in axes.flat[len(results):]:
         ax.set_visible(False)
     for ax, r in zip(axes.flat, results):
-        st = r.updates["staleness"]
-        ax.hist(st, bins=range(int(st.max()) + 2) if len(st) else 1, color=COLOURS["compute"])
-        ax.set(title=textwrap.fill(_label(r), 45), xlabel="staleness (updates)", ylabel="gradients")  # side by side: no overlap
-        ax.title.set_fontsize(8)
+        _staleness_histogram(ax, r.updates["staleness"].to_numpy(dtype=float))
+        ax.set_title(textwrap.fill(_label(r), 45), fontsize=8)  # side by side: no overlap
     fig.tight_layout()
     return _save(fig, out, "staleness")
 
 
-def _in_group(kinds: pd.Series, group: str) -> pd.Series:
-    if group == "compute" or group == "wait":
-        return kinds == group
-    if group == "communicate":
-        return kinds.isin(COMMUNICATION)
-    return ~kinds.isin(COMMUNICATION | {"compute", "wait"})
+def _staleness_histogram(ax, staleness: np.ndarray) -> None:
+    """Staleness is a whole number of versions: one bar per value, centred on it (edges at
+    k - 0.5), so SSGD's all-zero staleness is one bar at 0, not a bar spanning 0 to 1."""
+    ax.set(xlabel="staleness (model versions behind)", ylabel="gradients applied")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if not len(staleness):
+        ax.text(0.5, 0.5, "no gradients applied", transform=ax.transAxes, ha="center", va="center")
+        return
+    top = int(staleness.max())
+    ax.hist(staleness, bins=np.arange(-0.5, top + 1.5), rwidth=0.85, color=COLOURS["compute"])
+    ax.set_xlim(-0.75, max(top, 4) + 0.75)  # a lone bar at 0 stays a bar, not the whole panel
+    ax.text(0.97, 0.95, f"mean {staleness.mean():.2f}\nmax {top}", transform=ax.transAxes, ha="right", va="top", fontsize=8)
 
 
-def timeline(result, out: Path, max_events: int = 20000) -> list[Path]:
-    """A Gantt chart per entity: compute, communication and waiting over simulated time."""
-    events = result.events.head(max_events)
-    title = _label(result)
-    if len(result.events) > max_events:  # say so: the chart would otherwise pass for the whole run
-        title += f" (first {max_events:,} of {len(result.events):,} events)"
-    entities = sorted(set(events["entity"]), key=lambda e: (not e.startswith("worker"), len(e), e))
-    fig, ax = plt.subplots(figsize=(10, 0.35 * len(entities) + 1.5))
-    for row, entity in enumerate(entities):
-        mine = events[events["entity"] == entity]
+MAX_EVENTS = 20_000  # more in the window, and each row shows shares per pixel column instead of single bars
+
+
+def timeline(
+    result, out: Path, start_s: float | None = None, end_s: float | None = None, max_events: int = MAX_EVENTS,
+) -> list[Path]:
+    """A Gantt chart, one row per entity: compute, communication and waiting over simulated time,
+    between ``start_s`` and ``end_s`` (default: the whole run).
+
+    Up to ``max_events`` events in the window are drawn one by one, each at least a pixel wide;
+    beyond that each row shows, per pixel column, the share of time in each activity. Each row
+    says its shares and its mean compute step; a worker whose steps are much longer is marked.
+    """
+    start_s, end_s = timeline_window(result.events, start_s, end_s)
+    entities = _entities(result.events)
+    shown = _in_window(result.events, entities, start_s, end_s)
+    fig, ax = plt.subplots(figsize=(10, 0.35 * len(entities) + 2.0))
+    ax.set_xlim(start_s, end_s)
+    columns = _pixel_columns(fig, ax)
+    aggregated = len(shown) > max_events
+    if aggregated:
+        _draw_shares(ax, shown, np.linspace(start_s, end_s, columns + 1))
+    else:
+        _draw_bars(ax, shown, (end_s - start_s) / columns)
+    ax.set(yticks=range(len(entities)), yticklabels=entities, ylim=(-0.6, len(entities) - 0.4), xlabel="simulated time (s)")
+    _annotate_rows(ax, shown, end_s - start_s)
+    ax.set_title(f"{_label(result)}\n{_subtitle(result.events, shown, start_s, end_s, aggregated, columns)}", fontsize=10)
+    _legend(fig, ax, shown)
+    return _save(fig, out, "timeline")
+
+
+def timeline_window(
+    events: pd.DataFrame, start_s: float | None, end_s: float | None, names: tuple[str, str] = ("start_s", "end_s"),
+) -> tuple[float, float]:
+    """The timeline's window in simulated seconds, checked; ``names`` are what the caller calls
+    the two edges (``--from``, ``--to`` on the command line), for the error messages."""
+    for name, value in zip(names, (start_s, end_s)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} {value:g}: a window edge is a time in simulated seconds, finite and 0 or more; "
+                             f"give one such as {name} 0.5")
+    last = float(events["end_s"].max()) if len(events) else 0.0
+    if start_s is not None and start_s >= last:
+        raise ValueError(f"{names[0]} {start_s:g}: the run's last event ends at {last:.6g} s; give a start before that")
+    start = 0.0 if start_s is None else start_s
+    end = end_s if end_s is not None else (last if last > start else start + 1.0)  # a run without events: any window
+    if start >= end:
+        raise ValueError(f"{names[0]} {start:g} {names[1]} {end:g}: the window must start before it ends; "
+                         f"give a {names[0]} smaller than {names[1]}")
+    return start, end
+
+
+def _entities(events: pd.DataFrame) -> list[str]:
+    """Workers first, in number order, then servers and the rest: every entity of the run, so a
+    window where one is idle still shows its row."""
+    return sorted(set(events["entity"]), key=lambda e: (not e.startswith("worker"), len(e), e))
+
+
+def _group(kinds: np.ndarray) -> np.ndarray:
+    """Each event's kind as compute, communicate, wait or other (faults, dropped messages)."""
+    grouped = np.full(len(kinds), "other", dtype=object)
+    grouped[np.isin(kinds, list(COMMUNICATION))] = "communicate"
+    for same in ("compute", "wait"):
+        grouped[kinds == same] = same
+    return grouped
+
+
+def _in_window(events: pd.DataFrame, entities: list[str], start_s: float, end_s: float) -> pd.DataFrame:
+    """The events that touch the window, cut to it: row (the entity's), group, start, end and
+    length (the event's whole duration, for the mean step)."""
+    start, end = events["start_s"].to_numpy(dtype=float), events["end_s"].to_numpy(dtype=float)
+    inside = (end >= start_s) & (start <= end_s)
+    rows = pd.Categorical(events["entity"].astype(str).to_numpy()[inside], categories=entities).codes
+    return pd.DataFrame({
+        "row": rows, "group": _group(events["kind"].astype(str).to_numpy()[inside]),
+        "start": np.maximum(start[inside], start_s), "end": np.minimum(end[inside], end_s),
+        "length": end[inside] - start[inside],
+    })
+
+
+def _pixel_columns(fig, ax) -> int:
+    """How many pixel columns the axes span in the PNG (the SVG is drawn the same)."""
+    return max(1, int(ax.get_position().width * fig.get_figwidth() * fig.dpi))
+
+
+def _draw_bars(ax, shown: pd.DataFrame, pixel_s: float) -> None:
+    """Each event its own bar, at least a pixel wide: a 60 µs push in a 2 s run is otherwise
+    narrower than a pixel, and is not drawn at all."""
+    for row, mine in shown.groupby("row"):
         for group in DRAWN:
-            picked = mine[_in_group(mine["kind"], group)]
-            start, width = picked["start_s"], picked["end_s"] - picked["start_s"]
-            spans = list(zip(start[width > 0], width[width > 0]))
-            if spans:
+            picked = mine[mine["group"] == group]
+            start, width = picked["start"].to_numpy(), (picked["end"] - picked["start"]).to_numpy()
+            spans = np.column_stack([start[width > 0], np.maximum(width[width > 0], pixel_s)])
+            if len(spans):
                 # no edges: each span's 1-px outline painted a long run's many short pushes over its compute
                 ax.broken_barh(spans, (row - 0.4, 0.8), color=COLOURS[group], linewidth=0)
-            instants = start[width == 0]  # a crash, or every event on the logical clock: no width to fill
-            if len(instants):
-                ax.plot(instants, [row] * len(instants), linestyle="none", marker="|", markersize=9, color=COLOURS[group])
-    ax.set(yticks=range(len(entities)), yticklabels=entities, xlabel="simulated time (s)", title=title)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
-    ax.legend(handles, list(COLOURS), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # not over the bars
-    return _save(fig, out, "timeline")
+            _draw_instants(ax, start[width == 0], row, group)
+
+
+def _draw_instants(ax, times: np.ndarray, row: int, group: str) -> None:
+    """Events without duration (a crash; every event on the logical clock): a tick, not a bar."""
+    if len(times):
+        ax.plot(times, np.full(len(times), row), linestyle="none", marker="|", markersize=9, color=COLOURS[group])
+
+
+def _draw_shares(ax, shown: pd.DataFrame, edges: np.ndarray) -> None:
+    """Each row as stacked shares per pixel column: the part of the column's time spent in each
+    activity, compute at the bottom. Overlapping activities (HPSGD trains while it synchronises)
+    are scaled to fit the row."""
+    seconds = np.diff(edges)
+    for row, mine in shown.groupby("row"):
+        spans = {g: mine[mine["group"] == g] for g in COLOURS}
+        shares = {g: _covered(spans[g]["start"].to_numpy(), spans[g]["end"].to_numpy(), edges) / seconds for g in COLOURS}
+        scale = np.maximum(1.0, sum(shares.values()))
+        bottom = np.zeros(len(seconds))
+        for group, share in shares.items():
+            top = bottom + share / scale
+            if share.any():
+                ax.fill_between(edges, _stepped(row - 0.4 + 0.8 * bottom), _stepped(row - 0.4 + 0.8 * top),
+                                step="post", color=COLOURS[group], linewidth=0)
+            bottom = top
+        for group, picked in spans.items():  # one tick per column that has any, not one per event
+            instants = picked.loc[picked["start"] == picked["end"], "start"].to_numpy()
+            at = np.unique(np.searchsorted(edges, instants, side="right").clip(1, len(seconds)))
+            _draw_instants(ax, (edges[at - 1] + edges[at]) / 2, row, group)
+
+
+def _stepped(values: np.ndarray) -> np.ndarray:
+    """Per-column values for fill_between(step="post"), which needs one more, at the last edge."""
+    return np.append(values, values[-1])
+
+
+def _covered(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Seconds of the spans ``[starts, ends)`` inside each column between ``edges``, without a loop
+    over spans: covered(t) = sum over spans begun before t of (t - start) less the same over spans
+    ended before t, differenced at the edges."""
+    if not len(starts):
+        return np.zeros(len(edges) - 1)
+    before = np.zeros(len(edges))
+    for times, sign in ((np.sort(starts), 1.0), (np.sort(ends), -1.0)):
+        count = np.searchsorted(times, edges, side="right")
+        summed = np.concatenate([[0.0], np.cumsum(times)])[count]
+        before += sign * (count * edges - summed)
+    return np.diff(before)
+
+
+SLOW = 1.5  # a mean compute step this many times the workers' median marks a straggler
+SHARES = (("compute", "compute"), ("communicate", "comm"), ("wait", "wait"))  # said beside each row, as named there
+
+
+def _annotate_rows(ax, shown: pd.DataFrame, window_s: float) -> None:
+    """Beside each row, its share of the window in each activity and its mean compute step;
+    a row whose steps are much longer than the median is marked, label and all."""
+    durations = (shown["end"] - shown["start"]).groupby([shown["row"], shown["group"]]).sum()
+    computes = shown[(shown["group"] == "compute") & (shown["length"] > 0)].groupby("row")["length"]
+    steps, counts = computes.mean(), computes.size()
+    median = float(steps.median()) if len(steps) else math.nan
+    at = blended_transform_factory(ax.transAxes, ax.transData)
+    events = shown["row"].value_counts()
+    for row, label in enumerate(ax.get_yticklabels()):
+        shares = {name: durations.get((row, group), 0.0) / window_s for group, name in SHARES}
+        parts = [f"{share:.0%} {name}" for name, share in shares.items() if share >= 0.005]
+        text = " · ".join(parts) or (_events_without_duration(events.get(row, 0)) if row in events.index else "idle")
+        if row in steps.index:
+            text += f" | {counts[row]:,} steps of {_duration(steps[row])}"
+            if steps[row] > SLOW * median:
+                text += f", {steps[row] / median:.1f}× the median"
+                label.set(fontweight="bold", color="#B22222")
+        ax.text(1.01, row, text, transform=at, va="center", fontsize=7)
+
+
+def _events_without_duration(count: int) -> str:
+    return f"{count:,} event{'s' if count != 1 else ''} without duration"
+
+
+def _duration(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def _subtitle(events: pd.DataFrame, shown: pd.DataFrame, start_s: float, end_s: float, aggregated: bool, columns: int) -> str:
+    """What the chart shows of the run: the window, and how the events in it are drawn."""
+    last = float(events["end_s"].max()) if len(events) else 0.0
+    window = f"{start_s:.4g} to {end_s:.4g} s of {last:.4g} s" if (start_s, end_s) != (0.0, last) else f"the whole run, {last:.4g} s"
+    if aggregated:
+        return (f"{window}: {len(shown):,} events, too many to draw one by one, aggregated:\n"
+                f"each row stacks the share of each {_duration((end_s - start_s) / columns)} column spent in each activity")
+    return (f"{window}: {len(shown):,} events; a bar narrower than a pixel is drawn one pixel wide\n"
+            "(the shares beside the rows are exact)")
+
+
+def _legend(fig, ax, shown: pd.DataFrame) -> None:
+    """The colours, in a row under the axis label (beside the axes stand the rows' shares); "other"
+    only where the run has such events."""
+    groups = [g for g in COLOURS if g != "other" or (shown["group"] == "other").any()]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[g]) for g in groups]
+    below = ax.transAxes + ScaledTranslation(0, -0.45, fig.dpi_scale_trans)
+    ax.legend(handles, [LEGEND[g] for g in groups], loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below,
+              ncol=len(groups), fontsize=8, frameon=False)

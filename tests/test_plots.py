@@ -1,0 +1,112 @@
+"""What the figures show: timeline windows, rows and aggregation; staleness bins; the compare
+plots' target line."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import fred
+from fred.tools import plots
+from fred.tools.cli import main
+from tests.conftest import tiny
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plotting functions make, kept open instead of written."""
+    shown = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
+    return shown
+
+
+def _bars(ax):
+    return [path.get_extents() for bars in ax.collections for path in bars.get_paths()]
+
+
+def test_the_covered_seconds_of_each_column_add_up_spans_cut_at_the_edges():
+    covered = plots._covered(np.array([0.0, 1.5]), np.array([1.0, 2.5]), np.array([0.0, 1.0, 2.0, 3.0]))
+    assert covered.tolist() == [1.0, 0.5, 0.5]
+    overlapping = plots._covered(np.array([0.0, 0.5]), np.array([1.0, 1.0]), np.array([0.0, 1.0]))
+    assert overlapping.tolist() == [1.5]  # counted twice: the row's shares are scaled to fit where they overlap
+
+
+def test_the_timeline_window_shows_only_its_events_each_at_least_a_pixel_wide(figures, tmp_path):
+    result = fred.run(tiny(stop={"max_updates": 40}))
+    plots.timeline(result, tmp_path, start_s=0.03, end_s=0.06)
+    ax = figures[0].axes[0]
+    assert ax.get_xlim() == (0.03, 0.06)
+    pixel = 0.03 / plots._pixel_columns(figures[0], ax)
+    bars = _bars(ax)
+    assert bars and all(0.03 <= b.x0 and b.x1 <= 0.06 + pixel * 1.001 for b in bars)
+    assert min(b.width for b in bars) >= pixel * 0.999  # a push of microseconds is not narrower than a pixel
+    inside = ((result.events["end_s"] >= 0.03) & (result.events["start_s"] <= 0.06)).sum()
+    assert f"0.03 to 0.06 s of {result.events['end_s'].max():.4g} s: {inside:,} events" in ax.get_title()
+
+
+def test_the_timeline_has_a_row_per_entity_and_marks_the_straggler(figures, tmp_path):
+    result = fred.run(tiny(cluster={"workers": 4, "stragglers": [{"worker": 3, "slow_factor": 4}]}, stop={"max_updates": 40}))
+    plots.timeline(result, tmp_path)
+    ax = figures[0].axes[0]
+    labels = {label.get_text(): label for label in ax.get_yticklabels()}
+    assert list(labels) == ["worker0", "worker1", "worker2", "worker3", "server"]
+    assert [labels[w].get_fontweight() for w in ("worker0", "worker3")] == ["normal", "bold"]
+    notes = [text.get_text() for text in ax.texts]
+    assert "the median" in notes[3] and not any("the median" in note for note in notes[:3])
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert legend == ["compute", "communication", "waiting"]  # no faults here: no "other" entry
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--from", "-1"], "--from -1: a window edge is a time in simulated seconds, finite and 0 or more"),
+    (["--to", "nan"], "--to nan: a window edge is a time in simulated seconds, finite and 0 or more"),
+    (["--from", "0.02", "--to", "0.01"], "--from 0.02 --to 0.01: the window must start before it ends"),
+    (["--from", "50"], "--from 50: the run's last event ends at"),
+])
+def test_a_bad_timeline_window_is_refused_and_nothing_is_written(tmp_path, capsys, flags, said):
+    out = tmp_path / "run"
+    fred.run(tiny(), out=out)
+    assert main(["plot", str(out), *flags]) == 2
+    assert said in capsys.readouterr().err
+    assert not (out / "plots").exists()
+
+
+def test_plot_draws_the_timeline_window_it_is_given(tmp_path, capsys):
+    out = tmp_path / "run"
+    fred.run(tiny(), out=out)
+    assert main(["plot", str(out), "--from", "0.01", "--to", "0.02"]) == 0
+    assert (out / "plots" / "timeline.svg").read_text().count("0.01 to 0.02 s of") == 1
+
+
+def test_staleness_bars_are_centred_on_whole_numbers(figures, tmp_path):
+    # Bins from 0 to max + 1 put the bar of staleness 0 between 0 and 1: SSGD's all-zero
+    # staleness looked like staleness up to 1.
+    from types import SimpleNamespace
+
+    runs = [SimpleNamespace(title=f"r{i}", summary={"strategy": "asgd", "workers": 4},
+                            updates=pd.DataFrame({"staleness": staleness})) for i, staleness in enumerate([[0, 1, 1, 3], [0, 0]])]
+    plots.staleness_histograms(runs, tmp_path)
+    spread, zeros = figures[0].axes[:2]
+    centres = [p.get_x() + p.get_width() / 2 for p in spread.patches]
+    assert centres == pytest.approx([0, 1, 2, 3]) and [p.get_height() for p in spread.patches] == [1, 2, 0, 1]
+    assert [p.get_height() for p in zeros.patches] == [2] and zeros.patches[0].get_x() + zeros.patches[0].get_width() / 2 == 0
+    assert all(float(t).is_integer() for t in spread.get_xticks())
+    assert (spread.get_xlabel(), spread.get_ylabel()) == ("staleness (model versions behind)", "gradients applied")
+
+
+def test_loss_plots_draw_the_target_loss_and_count_updates_from_zero_on_a_linear_axis(figures, tmp_path):
+    from types import SimpleNamespace
+
+    metrics = pd.DataFrame({"sim_time_s": [0.0, 1.0, 2.0], "updates": [0, 50, 100], "eval_loss": [2.0, 1.0, 0.5]})
+    run = SimpleNamespace(title="r", summary={"strategy": "asgd", "workers": 4}, metrics=metrics)
+    plots.loss_curves([run], tmp_path, target_loss=0.8)
+    for fig in figures:
+        ax = fig.axes[0]
+        [target] = [line for line in ax.lines if line.get_label() == "target loss 0.8"]
+        assert set(target.get_ydata()) == {0.8}
+        assert ax.get_xscale() == "linear" and ax.get_xlim()[0] == 0
+    plots.loss_curves([run], tmp_path)
+    assert not any(line.get_label().startswith("target") for line in figures[-1].axes[0].lines)
