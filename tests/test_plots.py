@@ -1,5 +1,5 @@
 """What the figures show: timeline windows, rows and aggregation; staleness bins; the compare
-plots' target line."""
+plots' target line and the compare table as people read it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 import fred
 from fred.tools import plots
 from fred.tools.cli import main
+from fred.tools.compare import readable_bytes, readable_table
 from tests.conftest import tiny
 
 
@@ -110,3 +111,35 @@ def test_loss_plots_draw_the_target_loss_and_count_updates_from_zero_on_a_linear
         assert ax.get_xscale() == "linear" and ax.get_xlim()[0] == 0
     plots.loss_curves([run], tmp_path)
     assert not any(line.get_label().startswith("target") for line in figures[-1].axes[0].lines)
+
+
+def test_byte_counts_read_in_decimal_units():
+    assert [readable_bytes(x) for x in (0, 950, 1000, 43_370_000, 1.4e9, 1.42541e11)] == \
+        ["0 B", "950 B", "1 kB", "43.4 MB", "1.4 GB", "143 GB"]
+
+
+def _row(run, final_loss, time_to, updates_to, status="completed"):
+    return {"run": run, "strategy": "asgd", "workers": 8, "status": status, "final_loss": final_loss,
+            "final_accuracy": math.nan if math.isnan(final_loss) else 0.97, "sim_time_s": 2.0, "updates": 1568,
+            "target_loss": 0.3, "time_to_target_s": time_to, "updates_to_target": updates_to, "bytes_sent": 1.42541e11,
+            "staleness_mean": 6.98, "staleness_p50": 7.0, "staleness_p99": 10.0}
+
+
+def test_the_printed_table_says_never_uses_units_aligns_its_headers_and_fits_80_columns():
+    table = pd.DataFrame([_row("asgd", 0.12, 0.6, 464.0), _row("a-longer-run-name", 0.41, math.nan, math.nan),
+                          _row("timing-only", math.nan, math.nan, math.nan)])
+    text = readable_table(table, width=80)
+    assert "nan" not in text.lower() and "e+" not in text
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80
+    [row] = [line for line in lines if line.startswith("a-longer-run-name") and "never" in line]
+    assert row.split()[1:3] == ["never", "never"]
+    assert "143 GB" in text and "1,568" in text and "97.0%" in text
+    timing = [line for line in lines if line.startswith("timing-only")]
+    assert "never" not in " ".join(timing)  # no losses: nothing to reach, said "-"
+    block = lines[:lines.index("")]  # the first block: headers over cells
+    for word in ("workers", "loss"):  # right-aligned numbers end under their headers' ends
+        end = next(line for line in block if word in line).index(word) + len(word)
+        assert all(line[end - 1] != " " for line in block[2:])
+    wide = readable_table(table, width=200)
+    assert "" not in wide.split("\n\nsent")[0].splitlines()  # one block where it fits

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -240,12 +241,11 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from fred.tools.compare import compare
+    from fred.tools.compare import compare, readable_table
 
     show = sys.stderr.isatty()  # a bar for each scenario that has to be run
     table, ran = compare(args.items, Path(args.out), Path(args.runs), args.target_loss, lambda s: _progress(s, show), args.sets)
-    with __import__("pandas").option_context("display.width", 200, "display.max_columns", 20):
-        print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    print(readable_table(table, shutil.get_terminal_size().columns))
     print(f"\n{ran} run(s) made, {len(table) - ran} reused; table and plots in {args.out}/")
     return 0
 

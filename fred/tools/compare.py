@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import textwrap
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import Callable, ContextManager, Sequence
 
 import pandas as pd
 
@@ -183,6 +184,109 @@ def compare(
     results, ran = gather(items, runs_root, watch, sets)
     table = pd.DataFrame([summary_row(r, target_loss) for r in results])
     write_whole(out / "comparison.csv", lambda partial: table.to_csv(partial, index=False))  # an earlier table or this one, whole
-    loss_curves(results, out)
+    loss_curves(results, out, target_loss)
     staleness_histograms(results, out)
     return table, ran
+
+
+def readable_bytes(count: float) -> str:
+    """A byte count in decimal units, three significant digits: 1.4e9 as '1.4 GB'."""
+    if not math.isfinite(count):
+        return "-"
+    for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(count) >= scale:
+            return f"{count / scale:.3g} {unit}"
+    return f"{count:.0f} B"
+
+
+def readable_table(table: pd.DataFrame, width: int = 80) -> str:
+    """``compare``'s table for people: readable units, "never" for a target loss not reached,
+    "-" for what a run has not got (losses, in a timing-only run), headers aligned with their
+    columns, and as many blocks of columns as it takes to fit ``width`` characters (each block
+    starts with the run's name). comparison.csv keeps the raw numbers."""
+    columns = _readable_columns(table)
+    blocks, block = [], [columns[0]]
+    for column in columns[1:]:
+        if _width(block + [column]) > width and len(block) > 1:
+            blocks.append(block)
+            block = [columns[0]]
+        block.append(column)
+    blocks.append(block)
+    lines = "\n\n".join("\n".join(_rows(block)) for block in blocks)
+    return lines + "\n\n" + "\n".join(textwrap.fill(note, width, subsequent_indent="  ") for note in _notes(columns))
+
+
+Column = tuple[str, list[str], bool]  # header (a line break where it is two words deep), cells, right-aligned
+
+
+def _readable_columns(table: pd.DataFrame) -> list[Column]:
+    target = table["target_loss"].iloc[0] if len(table) else math.nan
+    columns = [
+        ("run", table["run"].astype(str).tolist(), False),
+        ("strategy", table["strategy"].astype(str).tolist(), False),
+        ("workers", [f"{w}" for w in table["workers"]], True),
+        ("status", table["status"].astype(str).tolist(), False),
+        ("final\nloss", [_or_dash(x, lambda v: f"{v:.4g}") for x in table["final_loss"]], True),
+        ("accuracy", [_or_dash(x, lambda v: f"{v:.1%}") for x in table["final_accuracy"]], True),
+        ("sim\ntime", [_seconds(x) for x in table["sim_time_s"]], True),
+        ("updates", [f"{int(x):,}" for x in table["updates"]], True),
+    ]
+    if pd.notna(target):
+        # only a timing-only run completes without a final loss; it had nothing to reach
+        losses = (table["final_loss"].notna() | (table["status"] != "completed")).tolist()
+        columns += [
+            (f"time to\nloss {target:g}", _reached(table["time_to_target_s"], losses, _seconds), True),
+            (f"updates to\nloss {target:g}", _reached(table["updates_to_target"], losses, lambda v: f"{int(v):,}"), True),
+        ]
+    staleness = zip(table["staleness_mean"], table["staleness_p50"], table["staleness_p99"])
+    return columns + [
+        ("sent", [readable_bytes(x) for x in table["bytes_sent"]], True),
+        ("staleness\nmean/p50/p99", ["-" if pd.isna(m) else f"{m:.3g} / {p:g} / {q:g}" for m, p, q in staleness], True),
+    ]
+
+
+def _or_dash(value: float, shown: Callable[[float], str]) -> str:
+    return "-" if pd.isna(value) else shown(value)
+
+
+def _seconds(value: float) -> str:
+    """Simulated seconds without an exponent: 0.6 s, 1,800 s."""
+    return f"{value:,.0f} s" if value >= 1e4 else f"{value:.4g} s"
+
+
+def _reached(values: pd.Series, had_losses: list[bool], shown: Callable[[float], str]) -> list[str]:
+    """A time or count to the target loss; "never" for a run whose losses did not reach it."""
+    return [shown(x) if pd.notna(x) else ("never" if had else "-") for x, had in zip(values, had_losses)]
+
+
+def _column_width(header: str, cells: list[str]) -> int:
+    return max([*map(len, header.split("\n")), *map(len, cells)])
+
+
+def _width(block: list[Column]) -> int:
+    return sum(_column_width(header, cells) for header, cells, _ in block) + 2 * (len(block) - 1)
+
+
+def _rows(block: list[Column]) -> list[str]:
+    """The header, on two lines where it is two words deep (a narrower column), then one line per
+    run; each column as wide as its widest cell, numbers and their headers right-aligned."""
+    widths = [_column_width(header, cells) for header, cells, _ in block]
+
+    def line(texts: Sequence[str]) -> str:
+        return "  ".join(t.rjust(w) if right else t.ljust(w) for t, w, (_, _, right) in zip(texts, widths, block)).rstrip()
+
+    headers = [header.split("\n") for header, _, _ in block]
+    deep = max(map(len, headers))
+    header_lines = [line([([""] * (deep - len(h)) + h)[i] for h in headers]) for i in range(deep)]
+    return header_lines + [line(row) for row in zip(*(cells for _, cells, _ in block))]
+
+
+def _notes(columns: list[Column]) -> list[str]:
+    """What the table's words and units mean, said once under it, where it uses them."""
+    cells = {cell for _, column, _ in columns for cell in column}
+    notes = ["sent: bytes on the network, in decimal units (1 MB = 10^6 bytes, 1 GB = 10^9)"]
+    if "never" in cells:
+        notes.append("never: the run's eval loss did not reach the target loss")
+    if "-" in cells:
+        notes.append("-: none (a timing-only run has no losses, a diverged one no final loss)")
+    return notes
