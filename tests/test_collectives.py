@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,7 +13,7 @@ from fred.scenario.schema import NetworkConfig
 from fred.simulation.collectives import ALGORITHMS, allreduce_time_s, bytes_sent, halving_doubling, recursive_doubling
 from tests.test_network import bare_sim, run_allreduce
 
-ALL = ["ring", *ALGORITHMS]
+ALL = list(ALGORITHMS)  # ring first
 NET = dict(latency_s=25e-6, bandwidth_bps=1.25e9, reduce_s_per_byte=2e-10, sync_s=1e-4)
 
 
@@ -126,3 +127,54 @@ def test_every_allreduce_strategy_runs_on_every_algorithm(strategy):
     # steps) or groups form by speed (the hybrid): there how much fits in it is the point
     if strategy not in ("hpsgd", "grouped_hybrid"):
         assert len({r.summary["params_sha256"] for r in runs.values()}) == 1
+
+
+PER_NODE = {2: 2, 3: 3, 5: 5, 8: 4, 16: 4, 64: 8}  # p -> devices per node: whole nodes of 1, 2, 4 and 8
+
+
+@pytest.mark.parametrize("across", ALL)
+@pytest.mark.parametrize("p", list(PER_NODE))
+def test_hierarchical_on_idle_links_takes_its_closed_form_time(across, p):
+    from fred.simulation.collectives import hierarchical_time_s
+    from fred.simulation.engine import Simulation
+    from fred.simulation.network import Network
+    from fred.simulation.worker import Worker
+
+    cfg = NetworkConfig(allreduce=across, hierarchical=True, intra_node={"latency_s": 3e-6, "bandwidth_bps": 5e10}, **NET)
+    crew = [Worker(i, lambda: np.arange(1)) for i in range(p)]
+    sim = Simulation(simpy.Environment(), crew, Network(cfg, 1, PER_NODE[p]), None, None, None, 0, 0)  # type: ignore[arg-type]
+    finished = run_allreduce(sim, 102e6)
+    expected = hierarchical_time_s(across, p // PER_NODE[p], PER_NODE[p], 102e6, cfg)
+    assert max(finished) == pytest.approx(expected, rel=1e-9, abs=0)
+
+
+def test_hierarchical_beats_a_flat_recursive_doubling_over_shared_nics():
+    # 4 nodes of 8 devices on 10 GbE: flat, eight workers' whole messages queue on each NIC
+    # in the rounds that cross nodes; hierarchical, one per NIC, and the rest over PCIe
+    from fred.simulation.engine import Simulation
+    from fred.simulation.network import Network
+    from fred.simulation.worker import Worker
+
+    def simulated_s(hierarchical: bool) -> float:
+        cfg = NetworkConfig(allreduce="recursive_doubling", hierarchical=hierarchical, **NET)
+        crew = [Worker(i, lambda: np.arange(1)) for i in range(32)]
+        sim = Simulation(simpy.Environment(), crew, Network(cfg, 1, 8), None, None, None, 0, 0)  # type: ignore[arg-type]
+        return max(run_allreduce(sim, 102e6))
+
+    flat_s, hierarchical_s = simulated_s(False), simulated_s(True)
+    assert flat_s > allreduce_time_s("recursive_doubling", 32, 102e6, NetworkConfig(**NET))  # the NICs are shared
+    assert hierarchical_s < 0.5 * flat_s
+
+
+def test_hierarchical_keeps_its_numbers_and_survives_a_crash():
+    import fred
+    from tests.conftest import tiny
+
+    def run(network, faults=None):
+        return fred.run(fred.validate(tiny(strategy={"name": "ssgd"}, stop={"max_updates": 5}, faults=faults or {},
+                                           cluster={"workers": 8, "devices_per_node": 4}, network=network)))
+
+    flat, hier = run({}), run({"hierarchical": True, "allreduce": "halving_doubling"})
+    assert flat.summary["params_sha256"] == hier.summary["params_sha256"]
+    crashed = run({"hierarchical": True}, {"worker_crash": [{"worker": 0, "at_s": 0.015}], "sync_timeout_s": 0.01})
+    assert crashed.summary["status"] == "completed"  # node 0 goes on with three members and a new leader

@@ -63,7 +63,7 @@ def build(scenario: Scenario) -> Built:
     sim = Simulation(
         env=simpy.Environment(),
         workers=workers,
-        network=Network(scenario.network),
+        network=Network(scenario.network, scenario.cluster.workers_per_device, scenario.cluster.devices_per_node),
         compute_model=ComputeModel(scenario),
         gradients=None if scenario.workload.timing_only else GradientService(numerics, dataset),
         init_params=init_params,

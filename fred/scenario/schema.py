@@ -174,6 +174,12 @@ class ClusterConfig(Section):
     stragglers: list[Straggler] = Field(default_factory=list)
     random_straggle: RandomStraggle = Field(default_factory=RandomStraggle)
     speed_changes: list[SpeedChange] = Field(default_factory=list)
+    workers_per_device: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="worker processes sharing one device: they take turns computing (first come, first served)"
+    )
+    devices_per_node: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="devices in one node: they share its NIC and talk to each other over network.intra_node"
+    )
 
     @field_validator("speed")
     @classmethod
@@ -195,8 +201,22 @@ class ClusterConfig(Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _nodes_are_full(self) -> "ClusterConfig":
+        per_node = self.workers_per_device * self.devices_per_node
+        if self.workers % per_node:
+            raise ValueError(
+                f"workers: {self.workers} workers do not fill whole nodes of devices_per_node {self.devices_per_node} x "
+                f"workers_per_device {self.workers_per_device} = {per_node} workers; give a multiple of {per_node} workers "
+                f"or change devices_per_node / workers_per_device"
+            )
+        return self
+
 
 # ----------------------------------------------------------------------------- network
+INTRA_NODE_DEFAULT = {"latency_s": 5e-6, "bandwidth_bps": 12e9}  # PCIe 3.0 x16, as in a V100 node without NVLink
+
+
 class LinkConfig(Section):
     latency_s: NonNegFloat = 50e-6
     bandwidth_bps: PositiveFloat = 1.25e9  # bytes per second: 10 Gbit/s
@@ -207,10 +227,20 @@ class NetworkConfig(Section):
     bandwidth_bps: PositiveFloat = Field(default=1.25e9, description="bytes per second (1/beta)")
     reduce_s_per_byte: NonNegFloat = Field(default=0.0, description="gamma: reduction cost per byte")
     sync_s: NonNegFloat = Field(default=0.0, description="S: fixed synchronisation cost per all-reduce")
+    intra_node: LinkConfig = Field(
+        default_factory=lambda: LinkConfig(**INTRA_NODE_DEFAULT),
+        description="each device's link inside its node (default PCIe 3.0 x16: 12 GB/s, 5 us); "
+        "used only with cluster.devices_per_node or workers_per_device above 1",
+    )
     allreduce: Literal["ring", "recursive_doubling", "halving_doubling"] = Field(
         default="ring",
         description="all-reduce algorithm: ring (NCCL's for large messages), recursive_doubling "
         "(log2 p swaps of the whole message), halving_doubling (Rabenseifner's: MPI's for large messages)",
+    )
+    hierarchical: bool = Field(
+        default=False,
+        description="reduce inside each node first, run the allreduce algorithm across nodes among one worker "
+        "per node, then broadcast inside the node (Horovod's hierarchical all-reduce)",
     )
     server: LinkConfig | None = Field(
         default=None, description="parameter-server link; a key left out is as the workers' link"
@@ -223,6 +253,8 @@ class NetworkConfig(Section):
         if isinstance(data, dict) and isinstance(data.get("server"), dict):
             workers = {key: data.get(key, cls.model_fields[key].default) for key in LinkConfig.model_fields}
             data = {**data, "server": {**workers, **data["server"]}}
+        if isinstance(data, dict) and isinstance(data.get("intra_node"), dict):  # a key left out keeps the PCIe default
+            data = {**data, "intra_node": {**INTRA_NODE_DEFAULT, **data["intra_node"]}}
         return data
 
 

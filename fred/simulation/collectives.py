@@ -75,10 +75,35 @@ def _powers_below(q: int) -> list[int]:
     return [1 << k for k in range(q.bit_length() - 1)]
 
 
+def ring(p: int) -> list[Round]:
+    """The ring as rounds: 2(p-1) rounds of a 1/p chunk to the next member, the first p-1 added in.
+    (A flat all-reduce books the ring in fred.simulation.network; this form serves inside others.)"""
+    return [[Step(i, (i + 1) % p, 1.0 / p, k < p - 1) for i in range(p)] for k in range(2 * (p - 1))] if p > 1 else []
+
+
 ALGORITHMS: dict[str, Callable[[int], list[Round]]] = {
+    "ring": ring,
     "recursive_doubling": recursive_doubling,
     "halving_doubling": halving_doubling,
 }
+
+
+def hierarchical(nodes: list[list[int]], across: str) -> list[Round]:
+    """Reduce inside each node to its first member, all-reduce those across nodes by
+    ``across``, broadcast inside each node. ``nodes`` are the members' positions by node.
+
+    Inside a node both trees are binomial: in reduce round ``k`` the member of local rank
+    ``i`` with ``i mod 2^(k+1) = 2^k`` sends its whole message to rank ``i - 2^k``; the
+    broadcast runs the same tree from the root down. All nodes move in the same rounds.
+    """
+    depth = (max(len(members) for members in nodes) - 1).bit_length()  # ceil(log2 g) rounds
+    up = [[Step(m[i], m[i - (1 << k)], 1.0, True) for m in nodes for i in range(len(m)) if i % (2 << k) == 1 << k]
+          for k in range(depth)]
+    down = [[Step(s.dst, s.src, 1.0, False) for s in steps] for steps in reversed(up)]
+    leaders = [m[0] for m in nodes]
+    across_rounds = [[Step(leaders[s.src], leaders[s.dst], s.fraction, s.reduce) for s in steps]
+                     for steps in ALGORITHMS[across](len(leaders))]
+    return [r for r in up + across_rounds + down if r]
 
 
 def run_rounds(book: Book, rounds: list[Round], p: int, nbytes: float, reduce_s_per_byte: float, now_s: float) -> float:
@@ -129,6 +154,24 @@ def allreduce_time_s(algorithm: str, p: int, nbytes: float, cfg: NetworkConfig) 
         frac = (q - 1) / q
         core = 2 * levels * alpha + 2 * frac * nbytes * beta + frac * nbytes * gamma
     else:
-        raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; one of: ring, {', '.join(ALGORITHMS)}")
+        raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; one of: {', '.join(ALGORITHMS)}")
     extra = 2 * alpha + 2 * nbytes * beta + nbytes * gamma if r else 0.0
     return core + extra + cfg.sync_s
+
+
+def hierarchical_time_s(across: str, nodes: int, per_node: int, nbytes: float, cfg: NetworkConfig) -> float:
+    """Closed form of :func:`hierarchical` on idle links: ``nodes`` full nodes of ``per_node`` members.
+
+    With ``m = ceil(log2 g)`` for ``g = per_node``, α_i and β_i the intra-node link's:
+    ``m (α_i + n β_i + n γ)`` to reduce inside the node, the ``across`` closed form among the
+    nodes (without its S), and a broadcast whose last member is reached after
+    ``max over 0 < x < g of popcount(x) α_i + (m - lowbit(x)) n β_i`` (member ``x`` is reached
+    in ``popcount(x)`` hops, and its tree's senders send one message after another), plus S.
+    """
+    alpha_i, beta_i, gamma = cfg.intra_node.latency_s, 1.0 / cfg.intra_node.bandwidth_bps, cfg.reduce_s_per_byte
+    m = (per_node - 1).bit_length()
+    reduce_s = m * (alpha_i + nbytes * beta_i + nbytes * gamma)
+    broadcast_s = max((bin(x).count("1") * alpha_i + (m - ((x & -x).bit_length() - 1)) * nbytes * beta_i
+                       for x in range(1, per_node)), default=0.0)
+    across_s = allreduce_time_s(across, nodes, nbytes, cfg) - cfg.sync_s if nodes > 1 else 0.0
+    return reduce_s + across_s + broadcast_s + cfg.sync_s

@@ -38,8 +38,8 @@ from fred.numerics.gradients import GradSum, Numerics, parts_of, sum_grads, tree
 from fred.numerics.models import Params
 from fred.numerics.tape import active_tape, op
 from fred.scenario.schema import FaultsConfig
+from fred.simulation.collectives import ALGORITHMS, Round, bytes_sent, hierarchical, run_rounds
 from fred.simulation.compute import ComputeModel
-from fred.simulation.collectives import ALGORITHMS, bytes_sent, run_rounds
 from fred.simulation.faults import Crash, Faults
 from fred.simulation.network import Network, Transfer, ring_by_chunk
 from fred.simulation.worker import Worker
@@ -205,7 +205,10 @@ class Simulation:
         self._lossy = bool(self.faults.config.message_loss and self.faults.config.message_loss.probability > 0)
         self.faults.on_change(self._recheck_collectives)
         for worker in workers:
-            network.add(worker.name)
+            network.add(worker.name, worker=worker.index)
+        wpd = network.workers_per_device
+        # Processes sharing a device take turns (GPU time-slicing): a step waits for the device.
+        self._devices = [simpy.Resource(env, capacity=1) for _ in range(-(-len(workers) // wpd))] if wpd > 1 else None
 
     # -- bookkeeping -------------------------------------------------------------------
     @property
@@ -324,6 +327,26 @@ class Simulation:
         """
         self._own(worker)
         request = self.gradients.request(params, worker.next_batch(), worker.index) if self.gradients else None
+        try:
+            if self._devices is None:
+                yield from self._step(worker, request, duration_s)
+            else:
+                with self._devices[worker.index // self.network.workers_per_device].request() as turn:
+                    yield from self.wait_for(worker.name, turn)
+                    yield from self._step(worker, request, duration_s)
+        except simpy.Interrupt:
+            if request is not None:
+                self.gradients.cancel(request)  # type: ignore[union-attr]
+            raise
+        if request is None:
+            return None
+        grad = self.gradients.result(request)
+        for hook in self.compute_hooks:
+            hook(grad)
+        return grad
+
+    def _step(self, worker: Worker, request: Any, duration_s: float | None) -> Generator[simpy.Event, Any, None]:
+        """The step's time on its device, drawn as it starts (speed changes are in simulated time)."""
         start = self.now
         if duration_s is None:
             duration_s = self.compute_model.duration_s(worker.index, self.now)
@@ -331,18 +354,8 @@ class Simulation:
             request.duration_s = duration_s
         try:
             yield self.env.timeout(duration_s)
-        except simpy.Interrupt:
-            if request is not None:
-                self.gradients.cancel(request)  # type: ignore[union-attr]
-            raise
         finally:
             self.trace("compute", worker.name, start, self.now)
-        if request is None:
-            return None
-        grad = self.gradients.result(request)
-        for hook in self.compute_hooks:
-            hook(grad)
-        return grad
 
     def work(self, entity: str, seconds: float, kind: str = "compute") -> Generator[simpy.Event, Any, None]:
         """Keep ``entity`` busy for ``seconds`` of simulated time (compression, an update, a sleep)."""
@@ -436,11 +449,12 @@ class Simulation:
 
     def _sent_in_allreduce(self, coll: _Collective, member: int, nbytes: float) -> float:
         """The bytes ``member`` sent in the collective: 2(p-1)/p of the message in a ring."""
-        p, algorithm = len(coll.participants), self.network.config.allreduce
-        if algorithm == "ring":
+        p, cfg = len(coll.participants), self.network.config
+        if cfg.allreduce == "ring" and not cfg.hierarchical:
             return 2 * (p - 1) * nbytes / p
         if coll.sent is None:  # once per collective, not once per member: p members, O(p log p) steps
-            sent = bytes_sent(ALGORITHMS[algorithm](p), p, coll.nbytes)
+            rounds = self._rounds([self.workers[i].name for i in coll.participants])
+            sent = bytes_sent(rounds or [], p, coll.nbytes)
             coll.sent = {index: sent[position] for position, index in enumerate(coll.participants)}
         return coll.sent[member]
 
@@ -487,6 +501,16 @@ class Simulation:
             if worker.index in key:
                 self._joined[(key, worker.index)] = started
 
+    def _rounds(self, names: list[str]) -> list[Round] | None:
+        """The collective's rounds of transfers among ``names``; None for the flat ring (booked by the network)."""
+        cfg = self.network.config
+        if cfg.hierarchical:
+            by_node: dict[str, list[int]] = {}  # in group order: a node's first member is its leader
+            for position, name in enumerate(names):
+                by_node.setdefault(self.network.node[name], []).append(position)
+            return hierarchical(list(by_node.values()), cfg.allreduce)
+        return None if cfg.allreduce == "ring" else ALGORITHMS[cfg.allreduce](len(names))
+
     def _ring(self, names: list[str], nbytes: float) -> Process:
         """All-reduce timing: the scenario's algorithm, booked transfer by transfer, then S.
 
@@ -500,8 +524,8 @@ class Simulation:
         algorithms are rounds of transfers (:mod:`fred.simulation.collectives`).
         """
         cfg = self.network.config
-        if cfg.allreduce != "ring":
-            rounds = ALGORITHMS[cfg.allreduce](len(names))
+        rounds = self._rounds(names)
+        if rounds is not None:
             book = lambda src, dst, n, at: self._book(names[src], names[dst], n, at).arrive_s  # noqa: E731
             done_s = run_rounds(book, rounds, len(names), nbytes, cfg.reduce_s_per_byte, self.now)
             yield self.env.timeout(done_s - self.now + cfg.sync_s)

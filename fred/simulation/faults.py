@@ -190,7 +190,7 @@ class Faults:
     def _degrade(self, degrade: LinkDegrade) -> Generator[simpy.Event, Any, None]:
         yield self._at(degrade.at_s)
         start_s = self.sim.now
-        self._degraded.setdefault(degrade.entity, []).append(degrade)
+        self._degraded.setdefault(self._link(degrade.entity), []).append(degrade)
         self._set_link(degrade.entity)
         if degrade.duration_s is None:
             self.sim.trace("link_degraded", degrade.entity, start_s, start_s)
@@ -200,16 +200,20 @@ class Faults:
         lasts_s = max(degrade.at_s + degrade.duration_s - start_s, 0.0)  # as _at times it
         self.sim.trace("link_degraded", degrade.entity, start_s, start_s + lasts_s)
         yield self.sim.env.timeout(lasts_s)
-        self._degraded[degrade.entity].remove(degrade)
+        self._degraded[self._link(degrade.entity)].remove(degrade)
         self._set_link(degrade.entity)
+
+    def _link(self, entity: str) -> str:
+        """The link a degradation of ``entity`` acts on: its own, or its node's shared NIC."""
+        return self.sim.network.ports[entity].name
 
     def _set_link(self, entity: str) -> None:
         """The link as its degradations in force leave it, computed from its own values each time:
         restoring what one window saw at its start left the link degraded for ever when two
         windows on it overlapped."""
         port = self.sim.network.ports[entity]
-        bandwidth_bps, latency_s = self._healthy.setdefault(entity, (port.bandwidth_bps, port.latency_s))
-        for degrade in self._degraded[entity]:  # in the order they began: the same bits every run
+        bandwidth_bps, latency_s = self._healthy.setdefault(port.name, (port.bandwidth_bps, port.latency_s))
+        for degrade in self._degraded[port.name]:  # in the order they began: the same bits every run
             bandwidth_bps, latency_s = bandwidth_bps * degrade.bandwidth_factor, latency_s + degrade.extra_latency_s
         port.bandwidth_bps, port.latency_s = bandwidth_bps, latency_s
 

@@ -1,9 +1,13 @@
 """Links, point-to-point transfers and the ring all-reduce schedule.
 
-Every entity (worker or server) has one full-duplex link to a switch: an
-uplink and a downlink. A transfer from A to B occupies A's uplink and B's
-downlink for ``bytes / bandwidth`` seconds and arrives ``latency_s`` after its
-last byte left; on idle links that is the classic ``alpha + n*beta``. Transfers
+Every node has one full-duplex link (its NIC) to a switch: an uplink and a downlink.
+By default a node holds one worker; with ``cluster.devices_per_node`` or
+``workers_per_device`` above 1 the workers of a node share its NIC, and each device has
+a link of its own inside the node (``network.intra_node``), which the node's workers use
+to talk to each other. A parameter server is a node of its own. A transfer from A to B
+occupies A's uplink and B's downlink for ``bytes / bandwidth`` seconds and arrives
+``latency_s`` after its last byte left; on idle links that is the classic
+``alpha + n*beta``. Transfers
 are booked when they are requested, first come first served: each takes the
 earliest time both its links are free for its whole duration. A later request
 may use an idle gap left before an earlier booking (a transfer waiting for a
@@ -17,7 +21,7 @@ import bisect
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from fred.scenario.schema import NetworkConfig
 
@@ -154,12 +158,13 @@ def _end(interval: tuple[float, float]) -> float:
 
 @dataclass
 class Port:
-    """One entity's connection to the switch."""
+    """One full-duplex link: a node's NIC to the switch, or a device's link inside its node."""
 
     latency_s: float
     bandwidth_bps: float
     up: Link = field(default_factory=Link)
     down: Link = field(default_factory=Link)
+    name: str = ""  # what faults key a degradation by: the entity, or "node3" for a shared NIC
 
 
 @dataclass
@@ -195,14 +200,43 @@ def earliest_fit(links: tuple[Link, Link], start_s: float, duration_s: float) ->
 
 @dataclass
 class Network:
-    """The star topology of a scenario: one port per entity, booked in request order."""
+    """The scenario's nodes on one switch, and their devices' links inside them, booked in request order.
+
+    ``ports`` maps every entity to its node's NIC; ``fabric`` maps a worker to its device's
+    link inside the node. Both are shared by the entities behind them.
+    """
 
     config: NetworkConfig
+    workers_per_device: int = 1
+    devices_per_node: int = 1
     ports: dict[str, Port] = field(default_factory=dict)
+    fabric: dict[str, Port] = field(default_factory=dict)
+    node: dict[str, str] = field(default_factory=dict)  # entity -> the name of its node
+    _shared_ports: dict[str, Port] = field(default_factory=dict, repr=False)  # "node3", "device12" -> its port
 
-    def add(self, entity: str, server: bool = False) -> None:
-        link = self.config.server if (server and self.config.server is not None) else self.config
-        self.ports[entity] = Port(link.latency_s, link.bandwidth_bps)
+    def add(self, entity: str, server: bool = False, worker: int | None = None) -> None:
+        """Connect ``entity``: a server (a node of its own) or the worker of index ``worker``."""
+        if worker is None or self.workers_per_device * self.devices_per_node == 1:
+            link = self.config.server if (server and self.config.server is not None) else self.config
+            self.ports[entity] = Port(link.latency_s, link.bandwidth_bps, name=entity)
+            self.node[entity] = entity
+            return
+        device, node = worker // self.workers_per_device, worker // (self.workers_per_device * self.devices_per_node)
+        self.node[entity] = f"node{node}"
+        self.ports[entity] = self._shared(f"node{node}", self.config)
+        self.fabric[entity] = self._shared(f"device{device}", self.config.intra_node)
+
+    def _shared(self, name: str, link: Any) -> Port:
+        """The port called ``name``, made by the first worker behind it."""
+        if name not in self._shared_ports:
+            self._shared_ports[name] = Port(link.latency_s, link.bandwidth_bps, name=name)
+        return self._shared_ports[name]
+
+    def route(self, src: str, dst: str) -> tuple[Port, Port]:
+        """The ports a transfer uses: the devices' links inside one node, the NICs across nodes."""
+        if self.fabric and self.node[src] == self.node[dst]:
+            return self.fabric[src], self.fabric[dst]
+        return self.ports[src], self.ports[dst]
 
     def reserve(self, src: str, dst: str, nbytes: float, now_s: float, not_before_s: float | None = None) -> Transfer:
         """Book ``nbytes`` from ``src`` to ``dst`` at the first time both links are free.
@@ -210,7 +244,7 @@ class Network:
         ``now_s`` is the simulation's clock; ``not_before_s`` a later earliest start
         (a collective booking its future steps).
         """
-        up, down = self.ports[src], self.ports[dst]
+        up, down = self.route(src, dst)
         duration = nbytes / min(up.bandwidth_bps, down.bandwidth_bps)
         up.up.forget_before(now_s)
         down.down.forget_before(now_s)
@@ -233,7 +267,7 @@ class Network:
         Returns when the last member has the result (before the sync cost).
         """
         ports = [self.ports[name] for name in names]
-        if not self._ring_is_idle_and_uniform(ports, reduce_s, now_s):
+        if self.fabric or not self._ring_is_idle_and_uniform(ports, reduce_s, now_s):  # nodes of several: chunk by chunk
             return None
         duration_s = chunk_bytes / ports[0].bandwidth_bps  # reserve's nbytes / min(bandwidths), all equal
         intervals, done_s = _ring_timeline(len(ports), duration_s, ports[0].latency_s, reduce_s, now_s)
