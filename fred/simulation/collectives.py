@@ -21,6 +21,7 @@ engine adds the values in group order by a fixed tree.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 from fred.scenario.schema import NetworkConfig
@@ -36,7 +37,7 @@ class Step(NamedTuple):
     reduce: bool  # dst folds it in (costs fraction * nbytes * gamma) rather than keeping it
 
 
-Round = list[Step]
+Round = list[Step]  # the schedules are cached and shared: never changed once built
 Book = Callable[[int, int, float, float], float]  # (src, dst, nbytes, not_before_s) -> arrival time
 
 
@@ -54,6 +55,7 @@ def _hand_back(q: int, r: int) -> list[Round]:
     return [[Step(i, q + i, 1.0, False) for i in range(r)]] if r else []
 
 
+@functools.lru_cache(maxsize=64)  # a run repeats one group's collective: build its p log p steps once
 def recursive_doubling(p: int) -> list[Round]:
     """log2 q rounds; in round k member i swaps its whole message with member i XOR 2^k."""
     q, r = _split(p)
@@ -61,6 +63,7 @@ def recursive_doubling(p: int) -> list[Round]:
     return _fold_in(q, r) + rounds + _hand_back(q, r)
 
 
+@functools.lru_cache(maxsize=64)
 def halving_doubling(p: int) -> list[Round]:
     """Rabenseifner's: a reduce-scatter by recursive halving (distance q/2 first, half of
     what is left each time), then an all-gather by recursive doubling (the reverse)."""
@@ -75,6 +78,7 @@ def _powers_below(q: int) -> list[int]:
     return [1 << k for k in range(q.bit_length() - 1)]
 
 
+@functools.lru_cache(maxsize=64)
 def ring(p: int) -> list[Round]:
     """The ring as rounds: 2(p-1) rounds of a 1/p chunk to the next member, the first p-1 added in.
     (A flat all-reduce books the ring in fred.simulation.network; this form serves inside others.)"""
@@ -88,7 +92,8 @@ ALGORITHMS: dict[str, Callable[[int], list[Round]]] = {
 }
 
 
-def hierarchical(nodes: list[list[int]], across: str) -> list[Round]:
+@functools.lru_cache(maxsize=64)
+def hierarchical(nodes: tuple[tuple[int, ...], ...], across: str) -> list[Round]:
     """Reduce inside each node to its first member, all-reduce those across nodes by
     ``across``, broadcast inside each node. ``nodes`` are the members' positions by node.
 

@@ -508,7 +508,7 @@ class Simulation:
             by_node: dict[str, list[int]] = {}  # in group order: a node's first member is its leader
             for position, name in enumerate(names):
                 by_node.setdefault(self.network.node[name], []).append(position)
-            return hierarchical(list(by_node.values()), cfg.allreduce)
+            return hierarchical(tuple(tuple(members) for members in by_node.values()), cfg.allreduce)
         return None if cfg.allreduce == "ring" else ALGORITHMS[cfg.allreduce](len(names))
 
     def _ring(self, names: list[str], nbytes: float) -> Process:
