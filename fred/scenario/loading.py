@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import copy
 import difflib
-import re
 import types
 import typing
-from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -17,6 +15,14 @@ from pydantic import BaseModel, ValidationError
 from fred.scenario import registry
 from fred.scenario.profiles import read_profile
 from fred.scenario.schema import Scenario
+from fred.scenario.yaml_reading import (
+    NumbersLoader,
+    Refused,
+    UniqueKeysLoader,
+    read_text,
+    shown,
+    yaml_problem,
+)
 
 
 class ScenarioError(Exception):
@@ -25,26 +31,32 @@ class ScenarioError(Exception):
     def __init__(self, problems: list[str], source: str = "scenario"):
         self.problems, self.source = problems, source
         count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
-        super().__init__(f"{source}: {count}\n" + "\n".join(f"  - {p}" for p in problems))
+        lines = [f"  - {_cut(p)}" for p in problems[:MAX_PROBLEMS_SHOWN]]
+        if len(problems) > MAX_PROBLEMS_SHOWN:
+            lines.append(f"  ... and {len(problems) - MAX_PROBLEMS_SHOWN} more problems; fix these and run again to see them")
+        super().__init__(f"{_cut(source)}: {count}\n" + "\n".join(lines))
+
+
+MAX_PROBLEMS_SHOWN = 20  # lines of problems a message shows: what a person reads, not a fuzzer's 10,000
+MAX_LINE = 400  # characters of one problem's line (its value is cut to 200 before)
+
+
+def _cut(line: str) -> str:
+    """``line``, at most :data:`MAX_LINE` characters, saying how long it was."""
+    return line if len(line) <= MAX_LINE else f"{line[: MAX_LINE - 1]}… ({len(line):,} characters)"
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Parse a scenario file with the safe loader (no tags, no code, no includes)."""
-    path = Path(path)
+    """Parse a scenario file with the safe loader (no tags, no code, no includes), bounded:
+    a regular file, not too large, not too deep, few aliases (:mod:`fred.scenario.yaml_reading`)."""
     try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise ScenarioError([f"no such file: {path}"], str(path)) from None
-    except IsADirectoryError:
-        raise ScenarioError([f"{path} is a directory; give a scenario .yaml file"], str(path)) from None
-    except UnicodeDecodeError as err:
-        raise ScenarioError([f"not UTF-8 text (byte {err.start}); save the file as UTF-8"], str(path)) from None
+        text = read_text(path)
+    except ValueError as err:
+        raise ScenarioError([str(err)], str(path)) from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeys)
+        data = yaml.load(text, Loader=UniqueKeysLoader)
     except yaml.YAMLError as err:
-        where = getattr(err, "problem_mark", None)
-        at = f"line {where.line + 1}, column {where.column + 1}: " if where else ""
-        raise ScenarioError([f"YAML syntax error at {at}{getattr(err, 'problem', err)}"], str(path)) from None
+        raise ScenarioError([yaml_problem(err)], str(path)) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -52,35 +64,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-class _Numbers(yaml.SafeLoader):
-    """The safe loader, reading ``1e-3`` and ``1.25e9`` as numbers: YAML 1.1, which PyYAML
-    follows, wants ``1.0e-3`` and ``1.25e+9`` and reads the usual spellings as strings."""
-
-
-_Numbers.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+.0123456789"),
-)
-
-
 def yaml_value(text: str) -> Any:
     """A value written on the command line (``--set``, ``--grid``), read as scenario files are."""
-    return yaml.load(text, Loader=_Numbers)  # noqa: S506 - a safe loader
-
-
-class _UniqueKeys(_Numbers):
-    """The safe loader, refusing a key given twice in one mapping (YAML keeps the last silently:
-    a second ``cluster:`` section replaced the first, workers and all)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, Hashable) and key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice; merge the two into one", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+    return yaml.load(text, Loader=NumbersLoader)
 
 
 def apply_overrides(data: dict[str, Any], sets: list[str]) -> dict[str, Any]:
@@ -92,6 +78,8 @@ def apply_overrides(data: dict[str, Any], sets: list[str]) -> dict[str, Any]:
         path, _, raw = item.partition("=")
         try:
             value = yaml_value(raw)
+        except Refused as err:  # too deep, an alias bomb, an integer too long: not a string either
+            raise ScenarioError([f"--set {shown(item, 100)}: {yaml_problem(err)}"], "--set") from None
         except yaml.YAMLError:
             value = raw
         set_path(data, path.strip(), value)
@@ -103,7 +91,7 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> None:
     indexes a list (``cluster.stragglers.0.slow_factor``)."""
     keys = path.split(".")
     if not all(keys):
-        raise ScenarioError([f"--set {path}={value!r}: a part of the path is empty; write it as path.to.key=value"], "--set")
+        raise ScenarioError([f"--set {path}={shown(value)}: a part of the path is empty; write it as path.to.key=value"], "--set")
     node: Any = data
     for depth, key in enumerate(keys):
         last, parent = depth == len(keys) - 1, ".".join(keys[:depth])
@@ -113,7 +101,7 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> None:
                 raise ScenarioError([f"--set {path}: {parent} is a list of {len(node)}; index it 0..{len(node) - 1}"], "--set")
             key = index  # type: ignore[assignment]
         elif not isinstance(node, dict):
-            raise ScenarioError([f"--set {path}: {parent} is {node!r}, not a section; set it whole"], "--set")
+            raise ScenarioError([f"--set {path}: {parent} is {shown(node)}, not a section; set it whole"], "--set")
         if last:
             node[key] = value
         elif isinstance(node, dict) and node.get(key) is None:
@@ -177,7 +165,7 @@ def include_profiles(data: dict[str, Any], base_dir: Path, source: str = "scenar
         return data
     profile = compute["profile"]
     if not isinstance(profile, str):
-        raise ScenarioError([f"cluster.compute.profile: got {profile!r}; give the path of a profile file"], source)
+        raise ScenarioError([f"cluster.compute.profile: got {shown(profile)}; give the path of a profile file"], source)
     others = sorted(k for k, v in compute.items() if k != "profile" and v is not None)
     if others:  # the profile's time would silently replace step_time_s, or clash with FLOPs
         raise ScenarioError([f"cluster.compute: a profile gives the step time; drop {', '.join(others)}, or the profile"], source)
@@ -236,7 +224,7 @@ def _describe(error: dict[str, Any], data: dict[str, Any]) -> _Problem:
     message = error["msg"].removeprefix("Value error, ")
     if kind in ("value_error", "assertion_error") or "input" not in error or isinstance(error["input"], dict):
         return _Problem(where, f"{where}: ", message, branch)
-    return _Problem(where, f"{where}: got {error['input']!r}; ", message, branch)
+    return _Problem(where, f"{where}: got {shown(error['input'])}; ", message, branch)
 
 
 def _walk(loc: tuple, data: Any) -> tuple[list, type[BaseModel] | None, bool]:
