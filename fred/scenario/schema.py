@@ -439,6 +439,9 @@ def _check_timing_only(scenario: Scenario) -> None:
 
 
 # ----------------------------------------------------------------------------- scenario
+MAX_NAME_BYTES = 100  # with "-<hash>", ".partial-<host>-<pid>" or ".checkpoint", a run directory's name stays under 255
+
+
 class Scenario(Section):
     """One run: what to train, on which simulated cluster, with which strategy, until when."""
 
@@ -479,7 +482,11 @@ class Scenario(Section):
     @classmethod
     def _safe_name(cls, value: str) -> str:
         if not value or any(c in value for c in "/\\\0") or value.startswith("."):
-            raise ValueError(f"got {value!r}; use a plain, non-empty name without '/', '\\' or a leading '.'")
+            raise ValueError(f"got {value[:100]!r}; use a plain, non-empty name without '/', '\\' or a leading '.'")
+        if len(value.encode("utf-8")) > MAX_NAME_BYTES:  # found only when the run directory was made, after the run
+            raise ValueError(f"got {value[:40]!r}... ({len(value):,} characters); use at most {MAX_NAME_BYTES} bytes "
+                             "(as many plain ASCII characters): it begins the run directory's name, and a file name "
+                             "has at most 255")
         return value
 
     def resolved(self) -> dict[str, Any]:
