@@ -33,6 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    empty = _empty_path(args)
+    if empty:  # Path("") is ".": --out '' wrote into the working directory, or meant the default
+        print(f"fred: {empty}", file=sys.stderr)
+        return 2
     if args.command in COMPILES:
         from fred.tools.compilation_cache import enable
 
@@ -40,10 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except ScenarioError as err:
-        print(f"fred: {err}", file=sys.stderr)
+        print(f"fred: {_readable(str(err))}", file=sys.stderr)
         return 2
     except (FileNotFoundError, ValueError) as err:  # data files, shard sizes, a missing extra: not bugs
-        print(f"fred: {err}", file=sys.stderr)
+        print(f"fred: {_readable(str(err))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `fred compare ... | head` closed the pipe: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python flushes at exit
@@ -79,6 +83,34 @@ def entry() -> None:
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+def _readable(message: str, width: int = 500, lines: int = 40) -> str:
+    """``message`` cut to what a person reads: ``lines`` lines of at most ``width`` characters,
+    saying what was left out (a value echoed whole once made a message of megabytes)."""
+    kept = [line if len(line) <= width else f"{line[: width - 1]}… ({len(line):,} characters)" for line in message.splitlines()[:lines]]
+    more = len(message.splitlines()) - lines
+    return "\n".join(kept + ([f"... and {more} more lines"] if more > 0 else []))
+
+
+PATH_ARGUMENTS = {  # each argument that names a file or a folder, and what to say when it is ''
+    "scenario": "the scenario file is ''; give a .yaml file",
+    "run_dir": "the run directory is ''; give a run directory",
+    "items": "an item to compare is ''; give scenario files, run directories or sweep tables",
+    "resume": "--resume is ''; give the run directory to finish",
+    "timings": "--timings is ''; give a file or a directory, or leave --timings out to write none",
+    **{dest: f"{flag} is ''; give a path, or leave {flag} out for its default"
+       for dest, flag in [("out", "--out"), ("runs", "--runs"), ("output", "-o/--output")]},
+}
+
+
+def _empty_path(args: argparse.Namespace) -> str | None:
+    """What to say of the first path argument given as an empty string (``--out ''``), if any."""
+    for dest, message in PATH_ARGUMENTS.items():
+        value = getattr(args, dest, None)
+        if any(isinstance(v, str) and not v.strip() for v in (value if isinstance(value, list) else [value])):
+            return message
+    return None
 
 
 STOPPED = (130, 143)  # the statuses a shell reports for a command ended by SIGINT and by SIGTERM
@@ -213,6 +245,10 @@ def _run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.sets, args.seed)
     out = Path(args.out) if args.out else default_run_dir(scenario)
     args.out_resolved = out  # for the message after a Ctrl-C
+    if args.checkpoint_every_s is not None:  # a scenario read from the checkpoint folder would go with it
+        from fred.runs.checkpoint import check_folder, checkpoint_dir
+
+        check_folder(checkpoint_dir(out), (args.scenario,))
     show = not args.quiet and sys.stderr.isatty()
     if args.checkpoint_every_s is not None and args.checkpoint_every_s > 0 and not args.quiet:
         print(f"checkpoints in {out}.checkpoint/; after a kill: fred run --resume {out}", file=sys.stderr)
