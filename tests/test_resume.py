@@ -535,3 +535,72 @@ def test_a_file_where_the_checkpoints_go_is_refused(tmp_path, capsys):
     checkpoint_dir(tmp_path / "run").write_text("mine")
     assert main(["run", str(scenario_file), "--out", str(tmp_path / "run"), "--quiet", "--checkpoint-every-s", "5"]) == 2
     assert "run.checkpoint is a file; checkpoints go in a directory of that name" in capsys.readouterr().err
+
+
+def files_under(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_a_checkpoint_folder_of_other_files_is_refused_and_left_as_it_was(tmp_path, capsys):
+    # fred wrote its checkpoints into the user's folder and deleted it, notes and all, at the run's end.
+    scenario_file = tmp_path / "s.yaml"
+    scenario_file.write_text(yaml.safe_dump(tiny()))
+    folder = checkpoint_dir(tmp_path / "run")
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    (folder / "tape-0-1.npz").write_text("also mine: a name fred uses, in a folder fred did not make")
+    before = files_under(folder)
+    assert main(["run", str(scenario_file), "--out", str(tmp_path / "run"), "--quiet", "--checkpoint-every-s", "0.001"]) == 2
+    err = capsys.readouterr().err
+    assert "run.checkpoint holds files fred did not write (notes.txt)" in err and "Traceback" not in err
+    assert files_under(folder) == before and not (tmp_path / "run").exists()
+    assert main(["run", "--resume", str(tmp_path / "run")]) == 2  # resuming would delete them too
+    assert "holds files fred did not write (notes.txt); " in capsys.readouterr().err
+    assert files_under(folder) == before
+
+
+def test_the_scenario_file_in_the_checkpoint_folder_is_refused_not_deleted(tmp_path, capsys):
+    folder = checkpoint_dir(tmp_path / "run")
+    folder.mkdir()
+    (folder / "scenario.yaml").write_text(yaml.safe_dump(tiny()))  # a name fred writes there: only where it was read says whose
+    args = ["run", str(folder / "scenario.yaml"), "--out", str(tmp_path / "run"), "--quiet", "--checkpoint-every-s", "0.001"]
+    assert main(args) == 2
+    assert "scenario.yaml is in " in capsys.readouterr().err
+    assert (folder / "scenario.yaml").read_text() == yaml.safe_dump(tiny()) and not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="the checkpoint folder this run writes and deletes"):
+        fred.run(folder / "scenario.yaml", out=tmp_path / "run", checkpoint_every_s=0.001)
+
+
+def test_a_link_at_the_checkpoint_folder_is_refused_and_its_target_untouched(tmp_path, capsys):
+    # fred followed the link: it overwrote scenario.yaml there and deleted tape-*.npz files it had not written.
+    scenario_file = tmp_path / "s.yaml"
+    scenario_file.write_text(yaml.safe_dump(tiny()))
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "scenario.yaml").write_text("precious")
+    (target / "tape-0-5.npz").write_text("precious too")
+    before = files_under(target)
+    checkpoint_dir(tmp_path / "run").symlink_to(target)
+    assert main(["run", str(scenario_file), "--out", str(tmp_path / "run"), "--quiet", "--checkpoint-every-s", "0.001"]) == 2
+    assert "run.checkpoint is a link" in capsys.readouterr().err
+    assert main(["run", "--resume", str(tmp_path / "run")]) == 2
+    assert "run.checkpoint is a link" in capsys.readouterr().err
+    assert files_under(target) == before and not (tmp_path / "run").exists()
+
+
+def test_a_run_deletes_only_the_files_it_wrote_in_its_checkpoint_folder(tmp_path, monkeypatch):
+    sc = scenario("asgd")
+    folder = checkpoint_dir(tmp_path / "run")
+    folder.mkdir()
+    (folder / "scenario.yaml").write_text("an earlier checkpoint of this run directory: fred's, replaced")
+    (folder / "tape-0-3.npz").write_text("an earlier segment")
+    save = Checkpointer.save
+
+    def save_and_add_a_file(self, *args, **kwargs):  # a file put there while the run goes on stays, with its folder
+        save(self, *args, **kwargs)
+        (self.path / "added.txt").write_text("mine")
+
+    monkeypatch.setattr(Checkpointer, "save", save_and_add_a_file)
+    fred.run(sc, out=tmp_path / "run", checkpoint_every_s=1e-9)
+    assert is_complete(tmp_path / "run")
+    assert [p.name for p in folder.iterdir()] == ["added.txt"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,7 +68,8 @@ def run(
     if checkpoint_every_s is not None:
         if out is None:
             raise ValueError("checkpoint_every_s needs out: checkpoints are kept next to the run directory")
-        checkpointer = _checkpointer(resolved, Path(out), checkpoint_every_s)
+        inputs = (scenario,) if isinstance(scenario, (str, Path)) else ()
+        checkpointer = _checkpointer(resolved, Path(out), checkpoint_every_s, inputs)
         (checkpointer.path / "scenario.yaml").write_text(yaml.safe_dump(resolved.resolved(), sort_keys=False))
     result = execute(resolved, progress, checkpointer)
     return _finish(resolved, result, out, checkpointer)
@@ -91,6 +91,7 @@ def resume(
     check_out(run_dir)
     _check_interval(checkpoint_every_s)  # before anything runs (0 was taken as "no checkpoints")
     path = checkpoint_dir(run_dir)
+    checkpoint.check_folder(path, resuming=True)  # a link, or other files: never written through, never deleted
     if not (path / "scenario.yaml").is_file():
         if is_complete(Path(run_dir)):
             raise ScenarioError([f"{run_dir} is a finished run: there is nothing to resume"], str(run_dir))
@@ -146,11 +147,10 @@ def _check_interval(every_s: float | None) -> None:
         raise ValueError(f"--checkpoint-every-s {every_s}: give a positive number of wall-clock seconds, e.g. 60")
 
 
-def _checkpointer(scenario: Scenario, out: Path, every_s: float) -> Checkpointer:
+def _checkpointer(scenario: Scenario, out: Path, every_s: float, inputs: tuple[str | Path, ...] = ()) -> Checkpointer:
     _check_interval(every_s)
     path = checkpoint_dir(out)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{path} is a file; checkpoints go in a directory of that name: move it, or choose another --out")
+    checkpoint.check_folder(path, inputs)
     path.mkdir(parents=True, exist_ok=True)
     return Checkpointer(path, every_s, scenario.digest())
 
@@ -162,7 +162,7 @@ def _finish(scenario: Scenario, result: RunResult, out: str | Path | None, check
             Path(out), scenario.resolved(), result.summary, _tables(result), result.params, result.tape
         )
     if checkpointer is not None:
-        shutil.rmtree(checkpointer.path, ignore_errors=True)
+        checkpoint.remove(checkpointer.path)  # fred's files only, never through a link
     return result
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,55 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
     """Where the checkpoints of the run that will be written to ``run_dir`` are kept."""
     run_dir = Path(run_dir)
     return run_dir.parent / f"{run_dir.name}.checkpoint"
+
+
+def is_checkpoint_file(name: str) -> bool:
+    """Whether ``name`` is one fred writes in a checkpoint folder: the resolved scenario, the
+    checkpoint, the tape's segments, or one of these being written (``.<name>.<pid>``)."""
+    if name.startswith("."):
+        name = name[1:].rsplit(".", 1)[0]
+    return name in ("scenario.yaml", "checkpoint.npz") or re.fullmatch(r"tape-\d+-\d+\.npz", name) is not None
+
+
+def check_folder(path: Path, inputs: tuple[str | Path, ...] = (), resuming: bool = False) -> None:
+    """Refuse a checkpoint folder where keeping checkpoints would write through a link or
+    delete what fred did not write (the folder is deleted when its run is written).
+
+    The folder may be missing, or hold what fred writes there (an earlier checkpoint of the
+    same run directory, which a new run replaces); a link, a file, or a directory with other
+    files is refused, as is a folder holding ``inputs`` (the scenario file the run reads).
+    """
+    other = "" if resuming else ", or choose another --out"
+    if path.is_symlink():
+        raise ValueError(f"{path} is a link (to {os.readlink(path)}); checkpoints are kept in a directory of fred's own "
+                         "there and fred never writes or deletes through a link: remove the link{other}")
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise ValueError(f"{path} is a file; checkpoints go in a directory of that name: move it{other}")
+    for given in map(Path, inputs):
+        if path.resolve() in given.resolve().parents:
+            raise ValueError(f"{given} is in {path}, the checkpoint folder this run writes and deletes when it ends: "
+                             "copy the scenario elsewhere and run that, or choose another --out")
+    others = sorted(p.name for p in path.iterdir() if not is_checkpoint_file(p.name) or p.is_symlink() or not p.is_file())
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise ValueError(f"{path} holds files fred did not write ({shown}); it is the checkpoint folder of the run "
+                         "directory beside it, which fred deletes when the run is written: move them out{other}")
+
+
+def remove(path: Path) -> None:
+    """Delete a checkpoint folder that :func:`check_folder` accepted: the files fred wrote in
+    it, then the folder if nothing else is there (never through a link, never other files)."""
+    if path.is_symlink() or not path.is_dir():
+        return
+    for file in path.iterdir():
+        if is_checkpoint_file(file.name) and file.is_file() and not file.is_symlink():
+            file.unlink(missing_ok=True)
+    try:
+        path.rmdir()
+    except OSError:  # something else was put there meanwhile: it stays, and so does the folder
+        pass
 
 
 @dataclass
