@@ -189,6 +189,35 @@ def test_a_file_where_a_directory_of_outputs_goes_is_refused_before_any_run(tmp_
     assert "a file is in the way" in capsys.readouterr().err
 
 
+def test_no_command_writes_through_a_link(tmp_path, capsys):
+    # Each of these wrote into the folder or file the link points to (and a plot's default
+    # folder, a run's plots/, may be a link the user made).
+    scenario, run_dir = write(tmp_path, tiny()), tmp_path / "run"
+    assert main(["run", str(scenario), "--out", str(run_dir), "--quiet"]) == 0
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "x").write_text("keep")
+    for name, to in [("dir_link", target), ("file_link", target / "x"), ("runs_link", target)]:
+        (tmp_path / name).symlink_to(to)
+    (run_dir / "plots").symlink_to(target)
+    commands = [["plot", str(run_dir)],
+                ["plot", str(run_dir), "--out", str(tmp_path / "dir_link")],
+                ["trace", str(run_dir), "-o", str(tmp_path / "file_link")],
+                ["trace", str(run_dir), "-o", str(tmp_path / "dir_link")],
+                ["compare", str(scenario), "--out", str(tmp_path / "dir_link"), "--runs", str(tmp_path / "runs")],
+                ["compare", str(scenario), "--out", str(tmp_path / "cmp"), "--runs", str(tmp_path / "runs_link")],
+                ["sweep", str(scenario), "--grid", "seed=1", "--runs", str(tmp_path / "runs_link"), "--out", str(tmp_path / "s.parquet")],
+                ["sweep", str(scenario), "--grid", "seed=1", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "file_link")],
+                ["replay", str(run_dir), "--timings", str(tmp_path / "file_link")],
+                ["calibrate", "-o", str(tmp_path / "file_link")]]
+    for command in commands:
+        assert main(command) == 2, command
+        err = capsys.readouterr().err
+        assert "is a link (to " in err and "fred never writes or deletes through a link" in err, command
+    assert [p.name for p in target.iterdir()] == ["x"] and (target / "x").read_text() == "keep"
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "cmp").exists()
+
+
 def test_the_console_script_runs_the_quickstart_shipped_with_the_repo(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "fred.tools.cli", "run", str(ROOT / "scenarios" / "quickstart.yaml"),

@@ -27,8 +27,10 @@ def output_file(path: str | Path, default_name: str, inputs: tuple[str | Path, .
     """
     named_as_dir = str(path).endswith(("/", os.sep))  # Path() drops the slash: look before
     path = Path(path)
+    no_link(path)
     if path.is_dir() or named_as_dir:
         path = path / default_name
+        no_link(path)
     for given in map(Path, inputs):
         if path.resolve() == given.resolve() or (given.is_dir() and path.resolve().parent == given.resolve()
                                                  and path.name in RUN_FILES):
@@ -43,6 +45,8 @@ def write_whole(path: Path, write: Callable[[Path], object]) -> Path:
     viewer such as Perfetto or an image browser would show as damaged). The hidden name keeps
     ``path``'s suffix, which matplotlib reads the format from."""
     partial = path.with_name(f".{path.stem}.partial-{os.getpid()}{path.suffix}")
+    no_link(path)
+    no_link(partial)
     try:
         write(partial)
         os.replace(partial, path)
@@ -54,10 +58,29 @@ def write_whole(path: Path, write: Callable[[Path], object]) -> Path:
 def output_dir(path: str | Path) -> Path:
     """``path`` as a directory of outputs, made when missing; a file there is refused, not replaced."""
     path = Path(path)
+    no_link(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{path} is a file; these outputs go in a directory: give another --out")
     _make(path)
     return path
+
+
+def runs_folder(path: str | Path, option: str = "--runs") -> Path:
+    """``path`` as the folder a command keeps its run directories in (made as runs are written):
+    a file or a link there is refused before anything runs."""
+    path = Path(path)
+    no_link(path, option)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path} is a file; run directories go in a folder: give another {option}")
+    return path
+
+
+def no_link(path: Path, option: str = "path") -> None:
+    """Refuse a symbolic link where fred would write or delete: writing through it changed the
+    files where it points (a checkpoint folder's link had fred delete files it had not written)."""
+    if path.is_symlink():
+        raise ValueError(f"{path} is a link (to {os.readlink(path)}); fred never writes or deletes through a link: "
+                         f"give the path it points to, or another {option}")
 
 
 def check_out(out: str | Path) -> None:

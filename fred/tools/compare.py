@@ -13,7 +13,7 @@ import pandas as pd
 
 from fred.runs.analysis import SUMMARY_FIELDS_COMPARED, summary_row, with_summary_fields
 from fred.runs.api import default_run_dir, finished_run, load_run, run
-from fred.runs.paths import output_dir, write_whole
+from fred.runs.paths import output_dir, runs_folder, write_whole
 from fred.runs.runner import RunResult
 from fred.scenario.loading import load_scenario
 from fred.scenario.schema import Scenario
@@ -180,6 +180,7 @@ def compare(
     (``sets``: overrides of every scenario file's fields, as ``fred run --set``)."""
     if target_loss is not None and math.isnan(target_loss):  # every run would be "never reached"
         raise ValueError("--target-loss nan: give the eval loss to reach, a number such as 0.3")
+    runs_root = runs_folder(runs_root)
     out = output_dir(out)  # before running anything: a refused path would lose the runs' summary
     results, ran = gather(items, runs_root, watch, sets)
     table = pd.DataFrame([summary_row(r, target_loss) for r in results])

@@ -25,6 +25,7 @@ import pandas as pd
 import yaml
 
 from fred.runs.api import DAMAGED, default_run_dir, finished_run, load_run
+from fred.runs.paths import runs_folder
 from fred.runs.runner import RunResult
 from fred.scenario.loading import (
     ScenarioError,
@@ -247,6 +248,7 @@ def sweep(
         raise ValueError(f"executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
     if jobs < 1:
         raise ValueError(f"--jobs {jobs}: give 1 or more runs at once")
+    runs_root = runs_folder(runs_root)  # a link or a file there: refused before anything runs
     base = apply_overrides(read_yaml(scenario_path), list(sets))
     combos = expand(base, grid, str(scenario_path), Path(scenario_path).parent)
     todo: Todo = []
