@@ -252,6 +252,42 @@ def test_nan_pixels_in_an_npz_are_refused(tmp_path: Path) -> None:
         load_dataset(DataConfig(source=MNISTData(path=str(path))), rng(0))
 
 
+LABELS = np.arange(20) % 10
+IMAGES = np.zeros((20, 28, 28), np.uint8)
+
+
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        ({"x_train": np.zeros((20, 0, 0), np.uint8), "y_train": LABELS}, "the images are 0 x 0 pixels; each needs at least 1 x 1"),  # ZeroDivisionError
+        ({"x_train": np.zeros((20, 28, 0), np.uint8), "y_train": LABELS}, "the images are 28 x 0 pixels"),
+        ({"x_train": np.zeros((0, 28, 28), np.uint8), "y_train": LABELS[:0]}, "the training split has 0 examples; give at least 2"),
+        ({"x_train": IMAGES, "y_train": np.zeros((20, 3))}, "y_train has shape (20, 3); expected one class number per example"),  # 60 labels for 20 images
+        ({"x_train": IMAGES, "y_train": np.array(["a"] * 20)}, "y_train holds <U1 values; it needs numbers"),  # a numpy traceback
+        ({"x_train": IMAGES, "y_train": np.ones(20, bool)}, "y_train holds bool values"),  # taken as classes 0 and 1
+        ({"x_train": IMAGES, "y_train": np.ones(20, complex)}, "y_train holds complex128 values"),  # imaginary part dropped
+        ({"x_train": IMAGES, "y_train": np.array([None] * 20, dtype=object)}, "y_train cannot be read (Object arrays"),
+        ({"x_train": np.float32(3), "y_train": np.float32(1)}, "x_train is a single number"),  # TypeError: len() of unsized object
+        ({"x_train": IMAGES, "y_train": LABELS, "x_test": np.zeros((5, 14, 14)), "y_test": LABELS[:5]},
+         "the training images are 28 x 28 pixels but the test images 14 x 14"),
+    ],
+    ids=["no-pixels", "no-columns", "no-examples", "one-hot", "strings", "booleans", "complex", "objects", "scalar", "two-sizes"],
+)
+def test_degenerate_npz_data_is_refused_naming_the_file(tmp_path: Path, arrays: dict, message: str) -> None:
+    path = tmp_path / "mine.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(ValueError) as refused:
+        load_dataset(DataConfig(source=MNISTData(path=str(path))), rng(0))
+    assert str(refused.value).startswith(f"{path}: ") and message in str(refused.value)
+
+
+def test_idx_images_of_no_pixels_are_refused_naming_the_file(tmp_path: Path) -> None:
+    write_mnist_dir(tmp_path, gz=False)
+    write_idx(tmp_path / "train-images-idx3-ubyte", 0x803, np.zeros((20, 0, 28)), gz=False)
+    with pytest.raises(ValueError, match=r"train-images-idx3-ubyte: the images are 0 x 28 pixels"):
+        load_dataset(DataConfig(source=MNISTData(path=str(tmp_path))), rng(0))
+
+
 # ----------------------------------------------------------------------------- sharding
 def check_partition(parts: list[np.ndarray], n: int, workers: int) -> None:
     assert len(parts) == workers

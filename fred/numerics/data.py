@@ -170,11 +170,21 @@ def _load_mnist(cfg: MNISTData, eval_fraction: float, rng: np.random.Generator) 
             f"MNIST path {path} does not exist; expected a directory of IDX files "
             f"(train-images-idx3-ubyte, train-labels-idx1-ubyte, optionally .gz) or one .npz file"
         )
+    if len(train[0]) < (2 if test is None else 1):  # a split needs one example on each side
+        raise ValueError(f"{path}: the training split has {len(train[0])} examples; give at least "
+                         f"{'2 (one is held out for evaluation)' if test is None else 1}")
     if test is None:
         return _split(*train, eval_fraction, rng, "classification", MNIST_CLASSES)
     if len(test[0]) == 0:  # evaluating on nothing would divide by zero
         raise ValueError(f"{path}: the test split has no examples; give at least one, or leave it out to hold out part of train")
+    if train[0].shape[1:] != test[0].shape[1:]:
+        raise ValueError(f"{path}: the training images are {_size(train[0])} pixels but the test images "
+                         f"{_size(test[0])}; both splits need images of one size")
     return Dataset(*train, *test, "classification", MNIST_CLASSES)
+
+
+def _size(images: np.ndarray) -> str:
+    return " x ".join(map(str, images.shape[1:3]))
 
 
 Pair = tuple[np.ndarray, np.ndarray]
@@ -262,14 +272,31 @@ def _read_npz(path: Path) -> tuple[Pair, Pair | None]:
             )
         if ("x_test" in keys) != ("y_test" in keys):
             raise ValueError(f"{path} has only one of x_test / y_test; give both or neither")
-        train = _npz_pair(path, archive["x_train"], archive["y_train"], "train")
-        test = _npz_pair(path, archive["x_test"], archive["y_test"], "test") if "x_test" in keys else None
+        train = _npz_pair(path, _npz_array(path, archive, "x_train"), _npz_array(path, archive, "y_train"), "train")
+        test = None
+        if "x_test" in keys:
+            test = _npz_pair(path, _npz_array(path, archive, "x_test"), _npz_array(path, archive, "y_test"), "test")
     return train, test
+
+
+def _npz_array(path: Path, archive, key: str) -> np.ndarray:
+    """``archive[key]`` as an array of numbers, or an error naming the file and the key."""
+    try:
+        array = archive[key]
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:  # object arrays, damaged members
+        raise ValueError(f"{path}: {key} cannot be read ({err}); write numeric arrays with numpy.savez") from None
+    if array.dtype.kind not in "uif":  # strings, booleans, complex numbers: not pixels or class numbers
+        raise ValueError(f"{path}: {key} holds {array.dtype} values; it needs numbers (integers, or floats)")
+    if array.ndim == 0:
+        raise ValueError(f"{path}: {key} is a single number; it needs one entry per example")
+    return array
 
 
 def _npz_pair(path: Path, x: np.ndarray, y: np.ndarray, split: str) -> Pair:
     if len(x) != len(y):
         raise ValueError(f"{path}: x_{split} has {len(x)} examples but y_{split} has {len(y)}")
+    if y.ndim > 2 or (y.ndim == 2 and y.shape[1] != 1):  # one-hot rows were read as several labels per example
+        raise ValueError(f"{path}: y_{split} has shape {y.shape}; expected one class number per example, (N,) or (N, 1)")
     if x.ndim == 2 and x.shape[1] == 28 * 28:  # flattened images
         x = x.reshape(-1, 28, 28)
     if x.ndim == 4 and x.shape[-1] == 1:
@@ -285,6 +312,8 @@ def _mnist_pixels(images: np.ndarray, source: Path) -> np.ndarray:
     Integer pixels (and floats above 1) are taken as 0..255; floats already within
     [0, 1] are kept as they are.
     """
+    if 0 in images.shape[1:]:  # the model's input layer would have no inputs
+        raise ValueError(f"{source}: the images are {_size(images)} pixels; each needs at least 1 x 1")
     x = images.astype(np.float32)
     if not np.isfinite(x).all():  # NaN passes every range check below, then a run "diverges" at t=0
         raise ValueError(f"{source}: pixel values are NaN or infinite")
