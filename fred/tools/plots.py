@@ -1,7 +1,8 @@
 """Figures people would rather look at than read: loss curves, staleness histograms, timelines.
 
-Matplotlib with the non-interactive Agg backend, so plotting works on machines without a
-display. Every figure is written as PNG and SVG.
+Figures are made as :class:`matplotlib.figure.Figure` objects, not through pyplot: they need
+no display and no backend, and importing this module leaves the caller's backend alone (a
+notebook's inline figures go on working). Every figure is written as PNG and SVG.
 """
 
 from __future__ import annotations
@@ -11,16 +12,14 @@ import textwrap
 from pathlib import Path
 from typing import Sequence
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import FuncFormatter, MaxNLocator
+from matplotlib.transforms import ScaledTranslation, blended_transform_factory
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
-from matplotlib.transforms import ScaledTranslation, blended_transform_factory  # noqa: E402
-
-from fred.runs.paths import output_dir, write_whole  # noqa: E402
+from fred.runs.paths import output_dir, write_whole
 
 COMMUNICATION = {"push", "fetch", "send", "allreduce", "lost"}  # a lost transfer was on the wire too
 # Drawing order: "other" first, underneath, as it holds conditions (a degraded link, a worker
@@ -31,16 +30,13 @@ LEGEND = {"compute": "compute", "communicate": "communication", "wait": "waiting
 
 
 def _save(fig, out: Path, stem: str) -> list[Path]:
-    """The figure as PNG and SVG, each file whole or not at all; closed whatever happens (a
-    refused path or a Ctrl-C must not leave it open in a notebook that goes on)."""
+    """The figure as PNG and SVG, each file whole or not at all. (Made without pyplot, the
+    figure is in no registry that a notebook would have to close.)"""
     paths = [out / f"{stem}.png", out / f"{stem}.svg"]
-    try:
-        output_dir(out)
-        for path in paths:
-            metadata = {"Date": None} if path.suffix == ".svg" else None
-            write_whole(path, lambda partial: fig.savefig(partial, bbox_inches="tight", metadata=metadata))
-    finally:
-        plt.close(fig)
+    output_dir(out)
+    for path in paths:
+        metadata = {"Date": None} if path.suffix == ".svg" else None
+        write_whole(path, lambda partial: fig.savefig(partial, bbox_inches="tight", metadata=metadata))
     return paths
 
 
@@ -64,7 +60,8 @@ def loss_curves(results: Sequence, out: Path, target_loss: float | None = None) 
         return []
     written = []
     for x, stem, xlabel in [("sim_time_s", "loss_vs_time", "simulated time (s)"), ("updates", "loss_vs_updates", "updates")]:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        fig = Figure(figsize=(7, 4.5))
+        ax = fig.subplots()
         for i, r in enumerate(with_losses):
             ax.plot(r.metrics[x], r.metrics["eval_loss"], marker=".", label=_label(r), **_line_style(i))
         if target_loss is not None:
@@ -100,7 +97,8 @@ def staleness_histograms(results: Sequence, out: Path) -> list[Path]:
     """One staleness histogram per run, four to a row (one row of 190 runs' made a PNG 66,000 px wide)."""
     columns = max(1, min(len(results), HISTOGRAMS_PER_ROW))
     rows = -(-len(results) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3.5 * columns, 3.2 * rows), squeeze=False)
+    fig = Figure(figsize=(3.5 * columns, 3.2 * rows))
+    axes = fig.subplots(rows, columns, squeeze=False)
     for ax in axes.flat[len(results):]:
         ax.set_visible(False)
     for ax, r in zip(axes.flat, results):
@@ -140,7 +138,8 @@ def timeline(
     start_s, end_s = timeline_window(result.events, start_s, end_s)
     entities = _entities(result.events)
     shown = _in_window(result.events, entities, start_s, end_s)
-    fig, ax = plt.subplots(figsize=(10, 0.35 * len(entities) + 2.0))
+    fig = Figure(figsize=(10, 0.35 * len(entities) + 2.0))
+    ax = fig.subplots()
     ax.set_xlim(start_s, end_s)
     columns = _pixel_columns(fig, ax)
     aggregated = len(shown) > max_events
@@ -320,7 +319,7 @@ def _legend(fig, ax, shown: pd.DataFrame) -> None:
     """The colours, in a row under the axis label (beside the axes stand the rows' shares); "other"
     only where the run has such events."""
     groups = [g for g in COLOURS if g != "other" or (shown["group"] == "other").any()]
-    handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[g]) for g in groups]
+    handles = [Rectangle((0, 0), 1, 1, color=COLOURS[g]) for g in groups]
     below = ax.transAxes + ScaledTranslation(0, -0.45, fig.dpi_scale_trans)
     ax.legend(handles, [LEGEND[g] for g in groups], loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below,
               ncol=len(groups), fontsize=8, frameon=False)
