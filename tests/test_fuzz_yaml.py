@@ -157,9 +157,18 @@ def test_an_integer_past_pythons_digit_limit_names_its_field(tmp_path, capsys):
     assert "an integer of 5,000 digits" in err and "sys.set_int_max_str_digits" not in err
 
 
-def test_a_huge_hex_integer_is_shown_cut(tmp_path, capsys):
-    err = refused(tmp_path, capsys, BASE.replace("workers: 4", "workers: 0x" + "f" * 20000))
-    assert "cluster.workers: got <an integer of about" in err
+def test_a_huge_hex_integer_is_refused_like_a_decimal_one(tmp_path, capsys):
+    # 0x... has no digit limit in Python: it passed, and a list holding it broke the message
+    err = refused(tmp_path, capsys, BASE.replace("workers: 4", "workers: [0x" + "f" * 20000 + "]"))
+    assert "cluster.workers.0: an integer of 24,082 digits" in err
+
+
+def test_a_value_too_long_to_show_is_described():
+    from fred.scenario.yaml_reading import shown
+
+    assert shown(10**5000) == "<an integer of about 5,000 digits>"
+    assert shown([10**5000]) == "<a list holding an integer too long to show>"
+    assert shown("x" * 1000).endswith("(1,002 characters)") and len(shown("x" * 1000)) < 230
 
 
 def test_a_long_value_is_echoed_cut_to_200_characters(tmp_path, capsys):

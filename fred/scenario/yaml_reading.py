@@ -16,6 +16,7 @@ Merge keys (``<<: *defaults``) work as YAML defines them: the keys written besid
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -161,12 +162,16 @@ class NumbersLoader(yaml.SafeLoader):
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         try:
-            return super().construct_yaml_int(node)
+            value = super().construct_yaml_int(node)
         except ValueError:  # Python's "Exceeds the limit (4300 digits) for integer string conversion"
-            digits = sum(c.isdigit() for c in str(node.value))
+            value = None
+        limit = sys.get_int_max_str_digits() or 4300  # 0: no limit set; still no field's
+        if value is None or abs(value).bit_length() > limit * math.log2(10):  # 0x and 0b have no limit
+            digits = sum(c.isdigit() for c in str(node.value)) if value is None else int(abs(value).bit_length() * math.log10(2))
             where = _path_to(self._root, node)
             raise Refused(f"{where + ': ' if where else ''}an integer of {digits:,} digits; Python reads at most "
-                          f"{sys.get_int_max_str_digits():,}, and no field needs more than a few", node.start_mark) from None
+                          f"{limit:,} (written in decimal), and no field needs more than a few", node.start_mark)
+        return value
 
 
 NumbersLoader.add_implicit_resolver(
@@ -240,8 +245,10 @@ def shown(value: Any, limit: int = MAX_SHOWN) -> str:
     echoes a megabyte-long value (an alias bomb's, a pasted list)."""
     try:
         text = repr(value)
-    except ValueError:  # an int too long for str(): Python's limit on digits
-        return f"<an integer of about {int(value.bit_length() * 0.30103):,} digits>"
+    except ValueError:  # an int too long for str() (Python's limit on digits), or one inside a list
+        if isinstance(value, int):
+            return f"<an integer of about {int(value.bit_length() * math.log10(2)):,} digits>"
+        return f"<a {type(value).__name__} holding an integer too long to show>"
     except RecursionError:
         return f"<a {type(value).__name__} nested too deep to show>"
     if len(text) <= limit:
