@@ -119,3 +119,39 @@ def test_workers_that_do_not_fill_the_nodes_are_refused_with_the_fix(cluster_cfg
 def test_a_partial_intra_node_link_keeps_the_other_default():
     cfg = NetworkConfig(intra_node={"bandwidth_bps": 5e10})
     assert (cfg.intra_node.latency_s, cfg.intra_node.bandwidth_bps) == (5e-6, 5e10)
+
+
+def test_transport_efficiency_slows_the_nics_not_the_devices_links():
+    n = 1e6
+    net = Network(NetworkConfig(intra_node=INTRA, efficiency=0.5, **NIC), 1, 2)
+    sim = Simulation(simpy.Environment(), [Worker(i, lambda: np.arange(1)) for i in range(4)], net, None, None, None, 0, 0)  # type: ignore[arg-type]
+    inside, across = arrivals(sim, [(0, 1, n), (2, 1, n)])
+    assert inside == pytest.approx(INTRA["latency_s"] + n / INTRA["bandwidth_bps"], rel=1e-12)
+    assert across == pytest.approx(NIC["latency_s"] + n / (0.5 * NIC["bandwidth_bps"]), rel=1e-12)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "halving_doubling"])
+def test_closed_forms_take_the_efficiency(algorithm):
+    from fred.simulation.collectives import allreduce_time_s
+    from tests.test_network import bare_sim, run_allreduce
+
+    net = dict(efficiency=0.7, allreduce=algorithm, reduce_s_per_byte=1e-10, **NIC)
+    finished = run_allreduce(bare_sim(6, **net), 5e7)
+    assert max(finished) == pytest.approx(allreduce_time_s(algorithm, 6, 5e7, NetworkConfig(**net)), rel=1e-9)
+
+
+def test_host_overhead_is_added_to_every_step_whatever_the_speed():
+    scenario = fred.validate(tiny(cluster={"workers": 2, "speed": {1: 2.0},
+                                           "compute": {"step_time_s": 0.01, "host_overhead_s": 0.003}}))
+    compute = ComputeModel(scenario)
+    assert [compute.duration_s(w) for w in (0, 1)] == pytest.approx([0.013, 0.008], rel=1e-12)
+
+
+def test_a_profile_goes_with_a_host_overhead(tmp_path):
+    from fred.scenario.loading import load_scenario
+
+    (tmp_path / "v100.yaml").write_text("step_time_s: 0.05\n")
+    (tmp_path / "s.yaml").write_text("name: s\nstrategy: {name: sgd, lr: 0.1}\nstop: {max_updates: 1}\n"
+                                     "cluster: {compute: {profile: v100.yaml, host_overhead_s: 0.01}}\n")
+    compute = load_scenario(tmp_path / "s.yaml").cluster.compute
+    assert (compute.step_time_s, compute.host_overhead_s) == (0.05, 0.01)

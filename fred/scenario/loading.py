@@ -166,7 +166,7 @@ def include_profiles(data: dict[str, Any], base_dir: Path, source: str = "scenar
     profile = compute["profile"]
     if not isinstance(profile, str):
         raise ScenarioError([f"cluster.compute.profile: got {shown(profile)}; give the path of a profile file"], source)
-    others = sorted(k for k, v in compute.items() if k != "profile" and v is not None)
+    others = sorted(k for k, v in compute.items() if k not in ("profile", "host_overhead_s") and v is not None)
     if others:  # the profile's time would silently replace step_time_s, or clash with FLOPs
         raise ScenarioError([f"cluster.compute: a profile gives the step time; drop {', '.join(others)}, or the profile"], source)
     try:

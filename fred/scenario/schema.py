@@ -154,6 +154,9 @@ class ComputeConfig(Section):
     step_time_s: PositiveFloat | None = Field(default=None, description="seconds per batch at speed 1 (0.01 when cluster.compute is left out)")
     flops_per_example: PositiveFloat | None = None
     device_flops: PositiveFloat | None = None
+    host_overhead_s: NonNegFloat = Field(
+        default=0.0, description="host time added to every step (framework, copies, data loading), whatever the speed"
+    )
 
     @model_validator(mode="after")
     def _one_compute_model(self) -> "ComputeConfig":
@@ -227,6 +230,11 @@ class NetworkConfig(Section):
     bandwidth_bps: PositiveFloat = Field(default=1.25e9, description="bytes per second (1/beta)")
     reduce_s_per_byte: NonNegFloat = Field(default=0.0, description="gamma: reduction cost per byte")
     sync_s: NonNegFloat = Field(default=0.0, description="S: fixed synchronisation cost per all-reduce")
+    efficiency: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=1.0,
+        description="the share of bandwidth_bps the transport reaches between nodes (and to a server): "
+        "1 for line rate; TCP over 10 GbE reaches less",
+    )
     intra_node: LinkConfig = Field(
         default_factory=lambda: LinkConfig(**INTRA_NODE_DEFAULT),
         description="each device's link inside its node (default PCIe 3.0 x16: 12 GB/s, 5 us); "

@@ -146,7 +146,7 @@ def allreduce_time_s(algorithm: str, p: int, nbytes: float, cfg: NetworkConfig) 
     plus, when ``p != q``, ``2 alpha + 2 n beta + n gamma`` for folding the ``r`` extra
     members in and handing them the result; plus ``S`` for every algorithm.
     """
-    alpha, beta, gamma = cfg.latency_s, 1.0 / cfg.bandwidth_bps, cfg.reduce_s_per_byte
+    alpha, beta, gamma = cfg.latency_s, 1.0 / (cfg.bandwidth_bps * cfg.efficiency), cfg.reduce_s_per_byte
     if p < 2:
         return cfg.sync_s
     if algorithm == "ring":

@@ -23,6 +23,7 @@ class ComputeModel:
     def __init__(self, scenario: Scenario):
         cluster = scenario.cluster
         self.base_step_s = base_step_time_s(scenario)
+        self.host_overhead_s = scenario.cluster.compute.host_overhead_s
         n = cluster.workers
         self.scale = np.array([1.0 / cluster.speed.get(w, 1.0) for w in range(n)])
         self.delay_s = np.zeros(n)
@@ -62,7 +63,7 @@ class ComputeModel:
         seconds += self.delay_s[worker]
         if self.straggle.probability > 0 and self._stream(worker).random() < self.straggle.probability:
             seconds += self.straggle.delay_s
-        return float(seconds)
+        return float(seconds + self.host_overhead_s) if self.host_overhead_s else float(seconds)
 
     def _stream(self, worker: int) -> np.random.Generator:
         """The worker's own stream: its draws depend on its path alone, not on when it was made."""

@@ -218,18 +218,18 @@ class Network:
         """Connect ``entity``: a server (a node of its own) or the worker of index ``worker``."""
         if worker is None or self.workers_per_device * self.devices_per_node == 1:
             link = self.config.server if (server and self.config.server is not None) else self.config
-            self.ports[entity] = Port(link.latency_s, link.bandwidth_bps, name=entity)
+            self.ports[entity] = Port(link.latency_s, link.bandwidth_bps * self.config.efficiency, name=entity)
             self.node[entity] = entity
             return
         device, node = worker // self.workers_per_device, worker // (self.workers_per_device * self.devices_per_node)
         self.node[entity] = f"node{node}"
-        self.ports[entity] = self._shared(f"node{node}", self.config)
-        self.fabric[entity] = self._shared(f"device{device}", self.config.intra_node)
+        self.ports[entity] = self._shared(f"node{node}", self.config, self.config.efficiency)
+        self.fabric[entity] = self._shared(f"device{device}", self.config.intra_node, 1.0)
 
-    def _shared(self, name: str, link: Any) -> Port:
+    def _shared(self, name: str, link: Any, efficiency: float) -> Port:
         """The port called ``name``, made by the first worker behind it."""
         if name not in self._shared_ports:
-            self._shared_ports[name] = Port(link.latency_s, link.bandwidth_bps, name=name)
+            self._shared_ports[name] = Port(link.latency_s, link.bandwidth_bps * efficiency, name=name)
         return self._shared_ports[name]
 
     def route(self, src: str, dst: str) -> tuple[Port, Port]:
@@ -344,7 +344,7 @@ def ring_allreduce_time_s(p: int, nbytes: float, cfg: NetworkConfig, segments: i
     ``2(p-1)L alpha + 2((p-1)/p) n beta + ((p-1)/p) n gamma + L S`` with ``L`` segments
     (``L = 1`` is the plain ring).
     """
-    beta = 1.0 / cfg.bandwidth_bps
+    beta = 1.0 / (cfg.bandwidth_bps * cfg.efficiency)
     frac = (p - 1) / p
     return (
         2 * (p - 1) * segments * cfg.latency_s
