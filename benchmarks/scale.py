@@ -7,7 +7,8 @@
 Real gradients for 1,024 workers would measure JAX, not the engine, so every run
 here has ``workload.timing_only: true``: the same schedule, links and records, with
 no numbers. Four strategies: ring all-reduce (``arsgd``: every iteration all n
-workers all-reduce a ResNet-50-sized gradient), SGP (``directed_exponential``,
+workers all-reduce a ResNet-50-sized gradient; also with recursive doubling and
+halving-doubling, ``network.allreduce``), SGP (``directed_exponential``,
 one peer: every iteration each node sends one message), and two on one parameter
 server, whose downlink every push queues on: ASGD (each push is an update) and
 SASGD with 4 soft-sync groups (an update every n/4 pushes). An iteration is one
@@ -42,15 +43,21 @@ from fred.simulation.network import Network
 
 STRATEGIES: dict[str, dict[str, Any]] = {
     "ring all-reduce": {"name": "arsgd"},
+    "recursive doubling": {"name": "arsgd"},
+    "halving-doubling": {"name": "arsgd"},
     "sgp": {"name": "sgp", "topology": "directed_exponential", "peers": 1},
     "ps asgd": {"name": "asgd"},
     "ps sasgd/4": {"name": "sasgd", "n_soft": 4},
+}
+NETWORKS: dict[str, dict[str, Any]] = {  # AR-SGD under each all-reduce algorithm
+    "recursive doubling": {"allreduce": "recursive_doubling"},
+    "halving-doubling": {"allreduce": "halving_doubling"},
 }
 RESULTS = RESULTS_DIR / "scale.json"
 ONCE_OVER_S = 5.0  # a run this long is timed once: its noise is small next to its length
 
 
-def scenario(strategy: dict[str, Any], workers: int, iterations: int) -> dict[str, Any]:
+def scenario(strategy: dict[str, Any], workers: int, iterations: int, network: dict[str, Any] | None = None) -> dict[str, Any]:
     """ResNet-50 messages and 0.1 s steps; evaluation (NaN rows in timing-only runs) only at the ends."""
     per_iteration = {"arsgd": 1, "sasgd": strategy.get("n_soft", workers)}.get(strategy["name"], workers)
     updates = iterations * per_iteration
@@ -66,6 +73,7 @@ def scenario(strategy: dict[str, Any], workers: int, iterations: int) -> dict[st
             "jitter": {"kind": "lognormal", "sigma": 0.1},
         },
         "workload": {"profile": "resnet50", "timing_only": True},
+        "network": network or {},
         "strategy": strategy,
         "stop": {"max_updates": updates},
         "eval": {"every_updates": updates},
@@ -129,7 +137,7 @@ def timed(scn: dict[str, Any], repeats: int) -> tuple[float, float, fred.RunResu
 
 
 def measure(label: str, workers: int, iterations: int, repeats: int) -> dict[str, Any]:
-    scn = scenario(STRATEGIES[label], workers, iterations)
+    scn = scenario(STRATEGIES[label], workers, iterations, NETWORKS.get(label))
     wall_s, loop_s, result = timed(scn, repeats)
     events, bookings, one_pass = counted(scn)
     return {
