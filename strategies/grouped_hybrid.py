@@ -25,6 +25,7 @@ Regrouping leaves crashed workers out: the live ones fill the groups.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -34,7 +35,7 @@ from pydantic import Field, model_validator
 
 from fred.numerics.gradients import GradSum
 from fred.scenario.registry import register
-from fred.scenario.schema import Scenario, StrategyConfig
+from fred.scenario.schema import MAX_STEPS, Scenario, StrategyConfig, worker_steps
 from fred.simulation.engine import Contribution, Simulation, Worker
 from fred.simulation.server import ParameterServer
 from strategies.sasgd import sasgd_rule
@@ -70,6 +71,16 @@ class GroupedHybrid(StrategyConfig):
         if self.group_size is not None and self.group_size > n:  # a typo, not a wish: it would be one group of all
             raise ValueError(f"strategy.group_size is {self.group_size} but there are {n} workers; "
                              f"use 1..{n} ({n}: one group of all, SSGD on a parameter server)")
+        # The probe makes no updates (unless kept), so max_updates does not end it: 1e300 s ran for ever.
+        if self.probe_s is not None:
+            until_s = min(self.probe_s, scenario.stop.max_sim_time_s or math.inf)
+            steps = worker_steps(scenario, until_s)
+            if steps > MAX_STEPS:
+                raise ValueError(f"strategy.probe_s is {self.probe_s} s: the probe alone is {steps:.3g} steps of {n} workers; "
+                                 f"at most {MAX_STEPS:,} (probe_s <= {until_s * MAX_STEPS / steps:.3g}), or give probe_iterations")
+        if self.probe_iterations is not None and n * self.probe_iterations > MAX_STEPS:
+            raise ValueError(f"strategy.probe_iterations is {self.probe_iterations}: up to {n * self.probe_iterations:.3g} steps "
+                             f"of {n} workers; at most {MAX_STEPS:,} (probe_iterations <= {MAX_STEPS // n:,})")
 
     def probe_limit(self) -> int | None:
         return self.probe_iterations if self.probe_iterations is not None or self.probe_s is not None else 10

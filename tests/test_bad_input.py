@@ -115,8 +115,21 @@ def test_malformed_files_are_refused_with_a_short_message(text, tmp_path, capsys
         ({"model": {"kind": "cnn", "kernel_size": 1000, "hidden": 16}}, "model.kernel_size is 1000 but the images are 8 x 8: use at most 8"),
         ({"cluster": {"workers": True}}, "cluster: workers: got true; a number is needed here"),  # ran 1 worker
         ({"strategy": {"lr": True}}, "strategy: lr: got true; a number is needed here"),
-        ({"eval": {"every_s": 1e-20, "every_updates": None}, "stop": {"max_sim_time_s": 1.0}}, "eval.every_s is 1e-20 s: 1e+20 times"),
+        ({"eval": {"every_s": 1e-20, "every_updates": None}, "stop": {"max_sim_time_s": 1.0, "max_updates": None}}, "eval.every_s is 1e-20 s: 1e+20 times"),
         ({"strategy": {"name": "pipe_sgd", "pipeline_level": 2, "segments": 100_000_000}}, "Input should be less than or equal to 4096"),
+        # Each of these ran for ever (hours at least), however long max_updates was:
+        ({"eval": {"every_s": 1e-9, "every_updates": None}},
+         "eval.every_s is 1e-09 s: at least 3e+07 times in the run, whose stop.max_updates 12 take 0.03 s or more"),
+        ({"strategy": {"name": "ssgd", "aggregation": "ps"}, "faults": {"server_crash": {"checkpoint_every_s": 1e-9, "crashes": [{"at_s": 1, "restart_s": 1}]}}},
+         "faults.server_crash.checkpoint_every_s is 1e-09 s: at least 3e+07 times"),
+        ({"cluster": {"speed": {0: 1e20}}, "stop": {"max_sim_time_s": 1.0, "max_updates": None}},
+         "stop.max_sim_time_s is 1.0 s: 4 workers take 1e+22 steps in it (the fastest 1e-22 s, from cluster.speed.0)"),
+        ({"cluster": {"speed_changes": [{"worker": 1, "at_s": 100.0, "speed": 1e20}]}},
+         "cluster.speed_changes.0.speed: worker 1's steps from 100.0 s take 1e-22 s, too short to move a clock at 100.0 s"),
+        ({"faults": {"message_loss": {"probability": 0.999999999, "retransmit_timeout_s": 0.001}}},
+         "faults.message_loss.probability: got 0.999999999; at most 0.99"),
+        ({"strategy": {"name": "grouped_hybrid", "probe_s": 1e300}}, "strategy.probe_s is 1e+300 s: the probe alone is 4e+302 steps"),
+        ({"strategy": {"name": "grouped_hybrid", "probe_iterations": 10**9}}, "strategy.probe_iterations is 1000000000: up to 4e+09 steps"),
     ],
 )
 def test_values_that_passed_validation_and_then_hung_or_crashed_are_refused(override, needle, tmp_path, capsys):

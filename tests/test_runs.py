@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 import fred
+import fred.runs.runner
+import fred.simulation.faults
 from tests.conftest import tiny
 
 
@@ -51,6 +53,25 @@ def test_an_evaluation_on_the_grid_sees_the_updates_applied_at_its_time(strategy
     assert metrics["sim_time_s"].is_unique
     for time_s, updates in zip(metrics["sim_time_s"].iloc[1:], metrics["updates"].iloc[1:]):
         assert updates == (applied["sim_time_s"] <= time_s).sum() > 0
+
+
+@pytest.mark.parametrize("cadence", ["eval", "server_checkpoint"])
+def test_a_wait_validation_could_not_foresee_ends_the_run_at_the_most_evaluations_or_checkpoints(cadence, monkeypatch):
+    # Pushes of 100 s between updates (slow links; validation counts compute only): 1e5 evaluations
+    # or checkpoints per update, and a longer wait gave hours of them. The bound stands in small.
+    monkeypatch.setattr(fred.runs.runner, "MAX_CADENCE_EVENTS", 40)
+    monkeypatch.setattr(fred.simulation.faults, "MAX_CADENCE_EVENTS", 40)
+    data = tiny(network={"bandwidth_bps": 1e3}, workload={"param_bytes": 100_000}, stop={"max_updates": 3})
+    if cadence == "eval":
+        data = tiny(**{**data, "eval": {"every_s": 0.01, "every_updates": None}})
+        field, what = "eval.every_s is 0.01 s: 40 evaluations", "give a larger eval.every_s, or eval.every_updates"
+    else:
+        crash = {"checkpoint_every_s": 0.01, "crashes": [{"at_s": 1000, "restart_s": 1}]}
+        data = tiny(**{**data, "strategy": {"name": "ssgd", "aggregation": "ps"}, "faults": {"server_crash": crash}})
+        field, what = "faults.server_crash.checkpoint_every_s is 0.01 s: 40 checkpoints", "give a larger checkpoint_every_s"
+    summary = fred.run(data).summary
+    assert summary["status"] == "failed" and summary["failure"].startswith(field) and what in summary["failure"]
+    assert summary["sim_time_s"] < 0.5
 
 
 def test_evaluation_every_n_updates():

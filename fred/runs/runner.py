@@ -27,7 +27,7 @@ from fred.runs.interrupt import StopRequest, between_steps
 from fred.runs.records import METRIC_COLUMNS, Recorder, params_sha256
 from fred.runs.staleness import staleness
 from fred.scenario import registry
-from fred.scenario.schema import ModelConfig, Scenario
+from fred.scenario.schema import MAX_CADENCE_EVENTS, ModelConfig, Scenario
 from fred.simulation.compute import ComputeModel
 from fred.simulation.engine import Contribution, GradientService, Simulation, Worker
 from fred.simulation.network import Network
@@ -304,9 +304,15 @@ class _Controller:
             # An evaluation at t sees every update applied at t, as the end's evaluation does:
             # it waits until the events at t are done.
             while next_eval_s < upcoming and next_eval_s <= max_s and self.stop_reason is None:
+                if evals > MAX_CADENCE_EVENTS:  # a long wait the scenario did not show (validation bounds the rest)
+                    sim.fail(f"eval.every_s is {every_s} s: {evals - 1:,} evaluations by {next_eval_s:.6g} s, the most "
+                             "a run makes; give a larger eval.every_s, or eval.every_updates")
+                    break
                 self.evaluate(next_eval_s)
                 evals += 1
                 next_eval_s = eval_time_s(every_s, evals)  # type: ignore[arg-type]
+            if sim.failure is not None:
+                continue
             if self.stop_reason is not None:  # that evaluation stopped the run: it ends there, not before
                 return max(env.now, self._last_eval[0])  # type: ignore[index]
             if upcoming > max_s:

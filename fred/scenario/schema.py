@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import types
 import typing
 from typing import Annotated, Any, Literal, Union
@@ -330,9 +331,21 @@ class LinkDegrade(Section):
 class MessageLoss(Section):
     """Each transfer touching ``entities`` (default: every link) is lost with ``probability``."""
 
-    probability: Annotated[float, Field(ge=0, lt=1)]
+    probability: Annotated[float, Field(ge=0, lt=1)] = Field(description="at most 0.99: a transfer is sent 1 / (1 - p) times on average")
     retransmit_timeout_s: PositiveFloat = Field(description="the sender resends this long after a lost send began")
     entities: list[str] = Field(default_factory=list, description="links affected; empty means all")
+
+    @field_validator("probability")
+    @classmethod
+    def _sends_end(cls, p: float) -> float:
+        # 0.999999999 sent each message a billion times on average: the run never ended.
+        if p > MAX_LOSS_PROBABILITY:
+            raise ValueError(f"got {p}; at most {MAX_LOSS_PROBABILITY}: a lost transfer is sent again until it gets "
+                             f"through, 1 / (1 - p) = {1 / (1 - p):.3g} times on average here (100 at 0.99)")
+        return p
+
+
+MAX_LOSS_PROBABILITY = 0.99
 
 
 class ServerCrashAt(Section):
@@ -509,18 +522,90 @@ class Scenario(Section):
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-MAX_CADENCE_EVENTS = 10_000_000  # evaluations or checkpoints in one run: past this, a typo, not a plan
+MAX_CADENCE_EVENTS = 100_000  # evaluations, or server checkpoints, in one run: past this, a typo, not a plan
+MAX_STEPS = 100_000_000  # gradient steps of all workers in one run: days of computing, or a typo
+CLOCK_RESOLUTION = 2.0**-40  # a step shorter than this fraction of the time it starts at barely moves the clock
+
+
+def base_step_time_s(scenario: Scenario) -> float:
+    """Seconds per batch at speed 1, before jitter and stragglers."""
+    compute = scenario.cluster.compute
+    flops = scenario.workload.resolved_flops_per_example() or compute.flops_per_example
+    if flops is not None and compute.device_flops is not None:  # a profile's FLOPs need device_flops
+        return flops * scenario.data.batch_size / compute.device_flops
+    if compute.step_time_s is not None:
+        return compute.step_time_s
+    raise ValueError("cluster.compute needs step_time_s, or flops_per_example with device_flops")
+
+
+def speed_spans(scenario: Scenario, worker: int) -> list[tuple[float, float, str]]:
+    """``worker``'s steps as the scenario times them, before jitter: ``(from_s, step_s, field)``
+    for each span of one speed, ``field`` naming what set it."""
+    cluster = scenario.cluster
+    slow, delay_s = 1.0, 0.0
+    for s in cluster.stragglers:
+        if s.worker == worker:
+            slow, delay_s = slow * s.slow_factor, delay_s + s.delay_s
+    base_s = base_step_time_s(scenario) * slow
+    field = f"cluster.speed.{worker}" if worker in cluster.speed else "cluster.compute"
+    spans = [(0.0, base_s / cluster.speed.get(worker, 1.0) + delay_s, field)]
+    changes = sorted((c.at_s, i, c.speed) for i, c in enumerate(cluster.speed_changes) if c.worker == worker)
+    for at_s, i, speed in changes:
+        spans.append((at_s, base_s / speed + delay_s, f"cluster.speed_changes.{i}.speed"))
+    return spans
+
+
+def worker_steps(scenario: Scenario, until_s: float) -> float:
+    """Gradient steps all workers take in ``until_s`` simulated seconds computing without a
+    pause, as the scenario times them: more than any run of it takes in that time."""
+    total = 0.0
+    for worker in range(scenario.cluster.workers):
+        spans = speed_spans(scenario, worker)
+        for (from_s, step_s, _), (to_s, _, _) in zip(spans, [*spans[1:], (until_s, 0.0, "")]):
+            total += max(min(to_s, until_s) - from_s, 0.0) / step_s
+    return total
+
+
+def _fastest_step(scenario: Scenario) -> tuple[float, str]:
+    """The shortest step any worker takes (jitter's rare short draws allowed for), and what set it."""
+    jitter = scenario.cluster.jitter
+    shrink = math.exp(-4 * jitter.sigma) if jitter.kind == "lognormal" else 1.0  # 1 draw in 30,000 is shorter
+    step_s, field = min((step_s, field) for w in range(scenario.cluster.workers) for _, step_s, field in speed_spans(scenario, w))
+    return step_s * shrink, field
 
 
 def _check_cadences(scenario: Scenario) -> None:
-    """Refuse an interval that would run for ever: 1e-20 s evaluations hung the run, silently."""
-    end_s = scenario.stop.max_sim_time_s
+    """Refuse what would take a run for ever: 1e-20 s evaluations or server checkpoints, steps of
+    1e-22 s (a speed of 1e20), and steps too short to move the clock."""
+    end_s, updates = scenario.stop.max_sim_time_s, scenario.stop.max_updates
+    n = scenario.cluster.workers
+    for worker in range(n):
+        for from_s, step_s, field in speed_spans(scenario, worker):
+            if step_s < from_s * CLOCK_RESOLUTION:
+                raise ValueError(f"{field}: worker {worker}'s steps from {from_s} s take {step_s:.3g} s, too short to move "
+                                 f"a clock at {from_s} s (its resolution there is {from_s * 2.0**-52:.3g} s): give a smaller speed")
+    if end_s is not None and updates is None:  # only the simulated time stops the run: every step in it is made
+        steps = worker_steps(scenario, end_s)
+        if steps > MAX_STEPS:
+            step_s, field = _fastest_step(scenario)
+            raise ValueError(f"stop.max_sim_time_s is {end_s} s: {n} worker{'s' * (n > 1)} take{'s' * (n == 1)} {steps:.3g} steps in it (the fastest "
+                             f"{step_s:.3g} s, from {field}); at most {MAX_STEPS:,}: give a shorter max_sim_time_s, "
+                             "slower steps, or stop.max_updates")
+    # The run lasts end_s, or at least max_updates updates of steps made side by side, whichever is shorter.
+    step_s, _ = _fastest_step(scenario)
+    at_least_s = min(end_s if end_s is not None else math.inf, updates * step_s / n if updates is not None else math.inf)
     server = scenario.faults.server_crash
     for field, every_s in [("eval.every_s", scenario.eval.every_s),
                            ("faults.server_crash.checkpoint_every_s", server.checkpoint_every_s if server else None)]:
-        if end_s is not None and every_s is not None and end_s / every_s > MAX_CADENCE_EVENTS:
+        if every_s is None or at_least_s / every_s <= MAX_CADENCE_EVENTS:
+            continue
+        if at_least_s == end_s:
             raise ValueError(f"{field} is {every_s} s: {end_s / every_s:.3g} times in stop.max_sim_time_s {end_s} s; "
                              f"give at most {MAX_CADENCE_EVENTS:,} (every_s >= {end_s / MAX_CADENCE_EVENTS:.3g})")
+        raise ValueError(f"{field} is {every_s} s: at least {at_least_s / every_s:.3g} times in the run, whose "
+                         f"stop.max_updates {updates} take {at_least_s:.3g} s or more ({n} workers, steps of {step_s:.3g} s "
+                         f"at the fastest); give at most {MAX_CADENCE_EVENTS:,} (every_s >= {at_least_s / MAX_CADENCE_EVENTS:.3g})"
+                         + (", or eval.every_updates" if field == "eval.every_s" else ""))
 
 
 def _check_crash_order(faults: FaultsConfig) -> None:

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from fred.numerics import rng
-from fred.scenario.schema import Scenario
+from fred.scenario.schema import Scenario, base_step_time_s
 
 
 class ComputeModel:
@@ -71,14 +71,3 @@ class ComputeModel:
         if stream is None:
             stream = self._streams[worker] = rng.stream(self.seed, "compute", worker)
         return stream
-
-
-def base_step_time_s(scenario: Scenario) -> float:
-    """Seconds per batch at speed 1, before jitter and stragglers."""
-    compute = scenario.cluster.compute
-    flops = scenario.workload.resolved_flops_per_example() or compute.flops_per_example
-    if flops is not None and compute.device_flops is not None:  # a profile's FLOPs need device_flops
-        return flops * scenario.data.batch_size / compute.device_flops
-    if compute.step_time_s is not None:
-        return compute.step_time_s
-    raise ValueError("cluster.compute needs step_time_s, or flops_per_example with device_flops")

@@ -13,13 +13,14 @@ peer knows the worker is gone (as a heartbeat timeout would tell them).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Callable, Generator, Protocol
 
 import numpy as np
 import simpy
 
 from fred.numerics import rng
-from fred.scenario.schema import FaultsConfig, LinkDegrade, ServerCrashAt, WorkerCrash
+from fred.scenario.schema import MAX_CADENCE_EVENTS, FaultsConfig, LinkDegrade, ServerCrashAt, WorkerCrash
 from fred.simulation.network import Network
 from fred.simulation.worker import Worker
 
@@ -218,7 +219,11 @@ class Faults:
         port.bandwidth_bps, port.latency_s = bandwidth_bps, latency_s
 
     def _checkpoints(self, every_s: float) -> Generator[simpy.Event, Any, None]:
-        while True:
+        for count in itertools.count():
+            if count >= MAX_CADENCE_EVENTS:  # a long wait the scenario did not show (validation bounds the rest)
+                self.sim.fail(f"faults.server_crash.checkpoint_every_s is {every_s} s: {count:,} checkpoints by "
+                              f"{self.sim.now:.6g} s, the most a run makes; give a larger checkpoint_every_s")
+                return
             if self.server is not None and not self.server.down:
                 self.server.checkpoint()
                 self.sim.trace("checkpoint", self.server.name, self.sim.now, self.sim.now)
