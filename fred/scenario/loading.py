@@ -38,7 +38,7 @@ class ScenarioError(Exception):
 
 
 MAX_PROBLEMS_SHOWN = 20  # lines of problems a message shows: what a person reads, not a fuzzer's 10,000
-MAX_LINE = 400  # characters of one problem's line (its value is cut to 200 before)
+MAX_LINE = 1000  # characters of one problem's line: values are cut to 200 before, and a fix may name two long paths
 
 
 def _cut(line: str) -> str:

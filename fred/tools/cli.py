@@ -85,7 +85,7 @@ def entry() -> None:
     sys.exit(code)
 
 
-def _readable(message: str, width: int = 500, lines: int = 40) -> str:
+def _readable(message: str, width: int = 1000, lines: int = 40) -> str:
     """``message`` cut to what a person reads: ``lines`` lines of at most ``width`` characters,
     saying what was left out (a value echoed whole once made a message of megabytes)."""
     kept = [line if len(line) <= width else f"{line[: width - 1]}… ({len(line):,} characters)" for line in message.splitlines()[:lines]]
