@@ -39,6 +39,9 @@ class ADPSGD(StrategyConfig):
     lr: float = Field(default=0.1, ge=0)
     topology: Literal["ring", "complete"] = "ring"
 
+    def model_copies_per_worker(self) -> int:
+        return 4  # a replica per worker, its gradient, and the copies it sends and receives
+
 
 @op("strategies.adpsgd:pair_average")
 @jax.jit

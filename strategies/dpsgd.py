@@ -25,6 +25,9 @@ class DPSGD(StrategyConfig):
     name: Literal["dpsgd"] = "dpsgd"
     lr: float = Field(default=0.1, ge=0)
 
+    def model_copies_per_worker(self) -> int:
+        return 4  # a replica per worker, its gradient, and the copies it sends and receives
+
 
 def ring_mixing(n: int):
     """Each node keeps a third and gives a third to each neighbour (a half each when n = 2)."""

@@ -36,6 +36,9 @@ class HPSGD(StrategyConfig):
     name: Literal["hpsgd"] = "hpsgd"
     lr: float = Field(default=0.1, gt=0)
 
+    def model_copies_per_worker(self) -> int:
+        return 4  # a replica per worker, its gradient, and the copies it sends and receives
+
 
 @dataclass
 class Shared:

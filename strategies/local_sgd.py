@@ -29,6 +29,9 @@ class LocalSGD(StrategyConfig):
     lr: float = Field(default=0.1, gt=0)
     sync_every: int = Field(default=8, ge=1, description="local steps between averaging rounds (gamma)")
 
+    def model_copies_per_worker(self) -> int:
+        return 4  # a replica per worker, its gradient, and the copies it sends and receives
+
 
 @register(LocalSGD)
 def start(sim: Simulation, config: LocalSGD):

@@ -53,6 +53,9 @@ class SGP(StrategyConfig):
     peers: Literal[1, 2] = Field(default=1, description="out-neighbours per iteration (directed_exponential)")
     init_spread: float = Field(default=0.0, ge=0, description="per-node noise added to the start (tests)")
 
+    def model_copies_per_worker(self) -> int:
+        return 4  # a replica per worker, its gradient, and the copies it sends and receives
+
     @field_validator("topology")
     @classmethod
     def _column_stochastic(cls, value: Any) -> Any:

@@ -34,6 +34,16 @@ from fred.numerics.tape import op
 # workers) it came in.
 CHUNK_ROWS = 64
 _ZERO = np.int32(0)  # a run-time argument of the exact gradient program: see _as_stored
+# Activations of one evaluation call. An evaluation set whose activations take more is evaluated
+# in chunks (an MLP [3000, 3000] on 70,000 examples allocated GBs at once); a smaller one in
+# one call, as always, so the runs that fit keep their bits.
+EVAL_BYTES = 64 * 2**20
+
+
+def eval_chunk_rows(width: int) -> int:
+    """Rows of one evaluation call, for a model whose widest layer holds ``width`` floats a row
+    (about four such float32 arrays are alive at once)."""
+    return max(1, EVAL_BYTES // (16 * max(width, 1)))
 
 
 class Stacked(NamedTuple):
@@ -351,6 +361,7 @@ class Numerics:
             for stack in (False, True)
         }
         self._evaluate = jax.jit(self._eval_fn)
+        self._evaluate_sums = jax.jit(self._eval_sums_fn)
         self._device_data: tuple[Dataset, str, jax.Array, jax.Array, jax.Array] | None = None
 
     def shard_sums_of(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int) -> list[GradSum]:
@@ -394,9 +405,38 @@ class Numerics:
         loss = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(out), y[:, None], axis=1))
         return loss, jnp.mean(jnp.argmax(out, axis=1) == y)
 
+    def _eval_sums_fn(self, params: Params, x: jax.Array, y: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Summed loss and correct predictions of the first ``valid`` rows (the rest pad a last chunk)."""
+        out = self.model.apply(params, x)
+        keep = jnp.arange(x.shape[0]) < valid
+        if self.task == "regression":
+            return jnp.sum(jnp.where(keep, 0.5 * (out[:, 0] - y) ** 2, 0.0)), jnp.int32(0)
+        losses = -jnp.take_along_axis(jax.nn.log_softmax(out), y[:, None], axis=1)[:, 0]
+        return jnp.sum(jnp.where(keep, losses, 0.0)), jnp.sum(keep & (jnp.argmax(out, axis=1) == y))
+
     def evaluate(self, params: Params, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """Mean loss and accuracy on ``x, y``. A NaN loss (NaN outputs: parameters gone to NaN
-        in a diverged run) has no accuracy: argmax of NaN logits is class 0, not a prediction."""
-        loss, accuracy = self._evaluate(params, x, y)
-        loss = float(loss)
-        return loss, math.nan if math.isnan(loss) else float(accuracy)
+        in a diverged run) has no accuracy: argmax of NaN logits is class 0, not a prediction.
+
+        An evaluation set larger than :func:`eval_chunk_rows` is evaluated in chunks of that
+        many rows (the last one padded, so one program serves them all), adding up the chunks'
+        sums in order: memory stays bounded, and the result is the same on every machine."""
+        rows = eval_chunk_rows(self.model.width) if self.model.width else len(x)
+        if len(x) <= rows:
+            loss, accuracy = self._evaluate(params, x, y)
+            loss = float(loss)
+            return loss, math.nan if math.isnan(loss) else float(accuracy)
+        total, correct = 0.0, 0
+        for start in range(0, len(x), rows):
+            xs, ys = x[start : start + rows], y[start : start + rows]
+            valid = len(xs)
+            if valid < rows:
+                xs = np.concatenate([xs, np.zeros((rows - valid, *xs.shape[1:]), xs.dtype)])
+                ys = np.concatenate([ys, np.zeros(rows - valid, ys.dtype)])
+            loss_sum, hits = self._evaluate_sums(params, xs, ys, np.int32(valid))
+            total += float(loss_sum)
+            correct += int(hits)
+        loss = total / len(x)
+        if self.task == "regression" or math.isnan(loss):
+            return loss, math.nan
+        return loss, correct / len(x)

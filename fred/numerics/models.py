@@ -26,10 +26,12 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 
 
 class Model(NamedTuple):
-    """``init(key) -> params`` and ``apply(params, x) -> outputs`` for one example batch."""
+    """``init(key) -> params`` and ``apply(params, x) -> outputs`` for one example batch;
+    ``width``: the most floats one example's forward pass holds in a layer (0: not known)."""
 
     init: Callable[[jax.Array], Params]
     apply: Callable[[Params, jax.Array], jax.Array]
+    width: int = 0
 
 
 def _dense(key: jax.Array, fan_in: int, fan_out: int) -> tuple[jax.Array, jax.Array]:
@@ -94,12 +96,28 @@ def _cnn(cfg: CNNModel, feature_shape: tuple[int, ...], outputs: int) -> Model:
 
 def build_model(cfg: LogisticModel | MLPModel | CNNModel, feature_shape: tuple[int, ...], outputs: int) -> Model:
     """The model a scenario names, sized for ``feature_shape`` inputs and ``outputs`` outputs."""
-    features = math.prod(feature_shape)
+    width = activation_width(cfg, feature_shape, outputs)
     if isinstance(cfg, LogisticModel):
-        return _mlp([features, outputs], ACTIVATIONS["relu"])
+        return _mlp(layer_sizes(cfg, feature_shape, outputs), ACTIVATIONS["relu"])._replace(width=width)
     if isinstance(cfg, MLPModel):
-        return _mlp([features, *cfg.hidden, outputs], ACTIVATIONS[cfg.activation])
-    return _cnn(cfg, feature_shape, outputs)
+        return _mlp(layer_sizes(cfg, feature_shape, outputs), ACTIVATIONS[cfg.activation])._replace(width=width)
+    return _cnn(cfg, feature_shape, outputs)._replace(width=width)
+
+
+def layer_sizes(cfg: LogisticModel | MLPModel, feature_shape: tuple[int, ...], outputs: int) -> list[int]:
+    """The widths of a dense model's layers, inputs first."""
+    hidden = cfg.hidden if isinstance(cfg, MLPModel) else []
+    return [math.prod(feature_shape), *hidden, outputs]
+
+
+def activation_width(cfg: LogisticModel | MLPModel | CNNModel, feature_shape: tuple[int, ...], outputs: int) -> int:
+    """The most floats one example's forward pass holds in a layer: what evaluation's memory
+    grows with (a convolution's, its patches: kernel_size² × channels at every pixel)."""
+    if not isinstance(cfg, CNNModel):
+        return max(layer_sizes(cfg, feature_shape, outputs))
+    pixels = math.prod(feature_shape[:-1]) if len(feature_shape) == 3 else 1
+    chans = [feature_shape[-1], *cfg.channels]
+    return max(pixels * cfg.kernel_size**2 * max(chans), math.prod(feature_shape), cfg.hidden, outputs)
 
 
 def param_count(params: Params) -> int:

@@ -24,6 +24,7 @@ from fred.numerics.models import Model, Params, build_model, param_count
 from fred.numerics.tape import ResumeMismatch, Tape, digest, document, resolved
 from fred.runs.host import cpu_isa
 from fred.runs.interrupt import StopRequest, between_steps
+from fred.runs.memory import check_fits
 from fred.runs.records import METRIC_COLUMNS, Recorder, params_sha256
 from fred.runs.staleness import staleness
 from fred.scenario import registry
@@ -380,6 +381,7 @@ def _execute(
     scenario: Scenario, progress: Progress | None, checkpointer: Checkpointer | None, resume: Saved | None, wall_start: float,
     interrupt: StopRequest,
 ) -> RunResult:
+    check_fits(scenario)  # before loading data or compiling: what does not fit is refused at no cost
     built = build(scenario)
     interrupt.check()
     recorder = Recorder()

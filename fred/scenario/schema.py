@@ -67,17 +67,31 @@ class LogisticModel(Section):
     kind: Literal["logistic"] = "logistic"
 
 
+MAX_LAYERS = 100  # compile time and memory grow with depth: 2,000 layers compiled for 20 minutes, to 24 GB
+
+
+def _few_layers(layers: list[int]) -> list[int]:
+    if len(layers) > MAX_LAYERS:
+        raise ValueError(f"got {len(layers):,} layers; at most {MAX_LAYERS}: JAX compiles every layer of every "
+                         "gradient program, and its time and memory grow with depth (2,000 layers: 20 minutes, 24 GB)")
+    return layers
+
+
 class MLPModel(Section):
     kind: Literal["mlp"] = "mlp"
-    hidden: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [64])
+    hidden: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [64], description="hidden layer widths; at most 100 layers")
     activation: Literal["relu", "tanh", "sigmoid", "gelu"] = "relu"
+
+    _layers = field_validator("hidden")(_few_layers)
 
 
 class CNNModel(Section):
     kind: Literal["cnn"] = "cnn"
-    channels: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [8, 16])
+    channels: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [8, 16], description="convolution layers' channels; at most 100 layers")
     kernel_size: Annotated[int, Field(gt=0)] = 3
     hidden: Annotated[int, Field(gt=0)] = 64
+
+    _layers = field_validator("channels")(_few_layers)
 
 
 ModelConfig = Annotated[Union[LogisticModel, MLPModel, CNNModel], Field(discriminator="kind")]
@@ -431,6 +445,11 @@ class StrategyConfig(Section):
     def has_server(self) -> bool:
         """Whether the strategy runs a parameter server, whose ``server`` link faults may name."""
         return "server_crash" in self.fault_support()
+
+    def model_copies_per_worker(self) -> int:
+        """Parameter-sized arrays the strategy holds per worker (the parameters it read and its
+        gradient; a strategy keeping a replica per worker holds more): the memory estimate's."""
+        return 2
 
 
 def _validate_strategy(value: Any) -> StrategyConfig:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from fred.runs.interrupt import Terminated, raise_terminated
 from fred.runs.paths import (  # os and pathlib only: the heavy libraries load in main, where Ctrl-C is taken
@@ -42,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         enable()  # compiled programs from earlier processes: most of a short run's time otherwise
     try:
-        return args.handler(args)
+        with _memory_limit(getattr(args, "memory_limit_gb", None)):
+            return args.handler(args)
     except ScenarioError as err:
         print(f"fred: {_readable(str(err))}", file=sys.stderr)
         return 2
@@ -62,6 +64,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         how, code = _stopped_by(stop)
         print(f"fred: {how}; {_left(args)}", file=sys.stderr)
         return code
+
+
+@contextlib.contextmanager
+def _memory_limit(gb: float | None) -> Iterator[None]:
+    """``--memory-limit-gb`` for this command's runs, and the processes it starts, as the
+    environment's FRED_MEMORY_LIMIT_GB (fred.runs.memory reads it), restored after."""
+    if gb is None:
+        yield
+        return
+    if not 0 < gb < float("inf"):
+        raise ValueError(f"--memory-limit-gb {gb}: give the memory runs may use, in GB, e.g. --memory-limit-gb 64")
+    before = os.environ.get("FRED_MEMORY_LIMIT_GB")
+    os.environ["FRED_MEMORY_LIMIT_GB"] = repr(gb)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("FRED_MEMORY_LIMIT_GB", None)
+        else:
+            os.environ["FRED_MEMORY_LIMIT_GB"] = before
 
 
 def entry() -> None:
@@ -147,6 +169,10 @@ def _resumable(args: argparse.Namespace) -> str:
     return f"; its checkpoint is kept: fred run --resume {out}"
 
 
+MEMORY_HELP = ("refuse runs estimated to need more than N GB (default: the memory available, as /proc/meminfo "
+               "or a container's limit says; FRED_MEMORY_LIMIT_GB=N does the same)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fred", description="Simulate distributed deep-learning training.",
@@ -166,6 +192,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="keep a checkpoint next to the run directory, renewed every S seconds of wall time")
     run.add_argument("--resume", metavar="RUN_DIR",
                      help="finish the interrupted run that was to be written to RUN_DIR, from its checkpoint")
+    run.add_argument("--memory-limit-gb", type=float, metavar="N", help=MEMORY_HELP)
     run.set_defaults(handler=_run)
     lst = sub.add_parser("list", help="list the registered strategies")
     lst.set_defaults(handler=_list)
@@ -177,6 +204,7 @@ def _parser() -> argparse.ArgumentParser:
                       "(recorded in comparison.csv's target_loss column)")
     cmp_.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
                       help="override a field of every scenario file given, e.g. --set stop.max_updates=200 (repeatable)")
+    cmp_.add_argument("--memory-limit-gb", type=float, metavar="N", help=MEMORY_HELP)
     cmp_.set_defaults(handler=_compare)
     plot = sub.add_parser("plot", help="loss curves, staleness histogram and per-worker timeline of one run")
     plot.add_argument("run_dir")
@@ -226,6 +254,7 @@ def _parser() -> argparse.ArgumentParser:
                          "or a Ray started here (needs pip install -e \".[ray]\" in fred's checkout)")
     sw.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
     sw.add_argument("--out", default="sweep.parquet", help="the gathered table (default: sweep.parquet)")
+    sw.add_argument("--memory-limit-gb", type=float, metavar="N", help=MEMORY_HELP)
     sw.set_defaults(handler=_sweep)
     trace = sub.add_parser("trace", help="export the event timeline as Chrome trace-event JSON (Perfetto)")
     trace.add_argument("run_dir")

@@ -1,0 +1,207 @@
+"""Whether a run fits this machine's memory, estimated from the scenario before anything is built.
+
+A run too large for the machine did not fail with a message: a 1e9-unit hidden layer ended
+in a JAX out-of-memory traceback, 4,096 workers of an MLP [1024, 1024] under Local SGD in a
+segmentation fault, a ``std::bad_alloc`` or no exit at all. :func:`check_fits` estimates what
+the run holds (its data, every copy of the parameters its strategy keeps, the per-example
+gradients of one gradient call, one evaluation chunk) from the scenario alone, reading at
+most a data file's header, and refuses a run whose estimate exceeds the memory available,
+with the estimate, the limit and the fixes. The estimate is deliberately rough (within a
+factor of about 1.5 of the peak measured on CPU); ``fred run --memory-limit-gb N`` or
+``FRED_MEMORY_LIMIT_GB=N`` sets the limit for machines that have more than they report.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fred.numerics.gradients import CHUNK_ROWS, eval_chunk_rows
+from fred.numerics.models import activation_width, layer_sizes
+from fred.scenario.schema import DigitsData, MNISTData, Scenario, SyntheticData
+
+ENV = "FRED_MEMORY_LIMIT_GB"
+GB = 1e9
+FLOAT = 4  # bytes of a float32
+PER_EXAMPLE_ROWS = 4 * CHUNK_ROWS  # per-example gradients of one call held at once, at most (measured: ~200-360)
+
+
+class TooLarge(ValueError):
+    """A run whose memory estimate exceeds the limit: refused before anything is built."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the data set is, as far as memory goes: examples, one example's shape, outputs."""
+
+    examples: int
+    feature_shape: tuple[int, ...]
+    outputs: int
+    load_factor: float  # bytes held while loading, per float32 byte kept
+
+
+@dataclass(frozen=True)
+class Estimate:
+    total: float
+    parts: list[tuple[str, float]]
+    params: int
+
+
+def data_shape(scenario: Scenario) -> Shape | None:
+    """The data set's size from the scenario, or a file's header; None if a file cannot tell
+    (its loader then says what is wrong with it)."""
+    source = scenario.data.source
+    if isinstance(source, DigitsData):
+        return Shape(1797, (8, 8, 1), 10, 1.0)
+    if isinstance(source, SyntheticData):
+        outputs = source.classes if source.task == "classification" else 1
+        return Shape(source.examples, (source.features,), outputs, 5.0)  # float64 draws, then float32
+    assert isinstance(source, MNISTData)
+    try:
+        shapes = _mnist_shapes(Path(source.path).expanduser())
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+    if shapes is None:
+        return None
+    examples = sum(s[0] for s in shapes)
+    pixels = shapes[0][1:3] if len(shapes[0]) >= 3 else (28, 28)
+    return Shape(examples, (*pixels, 1), 10, 2.0)  # the file's bytes, then float32 pixels
+
+
+def _mnist_shapes(path: Path) -> list[tuple[int, ...]] | None:
+    """The image arrays' shapes, from IDX headers or the .npz members' headers."""
+    if path.is_dir():
+        shapes = []
+        for prefix in ("train", "t10k"):
+            for name in (f"{prefix}-images-idx3-ubyte", f"{prefix}-images-idx3-ubyte.gz"):
+                if (path / name).is_file():
+                    opener = gzip.open if name.endswith(".gz") else open
+                    with opener(path / name, "rb") as f:
+                        header = f.read(16)
+                    shapes.append(tuple(int(d) for d in np.frombuffer(header[4:16], ">u4")))
+                    break
+        return shapes or None
+    if not zipfile.is_zipfile(path):
+        return None
+    shapes = []
+    with zipfile.ZipFile(path) as archive:
+        for key in ("x_train", "x_test"):
+            if f"{key}.npy" in archive.namelist():
+                with archive.open(f"{key}.npy") as f:
+                    version = np.lib.format.read_magic(f)
+                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                    shape = read(f)[0]  # the header only, not the array
+                shapes.append(tuple(shape) if len(shape) != 2 else (shape[0], 28, 28))
+    return shapes or None
+
+
+def param_count(scenario: Scenario, shape: Shape) -> int:
+    """Parameters of the scenario's model for this data (what ``fred.numerics.models`` builds)."""
+    model = scenario.model
+    if model.kind == "cnn":
+        height, width, channels = shape.feature_shape
+        chans = [channels, *model.channels]
+        convs = sum(model.kernel_size**2 * a * b + b for a, b in zip(chans, chans[1:]))
+        return convs + _dense([height * width * chans[-1], model.hidden, shape.outputs])
+    return _dense(layer_sizes(model, shape.feature_shape, shape.outputs))
+
+
+def _dense(sizes: list[int]) -> int:
+    return sum(a * b + b for a, b in zip(sizes, sizes[1:]))
+
+
+def estimate(scenario: Scenario, shape: Shape) -> Estimate:
+    """The bytes a run holds at its peak, roughly, and what they are."""
+    n = scenario.cluster.workers
+    p = param_count(scenario, shape)
+    params = p * FLOAT
+    features = math.prod(shape.feature_shape)
+    parts = [("data", shape.examples * features * FLOAT * (1 + shape.load_factor))]  # kept, with its device copy
+    if scenario.workload.timing_only:
+        parts.append(("parameters", params))
+    else:
+        per_worker = scenario.strategy.model_copies_per_worker()
+        parts.append((f"{n:,} workers x {per_worker} model copies and 4 more", params * (4 + n * per_worker)))
+        rows = n * scenario.data.batch_size  # one gradient call may serve every worker
+        if scenario.strategy.reduction == "exact":
+            rows = min(rows + (-rows) % CHUNK_ROWS, PER_EXAMPLE_ROWS)
+            parts.append((f"per-example gradients of {rows:,} rows", params * rows))
+        width = activation_width(scenario.model, shape.feature_shape, shape.outputs)
+        parts.append(("evaluation", eval_chunk_rows(width) * width * FLOAT * 4))
+    return Estimate(sum(b for _, b in parts), parts, p)
+
+
+def memory_limit() -> tuple[float, str]:
+    """Bytes a run may use, and where that number comes from."""
+    given = os.environ.get(ENV)
+    if given is not None:
+        try:
+            gb = float(given)
+        except ValueError:
+            gb = math.nan
+        if not (gb > 0 and math.isfinite(gb)):
+            raise ValueError(f"{ENV}={given!r}: give the memory fred may use, in GB, e.g. {ENV}=64")
+        return gb * GB, f"the limit set ({ENV} or --memory-limit-gb)"
+    available = _meminfo_available()
+    source = "available (MemAvailable in /proc/meminfo)"
+    if available is None:
+        try:
+            available = float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+            source = "available (free physical memory)"
+        except (ValueError, OSError, AttributeError):
+            return math.inf, "unknown"
+    cgroup = _cgroup_room()
+    if cgroup is not None and cgroup < available:
+        available, source = cgroup, "left under this container's memory limit (cgroup memory.max)"
+    return available, source
+
+
+def _meminfo_available() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_room() -> float | None:
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
+        return float(limit) - float(used) if limit != "max" else None
+    except (OSError, ValueError):
+        return None
+
+
+def check_fits(scenario: Scenario) -> None:
+    """Refuse a run whose memory estimate exceeds the limit, before it loads or compiles anything."""
+    shape = data_shape(scenario)
+    model = scenario.model
+    if shape is None or (model.kind == "cnn" and (len(shape.feature_shape) != 3 or model.kernel_size > max(shape.feature_shape[:2]))):
+        return  # building it says what is wrong
+    found = estimate(scenario, shape)
+    limit, source = memory_limit()
+    if found.total <= limit:
+        return
+    parts = ", ".join(f"{what} {_gb(b)}" for what, b in found.parts if b >= 0.01 * found.total)
+    fixes = "make the data set smaller"
+    if found.parts[0][1] < 0.5 * found.total:
+        per_example = sum(b for what, b in found.parts if what.startswith("per-example"))
+        fixes = "give fewer workers or a smaller model" + (", or strategy.reduction: fast" if per_example > 0.25 * found.total else "")
+    raise TooLarge(
+        f"out of memory: this run would hold about {_gb(found.total)} (a model of {found.params:,} parameters, "
+        f"{_gb(found.params * FLOAT)} a copy; {parts}), and {_gb(limit)} is {source}; {fixes}. On a machine "
+        f"that has more, raise the limit: fred run --memory-limit-gb N, or {ENV}=N"
+    )
+
+
+def _gb(count: float) -> str:
+    return f"{count / GB:.3g} GB"

@@ -1,0 +1,130 @@
+"""A run too large for the machine is refused before it builds anything, with the estimate and the limit."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+import pytest
+import yaml
+
+import fred.runs.runner
+from fred.numerics import gradients
+from fred.numerics.data import load_dataset
+from fred.numerics.gradients import Numerics
+from fred.numerics.models import build_model
+from fred.numerics.models import param_count as built_param_count
+from fred.runs import memory
+from fred.runs.checkpoint import checkpoint_dir
+from fred.scenario.loading import validate
+from fred.tools.cli import main
+from tests.conftest import tiny
+
+BIG = {"model": {"kind": "mlp", "hidden": [1024, 1024]}, "cluster": {"workers": 4096}, "strategy": {"name": "local_sgd"},
+       "data": {"source": {"kind": "synthetic", "examples": 100_000}, "batch_size": 1}}
+
+
+def run_cli(tmp_path, data, *extra):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", *extra])
+
+
+def nothing_built(monkeypatch):
+    def refused(*args, **kwargs):
+        raise AssertionError("a refused run loaded its data or built its model")
+
+    monkeypatch.setattr(fred.runs.runner, "build", refused)
+
+
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        # a JAX out-of-memory traceback
+        (tiny(model={"kind": "mlp", "hidden": [1_000_000_000]}), "a model of 75,000,000,010 parameters, 300 GB a copy"),
+        # SIGSEGV, std::bad_alloc or no exit (13 GB and growing after a minute, here)
+        (tiny(**BIG), "4,096 workers x 4 model copies and 4 more 70.5 GB"),
+    ],
+    ids=["wide-layer", "local-sgd-4096"],
+)
+def test_a_run_that_cannot_fit_is_refused_with_its_estimate_before_anything_is_built(data, needle, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(memory.ENV, "20")  # the machine's available memory, fixed for the test
+    nothing_built(monkeypatch)
+    assert run_cli(tmp_path, data, "--checkpoint-every-s", "60") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fred: out of memory: this run would hold about ") and needle in err, err
+    assert "and 20 GB is the limit set (FRED_MEMORY_LIMIT_GB or --memory-limit-gb)" in err
+    assert "raise the limit: fred run --memory-limit-gb N" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists() and not checkpoint_dir(tmp_path / "out").exists()
+
+
+def test_the_limit_is_the_memory_available_unless_the_flag_or_the_environment_sets_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(memory.ENV, raising=False)
+    limit, source = memory.memory_limit()
+    assert 0 < limit < math.inf and "available" in source
+    monkeypatch.setenv(memory.ENV, "0.000001")  # 1 kB: even the tiny run is refused
+    assert run_cli(tmp_path, tiny()) == 2
+    assert "is the limit set (FRED_MEMORY_LIMIT_GB" in capsys.readouterr().err
+    assert run_cli(tmp_path, tiny(), "--memory-limit-gb", "64") == 0  # the flag wins, for this command only
+    assert memory.memory_limit() == (1000.0, "the limit set (FRED_MEMORY_LIMIT_GB or --memory-limit-gb)")
+    monkeypatch.setenv(memory.ENV, "lots")
+    with pytest.raises(ValueError, match="FRED_MEMORY_LIMIT_GB='lots': give the memory fred may use, in GB"):
+        memory.memory_limit()
+    assert run_cli(tmp_path, tiny(), "--memory-limit-gb", "-1") == 2
+    assert "--memory-limit-gb -1.0: give the memory runs may use, in GB" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "model, source",
+    [
+        ({"kind": "logistic"}, {"kind": "digits"}),
+        ({"kind": "mlp", "hidden": [32, 7]}, {"kind": "synthetic", "features": 13, "classes": 5, "examples": 50}),
+        ({"kind": "mlp", "hidden": [9]}, {"kind": "synthetic", "task": "regression", "features": 6, "examples": 50}),
+        ({"kind": "cnn", "channels": [3, 5], "kernel_size": 2, "hidden": 11}, {"kind": "digits"}),
+    ],
+)
+def test_the_estimate_counts_the_parameters_the_model_has(model, source):
+    data = tiny(data={"source": source})
+    data["model"] = model
+    scenario = validate(data)
+    shape = memory.data_shape(scenario)
+    dataset = load_dataset(scenario.data, np.random.default_rng(0))
+    outputs = dataset.num_classes or 1
+    assert (shape.feature_shape, shape.outputs) == (dataset.feature_shape, outputs)
+    params = build_model(scenario.model, dataset.feature_shape, outputs).init(jax.random.PRNGKey(0))
+    assert memory.param_count(scenario, shape) == built_param_count(params)
+
+
+def test_an_mnist_file_is_sized_from_its_header(tmp_path):
+    path = tmp_path / "m.npz"
+    np.savez(path, x_train=np.zeros((30, 20, 12), np.uint8), y_train=np.zeros(30, np.uint8),
+             x_test=np.zeros((7, 20, 12), np.uint8), y_test=np.zeros(7, np.uint8))
+    shape = memory.data_shape(validate(tiny(data={"source": {"kind": "mnist", "path": str(path)}})))
+    assert (shape.examples, shape.feature_shape, shape.outputs) == (37, (20, 12, 1), 10)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_a_large_evaluation_set_is_evaluated_in_chunks_with_the_same_result(task, monkeypatch):
+    # An MLP [3000, 3000] evaluated 70,000 examples in one call: GBs at once. Small sets keep one call.
+    scenario = validate(tiny(data={"source": {"kind": "synthetic", "task": task, "features": 20, "examples": 1000}}))
+    dataset = load_dataset(scenario.data, np.random.default_rng(0))
+    model = build_model(scenario.model, dataset.feature_shape, dataset.num_classes or 1)
+    params = model.init(jax.random.PRNGKey(1))
+    numerics = Numerics(model, task, "exact")
+    whole = numerics.evaluate(params, dataset.x_eval, dataset.y_eval)
+    monkeypatch.setattr(gradients, "EVAL_BYTES", 16 * model.width * 64)  # 64 rows a call: 200 rows in 4 chunks
+    calls = []
+    sums = numerics._evaluate_sums
+    numerics._evaluate_sums = lambda *args: calls.append(args[1].shape) or sums(*args)
+    chunked = numerics.evaluate(params, dataset.x_eval, dataset.y_eval)
+    assert calls == [(64, 20)] * 4
+    assert chunked[0] == pytest.approx(whole[0], rel=1e-6)
+    assert chunked[1] == pytest.approx(whole[1], rel=1e-6) or (math.isnan(chunked[1]) and math.isnan(whole[1]))
+
+
+def test_a_model_of_too_many_layers_is_refused(tmp_path, capsys):
+    assert run_cli(tmp_path, tiny(model={"kind": "mlp", "hidden": [8] * 2000})) == 2
+    assert "model.hidden: got 2,000 layers; at most 100: JAX compiles every layer" in capsys.readouterr().err
+    assert run_cli(tmp_path, tiny(model={"kind": "cnn", "channels": [2] * 101})) == 2
+    assert "model.channels: got 101 layers; at most 100" in capsys.readouterr().err
