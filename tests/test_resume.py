@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 import fred
+import fred.runs.api
 import fred.runs.runner
 from fred.numerics.gradients import Numerics
 from fred.numerics.tape import NeedsValue
