@@ -10,8 +10,8 @@ Quick use::
 
 import typing as _typing
 from importlib import import_module as _import_module
-from importlib.util import find_spec as _find_spec
 
+from fred._lazy import submodule as _submodule
 from fred._version import __version__
 
 # Each public name and the module it comes from, imported at its first use (PEP 562): the
@@ -37,13 +37,9 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see
 
 
 def __getattr__(name: str) -> object:
-    if name in _SOURCES:
-        value = getattr(_import_module(_SOURCES[name]), name)
-    elif name.isidentifier() and _find_spec(f"fred.{name}") is not None:
-        value = _import_module(f"fred.{name}")  # fred.runs and the other layers
-    else:
-        raise AttributeError(f"module 'fred' has no attribute {name!r}")
-    globals()[name] = value  # later uses skip this function
+    if name not in _SOURCES:
+        return _submodule(globals(), name)  # fred.runs and the other layers
+    value = globals()[name] = getattr(_import_module(_SOURCES[name]), name)  # later uses skip this function
     return value
 
 

@@ -5,8 +5,8 @@ Every import counts: at the top of a module, inside a function, and under
 
     scenario < numerics < simulation < strategies < runs < tools < fred (the API facade)
 
-A module may import its own layer and the layers below it. ``fred._version`` is a leaf
-any layer may name. The strategy registry finds the ``strategies`` package by name at its
+A module may import its own layer and the layers below it. ``fred._version`` and
+``fred._lazy`` (submodules on first use) are leaves any layer may name. The strategy registry finds the ``strategies`` package by name at its
 first lookup (a plug-in discovery), not by an import, so the scenario layer stays lowest.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("fred._version", "fred.scenario", "fred.numerics", "fred.simulation", "strategies", "fred.runs", "fred.tools", "fred")
+LAYERS = ("fred._version", "fred._lazy", "fred.scenario", "fred.numerics", "fred.simulation", "strategies", "fred.runs", "fred.tools", "fred")
 
 
 def _modules() -> dict[str, Path]:

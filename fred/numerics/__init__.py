@@ -3,3 +3,9 @@
 Models, data, gradients and their exact reductions, optimizers, compression, the per-entity
 random streams, and the tape that records every jitted call so it can be replayed.
 """
+
+from fred._lazy import submodule as _submodule
+
+
+def __getattr__(name: str) -> object:  # a submodule, imported on first use
+    return _submodule(globals(), name)
