@@ -258,7 +258,8 @@ def test_a_damaged_run_in_the_runs_folder_is_named_with_how_to_recompute_it(scen
     runs = tmp_path / "r"
     argv = ["sweep", str(scenario), "--grid", "seed=0,1", "--runs", str(runs), "--out", str(tmp_path / "t.parquet")]
     assert main(argv) == 0
-    first, second = sorted(runs.iterdir())
+    # in grid order, as the sweep checks them (their folders' names are hashes, in no such order)
+    first, second = sorted(runs.iterdir(), key=lambda run: yaml.safe_load((run / "scenario.yaml").read_text())["seed"])
     (first / "params.npz").write_bytes(b"PK")
     (second / "summary.json").unlink()
     capsys.readouterr()
