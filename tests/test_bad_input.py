@@ -75,9 +75,7 @@ def run_cli(tmp_path, text: bytes, capsys):
     return code, err, out
 
 
-@settings(max_examples=2500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=broken_scenarios())
-def test_a_broken_scenario_is_refused_with_a_short_message(data, tmp_path, capsys):
+def refused_with_a_short_message(data, tmp_path, capsys):
     try:
         validate(data)
         valid = True
@@ -89,6 +87,21 @@ def test_a_broken_scenario_is_refused_with_a_short_message(data, tmp_path, capsy
     assert err.startswith("fred: ") and "Traceback" not in err
     assert len(err.splitlines()) <= 40
     assert not out.exists()
+
+
+# 400 broken scenarios in the default run (a fresh draw each time); 2,500 in `pytest -m slow`
+# (25-60 s on 2 loaded cores).
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=broken_scenarios())
+def test_a_broken_scenario_is_refused_with_a_short_message(data, tmp_path, capsys):
+    refused_with_a_short_message(data, tmp_path, capsys)
+
+
+@pytest.mark.slow
+@settings(max_examples=2500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=broken_scenarios())
+def test_many_broken_scenarios_are_refused_with_a_short_message(data, tmp_path, capsys):
+    refused_with_a_short_message(data, tmp_path, capsys)
 
 
 @pytest.mark.parametrize(

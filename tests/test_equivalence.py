@@ -25,10 +25,16 @@ def _sha(**overrides) -> str:
     return fred.run(tiny(stop={"max_updates": STEPS}, eval={"every_updates": 1000}, **overrides)).summary["params_sha256"]
 
 
+# Each batch size compiles programs of its own (10-19 s per worker count on 2 loaded cores for
+# all seven): the default run checks three of them, `pytest -m slow` the other four.
+BATCHES = [pytest.param([1, 4, 64], id="b1,4,64"), pytest.param([2, 8, 16, 32], id="b2,8,16,32", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("batches", BATCHES)
 @pytest.mark.parametrize("aggregation", ["ps", "allreduce"])
 @pytest.mark.parametrize("workers", [1, 2, 4, 8])
-def test_ssgd_with_n_workers_of_batch_b_is_sgd_with_batch_nb(workers, aggregation):
-    for batch in [1, 2, 4, 8, 16, 32, 64]:
+def test_ssgd_with_n_workers_of_batch_b_is_sgd_with_batch_nb(workers, aggregation, batches):
+    for batch in batches:
         large_batch = _sha(cluster={"workers": 1}, data={"batch_size": workers * batch}, strategy={"name": "sgd"})
         distributed = _sha(
             cluster={"workers": workers},
@@ -76,10 +82,7 @@ def digits_mlp():
     return ds, Numerics(model, ds.task, "exact"), model.init(rng.jax_key(0, "model"))
 
 
-@settings(max_examples=25, deadline=None)
-@given(example=st.integers(0, 300), batch=st.sampled_from([1, 2, 3, 8, 17, 63, 64, 65, 130, 520, 1100]), position=st.data())
-def test_a_per_example_gradient_does_not_depend_on_its_batch(example, batch, position):
-    """The measured fact the exact reduction rests on, checked on this machine's XLA."""
+def per_example_gradient_is_the_same_within(example, batch, position):
     ds, numerics, params = digits_mlp()
     at = position.draw(st.integers(0, batch - 1))
     rows = rng.stream(batch, "rows").choice(len(ds.y_train), size=batch)
@@ -88,6 +91,23 @@ def test_a_per_example_gradient_does_not_depend_on_its_batch(example, batch, pos
     within = numerics.shard_sums_of(params, ds, rows, batch)[at]
     for name in params:
         assert np.array_equal(np.asarray(alone.grad[name]), np.asarray(within.grad[name])), name
+
+
+# Every batch size compiles a program of its own, in time growing with its rows (75 ms a row, on
+# 2 loaded cores: 6 s for 65 rows, some 80 s for 1,100); the whole check took 94-190 s. The default run
+# draws fewer examples from batches up to one of a whole 64-row chunk and a row; `pytest -m slow`, all of it.
+@settings(max_examples=15, deadline=None)
+@given(example=st.integers(0, 300), batch=st.sampled_from([1, 2, 3, 8, 17, 65]), position=st.data())
+def test_a_per_example_gradient_does_not_depend_on_its_batch(example, batch, position):
+    """The measured fact the exact reduction rests on, checked on this machine's XLA."""
+    per_example_gradient_is_the_same_within(example, batch, position)
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None)
+@given(example=st.integers(0, 300), batch=st.sampled_from([1, 2, 3, 8, 17, 63, 64, 65, 130, 520, 1100]), position=st.data())
+def test_a_per_example_gradient_does_not_depend_on_its_batch_up_to_1100_rows(example, batch, position):
+    per_example_gradient_is_the_same_within(example, batch, position)
 
 
 def test_workers_served_together_get_their_own_gradients_bit_for_bit():
@@ -139,7 +159,13 @@ def test_in_block_sums_read_in_place_are_the_concatenated_sums_bit_for_bit(per_b
     ],
     ids=["relu", "tanh", "logistic", "cnn"],
 )
-@pytest.mark.parametrize("rows, shards", [(2, 1), (64, 2), (128, 4), (256, 8), (256, 16), (96, 3), (130, 2), (12, 3)])
+@pytest.mark.parametrize(
+    "rows, shards",
+    # Each compiles programs of its own (2-18 s on 2 loaded cores); the default run keeps one block,
+    # blocks within a chunk, over chunks, and across a chunk's edge; `pytest -m slow` the others.
+    [(2, 1), (12, 3), (128, 4), (130, 2)]
+    + [pytest.param(*size, marks=pytest.mark.slow) for size in [(64, 2), (96, 3), (256, 8), (256, 16)]],
+)
 def test_the_one_program_exact_gradients_are_one_call_per_chunk_bit_for_bit(model, rows, shards):
     """One compiled program per gradient call gives the bits of a call per 64-row chunk plus a
     call for the sums. Without numerics._as_stored it does not: XLA fuses the outer product of

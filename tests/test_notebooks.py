@@ -21,18 +21,23 @@ MAX_BYTES = 400_000  # each stored notebook: small PNGs (dpi 80) and rounded tab
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_executes(path, monkeypatch):
+def test_notebook_executes(path, monkeypatch, tmp_path):
     monkeypatch.setenv("FRED_NOTEBOOK_SMALL", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    # The kernel's temporary folder is this test's own: another test running beside it (pytest -n)
+    # may make and remove fred- folders in the shared one while this one looks for leftovers.
+    kernel_tmp = tmp_path / "tmp"
+    kernel_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(kernel_tmp))
     stored_bytes = path.read_bytes()
     notebook = nbformat.read(path, as_version=4)
     stored = json.loads(stored_bytes)["cells"]  # nbformat.read fills missing ids in, with a warning
     assert all("id" in cell for cell in stored), "every cell needs an id (nbformat 4.5)"
-    before = set(Path(tempfile.gettempdir()).iterdir())
+    before = set(kernel_tmp.iterdir())
     NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     said = [out.text for cell in notebook.cells for out in cell.get("outputs", []) if out.get("name") == "stderr"]
     assert not [text for text in said if "Warning" in text], said  # a reader sees them (pandas deprecations were)
-    assert not [p for p in set(Path(tempfile.gettempdir()).iterdir()) - before if p.name.startswith("fred-")], "temporary folders left"
+    assert not [p for p in set(kernel_tmp.iterdir()) - before if p.name.startswith("fred-")], "temporary folders left"
     assert path.read_bytes() == stored_bytes, "the small-settings run must not rewrite the stored notebook"
 
 

@@ -336,6 +336,10 @@ def test_fred_run_killed_with_sigkill_resumes_bit_identical(tmp_path):
     assert not checkpoint_dir(tmp_path / "killed").exists()
 
 
+# Slow (20-34 s on 2 loaded cores): 20,000 updates, so that the process is still running when the
+# signal comes, resumed and then run again whole. The default run keeps the SIGKILL test above
+# (a fresh process killed and resumed) and the stops by Ctrl-C below, in this process and by `fred run`.
+@pytest.mark.slow
 def test_fred_run_stopped_by_sigterm_keeps_a_last_checkpoint_says_so_and_resumes_bit_identical(tmp_path):
     # SIGTERM (timeout, kill, a job scheduler before its SIGKILL) ended the process where it
     # was: the work since the last periodic checkpoint was lost, and nothing was said.
