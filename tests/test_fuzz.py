@@ -181,8 +181,11 @@ def make_case(rng: random.Random) -> tuple[str, bytes]:
 
 # ----------------------------------------------------------------------------- checks
 def readable(message: str) -> bool:
+    """At most 25 lines, each at most the reader's cut (MAX_LINE, and its "… (N characters)")."""
+    from fred.scenario.loading import MAX_LINE
+
     lines = message.splitlines()
-    return len(lines) <= 25 and all(len(line) <= 500 for line in lines)
+    return len(lines) <= 25 and all(len(line) <= MAX_LINE + 40 for line in lines)
 
 
 class Hung(Exception):
@@ -190,7 +193,7 @@ class Hung(Exception):
 
 
 def validate_case(path: Path) -> tuple[str, str]:
-    """(outcome, detail): valid, refused, unreadable (a refusal over 25 lines or 500 characters
+    """(outcome, detail): valid, refused, unreadable (a refusal over 25 lines or the line cut
     a line), crashed (any other exception) or hung (past CASE_S)."""
     def stop(*_):
         raise Hung
