@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fred.scenario.schema import NetworkConfig
-from fred.simulation.collectives import ALGORITHMS, allreduce_time_s, bytes_sent, halving_doubling, recursive_doubling
+from fred.simulation.collectives import (ALGORITHMS, allreduce_time_s, binary_tree, bytes_sent, halving_doubling,
+                                         recursive_doubling)
 from tests.test_network import bare_sim, run_allreduce
 
 ALL = list(ALGORITHMS)  # ring first
@@ -51,7 +52,7 @@ def test_recursive_doubling_grows_with_log_p_and_the_ring_does_not():
     assert ring[-1] / ring[0] < 1.4 < rd[-1] / rd[0]
 
 
-@pytest.mark.parametrize("schedule", [recursive_doubling, halving_doubling])
+@pytest.mark.parametrize("schedule", [recursive_doubling, halving_doubling, binary_tree])
 @pytest.mark.parametrize("p", [2, 3, 5, 6, 7, 8, 12, 64])
 def test_each_round_is_a_matching_and_every_member_ends_with_every_contribution(schedule, p):
     rounds = schedule(p)
@@ -61,7 +62,7 @@ def test_each_round_is_a_matching_and_every_member_ends_with_every_contribution(
         before = [set(h) for h in has]
         for s in steps:
             has[s.dst] |= before[s.src] if s.reduce or s.fraction == 1.0 else set()
-    if schedule is recursive_doubling:  # whole messages: the view is exact
+    if schedule in (recursive_doubling, binary_tree):  # whole messages: the view is exact
         assert all(h == set(range(p)) for h in has)
 
 
@@ -72,6 +73,21 @@ def test_halving_doubling_sends_what_rabenseifner_does(p):
     extra = 1.0 if p != q else 0.0
     assert sent[q - 1] == pytest.approx(2 * (q - 1) / q)  # a member with no helper role
     assert sent[0] == pytest.approx(2 * (q - 1) / q + extra)  # folds a leftover member in, hands it back
+
+
+@pytest.mark.parametrize("p", [2, 3, 5, 6, 7, 8, 12, 64])
+def test_binary_tree_is_a_heap_floor_log2_p_deep_and_its_parents_take_one_child_a_round(p):
+    rounds = binary_tree(p)
+    up = [s for steps in rounds for s in steps if s.reduce]
+    assert sorted((s.src, s.dst) for s in up) == [(c, (c - 1) // 2) for c in range(1, p)]  # each child once, to its parent
+    down = [s for steps in rounds for s in steps if not s.reduce]
+    assert sorted((s.dst, s.src) for s in down) == [(c, (c - 1) // 2) for c in range(1, p)]
+    assert all(s.reduce for steps in rounds[: len(rounds) // 2] for s in steps)  # all up, then all down
+    depth = p.bit_length() - 1  # two rounds a level, each way; one at the deepest level when it has no right child
+    assert len(rounds) == 2 * (2 * depth - (p == 1 << depth))
+    first_up = [steps[0].src for steps in rounds if steps[0].reduce and steps[0].dst == 0]
+    assert first_up == ([2, 1] if p > 2 else [1])  # the right child (the smaller subtree) first
+    assert bytes_sent(rounds, p, 1.0) == [float(c > 0) + len([d for d in (2 * c + 1, 2 * c + 2) if d < p]) for c in range(p)]
 
 
 @pytest.mark.parametrize("algorithm", ALL)

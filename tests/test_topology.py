@@ -130,7 +130,7 @@ def test_transport_efficiency_slows_the_nics_not_the_devices_links():
     assert across == pytest.approx(NIC["latency_s"] + n / (0.5 * NIC["bandwidth_bps"]), rel=1e-12)
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "halving_doubling"])
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "halving_doubling", "binary_tree"])
 def test_closed_forms_take_the_efficiency(algorithm):
     from fred.simulation.collectives import allreduce_time_s
     from tests.test_network import bare_sim, run_allreduce

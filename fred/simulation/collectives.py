@@ -8,8 +8,8 @@ it): a rendezvous, as large messages go in MPI (the receiver posts its buffer fi
 over TCP (flow control holds the sender to what the receiver reads). Nothing else waits for
 a round to end: the time comes out of the data dependencies and the links.
 
-Members are positions ``0 .. p-1`` in group order. For ``p`` not a power of two, both
-algorithms here do as MPICH does: with ``q`` the largest power of two below ``p`` and
+Members are positions ``0 .. p-1`` in group order. For ``p`` not a power of two, recursive
+and halving-doubling do as MPICH does: with ``q`` the largest power of two below ``p`` and
 ``r = p - q``, the ``r`` members past ``q`` first send their whole message to members
 ``0 .. r-1`` (which fold it in), the ``q`` members run the algorithm, and the ``r`` helpers
 send the result back.
@@ -79,6 +79,24 @@ def _powers_below(q: int) -> list[int]:
 
 
 @functools.lru_cache(maxsize=64)
+def binary_tree(p: int) -> list[Round]:
+    """Reduce the whole message up a binary tree to member 0, then broadcast it back down.
+
+    The tree is a heap's: member ``i``'s children are ``2i+1`` (left) and ``2i+2`` (right),
+    so it is ``floor(log2 p)`` levels deep for any ``p``. A member takes in one message a
+    round, so a parent of two hears its right child first (the smaller subtree: ready
+    sooner) and its left child in the next round, the deepest level first; the broadcast
+    runs from the root down, each parent sending to its right child, then its left.
+    """
+    depth = p.bit_length() - 1
+    by_side = [[[c for c in range((1 << d) - 1, min((2 << d) - 1, p)) if c % 2 == side] for side in (0, 1)]
+               for d in range(1, depth + 1)]  # at depth d: right children (even positions), then left
+    up = [[Step(c, (c - 1) // 2, 1.0, True) for c in side] for level in reversed(by_side) for side in level]
+    down = [[Step((c - 1) // 2, c, 1.0, False) for c in side] for level in by_side for side in level]
+    return [steps for steps in up + down if steps]
+
+
+@functools.lru_cache(maxsize=64)
 def ring(p: int) -> list[Round]:
     """The ring as rounds: 2(p-1) rounds of a 1/p chunk to the next member, the first p-1 added in.
     (A flat all-reduce books the ring in fred.simulation.network; this form serves inside others.)"""
@@ -89,6 +107,7 @@ ALGORITHMS: dict[str, Callable[[int], list[Round]]] = {
     "ring": ring,
     "recursive_doubling": recursive_doubling,
     "halving_doubling": halving_doubling,
+    "binary_tree": binary_tree,
 }
 
 
@@ -144,13 +163,16 @@ def allreduce_time_s(algorithm: str, p: int, nbytes: float, cfg: NetworkConfig) 
     - halving_doubling: ``2 L alpha + 2 f n beta + f n gamma``
 
     plus, when ``p != q``, ``2 alpha + 2 n beta + n gamma`` for folding the ``r`` extra
-    members in and handing them the result; plus ``S`` for every algorithm.
+    members in and handing them the result; plus ``S`` for every algorithm. The binary
+    tree's is :func:`binary_tree_time_s`.
     """
     alpha, beta, gamma = cfg.latency_s, 1.0 / (cfg.bandwidth_bps * cfg.efficiency), cfg.reduce_s_per_byte
     if p < 2:
         return cfg.sync_s
     if algorithm == "ring":
         return ring_allreduce_time_s(p, nbytes, cfg)
+    if algorithm == "binary_tree":
+        return binary_tree_time_s(p, nbytes, cfg)
     q, r = _split(p)
     levels = q.bit_length() - 1
     if algorithm == "recursive_doubling":
@@ -180,3 +202,27 @@ def hierarchical_time_s(across: str, nodes: int, per_node: int, nbytes: float, c
                        for x in range(1, per_node)), default=0.0)
     across_s = allreduce_time_s(across, nodes, nbytes, cfg) - cfg.sync_s if nodes > 1 else 0.0
     return reduce_s + across_s + broadcast_s + cfg.sync_s
+
+
+def binary_tree_time_s(p: int, nbytes: float, cfg: NetworkConfig) -> float:
+    """Closed form of :func:`binary_tree` on idle, uniform links.
+
+    With ``D = floor(log2 p)`` and ``H = max over 1 <= x <= p of (floor(log2 x) + popcount(x) - 1)``:
+    ``H (alpha + n beta + n gamma) + D alpha + (2D - [p is a power of two]) n beta + S``.
+
+    The reduce: in 1-based heap numbering member ``x`` is ``floor(log2 x)`` hops below the
+    root, and a hop from a right child (odd ``x``, one bit of ``popcount(x) - 1``) costs
+    two transfers-and-folds, since its parent folds it in before it takes the left child;
+    a hop from a left child costs one. The broadcast: the last member reached is the
+    leftmost of the deepest level, ``2^D``, each of whose hops waits for its parent's send
+    to its right sibling (two ``n beta``), except the last when ``2^D`` has no sibling
+    (``p = 2^D``). Every other member is reached sooner, however a link shares its
+    bandwidth between a parent's two sends: the time is the same when they go one after
+    another or side by side.
+    """
+    alpha, beta, gamma = cfg.latency_s, 1.0 / (cfg.bandwidth_bps * cfg.efficiency), cfg.reduce_s_per_byte
+    depth = p.bit_length() - 1
+    hops = max(x.bit_length() + x.bit_count() - 2 for x in range(1, p + 1))
+    reduce_s = hops * (alpha + nbytes * beta + nbytes * gamma)
+    broadcast_s = depth * alpha + (2 * depth - (p & (p - 1) == 0)) * nbytes * beta
+    return reduce_s + broadcast_s + cfg.sync_s
