@@ -325,6 +325,17 @@ class WorkerCrash(Section):
     rejoin_from: Literal["global", "own"] = Field(
         default="global", description="global: fetch the current model; own: resume from its stale copy"
     )
+    sharing: Literal["fair", "fcfs"] = Field(
+        default="fcfs",
+        description="how concurrent transfers share a link: fair (max-min fair flows, as TCP and RDMA "
+        "share) or fcfs (each transfer waits until its links are free, as collectives serialised "
+        "on one NCCL stream do)",
+    )
+    oversubscription: Annotated[float, Field(ge=1)] = Field(
+        default=1.0,
+        description="the switch's oversubscription: its core carries the sum of the NICs' bandwidth "
+        "divided by this (1: non-blocking); needs sharing: fair",
+    )
 
     @model_validator(mode="after")
     def _rejoin_after_crash(self) -> "WorkerCrash":
@@ -341,6 +352,15 @@ class LinkDegrade(Section):
     duration_s: PositiveFloat | None = Field(default=None, description="how long; default: to the end")
     bandwidth_factor: Annotated[float, Field(gt=0, le=1)] = 1.0
     extra_latency_s: NonNegFloat = 0.0
+
+    @model_validator(mode="after")
+    def _oversubscription_needs_flows(self) -> "NetworkConfig":
+        if self.oversubscription != 1 and self.sharing != "fair":
+            raise ValueError(
+                f"oversubscription {self.oversubscription:g} needs sharing: fair (transfers booked first come, "
+                "first served cannot share a switch's core); set sharing: fair or oversubscription: 1"
+            )
+        return self
 
 
 class MessageLoss(Section):

@@ -35,6 +35,7 @@ class Step(NamedTuple):
     dst: int
     fraction: float
     reduce: bool  # dst folds it in (costs fraction * nbytes * gamma) rather than keeping it
+    hops: int = 1  # link latencies it pays: a ring phase as one flow crosses p-1 hops
 
 
 Round = list[Step]  # the schedules are cached and shared: never changed once built
@@ -103,6 +104,18 @@ def ring(p: int) -> list[Round]:
     return [[Step(i, (i + 1) % p, 1.0 / p, k < p - 1) for i in range(p)] for k in range(2 * (p - 1))] if p > 1 else []
 
 
+@functools.lru_cache(maxsize=64)
+def ring_phases(p: int) -> list[Round]:
+    """The ring as two flows per member, for the flow-level network: in each phase member i
+    sends its successor (p-1) chunks of 1/p back to back, paying p-1 link latencies; the
+    reduce-scatter's chunks are added in. On idle links this is the ring's closed form; under
+    contention each member's phase is one flow, not p-1 (the simulation's work stays O(p))."""
+    if p < 2:
+        return []
+    share = (p - 1) / p
+    return [[Step(i, (i + 1) % p, share, reduce, p - 1) for i in range(p)] for reduce in (True, False)]
+
+
 ALGORITHMS: dict[str, Callable[[int], list[Round]]] = {
     "ring": ring,
     "recursive_doubling": recursive_doubling,
@@ -112,7 +125,7 @@ ALGORITHMS: dict[str, Callable[[int], list[Round]]] = {
 
 
 @functools.lru_cache(maxsize=64)
-def hierarchical(nodes: tuple[tuple[int, ...], ...], across: str) -> list[Round]:
+def hierarchical(nodes: tuple[tuple[int, ...], ...], across: str, ring_as_phases: bool = False) -> list[Round]:
     """Reduce inside each node to its first member, all-reduce those across nodes by
     ``across``, broadcast inside each node. ``nodes`` are the members' positions by node.
 
@@ -125,8 +138,9 @@ def hierarchical(nodes: tuple[tuple[int, ...], ...], across: str) -> list[Round]
           for k in range(depth)]
     down = [[Step(s.dst, s.src, 1.0, False) for s in steps] for steps in reversed(up)]
     leaders = [m[0] for m in nodes]
-    across_rounds = [[Step(leaders[s.src], leaders[s.dst], s.fraction, s.reduce) for s in steps]
-                     for steps in ALGORITHMS[across](len(leaders))]
+    schedule = ring_phases if (ring_as_phases and across == "ring") else ALGORITHMS[across]
+    across_rounds = [[Step(leaders[s.src], leaders[s.dst], s.fraction, s.reduce, s.hops) for s in steps]
+                     for steps in schedule(len(leaders))]
     return [r for r in up + across_rounds + down if r]
 
 
@@ -142,6 +156,86 @@ def run_rounds(book: Book, rounds: list[Round], p: int, nbytes: float, reduce_s_
             after[step.dst] = max(after[step.dst], arrive_s) + reduce_s
         ready = after
     return max(ready)
+
+
+Post = Callable[[int, int, float, int, Callable[[], None], Callable[[], None]], None]  # (src, dst, nbytes, hops, arrived, sent)
+Later = Callable[[float, Callable[[], None]], None]  # (delay_s, then)
+
+
+class RoundsAsFlows:
+    """Runs ``rounds`` as their data allow, for a network whose transfers end when they end.
+
+    A member finishes round ``k`` once what round ``k`` sends it has arrived and been folded
+    in (at once if nothing comes). A step of round ``k`` starts when both its ends have
+    finished every round before ``k`` (the rendezvous of :func:`run_rounds`) and its sender's
+    previous message has left: a member sends one message after another, as a blocking send
+    does and as a first-come-first-served link makes it. A sender does not wait for its own
+    message to arrive. ``done`` is called when every member has finished.
+    """
+
+    def __init__(self, rounds: list[Round], p: int, nbytes: float, reduce_s_per_byte: float,
+                 post: Post, later: Later, done: Callable[[], None]):
+        self.rounds, self.nbytes, self.gamma = rounds, nbytes, reduce_s_per_byte
+        self.post, self.later, self.done = post, later, done
+        self.level = [0] * p  # rounds each member has finished
+        self.outgoing, self.incoming = _index(rounds, p)
+        self.sends: list[list[int]] = [[] for _ in range(p)]  # the rounds each member sends in, in order
+        for k, out in enumerate(self.outgoing):
+            for src in out:
+                self.sends[src].append(k)
+        self.next_send = [0] * p  # the position in sends[m] of m's next message
+        self.sending = [False] * p
+        self.left = p
+        for member in range(p):
+            self._advance(member)
+
+    def _advance(self, member: int) -> None:
+        while True:
+            k = self.level[member]
+            if k == len(self.rounds):
+                self.left -= 1
+                if self.left == 0:
+                    self.done()
+                return
+            out, into = self.outgoing[k].get(member), self.incoming[k].get(member)
+            if out is not None:
+                self._try(k, out)
+            if into is not None:
+                self._try(k, into)
+                return  # until it arrives
+            self.level[member] = k + 1
+
+    def _try(self, k: int, step: Step) -> None:
+        src, queue = step.src, self.sends[step.src]
+        if self.sending[src] or self.next_send[src] == len(queue) or queue[self.next_send[src]] != k:
+            return  # its earlier messages go first
+        if self.level[src] >= k and self.level[step.dst] >= k:
+            self.sending[src] = True
+            self.post(src, step.dst, step.fraction * self.nbytes, step.hops, lambda: self._arrived(k, step),
+                      lambda: self._sent(src))
+
+    def _sent(self, src: int) -> None:
+        self.sending[src] = False
+        self.next_send[src] += 1
+        if self.next_send[src] < len(self.sends[src]):
+            k = self.sends[src][self.next_send[src]]
+            self._try(k, self.outgoing[k][src])
+
+    def _arrived(self, k: int, step: Step) -> None:
+        reduce_s = step.fraction * self.nbytes * self.gamma if step.reduce else 0.0
+        if reduce_s > 0.0:
+            self.later(reduce_s, lambda: self._finish(k, step.dst))
+        else:
+            self._finish(k, step.dst)
+
+    def _finish(self, k: int, member: int) -> None:
+        self.level[member] = k + 1
+        self._advance(member)
+
+
+def _index(rounds: list[Round], p: int) -> tuple[list[dict[int, Step]], list[dict[int, Step]]]:
+    """Each round's step sent by, and sent to, each member (at most one of each)."""
+    return [{s.src: s for s in steps} for steps in rounds], [{s.dst: s for s in steps} for steps in rounds]
 
 
 def bytes_sent(rounds: list[Round], p: int, nbytes: float) -> list[float]:

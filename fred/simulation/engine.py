@@ -38,9 +38,10 @@ from fred.numerics.gradients import GradSum, Numerics, parts_of, sum_grads, tree
 from fred.numerics.models import Params
 from fred.numerics.tape import active_tape, op
 from fred.scenario.schema import FaultsConfig
-from fred.simulation.collectives import ALGORITHMS, Round, bytes_sent, hierarchical, run_rounds
+from fred.simulation.collectives import ALGORITHMS, Round, RoundsAsFlows, bytes_sent, hierarchical, ring_phases, run_rounds
 from fred.simulation.compute import ComputeModel
 from fred.simulation.faults import Crash, Faults
+from fred.simulation.flows import FairShare
 from fred.simulation.network import Network, Transfer, ring_by_chunk
 from fred.simulation.worker import Worker
 
@@ -185,6 +186,8 @@ class Simulation:
         faults: FaultsConfig | None = None,
     ):
         self.env, self.workers, self.network = env, workers, network
+        # Fairly shared flows, or transfers booked first come, first served (network.sharing).
+        self.flows = FairShare(env) if network.config.sharing == "fair" else None
         self.compute_model, self.gradients = compute_model, gradients
         self.init_params, self.param_bytes, self.seed = init_params, param_bytes, seed
         self.tracers: list[Tracer] = []
@@ -379,6 +382,9 @@ class Simulation:
         went down): it is then recorded as ``lost``, not as ``kind``, and not delivered.
         """
         self._own_entity(src)
+        if self.flows is not None:
+            yield from self._send_flow(src, dst, nbytes, kind, payload, delivered)
+            return
         transfer = self._book(src, dst, nbytes)
         yield self.wait(src, transfer.start_s)
         try:
@@ -392,6 +398,41 @@ class Simulation:
         self.trace(kind, src, transfer.start_s, self.now, nbytes, dst)
         if payload is not NO_PAYLOAD:
             self.mailbox(dst).put((src, payload))
+
+    def _send_flow(
+        self, src: str, dst: str, nbytes: float, kind: str, payload: Any, delivered: Callable[[], bool] | None
+    ) -> Generator[simpy.Event, Any, None]:
+        """:meth:`send` on fairly shared links: the flow starts now and ends when its share lets it."""
+        arrived = self.env.event()
+        start_s = self.now
+        self._post(src, dst, nbytes, 1, lambda: arrived.succeed(self.now))
+        try:
+            yield arrived
+        except simpy.Interrupt:  # the sender crashed: what was on the wire is lost
+            self.trace("lost", src, start_s, self.now, nbytes, dst)
+            raise
+        if delivered is not None and not delivered():
+            self.trace("lost", src, start_s, self.now, nbytes, dst)
+            return
+        self.trace(kind, src, start_s, self.now, nbytes, dst)
+        if payload is not NO_PAYLOAD:
+            self.mailbox(dst).put((src, payload))
+
+    def _post(self, src: str, dst: str, nbytes: float, hops: int, arrive: Callable[[], None],
+              sent: Callable[[], None] | None = None) -> None:
+        """Start a flow now; ``sent`` is called when its last byte has left, ``arrive`` when it has
+        arrived. A lost attempt is traced when it would have arrived, and the flow is sent again a
+        retransmit timeout after it started."""
+        up, down = self.network.route(src, dst)
+        latency_s = hops * max(up.latency_s, down.latency_s)
+        channels = self.network.channels(src, dst)
+        if self._lossy and self.faults.lost(src, dst):
+            start_s = self.now
+            self.flows.start(channels, nbytes, latency_s, lambda: self.trace("lost", src, start_s, self.now, nbytes, dst))  # type: ignore[union-attr]
+            retry_s = self.faults.config.message_loss.retransmit_timeout_s  # type: ignore[union-attr]
+            self.env.timeout(retry_s).callbacks.append(lambda _: self._post(src, dst, nbytes, hops, arrive, sent))
+            return
+        self.flows.start(channels, nbytes, latency_s, arrive, sent)  # type: ignore[union-attr]
 
     def _book(self, src: str, dst: str, nbytes: float, not_before_s: float | None = None) -> Transfer:
         """Book a transfer; each lost attempt is traced and resent after the retransmit timeout."""
@@ -508,8 +549,20 @@ class Simulation:
             by_node: dict[str, list[int]] = {}  # in group order: a node's first member is its leader
             for position, name in enumerate(names):
                 by_node.setdefault(self.network.node[name], []).append(position)
-            return hierarchical(tuple(tuple(members) for members in by_node.values()), cfg.allreduce)
+            return hierarchical(tuple(tuple(members) for members in by_node.values()), cfg.allreduce, self.flows is not None)
+        if self.flows is not None:  # the ring too, as a flow per member per phase
+            return ring_phases(len(names)) if cfg.allreduce == "ring" else ALGORITHMS[cfg.allreduce](len(names))
         return None if cfg.allreduce == "ring" else ALGORITHMS[cfg.allreduce](len(names))
+
+    def _rounds_as_flows(self, names: list[str], rounds: list[Round], nbytes: float) -> Process:
+        """An all-reduce on fairly shared links: each step a flow, started when its ends are ready."""
+        done = self.env.event()
+        post = lambda src, dst, n, hops, arrive, sent: self._post(names[src], names[dst], n, hops, arrive, sent)  # noqa: E731
+        later = lambda delay_s, then: self.env.timeout(delay_s).callbacks.append(lambda _: then())  # noqa: E731
+        RoundsAsFlows(rounds, len(names), nbytes, self.network.config.reduce_s_per_byte, post, later,
+                      lambda: done.succeed())
+        yield done
+        yield self.env.timeout(self.network.config.sync_s)
 
     def _ring(self, names: list[str], nbytes: float) -> Process:
         """All-reduce timing: the scenario's algorithm, booked transfer by transfer, then S.
@@ -525,6 +578,9 @@ class Simulation:
         """
         cfg = self.network.config
         rounds = self._rounds(names)
+        if self.flows is not None:
+            yield from self._rounds_as_flows(names, rounds or [], nbytes)
+            return
         if rounds is not None:
             book = lambda src, dst, n, at: self._book(names[src], names[dst], n, at).arrive_s  # noqa: E731
             done_s = run_rounds(book, rounds, len(names), nbytes, cfg.reduce_s_per_byte, self.now)

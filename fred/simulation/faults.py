@@ -21,6 +21,7 @@ import simpy
 
 from fred.numerics import rng
 from fred.scenario.schema import MAX_CADENCE_EVENTS, FaultsConfig, LinkDegrade, ServerCrashAt, WorkerCrash
+from fred.simulation.flows import FairShare
 from fred.simulation.network import Network
 from fred.simulation.worker import Worker
 
@@ -32,6 +33,7 @@ class Engine(Protocol):
     seed: int
     workers: list[Worker]
     network: Network
+    flows: FairShare | None
     report: dict[str, Any]
 
     @property
@@ -217,6 +219,8 @@ class Faults:
         for degrade in self._degraded[port.name]:  # in the order they began: the same bits every run
             bandwidth_bps, latency_s = bandwidth_bps * degrade.bandwidth_factor, latency_s + degrade.extra_latency_s
         port.bandwidth_bps, port.latency_s = bandwidth_bps, latency_s
+        if self.sim.flows is not None:  # flows in flight on it change speed now
+            self.sim.flows.changed((port.tx, port.rx))
 
     def _checkpoints(self, every_s: float) -> Generator[simpy.Event, Any, None]:
         for count in itertools.count():

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from fred.scenario.schema import NetworkConfig
+from fred.simulation.flows import Channel
 
 
 @dataclass
@@ -158,13 +159,26 @@ def _end(interval: tuple[float, float]) -> float:
 
 @dataclass
 class Port:
-    """One full-duplex link: a node's NIC to the switch, or a device's link inside its node."""
+    """One full-duplex link: a node's NIC to the switch, or a device's link inside its node.
+
+    ``up``/``down`` are its directions as first-come-first-served bookings, ``tx``/``rx`` as
+    channels of fairly shared flows; a network uses one pair or the other.
+    """
 
     latency_s: float
     bandwidth_bps: float
     up: Link = field(default_factory=Link)
     down: Link = field(default_factory=Link)
     name: str = ""  # what faults key a degradation by: the entity, or "node3" for a shared NIC
+    tx: Channel = field(init=False, repr=False, compare=False)
+    rx: Channel = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.tx = Channel(self._capacity)
+        self.rx = Channel(self._capacity)
+
+    def _capacity(self) -> float:
+        return self.bandwidth_bps
 
 
 @dataclass
@@ -213,6 +227,7 @@ class Network:
     fabric: dict[str, Port] = field(default_factory=dict)
     node: dict[str, str] = field(default_factory=dict)  # entity -> the name of its node
     _shared_ports: dict[str, Port] = field(default_factory=dict, repr=False)  # "node3", "device12" -> its port
+    _core: Channel | None = field(default=None, repr=False)
 
     def add(self, entity: str, server: bool = False, worker: int | None = None) -> None:
         """Connect ``entity``: a server (a node of its own) or the worker of index ``worker``."""
@@ -231,6 +246,25 @@ class Network:
         if name not in self._shared_ports:
             self._shared_ports[name] = Port(link.latency_s, link.bandwidth_bps * efficiency, name=name)
         return self._shared_ports[name]
+
+    def channels(self, src: str, dst: str) -> tuple[Channel, ...]:
+        """What a flow from ``src`` to ``dst`` crosses: the sender's uplink, the switch's core
+        when it is oversubscribed and the flow leaves its node, and the receiver's downlink."""
+        up, down = self.route(src, dst)
+        if self.core is not None and up is self.ports.get(src) and self.node[src] != self.node.get(dst, dst):
+            return up.tx, self.core, down.rx
+        return up.tx, down.rx
+
+    @property
+    def core(self) -> Channel | None:
+        """The oversubscribed switch's core, shared by every flow between nodes (None: non-blocking)."""
+        if self.config.oversubscription == 1:
+            return None
+        if self._core is None:
+            nics = {id(port): port for port in self.ports.values()}.values()  # shared NICs once
+            core_bps = sum(port.bandwidth_bps for port in nics) / self.config.oversubscription  # as built
+            self._core = Channel(lambda: core_bps)
+        return self._core
 
     def route(self, src: str, dst: str) -> tuple[Port, Port]:
         """The ports a transfer uses: the devices' links inside one node, the NICs across nodes."""
