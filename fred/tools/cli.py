@@ -417,7 +417,10 @@ def _list(args: argparse.Namespace) -> int:
     strategies = registry.all_strategies()
     width = max(len(s.name) for s in strategies)  # one column, however long a name
     for strategy in strategies:
-        print(f"{strategy.name:<{width}}  {strategy.summary}")
+        plugin = f"  [{strategy.source}]" if strategy.source.split(".")[0] not in registry.PLUGIN_PACKAGES else ""
+        print(f"{strategy.name:<{width}}  {strategy.summary}{plugin}")
+    for problem in registry.problems():  # plug-ins left out; the others work
+        print(f"fred list: {problem}", file=sys.stderr)
     return 0
 
 
