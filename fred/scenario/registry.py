@@ -11,14 +11,19 @@ gradient, so no numbers) and still send, reduce and apply on the same schedule.
 
 The registry sits in the scenario layer, below the engine the strategies are built on, so it
 knows a strategy's ``start`` only as a callable and a config only as a pydantic model. The
-strategy packages (:data:`PLUGIN_PACKAGES`) are imported by name at the first lookup: a
-plug-in discovery, as pytest finds its plugins, which keeps the layers pointing one way.
+strategies are found at the first lookup, by name, never by an import of this module's own
+(which keeps the layers pointing one way): the in-tree packages of :data:`PLUGIN_PACKAGES`,
+then every installed entry point of the group :data:`ENTRY_POINT_GROUP`, as pytest finds its
+plugins. An entry point is named as its strategy and names the module that registers it
+(``easgd = "fred_easgd"``). One that fails to import, or whose name another strategy has too,
+leaves that name out with one line saying why (:func:`problems`); every other strategy works.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Callable, NamedTuple
 
 from pydantic import BaseModel
@@ -26,6 +31,7 @@ from pydantic import BaseModel
 # start(sim: fred.simulation.engine.Simulation, config) -> a function giving the current parameters
 Start = Callable[[Any, Any], Callable[[], Any]]
 PLUGIN_PACKAGES = ("strategies",)  # imported at the first lookup; each registers its strategies
+ENTRY_POINT_GROUP = "fred.strategies"  # installed packages' strategies, loaded after PLUGIN_PACKAGES
 
 
 class Strategy(NamedTuple):
@@ -34,9 +40,13 @@ class Strategy(NamedTuple):
     start: Start
     summary: str
     timing_only: bool = False
+    source: str = ""  # the module that registered it, or the distribution and entry point of a plug-in
 
 
 _REGISTRY: dict[str, Strategy] = {}
+_PROBLEMS: dict[str, str] = {}  # a name left out -> why (a plug-in that failed, a name defined twice)
+_DEFINERS: dict[str, list[str]] = {}  # a name defined more than once -> where, in loading order
+_plugin_state: dict[str, Any] = {"loaded": False, "staged": None}  # staged: a plug-in's strategies as it loads
 
 
 def register(config: type[BaseModel], timing_only: bool = False) -> Callable[[Start], Start]:
@@ -46,11 +56,15 @@ def register(config: type[BaseModel], timing_only: bool = False) -> Callable[[St
         raise TypeError(f"{config.__name__}.name needs a string default (the strategy's registry name)")
 
     def decorate(start: Start) -> Start:
-        if name in _REGISTRY:
-            first = _REGISTRY[name].start.__module__
-            raise ValueError(f"strategy {name!r} is registered twice, by {first} and by {start.__module__}; rename one")
         doc = (start.__module__ and __import__(start.__module__, fromlist=["_"]).__doc__) or ""
-        _REGISTRY[name] = Strategy(name, config, start, _summary(doc), timing_only)
+        strategy = Strategy(name, config, start, _summary(doc), timing_only, start.__module__)
+        if _plugin_state["staged"] is not None:  # a plug-in loading: _load_entry_point checks its names
+            _plugin_state["staged"].append(strategy)
+            return start
+        if name in _REGISTRY:
+            first = _REGISTRY[name].source
+            raise ValueError(f"strategy {name!r} is registered twice, by {first} and by {start.__module__}; rename one")
+        _REGISTRY[name] = strategy
         return start
 
     return decorate
@@ -58,7 +72,56 @@ def register(config: type[BaseModel], timing_only: bool = False) -> Callable[[St
 
 def _load_plugins() -> None:
     for package in PLUGIN_PACKAGES:
-        importlib.import_module(package)  # a no-op after the first time
+        importlib.import_module(package)  # a no-op after the first time; a broken in-tree module stops everything
+    if not _plugin_state["loaded"]:
+        _plugin_state["loaded"] = True  # first: a plug-in that looks a strategy up while loading must not recurse
+        found = entry_points(group=ENTRY_POINT_GROUP)
+        for entry in sorted(found, key=lambda e: (e.name, e.value, e.dist.name if e.dist else "")):  # not the path's order
+            _load_entry_point(entry)
+
+
+def _load_entry_point(entry: EntryPoint) -> None:
+    """Import one plug-in and register what it registered, unless its name is taken or it broke."""
+    dist = entry.dist
+    package = dist.name if dist is not None else entry.module
+    source = f"{package} {dist.version if dist is not None else ''}".rstrip()
+    source += f" (entry point {ENTRY_POINT_GROUP}: {entry.name} = {entry.value})"
+    _plugin_state["staged"] = staged = []
+    try:
+        entry.load()
+    except Exception as err:  # noqa: BLE001 - any error of a plug-in is its own, reported in one line
+        _PROBLEMS[entry.name] = (f"strategy plug-in {source} failed to import ({type(err).__name__}: "
+                                 f"{str(err).strip() or 'no message'}); fix it or uninstall {package}")
+        return
+    finally:
+        _plugin_state["staged"] = None
+    earlier = _REGISTRY.get(entry.name)
+    if not staged and earlier is not None and (earlier.source + ".").startswith(entry.module + "."):
+        staged = [_REGISTRY.pop(entry.name)]  # its module was imported before the registry looked for plug-ins
+    if entry.name not in [s.name for s in staged]:
+        made = ", ".join(repr(s.name) for s in staged) or "none"
+        _PROBLEMS[entry.name] = (f"strategy plug-in {source} registered no strategy {entry.name!r} (it registered "
+                                 f"{made}); name the entry point as its strategy config's name")
+    for strategy in staged:
+        _add_plugin(strategy._replace(source=source))
+
+
+def _add_plugin(strategy: Strategy) -> None:
+    """Register a plug-in's strategy; a name defined twice is refused for all: which was meant is unknown."""
+    name = strategy.name
+    if name not in _REGISTRY and name not in _DEFINERS:
+        _REGISTRY[name] = strategy
+        return
+    sources = _DEFINERS.setdefault(name, [_REGISTRY.pop(name).source] if name in _REGISTRY else [])
+    sources.append(strategy.source)
+    _PROBLEMS[name] = (f"strategy {name!r} is defined {len(sources)} times, by {' and by '.join(sources)}; "
+                       "uninstall all but one, or rename a strategy (its config's name and its entry point)")
+
+
+def problems() -> list[str]:
+    """One line per strategy left out: a plug-in that failed to import, a name defined twice."""
+    _load_plugins()
+    return [_PROBLEMS[name] for name in sorted(_PROBLEMS)]
 
 
 def names() -> list[str]:
@@ -69,9 +132,12 @@ def names() -> list[str]:
 def get(name: str) -> Strategy:
     _load_plugins()
     if name not in _REGISTRY:
+        if name in _PROBLEMS:
+            raise ValueError(_PROBLEMS[name])
         close = difflib.get_close_matches(str(name), names(), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"unknown strategy {name!r}{hint} Registered: {', '.join(names())}")
+        raise ValueError(f"unknown strategy {name!r}{hint} Registered: {', '.join(names())} (a plug-in's strategy "
+                         f"is found once its package, with a {ENTRY_POINT_GROUP} entry point, is installed)")
     return _REGISTRY[name]
 
 

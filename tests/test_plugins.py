@@ -1,0 +1,181 @@
+"""Strategies out of tree: the ``fred.strategies`` entry points, and the example plug-in (EASGD).
+
+The default tests make a package "installed" as pip would leave it for importlib.metadata:
+a ``*.dist-info`` folder with its ``entry_points.txt`` on ``sys.path``, next to the example's
+source. The slow test builds and installs ``examples/fred-easgd`` with pip, into a folder of
+its own (the shared environment is left as it was: every later test session would see EASGD).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fred
+from fred.scenario import registry
+from fred.scenario.loading import ScenarioError, validate
+from fred.tools.cli import main
+from tests import test_contract as contract
+from tests.conftest import tiny
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "fred-easgd"
+PLUGIN_MODULES = ("fred_easgd", "broken_plugin", "asgd_again", "easgd_again", "misnamed")
+
+
+def install_fake(site: Path, dist: str, entry_points: dict[str, str], modules: dict[str, str] | None = None) -> None:
+    """What pip leaves for importlib.metadata: ``site/<dist>-1.0.dist-info`` and the modules' sources."""
+    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    lines = "".join(f"{name} = {value}\n" for name, value in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[fred.strategies]\n{lines}")
+    for module, source in (modules or {}).items():
+        (site / f"{module}.py").write_text(source)
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A folder on sys.path for fake installs, and a registry that has loaded no plug-in yet."""
+    registry.names()  # the in-tree strategies, registered once per process
+    in_tree = {n: s for n, s in registry._REGISTRY.items() if s.source.split(".")[0] in registry.PLUGIN_PACKAGES}
+    monkeypatch.setattr(registry, "_REGISTRY", in_tree)
+    monkeypatch.setattr(registry, "_PROBLEMS", {})
+    monkeypatch.setattr(registry, "_DEFINERS", {})
+    monkeypatch.setattr(registry, "_plugin_state", {"loaded": False, "staged": None})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for module in [m for m in sys.modules if m.split(".")[0] in PLUGIN_MODULES]:
+        del sys.modules[module]  # the next test imports (and so registers) it afresh
+    importlib.invalidate_caches()
+
+
+@pytest.fixture
+def easgd_installed(site: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    install_fake(site, "fred-easgd", {"easgd": "fred_easgd"})
+    monkeypatch.syspath_prepend(str(EXAMPLE / "src"))
+    return site
+
+
+def easgd_scenario() -> dict:
+    return contract.contract_scenario("easgd") | {"strategy": {"name": "easgd", "lr": 0.1, "tau": 2}}
+
+
+def test_fred_list_shows_an_installed_plugin_with_its_distribution(easgd_installed, capsys):
+    assert main(["list"]) == 0
+    out, err = capsys.readouterr()
+    [line] = [row for row in out.splitlines() if row.startswith("easgd ")]
+    assert "Elastic Averaging SGD" in line and "[fred-easgd 1.0 (entry point fred.strategies: easgd = fred_easgd)]" in line
+    assert "asgd " in out and err == ""
+
+
+def test_a_scenario_names_a_plugin_and_its_hyper_parameters_are_checked(easgd_installed):
+    assert validate(tiny(strategy={"name": "easgd", "tau": 3})).strategy.tau == 3
+    with pytest.raises(ScenarioError, match=r"alpha = lr \* rho = 2 must be below 1; use rho < 10"):
+        validate(tiny(strategy={"name": "easgd", "rho": 20.0}))
+
+
+def test_easgd_keeps_the_strategy_contract(easgd_installed):
+    twice = ("easgd", fred.run(easgd_scenario()), fred.run(easgd_scenario()))
+    contract.test_every_strategy_runs_to_its_stop_condition(twice)
+    contract.test_every_strategy_is_deterministic(twice)
+    contract.test_every_strategy_leaves_complete_consistent_records(twice)
+    again = subprocess.run(
+        [sys.executable, "-c", "import json, fred; from tests.test_contract import fingerprint; "
+         f"print(json.dumps(fingerprint(fred.run({easgd_scenario()!r}))))"],
+        capture_output=True, text=True, check=False, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(easgd_installed), str(EXAMPLE / "src"), str(ROOT)])},
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout.splitlines()[-1]) == json.loads(json.dumps(contract.fingerprint(twice[1])))
+
+
+def test_easgd_pulls_every_worker_toward_the_center_it_evaluates(easgd_installed):
+    # tau = 1 and alpha = 0.9 / 4: every step moves the center; an exchange-free EASGD would
+    # leave the evaluated center at the initial parameters and the loss where it started.
+    result = fred.run(tiny(strategy={"name": "easgd", "lr": 0.1, "tau": 1}, stop={"max_updates": 200},
+                           eval={"every_updates": 50}))
+    loss = result.metrics["eval_loss"]
+    assert loss.iloc[-1] < 0.8 * loss.iloc[0]
+    assert result.updates["staleness"].max() >= 1  # the exchanges interleave: asynchronous, not in lock-step
+
+
+def test_a_plugin_that_fails_to_import_is_one_line_and_leaves_the_others(site, capsys):
+    install_fake(site, "broken-plugin", {"broken": "broken_plugin"}, {"broken_plugin": "raise RuntimeError('half written')\n"})
+    assert main(["list"]) == 0
+    out, err = capsys.readouterr()
+    assert "asgd " in out and "broken" not in out
+    assert err == ("fred list: strategy plug-in broken-plugin 1.0 (entry point fred.strategies: broken = broken_plugin) "
+                   "failed to import (RuntimeError: half written); fix it or uninstall broken-plugin\n")
+    with pytest.raises(ScenarioError, match=r"strategy: .*broken = broken_plugin\) failed to import \(RuntimeError"):
+        validate(tiny(strategy={"name": "broken"}))
+    assert validate(tiny(strategy={"name": "asgd"})).strategy.name == "asgd"
+
+
+CONFIG = """
+from typing import Literal
+from fred.scenario.registry import register
+from fred.scenario.schema import StrategyConfig
+
+class Again(StrategyConfig):
+    name: Literal[{name!r}] = {name!r}
+
+@register(Again)
+def start(sim, config):
+    return lambda: sim.init_params
+"""
+
+
+def test_a_plugin_taking_an_in_tree_name_is_refused_naming_both(site):
+    install_fake(site, "asgd-again", {"asgd": "asgd_again"}, {"asgd_again": CONFIG.format(name="asgd")})
+    [problem] = registry.problems()
+    assert problem.startswith("strategy 'asgd' is defined 2 times, by strategies.asgd and by asgd-again 1.0 "
+                              "(entry point fred.strategies: asgd = asgd_again); uninstall all but one")
+    assert "asgd" not in registry.names() and "sasgd" in registry.names()
+    with pytest.raises(ScenarioError, match="strategy 'asgd' is defined 2 times, by strategies.asgd and by asgd-again"):
+        validate(tiny(strategy={"name": "asgd"}))
+
+
+def test_two_plugins_of_one_name_are_both_refused(easgd_installed):
+    install_fake(easgd_installed, "easgd-again", {"easgd": "easgd_again"}, {"easgd_again": CONFIG.format(name="easgd")})
+    with pytest.raises(ValueError) as refused:
+        registry.get("easgd")
+    message = str(refused.value)
+    # The entry points load in (name, module, distribution) order, never in the order of sys.path.
+    assert message.startswith("strategy 'easgd' is defined 2 times, by easgd-again 1.0 (entry point fred.strategies: "
+                              "easgd = easgd_again) and by fred-easgd 1.0 (entry point fred.strategies: easgd = fred_easgd)")
+
+
+def test_an_entry_point_named_unlike_its_strategy_is_named(site):
+    install_fake(site, "misnamed", {"elastic": "misnamed"}, {"misnamed": CONFIG.format(name="elastic_sgd")})
+    assert registry.problems() == [
+        "strategy plug-in misnamed 1.0 (entry point fred.strategies: elastic = misnamed) registered no strategy "
+        "'elastic' (it registered 'elastic_sgd'); name the entry point as its strategy config's name"
+    ]
+    assert "elastic_sgd" in registry.names()
+
+
+@pytest.mark.slow
+def test_the_example_installs_with_pip_and_runs_from_the_command_line(tmp_path):
+    target = tmp_path / "site"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(EXAMPLE)],
+                         capture_output=True, text=True, check=False)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    env = {**os.environ, "PYTHONPATH": str(target)}  # the installed copy, not the example's source
+    fred_cli = [sys.executable, "-c", "from fred.tools.cli import entry; entry()"]
+    listed = subprocess.run([*fred_cli, "list"], capture_output=True, text=True, check=False, env=env, cwd=tmp_path)
+    assert "[fred-easgd 0.1.0 (entry point fred.strategies: easgd = fred_easgd)]" in listed.stdout, listed.stderr
+    digests = []
+    for out in ("a", "b"):
+        ran = subprocess.run([*fred_cli, "run", str(EXAMPLE / "easgd.yaml"), "--set", "stop.max_updates=40",
+                              "--out", str(tmp_path / out), "--quiet"], capture_output=True, text=True, check=False,
+                             env=env, cwd=tmp_path)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        digests.append(json.loads((tmp_path / out / "summary.json").read_text())["params_sha256"])
+    assert digests[0] == digests[1]
