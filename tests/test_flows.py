@@ -171,13 +171,24 @@ def test_inside_a_node_flows_do_not_cross_the_core():
     assert inside == pytest.approx(1e-6 + n / 1e10, rel=1e-12)
 
 
-def test_a_ring_is_two_flows_per_member_whatever_its_size():
+@pytest.mark.parametrize("p", [2, 64])
+def test_a_ring_is_two_flows_whatever_its_size(p):
     started = []
-    sim = sim_of(64, **FAIR)
+    sim = sim_of(p, **FAIR)
     start = sim.flows.start
     sim.flows.start = lambda *a: started.append(1) or start(*a)  # type: ignore[method-assign]
     run_allreduce(sim, 1e8)
-    assert len(started) == 2 * 64
+    assert len(started) == 2  # one per phase, across every member's link
+
+
+def test_a_ring_moves_at_its_slowest_links_pace():
+    n, p = 1e8, 8
+    faults = FaultsConfig(link_degrade=[{"entity": "worker3", "at_s": 0.0, "duration_s": 100.0, "bandwidth_factor": 0.5}])
+    sim = sim_of(p, faults=faults, **FAIR)
+    sim.faults.start()
+    finished = run_allreduce(sim, n)
+    slow = NetworkConfig(**dict(FAIR, bandwidth_bps=NET["bandwidth_bps"] / 2))
+    assert max(finished) == pytest.approx(allreduce_time_s("ring", p, n, slow), rel=1e-9)
 
 
 @pytest.mark.parametrize("network, words", [

@@ -554,6 +554,28 @@ class Simulation:
             return ring_phases(len(names)) if cfg.allreduce == "ring" else ALGORITHMS[cfg.allreduce](len(names))
         return None if cfg.allreduce == "ring" else ALGORITHMS[cfg.allreduce](len(names))
 
+    def _ring_as_flows(self, names: list[str], nbytes: float) -> Process:
+        """A ring on fairly shared links: each phase is one flow across every member's link.
+
+        A pipelined ring moves at its slowest link's pace (a chunk goes on only once the one
+        before it arrived), so its phase is one rate on all its links: (p-1)/p of the message,
+        p-1 latencies, then the reduce-scatter's additions. Two flows per all-reduce, whatever p.
+        With lost messages each member's phase is a flow of its own (:meth:`_rounds_as_flows`).
+        """
+        p, cfg = len(names), self.network.config
+        pairs = [(names[i], names[(i + 1) % p]) for i in range(p)]
+        channels = tuple(channel for src, dst in pairs for channel in self.network.channels(src, dst))
+        latency_s = (p - 1) * max(max(up.latency_s, down.latency_s) for up, down in
+                                  (self.network.route(src, dst) for src, dst in pairs))
+        phase_bytes = (p - 1) / p * nbytes
+        for reduce in (True, False):
+            arrived = self.env.event()
+            self.flows.start(channels, phase_bytes, latency_s, arrived.succeed)  # type: ignore[union-attr]
+            yield arrived
+            if reduce and phase_bytes * cfg.reduce_s_per_byte > 0.0:
+                yield self.env.timeout(phase_bytes * cfg.reduce_s_per_byte)
+        yield self.env.timeout(cfg.sync_s)
+
     def _rounds_as_flows(self, names: list[str], rounds: list[Round], nbytes: float) -> Process:
         """An all-reduce on fairly shared links: each step a flow, started when its ends are ready."""
         done = self.env.event()
@@ -578,6 +600,9 @@ class Simulation:
         """
         cfg = self.network.config
         rounds = self._rounds(names)
+        if self.flows is not None and cfg.allreduce == "ring" and not cfg.hierarchical and not self._lossy:
+            yield from self._ring_as_flows(names, nbytes)
+            return
         if self.flows is not None:
             yield from self._rounds_as_flows(names, rounds or [], nbytes)
             return

@@ -15,6 +15,8 @@ byte leaves when its bytes run out; it arrives ``hops`` link latencies later.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from typing import Callable
 
 import simpy
@@ -44,12 +46,20 @@ class Flow:
 
 
 class FairShare:
-    """The flows of one simulation, their rates and their completions."""
+    """The flows of one simulation, their rates and their completions.
+
+    Completions are kept in a calendar of their own (a heap of ``(last byte leaves, order,
+    flow, rate version)``) with one SimPy event set for its earliest: a server's incast changes
+    every flow's rate at every push, and an event per flow per change was most of a run.
+    """
 
     def __init__(self, env: simpy.Environment):
         self.env = env
         self._dirty: dict[Channel, None] = {}  # channels whose flows' rates are due for a recompute
         self._due = False
+        self._calendar: list[tuple[float, int, Flow, int]] = []
+        self._order = itertools.count()  # ties in the calendar: the earlier entry first
+        self._wake: tuple[float, simpy.Event] | None = None  # the calendar's SimPy event and its time
 
     def start(self, channels: tuple[Channel, ...], nbytes: float, latency_s: float, arrive: Callable[[], None],
               sent: Callable[[], None] | None = None) -> Flow:
@@ -79,25 +89,45 @@ class FairShare:
         seen: dict[Flow, None] = {}
         for channel in dirty:
             if channel.flows and next(iter(channel.flows)) not in seen:
-                flows = _connected(channel, seen)
-                self._share(flows)
+                self._share(_connected(channel, seen))
+        self._set_wake()
 
     def _share(self, flows: list[Flow]) -> None:
         now = self.env.now
-        for flow in flows:  # what each sent at its old rate
-            flow.remaining = max(flow.remaining - flow.rate_bps * (now - flow.since_s), 0.0)
-            flow.since_s = now
         for flow, rate in zip(flows, progressive_filling(flows)):
-            if rate != flow.rate_bps or flow.timer == 0:
-                flow.rate_bps = rate
-                flow.timer += 1  # the timer set at the old rate is stale
-                self.env.timeout(flow.remaining / rate).callbacks.append(_when_sent(self, flow, flow.timer))
+            if rate != flow.rate_bps:  # a flow keeping its rate keeps its calendar entry
+                flow.remaining = max(flow.remaining - flow.rate_bps * (now - flow.since_s), 0.0)
+                flow.since_s, flow.rate_bps = now, rate
+                flow.timer += 1  # its entry at the old rate is stale
+                heapq.heappush(self._calendar, (now + flow.remaining / rate, next(self._order), flow, flow.timer))
+
+    def _set_wake(self) -> None:
+        """Have the calendar's earliest live entry wake it (one SimPy event at a time)."""
+        calendar = self._calendar
+        while calendar and calendar[0][2].timer != calendar[0][3]:
+            heapq.heappop(calendar)
+        if calendar and (self._wake is None or calendar[0][0] < self._wake[0]):
+            at_s = calendar[0][0]
+            event = self.env.timeout(max(at_s - self.env.now, 0.0))
+            event.callbacks.append(self._woken)
+            self._wake = (at_s, event)
+
+    def _woken(self, event: simpy.Event) -> None:
+        if self._wake is None or self._wake[1] is not event:
+            return  # an earlier entry took its place
+        at_s, self._wake = self._wake[0], None
+        calendar = self._calendar
+        while calendar and calendar[0][0] <= at_s:
+            _, _, flow, timer = heapq.heappop(calendar)
+            if flow.timer == timer:
+                self._sent(flow)
+        self._set_wake()
 
     def _sent(self, flow: Flow) -> None:
         """The flow's last byte has left: free its links, and arrive after its latency."""
-        flow.remaining = 0.0
+        flow.remaining, flow.timer = 0.0, flow.timer + 1
         for channel in flow.channels:
-            del channel.flows[flow]
+            channel.flows.pop(flow, None)  # a ring's flow may cross a shared NIC twice
         self._touch(flow.channels)
         if flow.sent is not None:
             flow.sent()
@@ -105,14 +135,6 @@ class FairShare:
             self.env.timeout(flow.latency_s).callbacks.append(lambda _: flow.arrive())
         else:
             flow.arrive()
-
-
-def _when_sent(share: FairShare, flow: Flow, timer: int) -> Callable[[simpy.Event], None]:
-    def fire(_: simpy.Event) -> None:
-        if flow.timer == timer:  # else its rate changed since and a later timer ends it
-            share._sent(flow)
-
-    return fire
 
 
 def _connected(start: Channel, seen: dict[Flow, None]) -> list[Flow]:
@@ -132,7 +154,11 @@ def _connected(start: Channel, seen: dict[Flow, None]) -> list[Flow]:
 
 
 def progressive_filling(flows: list[Flow]) -> list[float]:
-    """Max–min fair rates of ``flows``, which hold every flow of each channel they cross."""
+    """Max–min fair rates of ``flows``, which hold every flow of each channel they cross.
+
+    A flow that crosses a channel twice (a ring through a NIC its node's workers share) takes
+    two shares of it at its one rate.
+    """
     channels: dict[Channel, list[float]] = {}  # channel -> [capacity left, flows not yet fixed]
     for flow in flows:
         for channel in flow.channels:
