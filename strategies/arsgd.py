@@ -28,6 +28,9 @@ class ARSGD(StrategyConfig):
     def fault_support(self) -> frozenset[str]:
         return ALLREDUCE_FAULTS
 
+    def buckets_gradients(self) -> bool:
+        return True
+
 
 @register(ARSGD, timing_only=True)
 def start(sim: Simulation, config: ARSGD):

@@ -32,6 +32,9 @@ class SSGD(StrategyConfig):
     def fault_support(self) -> frozenset[str]:
         return PS_FAULTS if self.aggregation == "ps" else ALLREDUCE_FAULTS
 
+    def buckets_gradients(self) -> bool:
+        return self.aggregation == "allreduce"
+
 
 @register(SSGD, timing_only=True)
 def start(sim: Simulation, config: SSGD):
@@ -72,8 +75,7 @@ def run_allreduce_sgd(sim: Simulation, opt, step):
 
     def worker(w: Worker, version: int = 0):
         while True:
-            g = yield from sim.compute(w, rounds[version][0])
-            total = yield from sim.allreduce(sim.workers, w, sim.param_bytes, g)
+            total = yield from sim.backprop_allreduce(w, rounds[version][0], sim.workers)
             next_round(version, total)
             version += 1
 

@@ -27,8 +27,9 @@ from fred.runs.interrupt import StopRequest, between_steps
 from fred.runs.memory import check_fits
 from fred.runs.records import METRIC_COLUMNS, Recorder, params_sha256
 from fred.runs.staleness import staleness
-from fred.scenario import registry
+from fred.scenario import registry, workloads
 from fred.scenario.schema import MAX_CADENCE_EVENTS, ModelConfig, Scenario
+from fred.simulation import buckets
 from fred.simulation.compute import ComputeModel
 from fred.simulation.engine import Contribution, GradientService, Simulation, Worker
 from fred.simulation.network import Network
@@ -48,6 +49,14 @@ class Built:
     sim: Simulation
     dataset: Dataset
     numerics: Numerics
+
+
+def _buckets(scenario: Scenario, param_bytes: int) -> tuple[buckets.Bucket, ...]:
+    """The scenario's gradient buckets, in backward order (none without ``workload.bucket_bytes``)."""
+    workload = scenario.workload
+    if workload.bucket_bytes is None or workload.profile is None:
+        return ()
+    return buckets.plan(workloads.load(workload.profile).layers, workload.bucket_bytes, param_bytes)
 
 
 def build(scenario: Scenario) -> Built:
@@ -71,6 +80,7 @@ def build(scenario: Scenario) -> Built:
         param_bytes=param_bytes,
         seed=seed,
         faults=scenario.faults,
+        buckets=_buckets(scenario, param_bytes),
     )
     return Built(scenario, sim, dataset, numerics)
 

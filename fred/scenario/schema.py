@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from fred.scenario import registry
+from fred.scenario import registry, workloads
 
 
 class Section(BaseModel):
@@ -283,14 +283,15 @@ class NetworkConfig(Section):
 
 
 # ----------------------------------------------------------------------------- workload
-PROFILES: dict[str, dict[str, float]] = {
-    # ResNet-50: 25.6 M float32 parameters; ~4.1 GFLOP forward per 224x224 image, x3 for fwd+bwd.
-    "resnet50": {"param_bytes": 25.6e6 * 4, "flops_per_example": 3 * 4.1e9},
-}
+# The workload library's names (fred/scenario/workloads.json), so that a misspelt one is refused listing them all.
+ProfileName = Literal[tuple(workloads.names())]  # type: ignore[valid-type]
 
 
 class WorkloadConfig(Section):
-    profile: Literal["resnet50"] | None = None
+    profile: ProfileName | None = Field(  # type: ignore[valid-type]
+        default=None, description="a model of the workload library (docs/workloads.md): its parameter bytes per "
+        "message, and its training FLOPs per example when cluster.compute.device_flops is given"
+    )
     param_bytes: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="bytes of one gradient or parameter message on the wire"
     )
@@ -306,13 +307,13 @@ class WorkloadConfig(Section):
     def resolved_param_bytes(self) -> int | None:
         if self.param_bytes is not None:
             return self.param_bytes
-        return int(PROFILES[self.profile]["param_bytes"]) if self.profile else None
+        return workloads.load(self.profile).timed_param_bytes if self.profile else None
 
     def resolved_flops_per_example(self) -> float | None:
         """FLOPs per example to time compute with (a profile's apply only with device_flops)."""
         if self.flops_per_example is not None:
             return self.flops_per_example
-        return PROFILES[self.profile]["flops_per_example"] if self.profile else None
+        return workloads.load(self.profile).timed_flops_per_example if self.profile else None
 
 
 # ----------------------------------------------------------------------------- faults
@@ -336,6 +337,20 @@ class WorkerCrash(Section):
         description="the switch's oversubscription: its core carries the sum of the NICs' bandwidth "
         "divided by this (1: non-blocking); needs sharing: fair",
     )
+    bucket_bytes: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="all-reduce gradients in buckets of about this many bytes, each as soon as the backward "
+        "pass has made it (PyTorch DDP's bucket_cap_mb: 25 MiB = 26214400); needs a profile with layers",
+    )
+
+    @model_validator(mode="after")
+    def _buckets_need_layers(self) -> "WorkloadConfig":
+        if self.bucket_bytes is not None and self.profile is None:
+            raise ValueError(
+                f"bucket_bytes {self.bucket_bytes} needs workload.profile: buckets are cut from a model's "
+                f"layers, in backward order; name one of: {', '.join(workloads.names())}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _rejoin_after_crash(self) -> "WorkerCrash":
@@ -467,6 +482,11 @@ class StrategyConfig(Section):
         """Whether the strategy runs a parameter server, whose ``server`` link faults may name."""
         return "server_crash" in self.fault_support()
 
+    def buckets_gradients(self) -> bool:
+        """Whether the strategy all-reduces each gradient as the backward pass makes it, so that
+        ``workload.bucket_bytes`` applies (synchronous all-reduce SGD)."""
+        return False
+
     def model_copies_per_worker(self) -> int:
         """Parameter-sized arrays the strategy holds per worker (the parameters it read and its
         gradient; a strategy keeping a replica per worker holds more): the memory estimate's."""
@@ -482,6 +502,13 @@ def _validate_strategy(value: Any) -> StrategyConfig:
     if not issubclass(config_cls, StrategyConfig):  # a plug-in's mistake, not the scenario's
         raise TypeError(f"strategy {value['name']!r} registered {config_cls.__name__}, which is not a StrategyConfig")
     return config_cls.model_validate(value)
+
+
+def _buckets_by_default(config: type[BaseModel]) -> bool:
+    try:
+        return bool(config().buckets_gradients())  # type: ignore[attr-defined]
+    except Exception:  # a plug-in's config that needs arguments, or is no StrategyConfig
+        return False
 
 
 def _check_timing_only(scenario: Scenario) -> None:
@@ -533,6 +560,10 @@ class Scenario(Section):
         if compute.step_time_s is None and compute.flops_per_example is None and self.workload.resolved_flops_per_example() is None:
             raise ValueError("cluster.compute.device_flops needs flops_per_example (here or in workload)")
         self.strategy.check(self)
+        if self.workload.bucket_bytes is not None and not self.strategy.buckets_gradients():
+            buckets = ", ".join(s.name for s in registry.all_strategies() if _buckets_by_default(s.config))
+            raise ValueError(f"workload.bucket_bytes: strategy {self.strategy.name!r} does not all-reduce gradients as "
+                             f"the backward pass makes them; drop bucket_bytes or use {buckets}")
         _check_faults(self)
         _check_cadences(self)
         if self.workload.timing_only:

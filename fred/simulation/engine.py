@@ -14,6 +14,9 @@ server processes as generators and use a few primitives:
     transfers to and from a :class:`~fred.simulation.server.ParameterServer`.
 ``yield from sim.allreduce(group, member, nbytes, value)``
     join a ring all-reduce with the group's other members; returns the summed value.
+``yield from sim.backprop_allreduce(worker, params, group)``
+    a gradient step all-reduced over the group, in gradient buckets that overlap the
+    backward pass when the scenario has them.
 ``sim.applied(contributions, version_applied)``
     tell the run a model update happened (records, evaluation, stopping).
 
@@ -38,6 +41,7 @@ from fred.numerics.gradients import GradSum, Numerics, parts_of, sum_grads, tree
 from fred.numerics.models import Params
 from fred.numerics.tape import active_tape, op
 from fred.scenario.schema import FaultsConfig
+from fred.simulation.buckets import Bucket
 from fred.simulation.collectives import ALGORITHMS, Round, RoundsAsFlows, bytes_sent, hierarchical, ring_phases, run_rounds
 from fred.simulation.compute import ComputeModel
 from fred.simulation.faults import Crash, Faults
@@ -184,12 +188,14 @@ class Simulation:
         param_bytes: int,
         seed: int,
         faults: FaultsConfig | None = None,
+        buckets: Sequence[Bucket] = (),
     ):
         self.env, self.workers, self.network = env, workers, network
         # Fairly shared flows, or transfers booked first come, first served (network.sharing).
         self.flows = FairShare(env) if network.config.sharing == "fair" else None
         self.compute_model, self.gradients = compute_model, gradients
         self.init_params, self.param_bytes, self.seed = init_params, param_bytes, seed
+        self.buckets = tuple(buckets)  # gradient buckets in backward order; () all-reduces the whole message
         self.tracers: list[Tracer] = []
         self.update_hooks: list[Callable[[list[Contribution], int], None]] = []
         self.compute_hooks: list[Callable[[GradSum], None]] = []
@@ -319,24 +325,26 @@ class Simulation:
 
     # -- primitives --------------------------------------------------------------------
     def compute(
-        self, worker: Worker, params: Params, duration_s: float | None = None
+        self, worker: Worker, params: Params, duration_s: float | None = None,
+        started: Callable[[float], None] | None = None,
     ) -> Generator[simpy.Event, Any, GradSum | None]:
         """One gradient step of ``worker`` on its next batch, at ``params``.
 
         It takes the compute model's next duration for the worker, or ``duration_s``
         when given (a logical clock passes 0). Without a gradient service (a
         timing-only run) it draws no batch and returns ``None``: the time is charged
-        all the same, because durations never depend on the numbers.
+        all the same, because durations never depend on the numbers. ``started`` is
+        told the duration when the step begins on its device.
         """
         self._own(worker)
         request = self.gradients.request(params, worker.next_batch(), worker.index) if self.gradients else None
         try:
             if self._devices is None:
-                yield from self._step(worker, request, duration_s)
+                yield from self._step(worker, request, duration_s, started)
             else:
                 with self._devices[worker.index // self.network.workers_per_device].request() as turn:
                     yield from self.wait_for(worker.name, turn)
-                    yield from self._step(worker, request, duration_s)
+                    yield from self._step(worker, request, duration_s, started)
         except simpy.Interrupt:
             if request is not None:
                 self.gradients.cancel(request)  # type: ignore[union-attr]
@@ -348,13 +356,16 @@ class Simulation:
             hook(grad)
         return grad
 
-    def _step(self, worker: Worker, request: Any, duration_s: float | None) -> Generator[simpy.Event, Any, None]:
+    def _step(self, worker: Worker, request: Any, duration_s: float | None,
+              started: Callable[[float], None] | None = None) -> Generator[simpy.Event, Any, None]:
         """The step's time on its device, drawn as it starts (speed changes are in simulated time)."""
         start = self.now
         if duration_s is None:
             duration_s = self.compute_model.duration_s(worker.index, self.now)
         if request is not None:
             request.duration_s = duration_s
+        if started is not None:
+            started(duration_s)
         try:
             yield self.env.timeout(duration_s)
         finally:
@@ -487,6 +498,35 @@ class Simulation:
         yield coll.done
         self.trace("allreduce", member.name, start, self.now, self._sent_in_allreduce(coll, member.index, nbytes))
         return coll.result
+
+    def backprop_allreduce(
+        self, worker: Worker, params: Params, group: Sequence[Worker]
+    ) -> Generator[simpy.Event, Any, Any]:
+        """One gradient step, all-reduced over ``group``: the summed :class:`GradSum` (``None`` timing only).
+
+        Without gradient buckets it is :meth:`compute` then :meth:`allreduce` of the whole
+        message. With them (``workload.bucket_bytes``, :mod:`fred.simulation.buckets`), each
+        bucket's all-reduce starts once the backward pass has made it and the bucket before it
+        is all-reduced, while the step goes on; the last bucket, ready as the step ends, carries
+        the gradient, so the sum is the same bits as without buckets.
+        """
+        if len(self.buckets) < 2:
+            grad = yield from self.compute(worker, params)
+            return (yield from self.allreduce(group, worker, self.param_bytes, grad))
+        began = self.env.event()
+        early = self.process(self._early_buckets(worker, group, began))
+        grad = yield from self.compute(worker, params, started=lambda duration_s: began.succeed((self.now, duration_s)))
+        yield early
+        return (yield from self.allreduce(group, worker, self.buckets[-1].nbytes, grad))
+
+    def _early_buckets(self, worker: Worker, group: Sequence[Worker], began: simpy.Event) -> Process:
+        """Every bucket but the last, one after another, each from when the backward pass made it."""
+        start_s, duration_s = yield began
+        for bucket in self.buckets[:-1]:
+            ready_s = start_s + bucket.ready * duration_s
+            if ready_s > self.now:
+                yield self.env.timeout(ready_s - self.now)
+            yield from self.allreduce(group, worker, bucket.nbytes)
 
     def _sent_in_allreduce(self, coll: _Collective, member: int, nbytes: float) -> float:
         """The bytes ``member`` sent in the collective: 2(p-1)/p of the message in a ring."""
