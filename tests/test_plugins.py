@@ -2,8 +2,9 @@
 
 The default tests make a package "installed" as pip would leave it for importlib.metadata:
 a ``*.dist-info`` folder with its ``entry_points.txt`` on ``sys.path``, next to the example's
-source. The slow test builds and installs ``examples/fred-easgd`` with pip, into a folder of
-its own (the shared environment is left as it was: every later test session would see EASGD).
+source. The slow test builds and installs a copy of ``examples/fred-easgd`` with pip, as a user
+would (pip fetches setuptools for the build), into a folder of its own: the test environment is
+left as it was, where an install would add EASGD to every later test session's strategies.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -163,8 +165,9 @@ def test_an_entry_point_named_unlike_its_strategy_is_named(site):
 
 @pytest.mark.slow
 def test_the_example_installs_with_pip_and_runs_from_the_command_line(tmp_path):
-    target = tmp_path / "site"
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(EXAMPLE)],
+    target, source = tmp_path / "site", tmp_path / "fred-easgd"
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))  # setuptools builds in the tree
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(source)],
                          capture_output=True, text=True, check=False)
     assert pip.returncode == 0, pip.stderr[-3000:]
     env = {**os.environ, "PYTHONPATH": str(target)}  # the installed copy, not the example's source
