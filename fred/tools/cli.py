@@ -260,7 +260,29 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("run_dir")
     trace.add_argument("-o", "--output", help="output file, or a directory to write trace.json in (default: RUN_DIR/trace.json)")
     trace.set_defaults(handler=_trace)
+    fit = sub.add_parser("fit", help="fit named scenario constants to measured seconds per iteration; write them as a profile")
+    fit.add_argument("measurements", help="a CSV with columns scenario,measured_s: a scenario file (relative to the CSV's "
+                     "folder, or absolute) and the seconds one iteration took on the real cluster")
+    fit.add_argument("--fit", dest="paths", required=True, metavar="PATH[=START],...",
+                     help="the constants to fit, as --set names them, e.g. network.bandwidth_bps,network.latency_s; "
+                          "=START to start elsewhere than the scenarios' value")
+    fit.add_argument("--holdout", default="", metavar="ROW,...",
+                     help="rows predicted but not fitted on: row numbers (1 is the first under the header) or scenarios")
+    fit.add_argument("--iterations", type=int, default=20, metavar="N",
+                     help="a prediction times N iterations of every worker (default 20)")
+    fit.add_argument("--warmup", type=int, default=5, metavar="N",
+                     help="after N iterations left out, as a measured steady-state time leaves out the start (default 5)")
+    fit.add_argument("--max-evals", type=int, default=200, metavar="N",
+                     help="stop after N evaluations of the fitted rows (default 200)")
+    fit.add_argument("-o", "--output", default="fit.yaml", help="the profile to write (default: fit.yaml)")
+    fit.set_defaults(handler=_fit)
     return parser
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from fred.tools.fit import command
+
+    return command(args)
 
 
 def _run(args: argparse.Namespace) -> int:
