@@ -27,7 +27,7 @@ from pydantic import Field
 from fred.numerics import rng
 from fred.numerics.gradients import divide, tree_sum
 from fred.numerics.models import Params
-from fred.numerics.optim import make_sum_step, sgd
+from fred.numerics.optim import make_sum_step, optimizer_for
 from fred.numerics.tape import op
 from fred.scenario.registry import register
 from fred.scenario.schema import StrategyConfig
@@ -52,9 +52,10 @@ def pair_average(a: Params, b: Params) -> Params:
 @register(ADPSGD)
 def start(sim: Simulation, config: ADPSGD):
     n = len(sim.workers)
-    step = make_sum_step(sgd(config.lr))
-    opt_state = sgd(config.lr).init(sim.init_params)
+    opt = optimizer_for(config)
+    step = make_sum_step(opt)
     models = [sim.init_params] * n
+    opt_states = [opt.init(sim.init_params)] * n  # each node's own: an exchange averages models, not these
     versions = [0] * n
     locks = [simpy.Resource(sim.env, capacity=1) for _ in range(n)]
 
@@ -91,7 +92,7 @@ def start(sim: Simulation, config: ADPSGD):
         while True:
             read = versions[w.index]
             g = yield from sim.compute(w, models[w.index])
-            models[w.index], _ = step(models[w.index], opt_state, g.grad, g.count)
+            models[w.index], opt_states[w.index] = step(models[w.index], opt_states[w.index], g.grad, g.count)
             sim.applied([(w.index, read)], versions[w.index])
             versions[w.index] += 1
             peers = neighbours(w.index)

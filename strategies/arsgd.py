@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from fred.numerics.optim import make_sum_step, sgd
+from fred.numerics.optim import make_sum_step, optimizer_for
 from fred.scenario.registry import register
 from fred.scenario.schema import StrategyConfig
 from fred.simulation.engine import Simulation
@@ -34,5 +34,5 @@ class ARSGD(StrategyConfig):
 
 @register(ARSGD, timing_only=True)
 def start(sim: Simulation, config: ARSGD):
-    opt = sgd(config.lr)
+    opt = optimizer_for(config)
     return run_allreduce_sgd(sim, opt, make_sum_step(opt))

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from fred.numerics.optim import optimizer_for
 from fred.scenario.registry import register
 from fred.scenario.schema import StrategyConfig
 from fred.simulation.engine import Simulation
@@ -33,4 +34,4 @@ class ASGD(StrategyConfig):
 
 @register(ASGD, timing_only=True)
 def start(sim: Simulation, config: ASGD):
-    return run_parameter_server(sim, sasgd_rule(config.lr, staleness_aware=False), c=1, clock=config.clock)
+    return run_parameter_server(sim, sasgd_rule(optimizer_for(config), staleness_aware=False), c=1, clock=config.clock)

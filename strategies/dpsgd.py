@@ -40,5 +40,5 @@ def ring_mixing(n: int):
 
 @register(DPSGD, timing_only=True)
 def start(sim: Simulation, config: DPSGD):
-    as_sgp = SGP(lr=config.lr, reduction=config.reduction)
+    as_sgp = SGP(lr=config.lr, reduction=config.reduction, optimizer=config.optimizer, lr_schedule=config.lr_schedule)
     return run_push_sum(sim, as_sgp, debiased=False, shares=ring_mixing(len(sim.workers))).average

@@ -25,7 +25,7 @@ from pydantic import Field, model_validator
 
 from fred.numerics.gradients import GradSum, mean_grad, tree_sum
 from fred.numerics.models import Params
-from fred.numerics.optim import make_step, sgd
+from fred.numerics.optim import GradientTransformation, make_step, optimizer_for
 from fred.numerics.tape import op
 from fred.scenario.registry import register
 from fred.simulation.engine import Simulation
@@ -43,6 +43,14 @@ class FASGD(SASGD):
         gt=0,
         description="numerical floor: inside the sqrt (std; default 1e-4, Graves 2013) or added (abs; 1e-3)",
     )
+
+    def optimizer_refusal(self) -> str | None:
+        # FASGD's division by v is its own adaptive step; Adam's by its second moment would stack on it.
+        if self.optimizer.kind != "sgd":
+            return (f"optimizer.kind is {self.optimizer.kind!r}: {self.name} already divides every gradient by a "
+                    "running per-element statistic (its adaptive step), and Adam would divide it again; allowed with "
+                    f"{self.name}: sgd (its momentum and weight decay apply to FASGD's step), or use asgd or sasgd with adam")
+        return super().optimizer_refusal()
 
     @model_validator(mode="before")
     @classmethod
@@ -106,12 +114,14 @@ def fasgd_one(statistic: str, gamma: float, beta: float, eps: float) -> Callable
 
 
 @functools.cache  # one compiled rule per hyper-parameter set, shared by runs in a process
-def fasgd_rule(lr: float, staleness_aware: bool, statistic: str, gamma: float, beta: float, eps: float) -> Rule:
-    step = make_step(sgd(lr))
+def fasgd_rule(opt: GradientTransformation, staleness_aware: bool, statistic: str, gamma: float, beta: float,
+               eps: float) -> Rule:
+    """``opt`` (SGD: ``-lr * x``, or with momentum) turns ``sum_k delta_k`` into the step."""
+    step = make_step(opt)
     one = fasgd_one(statistic, gamma, beta, eps)
 
     def init(params: Params) -> tuple[Moments, Any]:
-        return init_moments(params), sgd(lr).init(params)
+        return init_moments(params), opt.init(params)
 
     def apply(params: Params, state: Any, grads: list[GradSum], staleness: list[int]) -> tuple[Params, Any]:
         moments, opt_state = state
@@ -127,7 +137,7 @@ def fasgd_rule(lr: float, staleness_aware: bool, statistic: str, gamma: float, b
 
 
 def rule_for(config: FASGD) -> Rule:
-    return fasgd_rule(config.lr, config.staleness_aware, config.statistic, config.gamma, config.beta, config.eps)
+    return fasgd_rule(optimizer_for(config), config.staleness_aware, config.statistic, config.gamma, config.beta, config.eps)
 
 
 @register(FASGD)

@@ -34,6 +34,7 @@ import simpy
 from pydantic import Field, model_validator
 
 from fred.numerics.gradients import GradSum
+from fred.numerics.optim import optimizer_for
 from fred.scenario.registry import register
 from fred.scenario.schema import MAX_STEPS, Scenario, StrategyConfig, worker_steps
 from fred.simulation.engine import Contribution, Simulation, Worker
@@ -115,7 +116,7 @@ class Plan:
 @register(GroupedHybrid)
 def start(sim: Simulation, config: GroupedHybrid):
     n = len(sim.workers)
-    rule = sasgd_rule(config.lr, staleness_aware=False)
+    rule = sasgd_rule(optimizer_for(config), staleness_aware=False)
     server = ParameterServer(sim, sim.init_params)
     state = {"rule": rule.init(server.params)}
     plan = Plan(counts=[0] * n, busy_s=[0.0] * n)

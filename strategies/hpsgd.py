@@ -26,7 +26,7 @@ from pydantic import Field
 
 from fred.numerics.gradients import GradSum, sum_grads
 from fred.numerics.models import Params
-from fred.numerics.optim import make_sum_step, sgd
+from fred.numerics.optim import OptState, make_sum_step, optimizer_for
 from fred.scenario.registry import register
 from fred.scenario.schema import StrategyConfig
 from fred.simulation.engine import Simulation, Worker
@@ -47,6 +47,7 @@ class Shared:
     status: str = "idle"
     counter: int = 0
     replica: Params | None = None
+    replica_opt: OptState | None = None  # the optimizer state copied with it, advanced by its local steps
     replica_version: int = 0  # the global version the replica was copied from
     acc_grad: GradSum | None = None
     acc_version: int = 0  # the replica version of the oldest gradient in acc_grad
@@ -65,9 +66,10 @@ class Round:
 @register(HPSGD)
 def start(sim: Simulation, config: HPSGD):
     n = len(sim.workers)
-    opt = sgd(config.lr)
+    opt = optimizer_for(config)
     step = make_sum_step(opt)
-    glob = {"params": sim.init_params, "version": 0, "batch": 1}  # W: the same on every worker
+    # W and its optimizer state: the same on every worker
+    glob = {"params": sim.init_params, "opt": opt.init(sim.init_params), "version": 0, "batch": 1}
     rounds: dict[int, Round] = {}
 
     def apply_round(r: int) -> None:
@@ -77,14 +79,14 @@ def start(sim: Simulation, config: HPSGD):
             return
         members = done.members or list(range(n))
         divisor = len(members) * glob["batch"]  # the sum holds per-example gradients: per step, b of them
-        glob["params"], _ = step(glob["params"], opt.init(glob["params"]), done.total.grad, divisor)
+        glob["params"], glob["opt"] = step(glob["params"], glob["opt"], done.total.grad, divisor)
         sim.applied([(i, done.reads[i]) for i in members], glob["version"])
         glob["version"] += 1
 
     def pt(w: Worker, s: Shared):
         while True:
             if s.counter == 0:
-                s.replica, s.replica_version = glob["params"], glob["version"]
+                s.replica, s.replica_opt, s.replica_version = glob["params"], glob["opt"], glob["version"]
             g = yield from sim.compute(w, s.replica)
             glob["batch"] = g.count
             if s.acc_grad is None:
@@ -92,7 +94,7 @@ def start(sim: Simulation, config: HPSGD):
             else:
                 s.acc_grad = sum_grads([s.acc_grad, g])
             if s.status == "syncing":  # Algorithm 2, lines 5-10: train the replica
-                s.replica, _ = step(s.replica, opt.init(s.replica), g.grad, g.count)
+                s.replica, s.replica_opt = step(s.replica, s.replica_opt, g.grad, g.count)
                 s.counter += 1
             else:  # lines 12-14: only accumulate, and start a synchronisation
                 s.status = "syncing"

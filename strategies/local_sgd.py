@@ -18,7 +18,7 @@ from pydantic import Field
 
 from fred.numerics.gradients import divide
 from fred.numerics.models import Params
-from fred.numerics.optim import make_sum_step, sgd
+from fred.numerics.optim import make_sum_step, optimizer_for
 from fred.scenario.registry import register
 from fred.scenario.schema import StrategyConfig
 from fred.simulation.engine import Simulation, Worker
@@ -35,7 +35,7 @@ class LocalSGD(StrategyConfig):
 
 @register(LocalSGD)
 def start(sim: Simulation, config: LocalSGD):
-    opt = sgd(config.lr)
+    opt = optimizer_for(config)
     step = make_sum_step(opt)
     averaged = {0: sim.init_params}  # round -> the averaged parameters every worker holds
 
@@ -49,8 +49,8 @@ def start(sim: Simulation, config: LocalSGD):
 
     def worker(w: Worker):
         params, round_ = sim.init_params, 0
+        opt_state = opt.init(params)  # the worker's own: kept across rounds, never averaged
         while True:
-            opt_state = opt.init(params)
             for _ in range(config.sync_every):
                 g = yield from sim.compute(w, params)
                 params, opt_state = step(params, opt_state, g.grad, g.count)

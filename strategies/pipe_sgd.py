@@ -24,7 +24,7 @@ from pydantic import Field
 
 from fred.numerics.compression import Scheme, roundtrip, wire_bytes
 from fred.numerics.gradients import GradSum
-from fred.numerics.optim import make_sum_step, sgd
+from fred.numerics.optim import make_sum_step, optimizer_for
 from fred.scenario.registry import register
 from fred.scenario.schema import StrategyConfig
 from fred.simulation.engine import Simulation, Worker
@@ -44,9 +44,10 @@ class PipeSGD(StrategyConfig):
 @register(PipeSGD)
 def start(sim: Simulation, config: PipeSGD):
     k = config.staleness
-    step = make_sum_step(sgd(config.lr))
-    opt_state = sgd(config.lr).init(sim.init_params)
+    opt = optimizer_for(config)
+    step = make_sum_step(opt)
     models = {0: sim.init_params}  # w[t], the same on every worker: computed once
+    states = {0: opt.init(sim.init_params)}  # the optimizer's state that came with w[t]
     tensors = len(sim.init_params)
     wire = wire_bytes(config.compression, sim.param_bytes, tensors)
     codec_s = config.codec_s_per_byte * sim.param_bytes
@@ -62,10 +63,11 @@ def start(sim: Simulation, config: PipeSGD):
             # t-k-1 and reads w[t-k] or later: older versions go. (Dropping w[t-1] here broke
             # k >= 2, where a slower worker can still be about to read it.)
             models.pop(t - k - 1, None)
+            state = states.pop(t - 1)  # only w[t] is ever made from it
             if g_sum is None:
-                models[t] = previous
+                models[t], states[t] = previous, state
             else:
-                models[t], _ = step(previous, opt_state, g_sum.grad, g_sum.count)
+                models[t], states[t] = step(previous, state, g_sum.grad, g_sum.count)
                 read = max(0, t - 2 * k - 1)  # the version w[t-(k+1)] had
                 sim.applied([(i, read) for i in sim.participants(sim.workers)], max(0, t - k - 1))
         return models[t]

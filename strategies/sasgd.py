@@ -27,7 +27,7 @@ from pydantic import Field
 
 from fred.numerics.gradients import GradSum, mean_grad, sum_grads, tree_sum
 from fred.numerics.models import Params
-from fred.numerics.optim import make_step, make_sum_step, sgd
+from fred.numerics.optim import GradientTransformation, make_step, make_sum_step, optimizer_for
 from fred.numerics.tape import op
 from fred.scenario.registry import register
 from fred.scenario.schema import Scenario, StrategyConfig
@@ -85,11 +85,12 @@ def scaled_sum(grads: list[Params], scales: jax.Array) -> Params:
 
 
 @functools.cache
-def sasgd_rule(lr: float, staleness_aware: bool) -> Rule:
+def sasgd_rule(opt: GradientTransformation, staleness_aware: bool) -> Rule:
     """The server's update for a batch of c gradients; c is the batch's own size, the configured
     c except after a crash, when the server applies what the live workers sent (a mean over
-    them, as the plain average is: dividing by the configured c shrank the step)."""
-    step, sum_step = make_step(sgd(lr)), make_sum_step(sgd(lr))
+    them, as the plain average is: dividing by the configured c shrank the step). ``opt`` turns
+    the (staleness-scaled) average into the step; its state is the server's."""
+    step, sum_step = make_step(opt), make_sum_step(opt)
 
     def apply(params: Params, state: Any, grads: list[GradSum], staleness: list[int]) -> tuple[Params, Any]:
         if not staleness_aware:  # one plain average: the same bits as SSGD's aggregation
@@ -98,7 +99,7 @@ def sasgd_rule(lr: float, staleness_aware: bool) -> Rule:
         means = [mean_grad(g) for g in grads]
         return step(params, state, scaled_sum(means, staleness_scales(len(grads), staleness, True)))
 
-    return Rule(sgd(lr).init, apply)
+    return Rule(opt.init, apply)
 
 
 # ----------------------------------------------------------------------------- processes
@@ -212,4 +213,4 @@ def run_parameter_server(
 @register(SASGD, timing_only=True)
 def start(sim: Simulation, config: SASGD):
     c = config.gradients_per_update(len(sim.workers))
-    return run_parameter_server(sim, sasgd_rule(config.lr, config.staleness_aware), c, config.clock)
+    return run_parameter_server(sim, sasgd_rule(optimizer_for(config), config.staleness_aware), c, config.clock)

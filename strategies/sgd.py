@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from fred.numerics.optim import make_sum_step, sgd
+from fred.numerics.optim import make_sum_step, optimizer_for
 from fred.scenario.registry import register
 from fred.scenario.schema import Scenario, StrategyConfig
 from fred.simulation.engine import Simulation, Worker
@@ -30,7 +30,7 @@ class SGD(StrategyConfig):
 
 @register(SGD)
 def start(sim: Simulation, config: SGD):
-    opt = sgd(config.lr)
+    opt = optimizer_for(config)
     step = make_sum_step(opt)
     model = {"params": sim.init_params, "opt": opt.init(sim.init_params)}
 

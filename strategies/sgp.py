@@ -37,7 +37,7 @@ from pydantic import Field, field_validator
 from fred.numerics import rng
 from fred.numerics.gradients import tree_sum
 from fred.numerics.models import Params
-from fred.numerics.optim import make_sum_step, sgd
+from fred.numerics.optim import OptState, make_sum_step, optimizer_for
 from fred.numerics.tape import op
 from fred.scenario.registry import register
 from fred.scenario.schema import Scenario, StrategyConfig
@@ -150,6 +150,7 @@ class Node:
     """One node's push-sum state, the shares not yet consumed, and who has been heard from."""
 
     x: Params | None  # None in a timing-only run
+    opt: OptState | None = None  # the node's optimizer state: its steps on x, never mixed
     w: float = 1.0
     iteration: int = 0
     inbox: list[tuple[int, int, Params, float]] = field(default_factory=list)  # (iteration, sender, x, w)
@@ -197,9 +198,11 @@ def run_push_sum(
     n = len(sim.workers)
     planned = shares or mixing(config, n)
     all_senders = in_neighbours(planned, n)
-    step = make_sum_step(sgd(config.lr))
-    opt_state = sgd(config.lr).init(sim.init_params)
+    opt = optimizer_for(config)
+    step = make_sum_step(opt)
     state = PushSum(start_nodes(sim, config.init_spread), debiased, sim.faults.down)
+    for node in state.nodes:
+        node.opt = opt.init(sim.init_params)
 
     def shares(k: int, i: int) -> list[tuple[int, float]]:
         """The planned shares, with a given-up node's share kept by the sender."""
@@ -249,7 +252,9 @@ def run_push_sum(
             k = node.iteration
             g = yield from sim.compute(w, state.z(node))
             # g is None in a timing-only run: the same messages and weights, with no parameters in them.
-            x_half = None if g is None else step(node.x, opt_state, g.grad, g.count)[0]
+            x_half = None
+            if g is not None:  # the optimizer steps the numerator x_i with the gradient at z_i (the paper's)
+                x_half, node.opt = step(node.x, node.opt, g.grad, g.count)
             own: list[tuple[Params | None, float]] = []  # none when p_ii = 0: it gives all of x_i away
             for j, p in shares(k, w.index):
                 x_share = None if x_half is None else scale(x_half, jnp.float32(p))

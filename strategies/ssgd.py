@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from fred.numerics.optim import make_sum_step, sgd
+from fred.numerics.optim import make_sum_step, optimizer_for
 from fred.scenario.registry import register
 from fred.scenario.schema import StrategyConfig
 from fred.simulation.engine import Simulation, Worker
@@ -40,7 +40,7 @@ class SSGD(StrategyConfig):
 def start(sim: Simulation, config: SSGD):
     if config.aggregation == "ps":
         return _on_parameter_server(sim, config)
-    opt = sgd(config.lr)
+    opt = optimizer_for(config)
     return run_allreduce_sgd(sim, opt, make_sum_step(opt))
 
 
@@ -48,7 +48,7 @@ def _on_parameter_server(sim: Simulation, config: SSGD):
     # The server waits for all n gradients and applies their plain average: n-softsync
     # with n_soft = 1 and no staleness scaling, so the server loop is SASGD's.
     n = len(sim.workers)
-    return run_parameter_server(sim, sasgd_rule(config.lr, staleness_aware=False), c=n)
+    return run_parameter_server(sim, sasgd_rule(optimizer_for(config), staleness_aware=False), c=n)
 
 
 def run_allreduce_sgd(sim: Simulation, opt, step):

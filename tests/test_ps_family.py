@@ -8,6 +8,7 @@ import pytest
 
 import fred
 from fred.numerics.gradients import GradSum
+from fred.numerics.optim import sgd
 from fred.simulation.engine import Worker
 from strategies.bfasgd import BFASGD, _decider, transmit_probability
 from strategies.fasgd import fasgd_rule
@@ -51,7 +52,7 @@ def test_sasgd_rule_matches_a_numpy_reference(c, aware):
             scale = 1.0 / (c * (tau + 1)) if aware else 1.0 / c
             for k in expected:
                 expected[k] = expected[k] - LR * scale * (g[k] / 4)
-    got = run_rule(sasgd_rule(LR, aware), batches)
+    got = run_rule(sasgd_rule(sgd(LR), aware), batches)
     for k in expected:
         np.testing.assert_allclose(got[k], expected[k], rtol=2e-6, atol=1e-7)
 
@@ -67,7 +68,7 @@ def test_a_batch_short_of_c_after_a_crash_is_scaled_by_its_own_size(aware):
             scale = 1.0 / (len(grads) * (tau + 1)) if aware else 1.0 / len(grads)
             for k in expected:
                 expected[k] = expected[k] - LR * scale * (g[k] / 4)
-    got = run_rule(sasgd_rule(LR, aware), batches)
+    got = run_rule(sasgd_rule(sgd(LR), aware), batches)
     for k in expected:
         np.testing.assert_allclose(got[k], expected[k], rtol=2e-6, atol=1e-7)
 
@@ -97,7 +98,7 @@ def test_fasgd_rule_matches_a_numpy_reference(statistic, aware, c):
                     v[k] = beta * v[k] + (1 - beta) * np.sqrt(np.maximum(n[k] - b[k] ** 2, 0) + eps)
                     step[k] += mean / v[k] * scale
         params = {k: params[k] - LR * step[k] for k in SHAPES}
-    got = run_rule(fasgd_rule(LR, aware, statistic, gamma, beta, eps), batches)
+    got = run_rule(fasgd_rule(sgd(LR), aware, statistic, gamma, beta, eps), batches)
     for k in SHAPES:
         np.testing.assert_allclose(got[k], params[k], rtol=1e-4, atol=1e-6)
 

@@ -36,6 +36,10 @@ VARIANTS = {
     "pipe_sgd_int8": {"name": "pipe_sgd", "compression": "int8_quantize"},
     "sgp_crash": {"name": "sgp"},
     "asgd_lossy": {"name": "asgd"},
+    # optimizer state fast-forwarded and filled from the checkpoint: the server's, each replica's, each node's
+    "sasgd_adam": {"name": "sasgd", "optimizer": "adam", "lr_schedule": {"kind": "cosine_decay", "decay_steps": 20}},
+    "hpsgd_adamw": {"name": "hpsgd", "optimizer": "adamw"},
+    "sgp_nesterov": {"name": "sgp", "optimizer": {"momentum": 0.9, "nesterov": True}},
 }
 FAULTS = {
     "sgp_crash": {"worker_crash": [{"worker": 2, "at_s": 0.05}], "sync_timeout_s": 0.01},
