@@ -108,6 +108,13 @@ def test_easgd_pulls_every_worker_toward_the_center_it_evaluates(easgd_installed
     assert result.updates["staleness"].max() >= 1  # the exchanges interleave: asynchronous, not in lock-step
 
 
+def test_a_plugin_imported_before_the_registry_looks_is_still_its_distributions(easgd_installed):
+    import fred_easgd  # noqa: F401 - registers easgd at once, as an in-tree module would
+
+    assert registry.get("easgd").source == "fred-easgd 1.0 (entry point fred.strategies: easgd = fred_easgd)"
+    assert registry.problems() == []
+
+
 def test_a_plugin_that_fails_to_import_is_one_line_and_leaves_the_others(site, capsys):
     install_fake(site, "broken-plugin", {"broken": "broken_plugin"}, {"broken_plugin": "raise RuntimeError('half written')\n"})
     assert main(["list"]) == 0
