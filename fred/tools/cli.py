@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from fred.runs.interrupt import Terminated, raise_terminated
+from fred.runs import interrupt  # os, signal and threading only, like paths
 from fred.runs.paths import (  # os and pathlib only: the heavy libraries load in main, where Ctrl-C is taken
     output_file,
     write_whole,
@@ -27,43 +27,66 @@ COMPILES = frozenset({"run", "compare", "sweep", "calibrate", "replay"})  # the 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from fred.scenario.loading import ScenarioError  # pydantic: loaded after entry can take a Ctrl-C
-
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    empty = _empty_path(args)
-    if empty:  # Path("") is ".": --out '' wrote into the working directory, or meant the default
-        print(f"fred: {empty}", file=sys.stderr)
-        return 2
-    if args.command in COMPILES:
-        from fred.tools.compilation_cache import enable
-
-        enable()  # compiled programs from earlier processes: most of a short run's time otherwise
+    global _current
+    args = _current = None
     try:
+        from fred.scenario.loading import ScenarioError  # noqa: F401 - pydantic: loaded where a stop is taken
+        interrupt.raise_if_asked()  # asked for while loading (a KeyboardInterrupt in a collection callback is dropped)
+        parser = _parser()
+        args = _current = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        empty = _empty_path(args)
+        if empty:  # Path("") is ".": --out '' wrote into the working directory, or meant the default
+            print(f"fred: {empty}", file=sys.stderr)
+            return 2
+        if args.command in COMPILES:
+            from fred.tools.compilation_cache import enable
+
+            enable()  # compiled programs from earlier processes: most of a short run's time otherwise
         with _memory_limit(getattr(args, "memory_limit_gb", None)):
-            return args.handler(args)
-    except ScenarioError as err:
+            code = args.handler(args)
+        args.done = True  # for the line a signal from now on ends the command with
+        return code
+    except BaseException as err:  # each kind is answered in _ended; a bug, or argparse's exit, goes on
+        code = _ended(err, args)
+        if code is None:
+            raise
+        return code
+
+
+_current: argparse.Namespace | None = None  # the command being run, for the line a stop ends it with
+
+
+def _ended(err: BaseException, args: argparse.Namespace | None) -> int | None:
+    """Say what ended the command early and return its status; None for a bug or argparse's exit.
+
+    A stop comes first: asked for by a signal, whatever it became on its way out (an
+    ImportError from an import it cut short, a ValueError a library made of it).
+    """
+    signum = interrupt.stop_of(err)
+    if signum is not None:
+        interrupt.ending()
+        print(_stop_line(signum, args), file=sys.stderr)
+        return interrupt.STATUS[signum]
+    if isinstance(err, SystemExit):
+        return None
+    from fred.scenario.loading import ScenarioError
+
+    if isinstance(err, (ScenarioError, FileNotFoundError, ValueError)):  # data files, shard sizes, a missing extra: not bugs
         print(f"fred: {_readable(str(err))}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, ValueError) as err:  # data files, shard sizes, a missing extra: not bugs
-        print(f"fred: {_readable(str(err))}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # `fred compare ... | head` closed the pipe: the reader has what it wanted
+    if isinstance(err, BrokenPipeError):  # `fred compare ... | head` closed the pipe: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python flushes at exit
         return 141  # what a shell reports for a command ended by SIGPIPE
-    except OSError as err:  # a read-only folder, a full disk: the machine's answer, not a bug
+    if isinstance(err, OSError):  # a read-only folder, a full disk: the machine's answer, not a bug
         print(f"fred: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
-    except MemoryError as err:  # numpy's "Unable to allocate 745. GiB": the scenario, not a bug
+    if isinstance(err, MemoryError):  # numpy's "Unable to allocate 745. GiB": the scenario, not a bug
         print(f"fred: out of memory ({err}); make the data set or the model smaller", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as stop:
-        how, code = _stopped_by(stop)
-        print(f"fred: {how}; {_left(args)}", file=sys.stderr)
-        return code
+    return None
 
 
 @contextlib.contextmanager
@@ -87,23 +110,36 @@ def _memory_limit(gb: float | None) -> Iterator[None]:
 
 
 def entry() -> None:
-    """The ``fred`` command: :func:`main`, and after a Ctrl-C or SIGTERM an exit that skips
-    interpreter shutdown, where JAX/XLA crashed now and then with a segmentation fault (2 in 7
-    Ctrl-Cs during compilation) after fred had reported the interrupt.
+    """The ``fred`` command: :func:`main`, with SIGINT and SIGTERM taken from its first line.
 
-    SIGTERM (``timeout``, ``kill``, a job scheduler's stop before its kill) is taken as Ctrl-C
-    is: a run stops between two steps and keeps a last checkpoint when it is checkpointed.
+    A signal ends the command with one line on stderr and status 130 (SIGINT) or 143
+    (SIGTERM), whatever it is doing: a run stops between two steps and keeps a last
+    checkpoint when it is checkpointed (:mod:`fred.runs.interrupt`). After a stop the process
+    ends without interpreter shutdown, where JAX/XLA crashed now and then with a
+    segmentation fault (2 in 7 Ctrl-Cs during compilation) after fred had reported it.
     """
-    signal.signal(signal.SIGTERM, raise_terminated)
+    interrupt.take_signals(lambda signum: _stop_line(signum, _current))
     try:
         code = main()
-    except KeyboardInterrupt as stop:  # while main loaded jax, pandas or pydantic, before its own handling
-        how, code = _stopped_by(stop)
-        print(f"fred: {how} while starting; nothing was done", file=sys.stderr)
+    except SystemExit:  # argparse's --help or a usage error, said already
+        interrupt.finished()
+        raise
+    except KeyboardInterrupt as stop:  # a second signal cut main's own report of the first short
+        signum = interrupt.stop_of(stop) or signal.SIGINT
+        if not interrupt.is_ending():
+            print(_stop_line(signum, _current), file=sys.stderr)
+        code = interrupt.STATUS[signum]
+    signum = interrupt.asked()
+    if signum is not None and code not in STOPPED:  # its KeyboardInterrupt was dropped, or came as the command ended
+        interrupt.ending()
+        print(_stop_line(signum, _current), file=sys.stderr)
+        code = interrupt.STATUS[signum]
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
     if code in STOPPED:
-        sys.stdout.flush()
-        sys.stderr.flush()
         os._exit(code)
+    interrupt.finished()
     sys.exit(code)
 
 
@@ -136,37 +172,62 @@ def _empty_path(args: argparse.Namespace) -> str | None:
 
 
 STOPPED = (130, 143)  # the statuses a shell reports for a command ended by SIGINT and by SIGTERM
+STOPS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 
 
-def _stopped_by(stop: KeyboardInterrupt) -> tuple[str, int]:
-    """How a stop is told, and the command's status: SIGTERM's or Ctrl-C's."""
-    return ("terminated", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
+def _stop_line(signum: int, args: argparse.Namespace | None) -> str:
+    """The one line a stop ends the command with: how, and what it left. The watcher thread
+    calls it too, so it only reads ``args`` and files (an import there could wait for ever on
+    one the main thread is in)."""
+    how = STOPS.get(signum, f"stopped by signal {signum}")
+    if args is None or not getattr(args, "command", None):
+        return f"fred: {how} while starting; nothing was done"
+    return f"fred: {how}; {_left(args)}"
 
 
 RUNS = frozenset({"compare", "sweep"})  # the commands that make and keep runs (fred run makes one)
 
 
 def _left(args: argparse.Namespace) -> str:
-    """What a Ctrl-C left, said for the command cut short: a run directory is written whole or not
+    """What a stop left, said for the command cut short: a run directory is written whole or not
     at all, so runs that finished are kept; a command that runs nothing has no runs to keep, only
     what it was writing (the handler says what, in ``args.writing``, before it writes)."""
     if args.command == "run":
+        written = _written(args)
+        if written is not None:
+            return f"the run had finished: its run directory {written} is written"
         return f"no run directory was written{_resumable(args)}"
+    if getattr(args, "done", False):
+        return "the command had finished"
+    if args.command == "sweep":
+        return "every run that finished is kept, and fred sweep again reuses them"
     if args.command in RUNS:
         return "runs that finished are kept"
     return getattr(args, "writing", None) or "nothing was written"
 
 
+def _summary_id(run_dir: Path | None) -> tuple[int, int, int] | None:
+    """Which summary.json ``run_dir`` holds, if any (a run directory is put in place whole)."""
+    try:
+        found = (run_dir / "summary.json").stat() if run_dir is not None else None
+    except OSError:
+        return None
+    return None if found is None else (found.st_dev, found.st_ino, found.st_mtime_ns)
+
+
+def _written(args: argparse.Namespace) -> Path | None:
+    """The run directory ``fred run`` wrote, once it is in place (another summary than the one before)."""
+    out = getattr(args, "out_resolved", None)
+    now = _summary_id(out)
+    return out if now is not None and now != getattr(args, "summary_before", None) else None
+
+
 def _resumable(args: argparse.Namespace) -> str:
     """What to type to finish an interrupted ``fred run`` that left a checkpoint."""
-    from fred.runs.checkpoint import checkpoint_dir
-
-    if args.command != "run" or (args.checkpoint_every_s is None and not args.resume):  # a resume's checkpoint stays
+    kept = getattr(args, "checkpoint_file", None)  # set by _stop_says, so that no import is needed here
+    if kept is None or not kept.is_file():
         return ""
-    out = args.resume or getattr(args, "out_resolved", None)
-    if out is None or not (checkpoint_dir(out) / "checkpoint.npz").is_file():
-        return ""
-    return f"; its checkpoint is kept: fred run --resume {out}"
+    return f"; its checkpoint is kept: fred run --resume {args.out_resolved}"
 
 
 MEMORY_HELP = ("refuse runs estimated to need more than N GB (default: the memory available, as /proc/meminfo "
@@ -295,7 +356,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError("fred run needs a scenario file, or --resume RUN_DIR")
     scenario = load_scenario(args.scenario, args.sets, args.seed)
     out = Path(args.out) if args.out else default_run_dir(scenario)
-    args.out_resolved = out  # for the message after a Ctrl-C
+    _stop_says(args, out)
     if args.checkpoint_every_s is not None:  # a scenario read from the checkpoint folder would go with it
         from fred.runs.checkpoint import check_folder, checkpoint_dir
 
@@ -303,6 +364,7 @@ def _run(args: argparse.Namespace) -> int:
     show = not args.quiet and sys.stderr.isatty()
     if args.checkpoint_every_s is not None and args.checkpoint_every_s > 0 and not args.quiet:
         print(f"checkpoints in {out}.checkpoint/; after a kill: fred run --resume {out}", file=sys.stderr)
+    interrupt.raise_if_asked()  # the last point before the run: nothing is written yet
     with _progress(scenario, show) as progress:
         result = run(scenario, out=out, progress=progress, checkpoint_every_s=args.checkpoint_every_s)
     if not args.quiet:
@@ -310,11 +372,22 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if result.summary["status"] in ("completed", "diverged") else 1
 
 
+def _stop_says(args: argparse.Namespace, out: Path) -> None:
+    """What a stop's line needs to know of ``fred run``: its run directory, which summary was
+    there before, and where a checkpoint would be (imported here, not in the watcher thread)."""
+    from fred.runs.checkpoint import checkpoint_dir
+
+    args.out_resolved, args.summary_before = out, _summary_id(out)
+    if args.checkpoint_every_s is not None or args.resume:  # a resume's checkpoint stays
+        args.checkpoint_file = checkpoint_dir(out) / "checkpoint.npz"
+
+
 def _resume(args: argparse.Namespace) -> int:
     from fred.runs.api import resume
 
     if args.scenario or args.sets or args.seed is not None or args.out:
         raise ValueError("--resume takes only the run directory: the scenario is the checkpoint's")
+    _stop_says(args, Path(args.resume))
     def restarting(reason: str) -> None:  # said before the long part, not after it
         if not args.quiet:
             print(f"resuming: running from the start ({reason})", file=sys.stderr)
@@ -391,12 +464,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # a line per finished run
     out = output_file(args.out, "sweep.parquet", (args.scenario,))  # before the runs: a bad path fails at once
-    try:
-        table, ran = sweep(args.scenario, parse_grid(args.grid), Path(args.runs), args.jobs, args.executor, args.sets, progress)
-    except KeyboardInterrupt as stop:
-        how, code = _stopped_by(stop)
-        print(f"fred: {how}; every run that finished is kept, and fred sweep again reuses them", file=sys.stderr)
-        return code
+    table, ran = sweep(args.scenario, parse_grid(args.grid), Path(args.runs), args.jobs, args.executor, args.sets, progress)
     write_whole(out, lambda partial: table.to_parquet(partial, index=False))  # a Ctrl-C now leaves the earlier table whole
     print(f"{len(table)} combinations: {ran} run, {len(table) - ran} reused; table in {out}")
     return 0
