@@ -315,6 +315,7 @@ class _Controller:
             # An evaluation at t sees every update applied at t, as the end's evaluation does:
             # it waits until the events at t are done.
             while next_eval_s < upcoming and next_eval_s <= max_s and self.stop_reason is None:
+                interrupt.check()  # up to 100,000 evaluations between two steps: a stop is not kept waiting
                 if evals > MAX_CADENCE_EVENTS:  # a long wait the scenario did not show (validation bounds the rest)
                     sim.fail(f"eval.every_s is {every_s} s: {evals - 1:,} evaluations by {next_eval_s:.6g} s, the most "
                              "a run makes; give a larger eval.every_s, or eval.every_updates")
