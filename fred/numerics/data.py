@@ -5,7 +5,8 @@ passed in: there is no global random state, so a scenario seed reproduces the sa
 examples, the same split, the same shards and the same batch order.
 
 Nothing is ever downloaded. The default data set (8x8 digits) ships with
-scikit-learn; MNIST is read from files the user already has.
+scikit-learn; MNIST, and any data set as arrays (:mod:`fred.numerics.files`), are read
+from files the user already has.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Literal
 
 import numpy as np
 
-from fred.scenario.schema import DataConfig, DigitsData, MNISTData, SyntheticData
+from fred.scenario.schema import ArraysData, DataConfig, DigitsData, MNISTData, SyntheticData
 
 Task = Literal["classification", "regression"]
 
@@ -78,6 +79,8 @@ def load_dataset(cfg: DataConfig, rng: np.random.Generator) -> Dataset:
         dataset = _split(x, y, cfg.eval_fraction, rng, source.task, classes)
     elif isinstance(source, MNISTData):
         dataset = _load_mnist(source, cfg.eval_fraction, rng)
+    elif isinstance(source, ArraysData):
+        dataset = _load_arrays(source, cfg.eval_fraction, rng)
     else:  # pragma: no cover - the scenario schema admits no other source
         raise ValueError(f"unknown data source {source!r}")
     return _cap_eval(dataset, cfg.eval_examples)
@@ -108,6 +111,16 @@ def _cap_eval(dataset: Dataset, eval_examples: int | None) -> Dataset:
         dataset.task,
         dataset.num_classes,
     )
+
+
+def _load_arrays(cfg: ArraysData, eval_fraction: float, rng: np.random.Generator) -> Dataset:
+    """The user's arrays, checked; ``eval_path``'s as the eval set, else a held-out part of ``path``'s."""
+    from fred.numerics.files import read_arrays  # pyarrow (and datasets) load only for this source
+
+    train, held, classes = read_arrays(cfg)
+    if held is None:
+        return _split(*train, eval_fraction, rng, cfg.task, classes)
+    return Dataset(*train, *held, cfg.task, classes)
 
 
 # ----------------------------------------------------------------------------- digits

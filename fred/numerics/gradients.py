@@ -288,6 +288,8 @@ def _grad_sums(losses: list[jax.Array], grads: list[Params], per_shard: int) -> 
 
 def _example_loss(model: Model, task: str, params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
     out = model.apply(params, x[None])[0]
+    if model.loss is not None:  # the user's, or one chosen by name
+        return model.loss(out, y)
     if task == "regression":
         return 0.5 * (out[0] - y) ** 2
     return -jax.nn.log_softmax(out)[y]
@@ -347,6 +349,8 @@ class Numerics:
     """Jitted gradient and evaluation functions for one model and task."""
 
     def __init__(self, model: Model, task: Literal["classification", "regression"], reduction: str):
+        if reduction == "exact" and model.exact_issue:
+            raise ValueError(model.exact_issue)
         self.model, self.task, self.reduction = model, task, reduction
         loss = functools.partial(_example_loss, model, task)
         per_example = jax.vmap(jax.value_and_grad(loss), in_axes=(None, 0, 0))
@@ -400,6 +404,8 @@ class Numerics:
 
     def _eval_fn(self, params: Params, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
         out = self.model.apply(params, x)
+        if self.model.loss is not None:
+            return jnp.mean(jax.vmap(self.model.loss)(out, y)), self._accuracy(out, y)
         if self.task == "regression":
             return jnp.mean(0.5 * (out[:, 0] - y) ** 2), jnp.float32(jnp.nan)
         loss = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(out), y[:, None], axis=1))
@@ -409,10 +415,18 @@ class Numerics:
         """Summed loss and correct predictions of the first ``valid`` rows (the rest pad a last chunk)."""
         out = self.model.apply(params, x)
         keep = jnp.arange(x.shape[0]) < valid
+        if self.model.loss is not None:
+            hits = jnp.int32(0) if self.task == "regression" else jnp.sum(keep & (jnp.argmax(out, axis=1) == y))
+            return jnp.sum(jnp.where(keep, jax.vmap(self.model.loss)(out, y), 0.0)), hits
         if self.task == "regression":
             return jnp.sum(jnp.where(keep, 0.5 * (out[:, 0] - y) ** 2, 0.0)), jnp.int32(0)
         losses = -jnp.take_along_axis(jax.nn.log_softmax(out), y[:, None], axis=1)[:, 0]
         return jnp.sum(jnp.where(keep, losses, 0.0)), jnp.sum(keep & (jnp.argmax(out, axis=1) == y))
+
+    def _accuracy(self, out: jax.Array, y: jax.Array) -> jax.Array:
+        if self.task == "regression":
+            return jnp.float32(jnp.nan)
+        return jnp.mean(jnp.argmax(out, axis=1) == y)
 
     def evaluate(self, params: Params, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """Mean loss and accuracy on ``x, y``. A NaN loss (NaN outputs: parameters gone to NaN

@@ -8,12 +8,14 @@ their canonical leaf order is the sorted key order.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from fred.scenario.schema import CNNModel, LogisticModel, MLPModel
+from fred.numerics import rng, user_code
+from fred.scenario.schema import CNNModel, LogisticModel, MLPModel, PythonModel
 
 Params = dict[str, jax.Array]
 
@@ -27,11 +29,15 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 
 class Model(NamedTuple):
     """``init(key) -> params`` and ``apply(params, x) -> outputs`` for one example batch;
-    ``width``: the most floats one example's forward pass holds in a layer (0: not known)."""
+    ``width``: the most floats one example's forward pass holds in a layer (0: not known);
+    ``loss(outputs, label)``: one example's loss (None: the task's, cross-entropy or squared
+    error); ``exact_issue``: why per-example gradients would not be this model's ("" if they are)."""
 
     init: Callable[[jax.Array], Params]
     apply: Callable[[Params, jax.Array], jax.Array]
     width: int = 0
+    loss: Callable[[jax.Array, jax.Array], jax.Array] | None = None
+    exact_issue: str = ""
 
 
 def _dense(key: jax.Array, fan_in: int, fan_out: int) -> tuple[jax.Array, jax.Array]:
@@ -94,14 +100,93 @@ def _cnn(cfg: CNNModel, feature_shape: tuple[int, ...], outputs: int) -> Model:
     return Model(init, apply)
 
 
-def build_model(cfg: LogisticModel | MLPModel | CNNModel, feature_shape: tuple[int, ...], outputs: int) -> Model:
+def build_model(
+    cfg: LogisticModel | MLPModel | CNNModel | PythonModel, feature_shape: tuple[int, ...], outputs: int
+) -> Model:
     """The model a scenario names, sized for ``feature_shape`` inputs and ``outputs`` outputs."""
+    if isinstance(cfg, PythonModel):
+        return _python(cfg, feature_shape, outputs)
     width = activation_width(cfg, feature_shape, outputs)
     if isinstance(cfg, LogisticModel):
         return _mlp(layer_sizes(cfg, feature_shape, outputs), ACTIVATIONS["relu"])._replace(width=width)
     if isinstance(cfg, MLPModel):
         return _mlp(layer_sizes(cfg, feature_shape, outputs), ACTIVATIONS[cfg.activation])._replace(width=width)
     return _cnn(cfg, feature_shape, outputs)._replace(width=width)
+
+
+def _python(cfg: PythonModel, feature_shape: tuple[int, ...], outputs: int) -> Model:
+    """The user's model (see :mod:`fred.numerics.user_code`) over flat, named float32 parameters,
+    checked on a few examples: its output shape, and whether an example's outputs are its own."""
+    factory = user_code.checked_factory(cfg)
+    where = f"model.factory: {cfg.factory}"
+    make = lambda key: user_code.call_factory(cfg, factory, key, feature_shape, outputs)
+    probe_key = rng.jax_key(0, "model", "probe")  # the parameters the checks run on: any fixed ones
+    built = make(probe_key)
+    style = user_code.detect(built, where, feature_shape)
+    tree = _user_call(where, "building its parameters", lambda: style.params(built, probe_key))
+    treedef, names = jax.tree.structure(tree), user_code.flat_names(tree, where)
+
+    def init(key: jax.Array) -> Params:
+        made = style.params(make(key), key)
+        if jax.tree.structure(made) != treedef:
+            raise user_code.UserCodeError(f"{where}: the parameters' structure changes with the random key; it must not")
+        return dict(zip(names, jax.tree.leaves(made)))
+
+    def apply(params: Params, x: jax.Array) -> jax.Array:
+        return style.apply(jax.tree.unflatten(treedef, [params[name] for name in names]), x)
+
+    params = dict(zip(names, jax.tree.leaves(tree)))
+    issue = _check_outputs(where, style.name, apply, params, feature_shape, outputs)
+    return Model(init, apply, 0, user_code.loss_function(cfg), issue)
+
+
+def _user_call(where: str, doing: str, call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except user_code.UserCodeError:
+        raise
+    except Exception as err:
+        raise user_code.UserCodeError(f"{where}: {doing} raised {type(err).__name__}: {str(err)[:300]}") from None
+
+
+def _check_outputs(where: str, style: str, apply: Callable, params: Params, feature_shape: tuple[int, ...],
+                   outputs: int) -> str:
+    """Refuse a model whose outputs do not fit the data; return why per-example gradients
+    would not be its gradients ("" when they are)."""
+    rows = user_code.probe_rows(feature_shape)
+    batch = _user_call(where, f"its {style} apply on {len(rows)} examples of shape {feature_shape}",
+                       lambda: np.asarray(jax.jit(apply)(params, rows)))
+    wanted = (len(rows), outputs)
+    if batch.shape != wanted:
+        need = f"one output per class ({outputs} classes)" if outputs > 1 else "one output (the regression target)"
+        raise user_code.UserCodeError(
+            f"{where}: the model gives outputs of shape {batch.shape} for {len(rows)} examples; this data set needs "
+            f"{wanted}: {need} for each example (a factory that takes 'outputs' is given the number)")
+    alone = np.concatenate([np.asarray(jax.jit(apply)(params, rows[i : i + 1])) for i in range(len(rows))])
+    if not user_code.close(batch, alone):
+        return (f"{where}: an example's outputs depend on the other examples in its batch (statistics over the "
+                "batch?), so the exact reduction's per-example gradients are not this model's gradients; set "
+                "strategy.reduction: fast, or make each example's outputs its own")
+    one = lambda p, x: jnp.sum(apply(p, x[None]))
+    try:
+        jax.eval_shape(jax.vmap(jax.grad(one), in_axes=(None, 0)), params, rows)
+    except Exception as err:
+        return (f"{where}: the exact reduction maps jax.grad over single examples (jax.vmap), which this model does "
+                f"not support ({type(err).__name__}: {str(err)[:200]}); set strategy.reduction: fast")
+    return ""
+
+
+def python_param_count(cfg: PythonModel, feature_shape: tuple[int, ...], outputs: int) -> int:
+    """Parameters of the user's model, from their shapes alone (nothing allocated)."""
+    factory = user_code.checked_factory(cfg)
+    where = f"model.factory: {cfg.factory}"
+
+    def params(key: jax.Array) -> Any:
+        built = user_code.call_factory(cfg, factory, key, feature_shape, outputs)
+        return user_code.detect(built, where, feature_shape).params(built, key)
+
+    shapes = _user_call(where, "building its parameters", lambda: jax.eval_shape(params, jax.random.PRNGKey(0)))
+    return user_code.count(shapes)
 
 
 def layer_sizes(cfg: LogisticModel | MLPModel, feature_shape: tuple[int, ...], outputs: int) -> list[int]:

@@ -5,8 +5,9 @@ in a JAX out-of-memory traceback, 4,096 workers of an MLP [1024, 1024] under Loc
 segmentation fault, a ``std::bad_alloc`` or no exit at all. :func:`check_fits` estimates what
 the run holds (its data, every copy of the parameters its strategy keeps, the per-example
 gradients of one gradient call, one evaluation chunk) from the scenario alone, reading at
-most a data file's header, and refuses a run whose estimate exceeds the memory available,
-with the estimate, the limit and the fixes. The estimate is deliberately rough (within a
+most a data file's header (and the labels of a data set given as arrays; a python model's
+factory is traced for its parameters' shapes, allocating none), and refuses a run whose
+estimate exceeds the memory available, with the estimate, the limit and the fixes. The estimate is deliberately rough (within a
 factor of about 1.5 of the peak measured on CPU); ``fred run --memory-limit-gb N`` or
 ``FRED_MEMORY_LIMIT_GB=N`` sets the limit for machines that have more than they report.
 """
@@ -23,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from fred.numerics.gradients import CHUNK_ROWS, eval_chunk_rows
-from fred.numerics.models import activation_width, layer_sizes
-from fred.scenario.schema import DigitsData, MNISTData, Scenario, SyntheticData
+from fred.numerics.models import activation_width, layer_sizes, python_param_count
+from fred.scenario.schema import ArraysData, DigitsData, MNISTData, PythonModel, Scenario, SyntheticData
 
 ENV = "FRED_MEMORY_LIMIT_GB"
 GB = 1e9
@@ -62,6 +63,12 @@ def data_shape(scenario: Scenario) -> Shape | None:
     if isinstance(source, SyntheticData):
         outputs = source.classes if source.task == "classification" else 1
         return Shape(source.examples, (source.features,), outputs, 5.0)  # float64 draws, then float32
+    if isinstance(source, ArraysData):
+        from fred.numerics.files import arrays_shape
+
+        found = arrays_shape(source)
+        # Memory-mapped float32 features are the file's pages; others are converted, as a held-out split is.
+        return None if found is None else Shape(*found, 1.0)
     assert isinstance(source, MNISTData)
     try:
         shapes = _mnist_shapes(Path(source.path).expanduser())
@@ -104,6 +111,8 @@ def _mnist_shapes(path: Path) -> list[tuple[int, ...]] | None:
 def param_count(scenario: Scenario, shape: Shape) -> int:
     """Parameters of the scenario's model for this data (what ``fred.numerics.models`` builds)."""
     model = scenario.model
+    if isinstance(model, PythonModel):
+        return python_param_count(model, shape.feature_shape, shape.outputs)
     if model.kind == "cnn":
         height, width, channels = shape.feature_shape
         chans = [channels, *model.channels]
@@ -132,8 +141,9 @@ def estimate(scenario: Scenario, shape: Shape) -> Estimate:
         if scenario.strategy.reduction == "exact":
             rows = min(rows + (-rows) % CHUNK_ROWS, PER_EXAMPLE_ROWS)
             parts.append((f"per-example gradients of {rows:,} rows", params * rows))
-        width = activation_width(scenario.model, shape.feature_shape, shape.outputs)
-        parts.append(("evaluation", eval_chunk_rows(width) * width * FLOAT * 4))
+        if not isinstance(scenario.model, PythonModel):  # a user's model's activations are not known before it runs
+            width = activation_width(scenario.model, shape.feature_shape, shape.outputs)
+            parts.append(("evaluation", eval_chunk_rows(width) * width * FLOAT * 4))
     return Estimate(sum(b for _, b in parts), parts, p)
 
 
@@ -192,6 +202,8 @@ def check_fits(scenario: Scenario) -> None:
     if found.total <= limit:
         return
     parts = ", ".join(f"{what} {_gb(b)}" for what, b in found.parts if b >= 0.01 * found.total)
+    if isinstance(model, PythonModel):
+        parts += "; not counting the model's activations, which fred cannot estimate for a python model"
     fixes = "make the data set smaller"
     if found.parts[0][1] < 0.5 * found.total:
         per_example = sum(b for what, b in found.parts if what.startswith("per-example"))

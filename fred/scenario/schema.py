@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import types
 import typing
 from typing import Annotated, Any, Literal, Union
@@ -94,7 +95,40 @@ class CNNModel(Section):
     _layers = field_validator("channels")(_few_layers)
 
 
-ModelConfig = Annotated[Union[LogisticModel, MLPModel, CNNModel], Field(discriminator="kind")]
+IMPORT_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+LOSSES = ("cross_entropy", "mse")
+
+
+class PythonModel(Section):
+    """A model from the user's own code: ``factory`` is imported and called with ``args`` (running it)."""
+
+    kind: Literal["python"] = "python"
+    factory: str = Field(description="'package.module:function' returning a Flax (linen or NNX) module, "
+                                      "an Equinox module, or a pair (init, apply) of functions")
+    args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the factory")
+    loss: str | None = Field(default=None, description="cross_entropy, mse, or 'package.module:function' "
+                                                        "(default: cross_entropy for class labels, mse for regression)")
+
+    @field_validator("factory")
+    @classmethod
+    def _import_path(cls, value: str) -> str:
+        if not _is_import_path(value):
+            raise ValueError(f"got {value[:200]!r}; give 'package.module:function', e.g. 'mymodels:make_cnn'")
+        return value
+
+    @field_validator("loss")
+    @classmethod
+    def _loss_name(cls, value: str | None) -> str | None:
+        if value is not None and value not in LOSSES and not _is_import_path(value):
+            raise ValueError(f"got {value[:200]!r}; allowed: {', '.join(LOSSES)}, or 'package.module:function'")
+        return value
+
+
+def _is_import_path(value: str) -> bool:
+    return re.fullmatch(IMPORT_PATH, value) is not None
+
+
+ModelConfig = Annotated[Union[LogisticModel, MLPModel, CNNModel, PythonModel], Field(discriminator="kind")]
 
 
 # ----------------------------------------------------------------------------- data
@@ -116,7 +150,29 @@ class MNISTData(Section):
     path: str = Field(description="a directory of IDX files (optionally .gz) or one .npz file")
 
 
-DataSource = Annotated[Union[DigitsData, SyntheticData, MNISTData], Field(discriminator="kind")]
+class ArraysData(Section):
+    """Examples from the user's files: an ``.npz``, a folder of ``.npy`` files, a Parquet file, or a
+    Hugging Face ``datasets`` folder written by ``save_to_disk``."""
+
+    kind: Literal["arrays"] = "arrays"
+    path: str = Field(description="an .npz file, a folder of .npy files, a .parquet file, or a datasets save_to_disk folder")
+    x: str | Annotated[list[str], Field(min_length=1)] = Field(
+        default="x", description="the features' key, file stem or column; several columns for tabular data")
+    y: str = Field(default="y", description="the labels' (or targets') key, file stem or column")
+    eval_path: str | None = Field(default=None, description="the held-out split, in the same format and names "
+                                                            "(default: hold out data.eval_fraction of path)")
+    task: Literal["classification", "regression"] = "classification"
+    classes: Annotated[int, Field(ge=2)] | None = Field(
+        default=None, description="number of classes (default: the largest label + 1)")
+
+    @model_validator(mode="after")
+    def _classes_with_classification(self) -> "ArraysData":
+        if self.task == "regression" and self.classes is not None:
+            raise ValueError(f"classes {self.classes} is given with task 'regression', which has no classes; leave it out")
+        return self
+
+
+DataSource = Annotated[Union[DigitsData, SyntheticData, MNISTData, ArraysData], Field(discriminator="kind")]
 
 
 class DataConfig(Section):

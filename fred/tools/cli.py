@@ -9,13 +9,16 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from fred.runs import interrupt  # os, signal and threading only, like paths
 from fred.runs.paths import (  # os and pathlib only: the heavy libraries load in main, where Ctrl-C is taken
     output_file,
     write_whole,
 )
+
+if TYPE_CHECKING:
+    from fred.scenario.schema import Scenario
 
 SUMMARY_KEYS = [
     "status", "stop_reason", "strategy", "workers", "sim_time_s", "updates",
@@ -254,6 +257,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="RUN_DIR",
                      help="finish the interrupted run that was to be written to RUN_DIR, from its checkpoint")
     run.add_argument("--memory-limit-gb", type=float, metavar="N", help=MEMORY_HELP)
+    run.add_argument("--no-user-code", action="store_true", help=NO_USER_CODE_HELP)
     run.set_defaults(handler=_run)
     lst = sub.add_parser("list", help="list the registered strategies")
     lst.set_defaults(handler=_list)
@@ -316,6 +320,7 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
     sw.add_argument("--out", default="sweep.parquet", help="the gathered table (default: sweep.parquet)")
     sw.add_argument("--memory-limit-gb", type=float, metavar="N", help=MEMORY_HELP)
+    sw.add_argument("--no-user-code", action="store_true", help=NO_USER_CODE_HELP)
     sw.set_defaults(handler=_sweep)
     trace = sub.add_parser("trace", help="export the event timeline as Chrome trace-event JSON (Perfetto)")
     trace.add_argument("run_dir")
@@ -346,15 +351,38 @@ def _fit(args: argparse.Namespace) -> int:
     return command(args)
 
 
+NO_USER_CODE_HELP = "refuse a scenario that names Python code to import and run (model.factory, model.loss)"
+
+
+def _refuse_user_code(scenarios: Sequence[Scenario], where: str) -> None:
+    """--no-user-code: refuse, before anything runs, any of ``scenarios`` that would import code."""
+    from fred.numerics.user_code import names_user_code
+
+    for scenario in scenarios:
+        named = names_user_code(scenario)
+        if named:
+            raise ValueError(f"{where}: {' and '.join(named)} would be imported and run, and --no-user-code refuses "
+                             "user code; leave --no-user-code out only if you trust that code")
+
+
 def _run(args: argparse.Namespace) -> int:
     from fred.runs.api import default_run_dir, run
     from fred.scenario.loading import load_scenario
 
     if args.resume:
+        if args.no_user_code:
+            from fred.runs.checkpoint import checkpoint_dir
+            from fred.scenario.loading import read_yaml, validate
+
+            saved = checkpoint_dir(args.resume) / "scenario.yaml"
+            if saved.is_file():
+                _refuse_user_code([validate(read_yaml(saved), str(saved))], str(saved))
         return _resume(args)
     if not args.scenario:
         raise ValueError("fred run needs a scenario file, or --resume RUN_DIR")
     scenario = load_scenario(args.scenario, args.sets, args.seed)
+    if args.no_user_code:
+        _refuse_user_code([scenario], args.scenario)
     out = Path(args.out) if args.out else default_run_dir(scenario)
     _stop_says(args, out)
     if args.checkpoint_every_s is not None:  # a scenario read from the checkpoint folder would go with it
@@ -464,6 +492,13 @@ def _sweep(args: argparse.Namespace) -> int:
 
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # a line per finished run
     out = output_file(args.out, "sweep.parquet", (args.scenario,))  # before the runs: a bad path fails at once
+    if args.no_user_code:
+        from fred.scenario.loading import apply_overrides, read_yaml
+        from fred.tools.sweep import expand
+
+        base = apply_overrides(read_yaml(args.scenario), list(args.sets))
+        combos = expand(base, parse_grid(args.grid), args.scenario, Path(args.scenario).parent)
+        _refuse_user_code([scenario for _, scenario in combos], args.scenario)
     table, ran = sweep(args.scenario, parse_grid(args.grid), Path(args.runs), args.jobs, args.executor, args.sets, progress)
     write_whole(out, lambda partial: table.to_parquet(partial, index=False))  # a Ctrl-C now leaves the earlier table whole
     print(f"{len(table)} combinations: {ran} run, {len(table) - ran} reused; table in {out}")

@@ -1,0 +1,292 @@
+"""Models from the user's own code (``model: {kind: python, factory: "pkg.module:make"}``).
+
+A factory returns what JAX users already write: a Flax linen or NNX module, an Equinox
+module, or a pair of pure functions ``init(key) -> params`` and ``apply(params, x) -> logits``.
+Each is adapted to fred's one model form, ``init``/``apply`` over a flat dict of float32
+arrays named by their path in the user's pytree (``Dense_0.kernel``, ``layers.0.weight``),
+so that the run, its records, checkpoints and tape treat it as any other model.
+
+Running a scenario that names a factory runs that code: ``fred run --no-user-code``
+refuses such scenarios.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import os
+import sys
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fred.scenario.schema import LOSSES, PythonModel, Scenario
+
+Tree = Any
+STYLES = "a Flax module (linen or NNX), an Equinox module, or a pair (init, apply) of functions"
+# Given to a factory that asks for them by name, unless the scenario's args give them.
+PROVIDED = ("key", "rngs", "feature_shape", "outputs")
+
+
+class UserCodeError(ValueError):
+    """The user's code cannot serve as a model or loss; the message names the field and the fix."""
+
+
+def names_user_code(scenario: Scenario) -> list[str]:
+    """The fields of ``scenario`` that name code to import and run (empty: it runs none)."""
+    model = scenario.model
+    if not isinstance(model, PythonModel):
+        return []
+    found = [f"model.factory {model.factory!r}"]
+    if model.loss is not None and model.loss not in LOSSES:
+        found.append(f"model.loss {model.loss!r}")
+    return found
+
+
+# ----------------------------------------------------------------------------- importing
+def import_object(path: str, field: str) -> Any:
+    """The object at ``'package.module:attribute'``; the current folder is searched last,
+    so a module next to the scenario imports as ``python -m`` would import it."""
+    module_name, _, attribute = path.partition(":")
+    try:
+        module = _import(module_name)
+    except ModuleNotFoundError as err:
+        raise UserCodeError(
+            f"{field}: cannot import {module_name!r} ({err}); install its package, run fred from the folder "
+            f"that holds {module_name.split('.')[0]}.py, or add that folder to PYTHONPATH") from None
+    except Exception as err:  # the user's module failed while importing: its error, named
+        raise UserCodeError(f"{field}: importing {module_name!r} raised {type(err).__name__}: {err}") from None
+    found: Any = module
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            public = sorted(n for n in dir(found) if not n.startswith("_"))[:20]
+            raise UserCodeError(f"{field}: {module_name!r} has no {attribute!r}; it has: {', '.join(public) or 'nothing public'}")
+        found = getattr(found, part)
+    return found
+
+
+def _import(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        here = os.getcwd()
+        if err.name != name.split(".")[0] or here in sys.path:
+            raise
+        sys.path.append(here)  # last: a file here never shadows an installed package
+        return importlib.import_module(name)
+
+
+# ----------------------------------------------------------------------------- styles
+class Style(NamedTuple):
+    """One kind of user model: ``params(obj, key)`` are its trained arrays (a pytree of
+    them), ``apply(tree, x)`` its outputs for a batch; ``name`` for messages."""
+
+    name: str
+    params: Callable[[Any, jax.Array], Tree]
+    apply: Callable[[Tree, jax.Array], jax.Array]
+
+
+def detect(obj: Any, where: str, feature_shape: tuple[int, ...]) -> Style:
+    """How to train what a factory returned, or an error naming what it is and what it may be."""
+    modules = [c.__module__ for c in type(obj).__mro__]
+    if any(m.startswith("flax.linen") for m in modules):
+        return _linen(obj, where, feature_shape)
+    if any(m.startswith("flax.nnx") for m in modules):
+        return _nnx(obj, where)
+    if any(m.startswith("equinox") for m in modules):
+        return _equinox(obj)
+    pair = _pair(obj)
+    if pair is not None:
+        init, apply = pair
+        return Style("functions", lambda _obj, key: init(key), apply)
+    raise UserCodeError(f"{where} returned {_what(obj)}; it must return {STYLES}")
+
+
+def _pair(obj: Any) -> tuple[Callable, Callable] | None:
+    if isinstance(obj, (tuple, list)) and len(obj) == 2 and all(callable(f) for f in obj):
+        return obj[0], obj[1]
+    init, apply = getattr(obj, "init", None), getattr(obj, "apply", None)
+    if callable(init) and callable(apply):
+        return init, apply
+    return None
+
+
+def _what(obj: Any) -> str:
+    if isinstance(obj, (tuple, list)):
+        return f"a {type(obj).__name__} of {len(obj)} ({', '.join(type(o).__name__ for o in obj[:4])})"
+    return f"a {type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _linen(module: Any, where: str, feature_shape: tuple[int, ...]) -> Style:
+    dummy = jnp.zeros((1, *feature_shape), jnp.float32)
+
+    def params(obj: Any, key: jax.Array) -> Tree:
+        variables = obj.init(key, dummy)
+        others = sorted(set(variables) - {"params"})
+        if others:
+            raise UserCodeError(
+                f"{where}: the linen module keeps collections {others} besides 'params' (state such as BatchNorm's "
+                "batch_stats, updated as it trains); fred trains parameters only: use LayerNorm or GroupNorm, "
+                "or BatchNorm(use_running_average=True)")
+        return variables["params"]
+
+    return Style("flax.linen", params, lambda tree, x: module.apply({"params": tree}, x))
+
+
+def _nnx(module: Any, where: str) -> Style:
+    from flax import nnx
+
+    graphdef, _, rest = nnx.split(module, nnx.Param, ...)
+    kept = sorted({type(v).__name__ for v in jax.tree.leaves(rest, is_leaf=lambda v: isinstance(v, nnx.Variable))})
+    if kept:
+        raise UserCodeError(
+            f"{where}: the NNX module holds {', '.join(kept)} state besides its nnx.Param parameters (BatchNorm's "
+            "statistics, Dropout's random keys); fred trains parameters only: use LayerNorm or GroupNorm, and leave "
+            "Dropout out")
+
+    def params(obj: Any, _key: jax.Array) -> Tree:
+        return nnx.split(obj, nnx.Param, ...)[1]
+
+    return Style("flax.nnx", params, lambda tree, x: nnx.merge(graphdef, tree)(x))
+
+
+def _equinox(module: Any) -> Style:
+    import equinox as eqx
+
+    static = eqx.partition(module, eqx.is_inexact_array)[1]
+
+    def params(obj: Any, _key: jax.Array) -> Tree:
+        return eqx.partition(obj, eqx.is_inexact_array)[0]
+
+    # Equinox modules take one example, by its convention: the batch is mapped over them.
+    return Style("equinox", params, lambda tree, x: jax.vmap(eqx.combine(tree, static))(x))
+
+
+# ----------------------------------------------------------------------------- the factory
+def call_factory(cfg: PythonModel, factory: Callable, key: jax.Array, feature_shape: tuple[int, ...], outputs: int) -> Any:
+    """``factory(**cfg.args)``, with ``key``, ``rngs`` (an ``nnx.Rngs``), ``feature_shape`` and
+    ``outputs`` added for a factory that names them and whose args do not give them."""
+    kwargs = dict(cfg.args)
+    try:
+        wanted = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: the args alone
+        wanted = {}
+    provided = {"key": lambda: key, "rngs": lambda: _rngs(key), "feature_shape": lambda: tuple(feature_shape),
+                "outputs": lambda: outputs}
+    for name in PROVIDED:
+        if name in wanted and name not in kwargs:
+            kwargs[name] = provided[name]()
+    try:
+        return factory(**kwargs)
+    except TypeError as err:
+        if _rejected_arguments(err, factory):
+            raise UserCodeError(f"model.args: {cfg.factory} rejected the arguments {sorted(kwargs)} ({err}); "
+                                f"it takes {_signature(factory)}") from None
+        raise UserCodeError(f"model.factory: {cfg.factory} raised TypeError: {err}") from None
+    except UserCodeError:
+        raise
+    except Exception as err:
+        raise UserCodeError(f"model.factory: {cfg.factory} raised {type(err).__name__}: {err}") from None
+
+
+def _rngs(key: jax.Array) -> Any:
+    from flax import nnx
+
+    return nnx.Rngs(key)
+
+
+def _rejected_arguments(err: TypeError, factory: Callable) -> bool:
+    name = getattr(factory, "__name__", "")
+    return "argument" in str(err) and (not name or name in str(err))
+
+
+def _signature(factory: Callable) -> str:
+    try:
+        return f"{getattr(factory, '__name__', 'it')}{inspect.signature(factory)}"
+    except (TypeError, ValueError):
+        return "arguments this message cannot show"
+
+
+def checked_factory(cfg: PythonModel) -> Callable:
+    """The factory ``cfg`` names, if it can be called."""
+    factory = import_object(cfg.factory, "model.factory")
+    if not callable(factory):
+        raise UserCodeError(f"model.factory: {cfg.factory} is {_what(factory)}, not a function; name a function "
+                            f"that returns {STYLES}")
+    return factory
+
+
+# ----------------------------------------------------------------------------- flat parameters
+def flat_names(tree: Tree, where: str) -> list[str]:
+    """Each leaf's name (its path, dot-separated), in the tree's leaf order; float32 leaves only."""
+    names = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        name = ".".join(_key_name(key) for key in path).removesuffix(".value") or "params"
+        if getattr(leaf, "dtype", None) != jnp.float32:
+            raise UserCodeError(
+                f"{where}: parameter {name!r} is {getattr(leaf, 'dtype', type(leaf).__name__)}; fred trains float32 "
+                "arrays only: make it float32, or keep it out of the parameters (a constant in apply)")
+        names.append(name)
+    if len(set(names)) != len(names):
+        raise UserCodeError(f"{where}: two parameters share a name in {names[:10]}; give the pytree distinct keys")
+    if not names:
+        raise UserCodeError(f"{where}: the model has no parameters (no float32 arrays) to train")
+    return names
+
+
+def _key_name(key: Any) -> str:
+    """One step of a pytree path as text: a dict key, an attribute or an index."""
+    for attribute in ("key", "name", "idx"):  # DictKey / FlattenedIndexKey, GetAttrKey, SequenceKey
+        if hasattr(key, attribute):
+            return str(getattr(key, attribute))
+    return str(key)
+
+
+def loss_function(cfg: PythonModel) -> Callable[[jax.Array, jax.Array], jax.Array] | None:
+    """One example's loss from its outputs and label: a named one, or the user's; None for the
+    data's own (cross-entropy for class labels, squared error for regression targets)."""
+    if cfg.loss is None:
+        return None
+    if cfg.loss == "cross_entropy":
+        return cross_entropy
+    if cfg.loss == "mse":
+        return mse
+    loss = import_object(cfg.loss, "model.loss")
+    if not callable(loss):
+        raise UserCodeError(f"model.loss: {cfg.loss} is {_what(loss)}, not a function; name a function "
+                            "loss(outputs, label) -> a number, for one example")
+    return loss
+
+
+def cross_entropy(outputs: jax.Array, label: jax.Array) -> jax.Array:
+    """``-log softmax(outputs)[label]``: fred's classification loss, by name."""
+    if not jnp.issubdtype(label.dtype, jnp.integer):
+        raise UserCodeError("model.loss: cross_entropy needs class labels (integers); this data set's targets are "
+                            f"{label.dtype} (regression): use mse")
+    return -jax.nn.log_softmax(outputs)[label]
+
+
+def mse(outputs: jax.Array, label: jax.Array) -> jax.Array:
+    """Half the squared error: against the target (regression, one output), or against the
+    one-hot label (classification, one output a class)."""
+    if jnp.issubdtype(label.dtype, jnp.integer):
+        return 0.5 * jnp.sum((outputs - jax.nn.one_hot(label, outputs.shape[0], dtype=outputs.dtype)) ** 2)
+    return 0.5 * (outputs[0] - label) ** 2
+
+
+def probe_rows(feature_shape: tuple[int, ...], rows: int = 4) -> np.ndarray:
+    """A few fixed example inputs for the checks a model is put through when it is built."""
+    return np.random.default_rng(0).standard_normal((rows, *feature_shape)).astype(np.float32)
+
+
+def close(a: np.ndarray, b: np.ndarray) -> bool:
+    """Within what a different batch size may change in float32 (and no more)."""
+    scale = max(float(np.max(np.abs(a))) if a.size else 0.0, 1.0)
+    return bool(np.all(np.isfinite(a) == np.isfinite(b))) and float(np.nanmax(np.abs(a - b), initial=0.0)) <= 1e-4 * scale
+
+
+def count(shapes: Tree) -> int:
+    return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes))
