@@ -17,8 +17,8 @@ import fred
 from fred.numerics import rng
 from fred.numerics.data import load_dataset
 from fred.numerics.gradients import Numerics
-from fred.numerics.models import build_model, param_count, python_param_count
-from fred.runs.memory import check_fits
+from fred.numerics.models import build_model, param_count, python_sizes
+from fred.runs.memory import check_fits, data_shape, estimate
 from fred.scenario.loading import validate
 from fred.scenario.schema import DataConfig, PythonModel
 from fred.tools.cli import main
@@ -251,14 +251,20 @@ def test_a_python_model_run_replays_bit_for_bit(module_dir, tmp_path):
     assert replay(tmp_path / "run").passed
 
 
-def test_the_memory_estimate_counts_a_python_models_parameters_without_building_it(module_dir, monkeypatch):
+def test_the_memory_estimate_sizes_a_python_model_without_building_it(module_dir, monkeypatch):
     for style, model in STYLES.items():
         cfg = PythonModel(**model)
-        built = build_model(cfg, (8, 8, 1), 10).init(jax.random.PRNGKey(0))
-        assert python_param_count(cfg, (8, 8, 1), 10) == param_count(built), style
+        built = build_model(cfg, (8, 8, 1), 10)
+        count, width = python_sizes(cfg, (8, 8, 1), 10)
+        assert count == param_count(built.init(jax.random.PRNGKey(0))), style
+        assert width == built.width >= 64, style  # at least one example's 8 x 8 pixels
+    linen = validate(scenario(STYLES["flax.linen"]))
+    assert python_sizes(linen.model, (8, 8, 1), 10)[1] == 8 * 8 * 4  # the convolution's output, per example
+    parts = [what for what, _ in estimate(linen, data_shape(linen)).parts]
+    assert parts[-1] == "evaluation"
     monkeypatch.setenv("FRED_MEMORY_LIMIT_GB", "1e-6")
-    with pytest.raises(ValueError, match="not counting the model's activations"):
-        check_fits(validate(scenario(STYLES["flax.nnx"])))
+    with pytest.raises(ValueError, match="out of memory: this run would hold about"):
+        check_fits(linen)
 
 
 def test_no_user_code_refuses_run_and_sweep_before_anything_runs(module_dir, tmp_path, capsys):

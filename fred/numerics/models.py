@@ -137,7 +137,8 @@ def _python(cfg: PythonModel, feature_shape: tuple[int, ...], outputs: int) -> M
 
     params = dict(zip(names, jax.tree.leaves(tree)))
     issue = _check_outputs(where, style.name, apply, params, feature_shape, outputs)
-    return Model(init, apply, 0, user_code.loss_function(cfg), issue)
+    width = user_code.per_example_width(apply, params, feature_shape)  # bounds evaluation's chunks
+    return Model(init, apply, width, user_code.loss_function(cfg), issue)
 
 
 def _user_call(where: str, doing: str, call: Callable[[], Any]) -> Any:
@@ -176,17 +177,24 @@ def _check_outputs(where: str, style: str, apply: Callable, params: Params, feat
     return ""
 
 
-def python_param_count(cfg: PythonModel, feature_shape: tuple[int, ...], outputs: int) -> int:
-    """Parameters of the user's model, from their shapes alone (nothing allocated)."""
+def python_sizes(cfg: PythonModel, feature_shape: tuple[int, ...], outputs: int) -> tuple[int, int]:
+    """The user's model's parameters, and the most floats one example holds in it (0: not
+    known), from their shapes alone: nothing is allocated."""
     factory = user_code.checked_factory(cfg)
     where = f"model.factory: {cfg.factory}"
+    styles: list[user_code.Style] = []
 
     def params(key: jax.Array) -> Any:
         built = user_code.call_factory(cfg, factory, key, feature_shape, outputs)
-        return user_code.detect(built, where, feature_shape).params(built, key)
+        styles.append(user_code.detect(built, where, feature_shape))
+        return styles[-1].params(built, key)
 
     shapes = _user_call(where, "building its parameters", lambda: jax.eval_shape(params, jax.random.PRNGKey(0)))
-    return user_code.count(shapes)
+    try:
+        width = user_code.per_example_width(styles[-1].apply, shapes, feature_shape)
+    except Exception:  # built under a trace, some models cannot be traced again; building them says why
+        width = 0
+    return user_code.count(shapes), width
 
 
 def layer_sizes(cfg: LogisticModel | MLPModel, feature_shape: tuple[int, ...], outputs: int) -> list[int]:

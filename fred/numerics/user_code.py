@@ -288,5 +288,31 @@ def close(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.all(np.isfinite(a) == np.isfinite(b))) and float(np.nanmax(np.abs(a - b), initial=0.0)) <= 1e-4 * scale
 
 
+def per_example_width(apply: Callable[[Tree, jax.Array], jax.Array], params: Tree, feature_shape: tuple[int, ...]) -> int:
+    """The most floats one example adds to a value of ``apply``'s program: each value's size
+    traced with a batch of 2, less its size with a batch of 1 (a value the size of a weight
+    adds nothing). 0 when the two programs differ in form and it cannot tell."""
+    sizes = []
+    for rows in (1, 2):
+        x = jax.ShapeDtypeStruct((rows, *feature_shape), jnp.float32)
+        sizes.append(_value_sizes(jax.make_jaxpr(apply)(params, x).jaxpr))
+    if len(sizes[0]) != len(sizes[1]):
+        return 0
+    return max([two - one for one, two in zip(*sizes)] + [math.prod(feature_shape)])
+
+
+def _value_sizes(jaxpr: Any) -> list[int]:
+    """The size of every value a program makes, inner programs (jit, vmap, custom rules) included."""
+    sizes = []
+    for eqn in jaxpr.eqns:
+        sizes += [math.prod(getattr(var.aval, "shape", ())) for var in eqn.outvars]
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, (tuple, list)) else [value]:
+                inner = getattr(inner, "jaxpr", inner)  # a ClosedJaxpr's Jaxpr
+                if hasattr(inner, "eqns"):
+                    sizes += _value_sizes(inner)
+    return sizes
+
+
 def count(shapes: Tree) -> int:
     return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes))

@@ -6,7 +6,7 @@ segmentation fault, a ``std::bad_alloc`` or no exit at all. :func:`check_fits` e
 the run holds (its data, every copy of the parameters its strategy keeps, the per-example
 gradients of one gradient call, one evaluation chunk) from the scenario alone, reading at
 most a data file's header (and the labels of a data set given as arrays; a python model's
-factory is traced for its parameters' shapes, allocating none), and refuses a run whose
+factory and program are traced for its parameters and widest value, allocating none), and refuses a run whose
 estimate exceeds the memory available, with the estimate, the limit and the fixes. The estimate is deliberately rough (within a
 factor of about 1.5 of the peak measured on CPU); ``fred run --memory-limit-gb N`` or
 ``FRED_MEMORY_LIMIT_GB=N`` sets the limit for machines that have more than they report.
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from fred.numerics.gradients import CHUNK_ROWS, eval_chunk_rows
-from fred.numerics.models import activation_width, layer_sizes, python_param_count
+from fred.numerics.models import activation_width, layer_sizes, python_sizes
 from fred.scenario.schema import ArraysData, DigitsData, MNISTData, PythonModel, Scenario, SyntheticData
 
 ENV = "FRED_MEMORY_LIMIT_GB"
@@ -112,7 +112,7 @@ def param_count(scenario: Scenario, shape: Shape) -> int:
     """Parameters of the scenario's model for this data (what ``fred.numerics.models`` builds)."""
     model = scenario.model
     if isinstance(model, PythonModel):
-        return python_param_count(model, shape.feature_shape, shape.outputs)
+        return python_sizes(model, shape.feature_shape, shape.outputs)[0]
     if model.kind == "cnn":
         height, width, channels = shape.feature_shape
         chans = [channels, *model.channels]
@@ -141,10 +141,17 @@ def estimate(scenario: Scenario, shape: Shape) -> Estimate:
         if scenario.strategy.reduction == "exact":
             rows = min(rows + (-rows) % CHUNK_ROWS, PER_EXAMPLE_ROWS)
             parts.append((f"per-example gradients of {rows:,} rows", params * rows))
-        if not isinstance(scenario.model, PythonModel):  # a user's model's activations are not known before it runs
-            width = activation_width(scenario.model, shape.feature_shape, shape.outputs)
+        width = _width(scenario, shape)
+        if width:
             parts.append(("evaluation", eval_chunk_rows(width) * width * FLOAT * 4))
     return Estimate(sum(b for _, b in parts), parts, p)
+
+
+def _width(scenario: Scenario, shape: Shape) -> int:
+    """The most floats one example holds in the model (0: a python model fred cannot trace)."""
+    if isinstance(scenario.model, PythonModel):
+        return python_sizes(scenario.model, shape.feature_shape, shape.outputs)[1]
+    return activation_width(scenario.model, shape.feature_shape, shape.outputs)
 
 
 def memory_limit() -> tuple[float, str]:
@@ -202,8 +209,8 @@ def check_fits(scenario: Scenario) -> None:
     if found.total <= limit:
         return
     parts = ", ".join(f"{what} {_gb(b)}" for what, b in found.parts if b >= 0.01 * found.total)
-    if isinstance(model, PythonModel):
-        parts += "; not counting the model's activations, which fred cannot estimate for a python model"
+    if isinstance(model, PythonModel) and not any(what == "evaluation" for what, _ in found.parts):
+        parts += "; not counting the model's activations, which fred could not trace"
     fixes = "make the data set smaller"
     if found.parts[0][1] < 0.5 * found.total:
         per_example = sum(b for what, b in found.parts if what.startswith("per-example"))
