@@ -174,7 +174,7 @@ def call_factory(cfg: PythonModel, factory: Callable, key: jax.Array, feature_sh
         wanted = inspect.signature(factory).parameters
     except (TypeError, ValueError):  # a builtin without a signature: the args alone
         wanted = {}
-    provided = {"key": lambda: key, "rngs": lambda: _rngs(key), "feature_shape": lambda: tuple(feature_shape),
+    provided = {"key": lambda: key, "rngs": lambda: _rngs(cfg, key), "feature_shape": lambda: tuple(feature_shape),
                 "outputs": lambda: outputs}
     for name in PROVIDED:
         if name in wanted and name not in kwargs:
@@ -192,9 +192,12 @@ def call_factory(cfg: PythonModel, factory: Callable, key: jax.Array, feature_sh
         raise UserCodeError(f"model.factory: {cfg.factory} raised {type(err).__name__}: {err}") from None
 
 
-def _rngs(key: jax.Array) -> Any:
-    from flax import nnx
-
+def _rngs(cfg: PythonModel, key: jax.Array) -> Any:
+    try:
+        from flax import nnx
+    except ImportError:
+        raise UserCodeError(f"model.factory: {cfg.factory} takes rngs, an nnx.Rngs, but Flax is not installed: "
+                            "pip install flax, or name the argument key (a JAX key)") from None
     return nnx.Rngs(key)
 
 
