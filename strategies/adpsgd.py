@@ -36,6 +36,7 @@ from fred.simulation.engine import Simulation, Worker
 
 class ADPSGD(StrategyConfig):
     name: Literal["adpsgd"] = "adpsgd"
+    applies_optimizer = True
     lr: float = Field(default=0.1, ge=0)
     topology: Literal["ring", "complete"] = "ring"
 

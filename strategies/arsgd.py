@@ -23,6 +23,7 @@ from strategies.ssgd import ALLREDUCE_FAULTS, run_allreduce_sgd
 
 class ARSGD(StrategyConfig):
     name: Literal["arsgd"] = "arsgd"
+    applies_optimizer = True
     lr: float = Field(default=0.1, gt=0)
 
     def fault_support(self) -> frozenset[str]:

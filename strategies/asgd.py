@@ -25,6 +25,7 @@ from strategies.sasgd import PS_FAULTS, run_parameter_server, sasgd_rule
 
 class ASGD(StrategyConfig):
     name: Literal["asgd"] = "asgd"
+    applies_optimizer = True
     lr: float = Field(default=0.1, gt=0)
     clock: Literal["simulated", "logical"] = "simulated"
 

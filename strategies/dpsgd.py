@@ -23,6 +23,7 @@ from strategies.sgp import SGP, run_push_sum
 
 class DPSGD(StrategyConfig):
     name: Literal["dpsgd"] = "dpsgd"
+    applies_optimizer = True
     lr: float = Field(default=0.1, ge=0)
 
     def model_copies_per_worker(self) -> int:

@@ -44,6 +44,7 @@ from strategies.sasgd import sasgd_rule
 
 class GroupedHybrid(StrategyConfig):
     name: Literal["grouped_hybrid"] = "grouped_hybrid"
+    applies_optimizer = True
     lr: float = Field(default=0.01, gt=0)
     probe_s: float | None = Field(default=None, ge=0, description="probe length in simulated seconds")
     probe_iterations: int | None = Field(

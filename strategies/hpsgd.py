@@ -34,6 +34,7 @@ from fred.simulation.engine import Simulation, Worker
 
 class HPSGD(StrategyConfig):
     name: Literal["hpsgd"] = "hpsgd"
+    applies_optimizer = True
     lr: float = Field(default=0.1, gt=0)
 
     def model_copies_per_worker(self) -> int:

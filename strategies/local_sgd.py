@@ -26,6 +26,7 @@ from fred.simulation.engine import Simulation, Worker
 
 class LocalSGD(StrategyConfig):
     name: Literal["local_sgd"] = "local_sgd"
+    applies_optimizer = True
     lr: float = Field(default=0.1, gt=0)
     sync_every: int = Field(default=8, ge=1, description="local steps between averaging rounds (gamma)")
 

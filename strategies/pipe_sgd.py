@@ -32,6 +32,7 @@ from fred.simulation.engine import Simulation, Worker
 
 class PipeSGD(StrategyConfig):
     name: Literal["pipe_sgd"] = "pipe_sgd"
+    applies_optimizer = True
     lr: float = Field(default=0.1, gt=0)
     staleness: int = Field(default=1, ge=0, description="k: iteration t applies the sum of iteration t-(k+1)")
     pipeline_level: Literal[1, 2] = 1

@@ -38,6 +38,7 @@ from fred.simulation.server import ParameterServer
 
 class SASGD(StrategyConfig):
     name: Literal["sasgd"] = "sasgd"
+    applies_optimizer = True
     lr: float = Field(default=0.04, gt=0)
     n_soft: int | None = Field(default=None, ge=1, description="softsync degree; default: the number of workers")
     staleness_aware: bool = True

@@ -19,6 +19,7 @@ from fred.simulation.engine import Simulation, Worker
 
 class SGD(StrategyConfig):
     name: Literal["sgd"] = "sgd"
+    applies_optimizer = True
     lr: float = Field(default=0.1, gt=0)
 
     def check(self, scenario: Scenario) -> None:

@@ -48,6 +48,7 @@ Matrix = list[list[float]]
 
 class SGP(StrategyConfig):
     name: Literal["sgp"] = "sgp"
+    applies_optimizer = True
     lr: float = Field(default=0.1, ge=0)
     topology: Literal["directed_exponential", "ring", "complete"] | list[Matrix] = "directed_exponential"
     peers: Literal[1, 2] = Field(default=1, description="out-neighbours per iteration (directed_exponential)")

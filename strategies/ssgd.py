@@ -26,6 +26,7 @@ ALLREDUCE_FAULTS = frozenset({"rejoin"})
 
 class SSGD(StrategyConfig):
     name: Literal["ssgd"] = "ssgd"
+    applies_optimizer = True
     lr: float = Field(default=0.1, gt=0)
     aggregation: Literal["ps", "allreduce"] = "allreduce"
 

@@ -211,6 +211,23 @@ def test_a_bad_optimizer_setting_is_refused_naming_field_value_and_what_is_allow
     assert code == 2 and needle in err and "Traceback" not in err and not out.exists(), err
 
 
+def test_a_strategy_that_does_not_declare_it_applies_the_optimizer_refuses_one():
+    from typing import Literal
+
+    from pydantic import ValidationError
+
+    from fred.scenario.schema import StrategyConfig
+
+    class OwnUpdate(StrategyConfig):  # a plug-in whose start() never calls optimizer_for
+        name: Literal["own_update"] = "own_update"
+        lr: float = 0.1
+
+    assert OwnUpdate(lr_schedule="constant").optimizer_refusal() is None  # the defaults: plain SGD
+    for setting in [{"optimizer": {"momentum": 0.9}}, {"lr_schedule": {"kind": "cosine_decay", "decay_steps": 9}}]:
+        with pytest.raises(ValidationError, match="strategy 'own_update' applies its own update, not a configurable optimizer"):
+            OwnUpdate(**setting)
+
+
 def test_every_shipped_scenario_keeps_plain_sgd():
     from pathlib import Path
 

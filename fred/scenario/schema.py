@@ -13,7 +13,7 @@ import math
 import re
 import types
 import typing
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -681,15 +681,17 @@ class StrategyConfig(Section):
             raise ValueError(refusal)
         return self
 
+    # Whether start() builds its update with fred.numerics.optim.optimizer_for(config). A strategy
+    # that does not (a plug-in with its own update) refuses any optimizer but plain SGD at
+    # constant lr, rather than run without it.
+    applies_optimizer: ClassVar[bool] = False
+
     def optimizer_refusal(self) -> str | None:
-        """Why this strategy cannot apply ``optimizer`` and ``lr_schedule``; None if it can.
-        A strategy without an ``lr`` takes neither: it has no step for them to shape."""
-        if "lr" in type(self).model_fields:
+        """Why this strategy cannot apply ``optimizer`` and ``lr_schedule``; None if it can."""
+        if self.applies_optimizer or (self.optimizer == SGDOptimizer() and self.lr_schedule == ConstantSchedule()):
             return None
-        if self.optimizer != SGDOptimizer() or self.lr_schedule != ConstantSchedule():
-            return (f"strategy {self.name!r} has no learning rate, so it applies no optimizer or schedule; "
-                    "drop optimizer and lr_schedule")
-        return None
+        return (f"strategy {self.name!r} applies its own update, not a configurable optimizer; drop optimizer "
+                "and lr_schedule (strategies that apply them: docs/strategies.md)")
 
     def check(self, scenario: "Scenario") -> None:
         """Raise ``ValueError`` naming the fix if this strategy cannot run ``scenario``."""
