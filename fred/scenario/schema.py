@@ -325,6 +325,17 @@ class NetworkConfig(Section):
     server: LinkConfig | None = Field(
         default=None, description="parameter-server link; a key left out is as the workers' link"
     )
+    sharing: Literal["fair", "fcfs"] = Field(
+        default="fcfs",
+        description="how concurrent transfers share a link: fair (max-min fair flows, as TCP and RDMA "
+        "share) or fcfs (each transfer waits until its links are free, as collectives serialised "
+        "on one NCCL stream do)",
+    )
+    oversubscription: Annotated[float, Field(ge=1)] = Field(
+        default=1.0,
+        description="the switch's oversubscription: its core carries the sum of the NICs' bandwidth "
+        "divided by this (1: non-blocking); needs sharing: fair",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -336,6 +347,15 @@ class NetworkConfig(Section):
         if isinstance(data, dict) and isinstance(data.get("intra_node"), dict):  # a key left out keeps the PCIe default
             data = {**data, "intra_node": {**INTRA_NODE_DEFAULT, **data["intra_node"]}}
         return data
+
+    @model_validator(mode="after")
+    def _oversubscription_needs_flows(self) -> "NetworkConfig":
+        if self.oversubscription != 1 and self.sharing != "fair":
+            raise ValueError(
+                f"oversubscription {self.oversubscription:g} needs sharing: fair (transfers booked first come, "
+                "first served cannot share a switch's core); set sharing: fair or oversubscription: 1"
+            )
+        return self
 
 
 # ----------------------------------------------------------------------------- workload
@@ -359,6 +379,20 @@ class WorkloadConfig(Section):
         description="simulate the timing without computing gradients: no losses, no parameters "
         "(scale studies; only strategies registered with timing_only)",
     )
+    bucket_bytes: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="all-reduce gradients in buckets of about this many bytes, each as soon as the backward "
+        "pass has made it (PyTorch DDP's bucket_cap_mb: 25 MiB = 26214400); needs a profile with layers",
+    )
+
+    @model_validator(mode="after")
+    def _buckets_need_layers(self) -> "WorkloadConfig":
+        if self.bucket_bytes is not None and self.profile is None:
+            raise ValueError(
+                f"bucket_bytes {self.bucket_bytes} needs workload.profile: buckets are cut from a model's "
+                f"layers, in backward order; name one of: {', '.join(workloads.names())}"
+            )
+        return self
 
     def resolved_param_bytes(self) -> int | None:
         if self.param_bytes is not None:
@@ -382,31 +416,6 @@ class WorkerCrash(Section):
     rejoin_from: Literal["global", "own"] = Field(
         default="global", description="global: fetch the current model; own: resume from its stale copy"
     )
-    sharing: Literal["fair", "fcfs"] = Field(
-        default="fcfs",
-        description="how concurrent transfers share a link: fair (max-min fair flows, as TCP and RDMA "
-        "share) or fcfs (each transfer waits until its links are free, as collectives serialised "
-        "on one NCCL stream do)",
-    )
-    oversubscription: Annotated[float, Field(ge=1)] = Field(
-        default=1.0,
-        description="the switch's oversubscription: its core carries the sum of the NICs' bandwidth "
-        "divided by this (1: non-blocking); needs sharing: fair",
-    )
-    bucket_bytes: Annotated[int, Field(ge=1)] | None = Field(
-        default=None,
-        description="all-reduce gradients in buckets of about this many bytes, each as soon as the backward "
-        "pass has made it (PyTorch DDP's bucket_cap_mb: 25 MiB = 26214400); needs a profile with layers",
-    )
-
-    @model_validator(mode="after")
-    def _buckets_need_layers(self) -> "WorkloadConfig":
-        if self.bucket_bytes is not None and self.profile is None:
-            raise ValueError(
-                f"bucket_bytes {self.bucket_bytes} needs workload.profile: buckets are cut from a model's "
-                f"layers, in backward order; name one of: {', '.join(workloads.names())}"
-            )
-        return self
 
     @model_validator(mode="after")
     def _rejoin_after_crash(self) -> "WorkerCrash":
@@ -423,15 +432,6 @@ class LinkDegrade(Section):
     duration_s: PositiveFloat | None = Field(default=None, description="how long; default: to the end")
     bandwidth_factor: Annotated[float, Field(gt=0, le=1)] = 1.0
     extra_latency_s: NonNegFloat = 0.0
-
-    @model_validator(mode="after")
-    def _oversubscription_needs_flows(self) -> "NetworkConfig":
-        if self.oversubscription != 1 and self.sharing != "fair":
-            raise ValueError(
-                f"oversubscription {self.oversubscription:g} needs sharing: fair (transfers booked first come, "
-                "first served cannot share a switch's core); set sharing: fair or oversubscription: 1"
-            )
-        return self
 
 
 class MessageLoss(Section):
