@@ -193,7 +193,9 @@ def run_parameter_server(
                 cached, cached_version = cache[w.index]
                 entry = (Contribution(w.index, cached_version, cached=True), cached)
             pushes += 1
-            yield from sim.wait_for(w.name, submit(*entry))
+            applied = submit(*entry)
+            if not applied.triggered:  # its update is already made when this gradient completed the batch
+                yield from sim.wait_for(w.name, applied)
             known = statistic()  # the server's reply carries its statistic
             if gate is None or gate.fetch(w, fetches, known):
                 carried: list[float | None] = []  # the statistic the reply carries, taken as it is sent

@@ -192,7 +192,7 @@ def test_a_ring_moves_at_its_slowest_links_pace():
 
 
 @pytest.mark.parametrize("network, words", [
-    ({"oversubscription": 2.0}, "needs sharing: fair"),
+    ({"oversubscription": 2.0, "sharing": "fcfs"}, "needs sharing: fair"),
     ({"oversubscription": 0.5, "sharing": "fair"}, "oversubscription"),
     ({"oversubscription": 0, "sharing": "fair"}, "oversubscription"),
     ({"sharing": "tcp"}, "fair"),

@@ -107,7 +107,7 @@ def test_a_payload_of_none_is_delivered_and_a_send_without_one_delivers_nothing(
 
 
 def test_transfers_into_one_busy_downlink_are_served_first_come_first_served():
-    sim = bare_sim(3, latency_s=0.0, bandwidth_bps=100.0)
+    sim = bare_sim(3, latency_s=0.0, bandwidth_bps=100.0, sharing="fcfs")
     arrivals = {}
 
     def sender(src, start):
@@ -143,7 +143,7 @@ def test_work_keeps_an_entity_busy_and_records_it():
 
 
 def test_a_transfer_waiting_for_its_uplink_does_not_block_an_idle_downlink():
-    sim = bare_sim(4, latency_s=0.0, bandwidth_bps=100.0)
+    sim = bare_sim(4, latency_s=0.0, bandwidth_bps=100.0, sharing="fcfs")
     arrivals = {}
 
     def send(src, dst, nbytes, at):

@@ -19,8 +19,9 @@ NIC = dict(latency_s=50e-6, bandwidth_bps=1.25e9)
 INTRA = dict(latency_s=2e-6, bandwidth_bps=1e11)
 
 
-def cluster(workers: int, devices_per_node: int = 1, workers_per_device: int = 1, faults=None) -> Simulation:
-    net = Network(NetworkConfig(intra_node=INTRA, **NIC), workers_per_device, devices_per_node)
+def cluster(workers: int, devices_per_node: int = 1, workers_per_device: int = 1, faults=None,
+            sharing: str = "fair") -> Simulation:
+    net = Network(NetworkConfig(intra_node=INTRA, sharing=sharing, **NIC), workers_per_device, devices_per_node)
     crew = [Worker(i, lambda: np.arange(1)) for i in range(workers)]
     scenario = fred.validate(tiny(cluster={"workers": workers, "devices_per_node": devices_per_node,
                                            "workers_per_device": workers_per_device}))
@@ -50,11 +51,14 @@ def test_inside_a_node_a_transfer_takes_the_devices_link_and_across_nodes_the_ni
 
 def test_the_workers_of_a_node_share_its_nic():
     n = 1e6
-    first, second = arrivals(cluster(4, devices_per_node=2), [(0, 2, n), (1, 3, n)])  # both leave node 0
-    assert first == pytest.approx(NIC["latency_s"] + n / NIC["bandwidth_bps"], rel=1e-12)
-    assert second == pytest.approx(NIC["latency_s"] + 2 * n / NIC["bandwidth_bps"], rel=1e-12)
-    flat_first, flat_second = arrivals(cluster(4), [(0, 2, n), (1, 3, n)])  # one NIC each: side by side
-    assert flat_first == flat_second == first
+    alone = NIC["latency_s"] + n / NIC["bandwidth_bps"]
+    both = NIC["latency_s"] + 2 * n / NIC["bandwidth_bps"]
+    fair = arrivals(cluster(4, devices_per_node=2), [(0, 2, n), (1, 3, n)])  # both leave node 0 at once
+    assert fair == pytest.approx([both, both], rel=1e-12)  # at half its rate each
+    first, second = arrivals(cluster(4, devices_per_node=2, sharing="fcfs"), [(0, 2, n), (1, 3, n)])
+    assert (first, second) == pytest.approx((alone, both), rel=1e-12)  # one after the other
+    flat = arrivals(cluster(4), [(0, 2, n), (1, 3, n)])  # one NIC each: side by side
+    assert flat == pytest.approx([alone, alone], rel=1e-12)
 
 
 def test_workers_on_one_device_take_turns_computing():

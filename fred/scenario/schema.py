@@ -326,7 +326,7 @@ class NetworkConfig(Section):
         default=None, description="parameter-server link; a key left out is as the workers' link"
     )
     sharing: Literal["fair", "fcfs"] = Field(
-        default="fcfs",
+        default="fair",
         description="how concurrent transfers share a link: fair (max-min fair flows, as TCP and RDMA "
         "share) or fcfs (each transfer waits until its links are free, as collectives serialised "
         "on one NCCL stream do)",

@@ -37,19 +37,20 @@ class Channel:
 class Flow:
     """Bytes in flight on ``channels``: what is left to send at ``since_s`` and at what rate."""
 
-    __slots__ = ("channels", "remaining", "rate_bps", "since_s", "arrive", "latency_s", "timer", "sent")
+    __slots__ = ("channels", "remaining", "rate_bps", "since_s", "arrive", "latency_s", "timer", "sent", "seq")
 
     def __init__(self, channels: tuple[Channel, ...], nbytes: float, now_s: float, latency_s: float,
                  arrive: Callable[[], None], sent: Callable[[], None] | None = None):
         self.channels, self.remaining, self.rate_bps, self.since_s = channels, nbytes, 0.0, now_s
         self.latency_s, self.arrive, self.timer, self.sent = latency_s, arrive, 0, sent
+        self.seq = 0  # its place in the order flows started
 
 
 class FairShare:
     """The flows of one simulation, their rates and their completions.
 
-    Completions are kept in a calendar of their own (a heap of ``(last byte leaves, order,
-    flow, rate version)``) with one SimPy event set for its earliest: a server's incast changes
+    Completions are kept in a calendar of their own (a heap of ``(last byte leaves, the flow's start order,
+    rate version, flow)``) with one SimPy event set for its earliest: a server's incast changes
     every flow's rate at every push, and an event per flow per change was most of a run.
     """
 
@@ -57,14 +58,15 @@ class FairShare:
         self.env = env
         self._dirty: dict[Channel, None] = {}  # channels whose flows' rates are due for a recompute
         self._due = False
-        self._calendar: list[tuple[float, int, Flow, int]] = []
-        self._order = itertools.count()  # ties in the calendar: the earlier entry first
+        self._calendar: list[tuple[float, int, int, Flow]] = []
+        self._started = itertools.count()  # flows in the order they start: ties go to the earlier
         self._wake: tuple[float, simpy.Event] | None = None  # the calendar's SimPy event and its time
 
     def start(self, channels: tuple[Channel, ...], nbytes: float, latency_s: float, arrive: Callable[[], None],
               sent: Callable[[], None] | None = None) -> Flow:
         """Start a flow now; ``sent`` is called when its last byte has left, ``arrive`` when it has arrived."""
         flow = Flow(channels, nbytes, self.env.now, latency_s, arrive, sent)
+        flow.seq = next(self._started)
         for channel in channels:
             channel.flows[flow] = None
         self._touch(channels)
@@ -93,18 +95,21 @@ class FairShare:
         self._set_wake()
 
     def _share(self, flows: list[Flow]) -> None:
+        # In the order they started, whichever link the recompute came from: flows that end at
+        # one instant arrive in that order, and rates are filled in it.
+        flows.sort(key=_seq)
         now = self.env.now
         for flow, rate in zip(flows, progressive_filling(flows)):
             if rate != flow.rate_bps:  # a flow keeping its rate keeps its calendar entry
                 flow.remaining = max(flow.remaining - flow.rate_bps * (now - flow.since_s), 0.0)
                 flow.since_s, flow.rate_bps = now, rate
                 flow.timer += 1  # its entry at the old rate is stale
-                heapq.heappush(self._calendar, (now + flow.remaining / rate, next(self._order), flow, flow.timer))
+                heapq.heappush(self._calendar, (now + flow.remaining / rate, flow.seq, flow.timer, flow))
 
     def _set_wake(self) -> None:
         """Have the calendar's earliest live entry wake it (one SimPy event at a time)."""
         calendar = self._calendar
-        while calendar and calendar[0][2].timer != calendar[0][3]:
+        while calendar and calendar[0][3].timer != calendar[0][2]:
             heapq.heappop(calendar)
         if calendar and (self._wake is None or calendar[0][0] < self._wake[0]):
             at_s = calendar[0][0]
@@ -118,7 +123,7 @@ class FairShare:
         at_s, self._wake = self._wake[0], None
         calendar = self._calendar
         while calendar and calendar[0][0] <= at_s:
-            _, _, flow, timer = heapq.heappop(calendar)
+            _, _, timer, flow = heapq.heappop(calendar)
             if flow.timer == timer:
                 self._sent(flow)
         self._set_wake()
@@ -135,6 +140,10 @@ class FairShare:
             self.env.timeout(flow.latency_s).callbacks.append(lambda _: flow.arrive())
         else:
             flow.arrive()
+
+
+def _seq(flow: Flow) -> int:
+    return flow.seq
 
 
 def _connected(start: Channel, seen: dict[Flow, None]) -> list[Flow]:
