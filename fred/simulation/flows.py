@@ -168,6 +168,11 @@ def progressive_filling(flows: list[Flow]) -> list[float]:
     A flow that crosses a channel twice (a ring through a NIC its node's workers share) takes
     two shares of it at its one rate.
     """
+    if len(flows) == 1:  # alone on its links (a ring's phase): the least of their capacities
+        crossings: dict[Channel, int] = {}
+        for channel in flows[0].channels:
+            crossings[channel] = crossings.get(channel, 0) + 1
+        return [min(channel.capacity() / times for channel, times in crossings.items())]
     channels: dict[Channel, list[float]] = {}  # channel -> [capacity left, flows not yet fixed]
     for flow in flows:
         for channel in flow.channels:
