@@ -128,3 +128,12 @@ def test_a_model_of_too_many_layers_is_refused(tmp_path, capsys):
     assert "model.hidden: got 2,000 layers; at most 100: JAX compiles every layer" in capsys.readouterr().err
     assert run_cli(tmp_path, tiny(model={"kind": "cnn", "channels": [2] * 101})) == 2
     assert "model.channels: got 101 layers; at most 100" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("optimizer, copies", [({}, 0), ({"momentum": 0.9}, 1), ({"kind": "adam"}, 2), ({"kind": "adamw"}, 2)])
+def test_the_estimate_counts_the_optimizers_state_per_worker(optimizer, copies):
+    scenario = validate(tiny(strategy={"name": "ssgd", "optimizer": optimizer}, cluster={"workers": 4}))
+    shape = memory.data_shape(scenario)
+    plain = memory.estimate(validate(tiny(strategy={"name": "ssgd"}, cluster={"workers": 4})), shape)
+    estimate = memory.estimate(scenario, shape)
+    assert estimate.total - plain.total == 4 * copies * memory.param_count(scenario, shape) * 4

@@ -137,6 +137,9 @@ def estimate(scenario: Scenario, shape: Shape) -> Estimate:
     else:
         per_worker = scenario.strategy.model_copies_per_worker()
         parts.append((f"{n:,} workers x {per_worker} model copies and 4 more", params * (4 + n * per_worker)))
+        state = optimizer_state_copies(scenario)
+        if state:  # at most one state per worker (all-reduce and gossip replicas); a server holds one
+            parts.append((f"optimizer state: {n:,} x {state} model copies", params * n * state))
         rows = n * scenario.data.batch_size  # one gradient call may serve every worker
         if scenario.strategy.reduction == "exact":
             rows = min(rows + (-rows) % CHUNK_ROWS, PER_EXAMPLE_ROWS)
@@ -145,6 +148,15 @@ def estimate(scenario: Scenario, shape: Shape) -> Estimate:
         if width:
             parts.append(("evaluation", eval_chunk_rows(width) * width * FLOAT * 4))
     return Estimate(sum(b for _, b in parts), parts, p)
+
+
+def optimizer_state_copies(scenario: Scenario) -> int:
+    """Parameter-sized arrays an optimizer keeps: Adam's two moments, SGD's momentum, plain SGD none."""
+    optimizer = getattr(scenario.strategy, "optimizer", None)
+    kind = getattr(optimizer, "kind", "sgd")
+    if kind in ("adam", "adamw"):
+        return 2
+    return 1 if getattr(optimizer, "momentum", 0.0) else 0
 
 
 def _width(scenario: Scenario, shape: Shape) -> int:
