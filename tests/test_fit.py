@@ -213,3 +213,23 @@ def test_a_local_sgd_iteration_is_a_local_step_sharing_its_rounds_averaging(tmp_
     seconds, predictor = predicted_s(tmp_path, {"name": "local_sgd", "sync_every": 4})
     assert seconds == pytest.approx(ring_iteration_s(4, 1_000_000, sync_every=4), rel=1e-12)
     assert predictor.updates_per_step == {1: 0.25}  # an update is an averaging round of 4 local steps
+
+
+def test_a_scenario_includes_the_profile_and_its_own_values_win(tmp_path):
+    from fred.scenario.loading import ScenarioError, load_scenario
+
+    (tmp_path / "fit.yaml").write_text("# fitted\nnetwork:\n  bandwidth_bps: 3.0e+9\n  latency_s: 0.0002\n")
+    (tmp_path / "more.yaml").write_text("network: {latency_s: 0.0003}\n")
+    data = scenario("arsgd", 4, 1_000_000)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**data, "include": ["fit.yaml", "more.yaml"],
+                                                     "network": {"sync_s": 1e-5}}))
+    loaded = load_scenario(tmp_path / "s.yaml")
+    assert (loaded.network.bandwidth_bps, loaded.network.latency_s, loaded.network.sync_s) == (3e9, 3e-4, 1e-5)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**data, "include": "fit.yaml", "network": {"bandwidth_bps": 1e9}}))
+    assert load_scenario(tmp_path / "s.yaml").network.bandwidth_bps == 1e9  # the scenario's own value wins
+    (tmp_path / "nested.yaml").write_text("include: fit.yaml\n")
+    for include, words in [("nested.yaml", "includes files itself"), ("missing.yaml", "missing.yaml"),
+                           (7, "give a file, or a list")]:
+        (tmp_path / "s.yaml").write_text(yaml.safe_dump({**data, "include": include}))
+        with pytest.raises(ScenarioError, match=words):
+            load_scenario(tmp_path / "s.yaml")

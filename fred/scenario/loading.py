@@ -154,12 +154,16 @@ def load_scenario(path: str | Path, sets: list[str] | None = None, seed: int | N
     return validate(include_profiles(data, Path(path).parent, str(path)), str(path))
 
 
+MAX_INCLUDES = 16
+
+
 def include_profiles(data: dict[str, Any], base_dir: Path, source: str = "scenario") -> dict[str, Any]:
-    """Replace ``cluster.compute.profile: FILE`` by the measured ``step_time_s`` in FILE.
+    """Merge the files of ``include:`` under the scenario, and replace ``cluster.compute.profile:
+    FILE`` by the measured ``step_time_s`` in FILE.
 
     A relative FILE is found next to the scenario file (or the working directory).
     """
-
+    data = _included(data, base_dir, source)
     compute = data.get("cluster", {}).get("compute") if isinstance(data.get("cluster"), dict) else None
     if not isinstance(compute, dict) or "profile" not in compute:
         return data
@@ -176,6 +180,24 @@ def include_profiles(data: dict[str, Any], base_dir: Path, source: str = "scenar
     out = copy.deepcopy(data)
     out["cluster"]["compute"] = {k: v for k, v in compute.items() if k != "profile"} | {"step_time_s": step_time_s}
     return out
+
+
+def _included(data: dict[str, Any], base_dir: Path, source: str) -> dict[str, Any]:
+    """``data`` over the sections of the files it names in ``include`` (one or a list; later
+    files over earlier ones, the scenario's own values over all): a ``fred fit`` profile."""
+    if not isinstance(data, dict) or "include" not in data:
+        return data
+    files = [data["include"]] if isinstance(data["include"], str) else data["include"]
+    if not isinstance(files, list) or not files or len(files) > MAX_INCLUDES or not all(isinstance(f, str) and f for f in files):
+        raise ScenarioError([f"include: got {shown(data['include'])}; give a file, or a list of up to {MAX_INCLUDES} "
+                             "files, of scenario sections (a profile fred fit wrote)"], source)
+    merged: dict[str, Any] = {}
+    for name in files:
+        part = read_yaml(base_dir / name)
+        if "include" in part:
+            raise ScenarioError([f"include: {name} includes files itself; name them all in the scenario's include"], source)
+        merged = merge(merged, part)
+    return merge(merged, {k: v for k, v in data.items() if k != "include"})
 
 
 # ----------------------------------------------------------------------------- messages

@@ -546,7 +546,7 @@ def profile(result: FitResult) -> str:
           if held is not None else ["# no rows held out"]),
         *([f"# held-out mean absolute error {held:.3g} %"] if held is not None else []),
         *[f"# warning: {_one_line(w)}" for w in result.warnings],
-        "# It is a part of a scenario: give its values to a run with",
+        "# It is a part of a scenario: include it (include: [<this file>] in the scenario), or give its values to a run with",
         f"#   fred run S.yaml {sets}",
         '# or from Python, fred.run("S.yaml", **yaml.safe_load(open(<this file>)))',
     ]
