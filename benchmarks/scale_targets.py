@@ -41,6 +41,13 @@ ITERATIONS = 100
 RESULTS = RESULTS_DIR / "scale_targets.json"
 
 
+def case(strategy: dict[str, Any], workers: int, network: dict[str, Any]) -> dict[str, Any]:
+    """``scale.py``'s scenario on synthetic data large enough for 4,096 workers' batches (digits has 1,437 rows)."""
+    scn = scenario(strategy, workers, ITERATIONS, {**network, "sharing": "fair"})
+    scn["data"] = {"source": {"kind": "synthetic", "features": 8, "classes": 2, "examples": 10_000}, "batch_size": 1}
+    return scn
+
+
 def run_counted(scn: dict[str, Any]) -> tuple[float, float, int]:
     """Wall time of ``fred.run(scn)``, of its simulation loop, and the SimPy events it processed."""
     step, drive = simpy.Environment.step, _Controller.drive
@@ -92,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for label, (strategy, network) in CASES.items():
         for workers in sizes:
-            wall_s, loop_s, events = run_counted(scenario(strategy, workers, ITERATIONS, {**network, "sharing": "fair"}))
+            wall_s, loop_s, events = run_counted(case(strategy, workers, network))
             bare = bare_simpy_events_per_s(workers, events)
             rows.append({"case": label, "workers": workers, "iterations": ITERATIONS, "wall_s": wall_s,
                          "loop_s": loop_s, "simpy_events": events, "events_per_s": events / loop_s,
