@@ -178,7 +178,7 @@ class RoundsAsFlows:
         self.rounds, self.nbytes, self.gamma = rounds, nbytes, reduce_s_per_byte
         self.post, self.later, self.done = post, later, done
         self.level = [0] * p  # rounds each member has finished
-        self.outgoing, self.incoming = _index(rounds, p)
+        self.outgoing, self.incoming = _index(rounds)
         self.sends: list[list[int]] = [[] for _ in range(p)]  # the rounds each member sends in, in order
         for k, out in enumerate(self.outgoing):
             for src in out:
@@ -233,7 +233,7 @@ class RoundsAsFlows:
         self._advance(member)
 
 
-def _index(rounds: list[Round], p: int) -> tuple[list[dict[int, Step]], list[dict[int, Step]]]:
+def _index(rounds: list[Round]) -> tuple[list[dict[int, Step]], list[dict[int, Step]]]:
     """Each round's step sent by, and sent to, each member (at most one of each)."""
     return [{s.src: s for s in steps} for steps in rounds], [{s.dst: s for s in steps} for steps in rounds]
 

@@ -393,30 +393,13 @@ class Simulation:
         went down): it is then recorded as ``lost``, not as ``kind``, and not delivered.
         """
         self._own_entity(src)
-        if self.flows is not None:
-            yield from self._send_flow(src, dst, nbytes, kind, payload, delivered)
-            return
-        transfer = self._book(src, dst, nbytes)
-        yield self.wait(src, transfer.start_s)
-        try:
-            yield self.env.timeout(transfer.arrive_s - self.now)
-        except simpy.Interrupt:  # the sender crashed: what was on the wire is lost
-            self.trace("lost", src, transfer.start_s, self.now, nbytes, dst)
-            raise
-        if delivered is not None and not delivered():
-            self.trace("lost", src, transfer.start_s, self.now, nbytes, dst)
-            return
-        self.trace(kind, src, transfer.start_s, self.now, nbytes, dst)
-        if payload is not NO_PAYLOAD:
-            self.mailbox(dst).put((src, payload))
-
-    def _send_flow(
-        self, src: str, dst: str, nbytes: float, kind: str, payload: Any, delivered: Callable[[], bool] | None
-    ) -> Generator[simpy.Event, Any, None]:
-        """:meth:`send` on fairly shared links: the flow starts now and ends when its share lets it."""
-        arrived = self.env.event()
-        start_s = self.now
-        self._post(src, dst, nbytes, 1, lambda: arrived.succeed(self.now))
+        if self.flows is not None:  # a flow: it starts now and ends when its share of the links lets it
+            start_s, arrived = self.now, self.env.event()
+            self._post(src, dst, nbytes, 1, arrived.succeed)
+        else:  # booked first come, first served: it waits for its links, then takes its time
+            transfer = self._book(src, dst, nbytes)
+            yield self.wait(src, transfer.start_s)
+            start_s, arrived = transfer.start_s, self.env.timeout(transfer.arrive_s - self.now)
         try:
             yield arrived
         except simpy.Interrupt:  # the sender crashed: what was on the wire is lost
@@ -434,9 +417,8 @@ class Simulation:
         """Start a flow now; ``sent`` is called when its last byte has left, ``arrive`` when it has
         arrived. A lost attempt is traced when it would have arrived, and the flow is sent again a
         retransmit timeout after it started."""
-        up, down = self.network.route(src, dst)
-        latency_s = hops * max(up.latency_s, down.latency_s)
-        channels = self.network.channels(src, dst)
+        channels, latency_s = self.network.path(src, dst)
+        latency_s *= hops
         if self._lossy and self.faults.lost(src, dst):
             start_s = self.now
             self.flows.start(channels, nbytes, latency_s, lambda: self.trace("lost", src, start_s, self.now, nbytes, dst))  # type: ignore[union-attr]
@@ -590,9 +572,9 @@ class Simulation:
             for position, name in enumerate(names):
                 by_node.setdefault(self.network.node[name], []).append(position)
             return hierarchical(tuple(tuple(members) for members in by_node.values()), cfg.allreduce, self.flows is not None)
-        if self.flows is not None:  # the ring too, as a flow per member per phase
-            return ring_phases(len(names)) if cfg.allreduce == "ring" else ALGORITHMS[cfg.allreduce](len(names))
-        return None if cfg.allreduce == "ring" else ALGORITHMS[cfg.allreduce](len(names))
+        if cfg.allreduce == "ring":  # flows: a flow per member per phase; booked: by the network
+            return ring_phases(len(names)) if self.flows is not None else None
+        return ALGORITHMS[cfg.allreduce](len(names))
 
     def _ring_as_flows(self, names: list[str], nbytes: float) -> Process:
         """A ring on fairly shared links: each phase is one flow across every member's link.
@@ -603,10 +585,9 @@ class Simulation:
         With lost messages each member's phase is a flow of its own (:meth:`_rounds_as_flows`).
         """
         p, cfg = len(names), self.network.config
-        pairs = [(names[i], names[(i + 1) % p]) for i in range(p)]
-        channels = tuple(channel for src, dst in pairs for channel in self.network.channels(src, dst))
-        latency_s = (p - 1) * max(max(up.latency_s, down.latency_s) for up, down in
-                                  (self.network.route(src, dst) for src, dst in pairs))
+        paths = [self.network.path(names[i], names[(i + 1) % p]) for i in range(p)]
+        channels = tuple(channel for hop, _ in paths for channel in hop)
+        latency_s = (p - 1) * max(hop_latency_s for _, hop_latency_s in paths)
         phase_bytes = (p - 1) / p * nbytes
         for reduce in (True, False):
             arrived = self.env.event()
@@ -639,10 +620,10 @@ class Simulation:
         algorithms are rounds of transfers (:mod:`fred.simulation.collectives`).
         """
         cfg = self.network.config
-        rounds = self._rounds(names)
         if self.flows is not None and cfg.allreduce == "ring" and not cfg.hierarchical and not self._lossy:
             yield from self._ring_as_flows(names, nbytes)
             return
+        rounds = self._rounds(names)
         if self.flows is not None:
             yield from self._rounds_as_flows(names, rounds or [], nbytes)
             return

@@ -40,10 +40,10 @@ class Flow:
     __slots__ = ("channels", "remaining", "rate_bps", "since_s", "arrive", "latency_s", "timer", "sent", "seq")
 
     def __init__(self, channels: tuple[Channel, ...], nbytes: float, now_s: float, latency_s: float,
-                 arrive: Callable[[], None], sent: Callable[[], None] | None = None):
+                 arrive: Callable[[], None], sent: Callable[[], None] | None = None, seq: int = 0):
         self.channels, self.remaining, self.rate_bps, self.since_s = channels, nbytes, 0.0, now_s
         self.latency_s, self.arrive, self.timer, self.sent = latency_s, arrive, 0, sent
-        self.seq = 0  # its place in the order flows started
+        self.seq = seq  # its place in the order flows started
 
 
 class FairShare:
@@ -65,8 +65,7 @@ class FairShare:
     def start(self, channels: tuple[Channel, ...], nbytes: float, latency_s: float, arrive: Callable[[], None],
               sent: Callable[[], None] | None = None) -> Flow:
         """Start a flow now; ``sent`` is called when its last byte has left, ``arrive`` when it has arrived."""
-        flow = Flow(channels, nbytes, self.env.now, latency_s, arrive, sent)
-        flow.seq = next(self._started)
+        flow = Flow(channels, nbytes, self.env.now, latency_s, arrive, sent, next(self._started))
         for channel in channels:
             channel.flows[flow] = None
         self._touch(channels)

@@ -247,13 +247,14 @@ class Network:
             self._shared_ports[name] = Port(link.latency_s, link.bandwidth_bps * efficiency, name=name)
         return self._shared_ports[name]
 
-    def channels(self, src: str, dst: str) -> tuple[Channel, ...]:
-        """What a flow from ``src`` to ``dst`` crosses: the sender's uplink, the switch's core
-        when it is oversubscribed and the flow leaves its node, and the receiver's downlink."""
+    def path(self, src: str, dst: str) -> tuple[tuple[Channel, ...], float]:
+        """What a flow from ``src`` to ``dst`` crosses (the sender's uplink, the switch's core when
+        it is oversubscribed and the flow leaves its node, the receiver's downlink) and its latency."""
         up, down = self.route(src, dst)
+        latency_s = max(up.latency_s, down.latency_s)
         if self.core is not None and up is self.ports.get(src) and self.node[src] != self.node.get(dst, dst):
-            return up.tx, self.core, down.rx
-        return up.tx, down.rx
+            return (up.tx, self.core, down.rx), latency_s
+        return (up.tx, down.rx), latency_s
 
     @property
     def core(self) -> Channel | None:
