@@ -215,6 +215,19 @@ def test_a_local_sgd_iteration_is_a_local_step_sharing_its_rounds_averaging(tmp_
     assert predictor.updates_per_step == {1: 0.25}  # an update is an averaging round of 4 local steps
 
 
+def test_a_stop_from_an_included_file_does_not_cut_the_fits_runs_short(tmp_path):
+    """The fit times its own number of iterations: an included ``stop`` (one simulated second
+    here, a few rounds) must not end its runs early and shorten the time per iteration."""
+    (tmp_path / "shared.yaml").write_text("stop: {max_sim_time_s: 0.01}\n")
+    data = tiny(strategy={"name": "arsgd"}, network=TRUE, workload={"param_bytes": 1_000_000})
+    del data["stop"]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**data, "include": ["shared.yaml"]}))
+    row = Row(1, "s.yaml", path, 1.0)
+    seconds = Predictor([row], ["network.latency_s"], ITERATIONS, WARMUP).seconds(row, (TRUE["latency_s"],))
+    assert seconds == pytest.approx(ring_iteration_s(4, 1_000_000), rel=1e-12)
+
+
 def test_a_scenario_includes_the_profile_and_its_own_values_win(tmp_path):
     from fred.scenario.loading import ScenarioError, load_scenario
 

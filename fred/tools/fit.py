@@ -182,7 +182,9 @@ class Predictor:
 
     def scenario(self, row: Row, values: tuple[float, ...], stop_updates: int) -> Scenario:
         """The row's scenario with ``values`` at the fitted paths, run for ``stop_updates`` updates."""
-        data = copy.deepcopy(self.base[row.number])
+        where = f"{row.label} (row {row.number})"
+        # Included files first: a stop an included file gives must not outlive the fit's own.
+        data = include_profiles(copy.deepcopy(self.base[row.number]), row.path.parent, where)
         for path, value in zip(self.paths, values):
             set_path(data, path, value)
         strategy = data.get("strategy", {}).get("name") if isinstance(data.get("strategy"), dict) else None
@@ -191,8 +193,7 @@ class Predictor:
         data["workload"] = {**workload, "timing_only": timing_only}
         data["stop"] = {"max_updates": stop_updates}  # the scenario's own stop trains; the fit times iterations
         data["eval"] = {"every_updates": stop_updates}  # evaluation takes no simulated time: once is enough
-        where = f"{row.label} (row {row.number})"
-        return validate(include_profiles(data, row.path.parent, where), where)
+        return validate(data, where)
 
     def seconds(self, row: Row, values: tuple[float, ...]) -> float:
         """Simulated seconds per iteration of ``row`` with ``values`` (see the module's docstring)."""
