@@ -194,8 +194,14 @@ def run_push_sum(
     overlap: int = 0,
     debiased: bool = True,
     shares: Callable[[int, int], list[tuple[int, float]]] | None = None,
+    passive: Callable[[int], bool] | None = None,
 ) -> PushSum:
-    """Start push-sum SGD on every worker; a node waits only for shares ``overlap`` iterations old."""
+    """Start push-sum SGD on every worker; a node waits only for shares ``overlap`` iterations old.
+
+    Sends are non-blocking unless ``passive`` is given: then they block, as a blocking
+    send-then-receive exchange does, and node ``i`` sends first and then receives when
+    ``passive(i)`` is false, and receives first and then sends when it is true.
+    """
     n = len(sim.workers)
     planned = shares or mixing(config, n)
     all_senders = in_neighbours(planned, n)
@@ -248,6 +254,20 @@ def run_push_sum(
             else:
                 get.cancel()
 
+    def exchange(w: Worker, node: Node, k: int, outgoing: list):
+        if passive is None:
+            for send in outgoing:
+                sim.process(send)
+            yield from collect(w, node, k)
+        elif passive(w.index):
+            yield from collect(w, node, k)
+            for send in outgoing:
+                yield from send
+        else:
+            for send in outgoing:
+                yield from send
+            yield from collect(w, node, k)
+
     def node_process(w: Worker, node: Node):
         while True:
             k = node.iteration
@@ -257,13 +277,14 @@ def run_push_sum(
             if g is not None:  # the optimizer steps the numerator x_i with the gradient at z_i (the paper's)
                 x_half, node.opt = step(node.x, node.opt, g.grad, g.count)
             own: list[tuple[Params | None, float]] = []  # none when p_ii = 0: it gives all of x_i away
+            outgoing = []
             for j, p in shares(k, w.index):
                 x_share = None if x_half is None else scale(x_half, jnp.float32(p))
                 if j == w.index:
                     own = [(x_share, p * node.w)]
                 else:
-                    sim.process(send_share(w, j, k, x_share, p * node.w))
-            yield from collect(w, node, k)
+                    outgoing.append(send_share(w, j, k, x_share, p * node.w))
+            yield from exchange(w, node, k, outgoing)
             arrived = sorted((m for m in node.inbox if m[0] <= k), key=lambda m: m[:2])  # none from the future
             node.inbox = [m for m in node.inbox if m[0] > k]
             parts = [x for x, _ in own] + [x for _, _, x, _ in arrived]

@@ -119,6 +119,62 @@ def test_dpsgd_talks_to_both_ring_neighbours_every_iteration():
     assert (sends.groupby("peer").size() >= 4).all()
 
 
+def test_the_bipartite_exponential_graph_is_the_sgp_authors_and_pairs_every_node_each_iteration():
+    from strategies.dpsgd import bipartite_phone_book
+
+    # Their graph manager for 8 nodes: active (odd) rank r has r+1, r-1, r+3, r+5 (r-3 = r+5,
+    # r-5 = r+3 already in); passive (even) ranks the mirror images.
+    assert bipartite_phone_book(8)[1] == [2, 0, 4, 6]
+    assert bipartite_phone_book(8)[0] == [7, 1, 5, 3]
+    for n in (2, 4, 6, 8, 16, 32):
+        book = bipartite_phone_book(n)
+        for k in range(3 * n):
+            peer = [book[i][k % len(book[i])] for i in range(n)]
+            assert all(peer[peer[i]] == i and peer[i] % 2 != i % 2 for i in range(n))  # a perfect matching, odd-even
+
+
+def dpsgd_period_s(**strategy) -> float:
+    """Seconds between worker 0's gradient steps: 1 MB messages on a 1e8 bytes/s, 1 ms link."""
+    result = fred.run(tiny(strategy={"name": "dpsgd", "topology": "bipartite_exponential", **strategy},
+                           network={"bandwidth_bps": 1e8, "latency_s": 1e-3}, workload={"param_bytes": 1_000_000},
+                           stop={"max_updates": 24}))
+    starts = result.events[(result.events["entity"] == "worker0") & (result.events["kind"] == "compute")]["start_s"]
+    return float(np.diff(starts.to_numpy())[-1])
+
+
+def test_a_blocking_exchange_sends_a_pairs_two_copies_one_after_the_other():
+    one_copy_s = 1e-3 + 1_000_000 / 1e8
+    assert dpsgd_period_s() == pytest.approx(0.01 + one_copy_s, rel=1e-12)  # both ways at once (full duplex)
+    assert dpsgd_period_s(exchange="blocking") == pytest.approx(0.01 + 2 * one_copy_s, rel=1e-12)
+
+
+def test_bipartite_pairwise_averaging_keeps_the_sum_and_reaches_consensus():
+    from strategies.dpsgd import bipartite_mixing
+
+    scenario = validate(tiny(cluster={"workers": 8}, strategy={"name": "sgp", "lr": 0.0, "init_spread": 0.5}))
+    sim = build(scenario).sim
+    state = run_push_sum(sim, scenario.strategy, debiased=False, shares=bipartite_mixing(8), passive=lambda i: i % 2 == 0)
+    start = total(state)
+    first = sorted(start)[0]
+
+    def spread() -> float:
+        return float(np.ptp(np.stack([np.asarray(n.x[first]) for n in state.nodes]), axis=0).max())
+
+    spread0 = spread()
+    sim.env.run(until=40.5 * 0.01)
+    assert all(node.iteration >= 8 and node.w == 1.0 for node in state.nodes)  # doubly stochastic: weights stay 1
+    for name, value in total(state).items():
+        np.testing.assert_allclose(value, start[name], rtol=1e-5, atol=1e-5)
+    assert spread0 > 0.1 and spread() <= 1e-6 * spread0  # the pairings of the exponential graph mix 8 nodes fully
+
+
+def test_bipartite_dpsgd_refuses_an_odd_node_count():
+    from fred.scenario.loading import ScenarioError
+
+    with pytest.raises(ScenarioError, match="even cluster.workers"):
+        validate(tiny(cluster={"workers": 5}, strategy={"name": "dpsgd", "topology": "bipartite_exponential"}))
+
+
 def test_adpsgd_averages_pairs_and_learns():
     result = fred.run(tiny(strategy={"name": "adpsgd"}, stop={"max_updates": 600}, eval={"every_updates": 200}))
     assert result.metrics["eval_loss"].iloc[-1] < result.metrics["eval_loss"].iloc[0] / 2
