@@ -3,6 +3,7 @@
 Two processes per worker share ``{status, counter, replica, acc_grad}``:
 
     Pt (training), forever:
+        [barrier: wait until every worker has finished its previous step]
         if counter == 0: replica <- copy of the global model
         g <- gradient on the next batch at replica;  acc_grad += g
         if status == syncing: replica <- replica - lr * g;  counter += 1
@@ -13,15 +14,23 @@ Two processes per worker share ``{status, counter, replica, acc_grad}``:
         take acc_grad (and start a fresh one), all-reduce it over the workers
         keep the sum for the next round; counter <- 0; status <- idle
 
-The global update is always one synchronisation behind its all-reduce, and local
-training never waits for communication. There is no gamma: Ps runs whenever it can.
+The global update is always one synchronisation behind its all-reduce. There is no
+gamma: Ps runs whenever it can.
+
+``barrier`` (default false): the paper's timeline has workers "start to feed-forward at the
+same time" (section 1, Fig. 1), and the authors' code calls ``dist.barrier()`` after every
+backward pass. With ``barrier: true`` Pt waits there for every worker (the grey waiting
+phase of Fig. 1); Ps never waits for it, and it never waits for Ps. With ``barrier: false``
+Pt never waits for anyone. Local SGD and SSGD need no such option: their all-reduces
+already make every worker start each round together.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
+import simpy
 from pydantic import Field
 
 from fred.numerics.gradients import GradSum, sum_grads
@@ -36,6 +45,11 @@ class HPSGD(StrategyConfig):
     name: Literal["hpsgd"] = "hpsgd"
     applies_optimizer = True
     lr: float = Field(default=0.1, gt=0)
+    barrier: bool = Field(
+        default=False,
+        description="Pt waits for every worker before each step (the paper: workers start to feed-forward "
+        "at the same time); false: Pt never waits",
+    )
 
     def model_copies_per_worker(self) -> int:
         return 4  # a replica per worker, its gradient, and the copies it sends and receives
@@ -51,6 +65,7 @@ class Shared:
     replica_opt: OptState | None = None  # the optimizer state copied with it, advanced by its local steps
     replica_version: int = 0  # the global version the replica was copied from
     acc_grad: GradSum | None = None
+    acc_steps: int = 0  # gradients in acc_grad (a timing-only run counts them without numbers)
     acc_version: int = 0  # the replica version of the oldest gradient in acc_grad
     rounds: int = 0  # synchronisations this worker has started
 
@@ -64,7 +79,14 @@ class Round:
     members: list[int] | None = None  # who took part (all, unless a crashed worker was left out)
 
 
-@register(HPSGD)
+@dataclass
+class Barrier:
+    """Pt's per-step barrier: who has arrived, and the event that lets them all go."""
+
+    arrived: dict[int, simpy.Event] = field(default_factory=dict)  # worker -> its release, in arrival order
+
+
+@register(HPSGD, timing_only=True)
 def start(sim: Simulation, config: HPSGD):
     n = len(sim.workers)
     opt = optimizer_for(config)
@@ -72,6 +94,7 @@ def start(sim: Simulation, config: HPSGD):
     # W and its optimizer state: the same on every worker
     glob = {"params": sim.init_params, "opt": opt.init(sim.init_params), "version": 0, "batch": 1}
     rounds: dict[int, Round] = {}
+    gate = Barrier()
 
     def apply_round(r: int) -> None:
         """Algorithm 3, lines 1-2: W <- W - lr * sum / n, once (every worker's W is identical)."""
@@ -79,23 +102,46 @@ def start(sim: Simulation, config: HPSGD):
         if done is None:
             return
         members = done.members or list(range(n))
-        divisor = len(members) * glob["batch"]  # the sum holds per-example gradients: per step, b of them
-        glob["params"], glob["opt"] = step(glob["params"], glob["opt"], done.total.grad, divisor)
+        if done.total is not None:  # None in a timing-only run: the same schedule, no numbers
+            divisor = len(members) * glob["batch"]  # the sum holds per-example gradients: per step, b of them
+            glob["params"], glob["opt"] = step(glob["params"], glob["opt"], done.total.grad, divisor)
         sim.applied([(i, done.reads[i]) for i in members], glob["version"])
         glob["version"] += 1
 
+    def barrier(w: Worker):
+        """Wait until every worker peers still wait for has finished its step."""
+        gate.arrived[w.index] = sim.env.event()
+        release = gate.arrived[w.index]
+        open_barrier()
+        yield from sim.wait_for(w.name, release)
+
+    def open_barrier() -> None:
+        if not gate.arrived:
+            return
+        owed = [i for i in sim.faults.live(list(range(n))) if i not in gate.arrived]
+        if owed:
+            sim.faults.blocked(owed, "HPSGD's per-step barrier")
+            return
+        arrived, gate.arrived = gate.arrived, {}
+        for release in arrived.values():
+            release.succeed()
+
     def pt(w: Worker, s: Shared):
         while True:
+            if config.barrier:
+                yield from barrier(w)
             if s.counter == 0:
                 s.replica, s.replica_opt, s.replica_version = glob["params"], glob["opt"], glob["version"]
             g = yield from sim.compute(w, s.replica)
-            glob["batch"] = g.count
-            if s.acc_grad is None:
-                s.acc_grad, s.acc_version = g, s.replica_version
-            else:
-                s.acc_grad = sum_grads([s.acc_grad, g])
+            if s.acc_steps == 0:
+                s.acc_version = s.replica_version
+            s.acc_steps += 1
+            if g is not None:
+                glob["batch"] = g.count
+                s.acc_grad = g if s.acc_grad is None else sum_grads([s.acc_grad, g])
             if s.status == "syncing":  # Algorithm 2, lines 5-10: train the replica
-                s.replica, s.replica_opt = step(s.replica, s.replica_opt, g.grad, g.count)
+                if g is not None:
+                    s.replica, s.replica_opt = step(s.replica, s.replica_opt, g.grad, g.count)
                 s.counter += 1
             else:  # lines 12-14: only accumulate, and start a synchronisation
                 s.status = "syncing"
@@ -110,13 +156,15 @@ def start(sim: Simulation, config: HPSGD):
     def ps(w: Worker, s: Shared):
         r = s.rounds
         s.rounds += 1
-        acc, s.acc_grad = s.acc_grad, None  # swap buffers: Pt accumulates afresh meanwhile
+        acc, s.acc_grad, s.acc_steps = s.acc_grad, None, 0  # swap buffers: Pt accumulates afresh meanwhile
         rounds.setdefault(r, Round([0] * n)).reads[w.index] = s.acc_version
         rounds[r].total = yield from sim.allreduce(sim.workers, w, sim.param_bytes, acc)
         rounds[r].members = sim.participants(sim.workers)
         s.counter = 0
         s.status = "idle"
 
+    if config.barrier:
+        sim.faults.on_change(open_barrier)
     for w in sim.workers:
         sim.process(pt(w, Shared()))
     return lambda: glob["params"]

@@ -34,7 +34,7 @@ class LocalSGD(StrategyConfig):
         return 4  # a replica per worker, its gradient, and the copies it sends and receives
 
 
-@register(LocalSGD)
+@register(LocalSGD, timing_only=True)
 def start(sim: Simulation, config: LocalSGD):
     opt = optimizer_for(config)
     step = make_sum_step(opt)
@@ -43,7 +43,7 @@ def start(sim: Simulation, config: LocalSGD):
     def finish_round(round_: int, total: Params) -> Params:
         if round_ + 1 not in averaged:  # every replica gets the same average: compute it once
             members = sim.participants(sim.workers)  # all, unless a crashed worker was left out
-            averaged[round_ + 1] = divide(total, len(members))
+            averaged[round_ + 1] = divide(total, len(members)) if total is not None else None  # None: timing only
             averaged.pop(round_ - 1, None)
             sim.applied([(i, round_) for i in members], round_)
         return averaged[round_ + 1]
@@ -54,8 +54,9 @@ def start(sim: Simulation, config: LocalSGD):
         while True:
             for _ in range(config.sync_every):
                 g = yield from sim.compute(w, params)
-                params, opt_state = step(params, opt_state, g.grad, g.count)
-            total = yield from sim.allreduce(sim.workers, w, sim.param_bytes, params)
+                if g is not None:  # None in a timing-only run: the same schedule, no numbers
+                    params, opt_state = step(params, opt_state, g.grad, g.count)
+            total = yield from sim.allreduce(sim.workers, w, sim.param_bytes, None if sim.timing_only else params)
             params = finish_round(round_, total)
             round_ += 1
 
