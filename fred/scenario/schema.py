@@ -311,11 +311,12 @@ class NetworkConfig(Section):
         description="each device's link inside its node (default PCIe 3.0 x16: 12 GB/s, 5 us); "
         "used only with cluster.devices_per_node or workers_per_device above 1",
     )
-    allreduce: Literal["ring", "recursive_doubling", "halving_doubling", "binary_tree"] = Field(
+    allreduce: Literal["ring", "recursive_doubling", "halving_doubling", "binary_tree", "double_binary_tree"] = Field(
         default="ring",
         description="all-reduce algorithm: ring (NCCL's for large messages), recursive_doubling "
         "(log2 p swaps of the whole message), halving_doubling (Rabenseifner's: MPI's for large messages), "
-        "binary_tree (reduce the whole message up a binary tree, broadcast it down: log2 p levels for any p)",
+        "binary_tree (reduce the whole message up a binary tree, broadcast it down: log2 p levels for any p), "
+        "double_binary_tree (NCCL's tree: two complementary binary trees, each reducing and broadcasting half)",
     )
     hierarchical: bool = Field(
         default=False,
