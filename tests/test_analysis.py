@@ -116,9 +116,11 @@ def test_compare_tells_apart_runs_of_the_same_name_by_what_differs(tmp_path):
     for seed, workers in [(0, 4), (1, 4), (0, 2)]:
         out.append(str(tmp_path / f"r{seed}{workers}"))
         fred.run(tiny(name="same", seed=seed, cluster={"workers": workers}), out=out[-1])
-    table, _ = compare(out, tmp_path / "cmp", tmp_path / "runs")
+    table, _ = compare(out, tmp_path / "cmp", tmp_path / "runs", per_seed=True)
     assert list(table["run"]) == ["same (seed=0, cluster.workers=4)", "same (seed=1, cluster.workers=4)",
                                   "same (seed=0, cluster.workers=2)"]
+    table, _ = compare(out, tmp_path / "cmp", tmp_path / "runs")  # runs that differ only by seed: one row
+    assert list(table["run"]) == ["same (cluster.workers=4)", "same (cluster.workers=2)"]
     shutil.copytree(out[0], tmp_path / "again")
     table, _ = compare([out[0], str(tmp_path / "again")], tmp_path / "cmp", tmp_path / "runs")  # nothing differs
     assert list(table["run"]) == ["same (r04)", "same (again)"]
@@ -133,7 +135,7 @@ def test_runs_told_apart_by_nothing_but_folders_of_one_name_are_labelled_by_thei
     pair = [str(tmp_path / "a" / "x"), str(tmp_path / "b" / "x")]
     table, _ = compare(pair, tmp_path / "cmp", tmp_path / "runs")
     assert list(table["run"]) == ["same (a/x)", "same (b/x)"]
-    table, _ = compare([*pair, str(tmp_path / "c")], tmp_path / "cmp", tmp_path / "runs")
+    table, _ = compare([*pair, str(tmp_path / "c")], tmp_path / "cmp", tmp_path / "runs", per_seed=True)
     assert list(table["run"]) == ["same (seed=7, a/x)", "same (seed=7, b/x)", "same (seed=1)"]
 
 

@@ -239,10 +239,14 @@ def test_fred_compare_reads_a_sweep_table(scenario, tmp_path, monkeypatch, capsy
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # run directories are found next to the table too
-    table, ran = compare(["../s.parquet"], Path("cmp"), Path("runs"))
+    table, ran = compare(["../s.parquet"], Path("cmp"), Path("runs"), per_seed=True)
     assert ran == 0 and list(table["run"]) == [f"{swept['name'][0]} ({g})" for g in swept["grid"]]
     assert list(table["final_loss"]) == list(swept["final_eval_loss"])
     assert (Path("cmp") / "loss_vs_time.png").is_file()
+    table, _ = compare(["../s.parquet"], Path("cmp"), Path("runs"))  # each learning rate's two seeds, as one row
+    assert list(table["run"]) == [f"{swept['name'][0]} (strategy.lr={lr})" for lr in (0.05, 0.1)]
+    assert list(table["n_seeds"]) == [2, 2] and list(table["seeds"]) == ["0 1", "0 1"]
+    assert table["final_loss"].tolist() == pytest.approx(swept.groupby("strategy.lr")["final_eval_loss"].mean().tolist())
     capsys.readouterr()
 
     pd.DataFrame({"x": [1]}).to_parquet("plain.parquet")

@@ -269,6 +269,10 @@ def _parser() -> argparse.ArgumentParser:
                       "(recorded in comparison.csv's target_loss column)")
     cmp_.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
                       help="override a field of every scenario file given, e.g. --set stop.max_updates=200 (repeatable)")
+    cmp_.add_argument("--seeds", metavar="N|S1,S2", help=SEEDS_HELP.format(what="every scenario file given"))
+    cmp_.add_argument("--per-seed", action="store_true",
+                      help="a row and a curve for each run; without it, runs that differ only by their seed are one row "
+                           "(mean ± sd over the seeds) and one curve (their mean, in a band from the least to the greatest)")
     cmp_.add_argument("--memory-limit-gb", type=float, metavar="N", help=MEMORY_HELP)
     cmp_.set_defaults(handler=_compare)
     plot = sub.add_parser("plot", help="loss curves, staleness histogram and per-worker timeline of one run")
@@ -313,6 +317,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="a field and its values, e.g. --grid strategy.lr=0.01,0.1 (repeatable)")
     sw.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
                     help="override a scenario field in every run, e.g. --set stop.max_updates=200 (repeatable)")
+    sw.add_argument("--seeds", metavar="N|S1,S2", help=SEEDS_HELP.format(what="every combination") + "; the same as --grid seed=...")
     sw.add_argument("--jobs", type=int, default=1, help="runs at once, in separate processes (local executor)")
     sw.add_argument("--executor", choices=["local", "ray"], default="local",
                     help="local: this machine's processes; ray: Ray tasks, on the cluster RAY_ADDRESS names "
@@ -351,6 +356,7 @@ def _fit(args: argparse.Namespace) -> int:
     return command(args)
 
 
+SEEDS_HELP = "run {what} once with each seed: N for seeds 0 to N-1 (--seeds 3), or the seeds (--seeds 0,4,7)"
 NO_USER_CODE_HELP = "refuse a scenario that names Python code to import and run (model.factory, model.loss)"
 
 
@@ -430,11 +436,15 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from fred.tools.compare import compare, readable_table
+    from fred.tools.seeds import parse_seeds
 
     show = sys.stderr.isatty()  # a bar for each scenario that has to be run
-    table, ran = compare(args.items, Path(args.out), Path(args.runs), args.target_loss, lambda s: _progress(s, show), args.sets)
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else None
+    table, ran = compare(args.items, Path(args.out), Path(args.runs), args.target_loss, lambda s: _progress(s, show), args.sets,
+                         seeds, args.per_seed)
     print(readable_table(table, shutil.get_terminal_size().columns))
-    print(f"\n{ran} run(s) made, {len(table) - ran} reused; table and plots in {args.out}/")
+    runs = int(table["n_seeds"].sum()) if "n_seeds" in table.columns else len(table)
+    print(f"\n{ran} run(s) made, {runs - ran} reused; table and plots in {args.out}/")
     return 0
 
 
@@ -488,8 +498,12 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from fred.tools.sweep import parse_grid, sweep
+    from fred.tools.seeds import parse_seeds
+    from fred.tools.sweep import parse_grid, sweep, with_seeds
 
+    grid = parse_grid(args.grid)
+    if args.seeds is not None:
+        grid = with_seeds(grid, parse_seeds(args.seeds), args.sets)
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # a line per finished run
     out = output_file(args.out, "sweep.parquet", (args.scenario,))  # before the runs: a bad path fails at once
     if args.no_user_code:
@@ -497,9 +511,9 @@ def _sweep(args: argparse.Namespace) -> int:
         from fred.tools.sweep import expand
 
         base = apply_overrides(read_yaml(args.scenario), list(args.sets))
-        combos = expand(base, parse_grid(args.grid), args.scenario, Path(args.scenario).parent)
+        combos = expand(base, grid, args.scenario, Path(args.scenario).parent)
         _refuse_user_code([scenario for _, scenario in combos], args.scenario)
-    table, ran = sweep(args.scenario, parse_grid(args.grid), Path(args.runs), args.jobs, args.executor, args.sets, progress)
+    table, ran = sweep(args.scenario, grid, Path(args.runs), args.jobs, args.executor, args.sets, progress)
     write_whole(out, lambda partial: table.to_parquet(partial, index=False))  # a Ctrl-C now leaves the earlier table whole
     print(f"{len(table)} combinations: {ran} run, {len(table) - ran} reused; table in {out}")
     return 0

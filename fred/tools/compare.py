@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import textwrap
 from pathlib import Path
 from typing import Callable, ContextManager, Sequence
@@ -18,22 +19,25 @@ from fred.runs.runner import RunResult
 from fred.scenario.loading import load_scenario
 from fred.scenario.schema import Scenario
 from fred.tools.plots import loss_curves, staleness_histograms
+from fred.tools.seeds import AVERAGED, SeedGroup, aggregated, by_seed, seed_table
+from fred.tools.seeds import flat as scenario_fields
 
 Watch = Callable[[Scenario], ContextManager[Callable[[float, int, float], None] | None]]
 
 
 def gather(
-    items: list[str], runs_root: Path, watch: Watch | None = None, sets: list[str] | None = None
+    items: list[str], runs_root: Path, watch: Watch | None = None, sets: list[str] | None = None,
+    seeds: list[int] | None = None,
 ) -> tuple[list[RunResult], int]:
     """Load run directories and the runs of sweep tables (``.parquet``, from ``fred sweep``); run
-    scenario files, with the overrides ``sets`` (``PATH=VALUE``), unless a finished run of the
-    same resolved scenario exists.
+    scenario files, with the overrides ``sets`` (``PATH=VALUE``), once with each of ``seeds``
+    if given, unless a finished run of the same resolved scenario exists.
 
     ``watch(scenario)`` gives each run made a progress callback (``fred run``'s), for the
     length of the run. Returns the results in order and how many had to be run.
     """
     _refuse_repeated_items(items)  # before running any: a.yaml given twice would run it first
-    _refuse_sets_on_runs(items, sets)
+    _refuse_sets_on_runs(items, sets, seeds)
     results, origins, ran = [], [], 0
     for item in items:
         path = Path(item)
@@ -42,13 +46,15 @@ def gather(
         elif path.suffix == ".parquet":
             loaded = sweep_runs(path)
         else:
-            scenario = load_scenario(path, sets)
-            done = finished_run(scenario, runs_root)
-            if done is None:
-                with watch(scenario) if watch is not None else contextlib.nullcontext() as progress:
-                    done = run(scenario, out=default_run_dir(scenario, runs_root), progress=progress)
-                ran += 1
-            loaded = [done]
+            loaded = []
+            for seed in seeds or [None]:
+                scenario = load_scenario(path, sets, seed)
+                done = finished_run(scenario, runs_root)
+                if done is None:
+                    with watch(scenario) if watch is not None else contextlib.nullcontext() as progress:
+                        done = run(scenario, out=default_run_dir(scenario, runs_root), progress=progress)
+                    ran += 1
+                loaded.append(done)
         results += [_comparable(result) for result in loaded]
         origins += [item] * len(loaded)
     _refuse_repeated_runs(results, origins)
@@ -56,13 +62,17 @@ def gather(
     return results, ran
 
 
-def _refuse_sets_on_runs(items: list[str], sets: list[str] | None) -> None:
+def _refuse_sets_on_runs(items: list[str], sets: list[str] | None, seeds: list[int] | None = None) -> None:
     """A finished run's scenario is the one it ran: overrides cannot apply to it, and comparing it
     unchanged beside overridden scenarios would compare what was not asked for."""
     finished = [item for item in items if Path(item).is_dir() or Path(item).suffix == ".parquet"]
-    if sets and finished:
-        raise ValueError(f"--set applies to scenario files, and {finished[0]} is a finished run (or a sweep's runs): "
-                         "give its scenario.yaml instead, or compare without --set")
+    for flag, given in (("--set", sets), ("--seeds", seeds)):
+        if given and finished:
+            raise ValueError(f"{flag} applies to scenario files, and {finished[0]} is a finished run (or a sweep's runs): "
+                             f"give its scenario.yaml instead, or compare without {flag}")
+    seeded = [item for item in sets or [] if item.partition("=")[0].strip() == "seed"]
+    if seeds and seeded:
+        raise ValueError(f"--set {seeded[0]} and --seeds both choose the seed: give the seeds with --seeds alone")
 
 
 def _comparable(result: RunResult) -> RunResult:
@@ -94,13 +104,19 @@ def _refuse_repeated_runs(results: list[RunResult], origins: list[str]) -> None:
 def _tell_apart(results: list[RunResult]) -> None:
     """Runs that would share a name in the table and the legends are named by what differs
     between their scenarios (``quickstart (seed=1)``), or by their directories if nothing does."""
-    by_title: dict[str, list[RunResult]] = {}
-    for result in results:
-        by_title.setdefault(result.title, []).append(result)
-    for title, same in by_title.items():
-        if len(same) < 2:
+    _name_apart(results, [scenario_fields(r.scenario.resolved()) for r in results])
+
+
+def _name_apart(items: Sequence[RunResult | SeedGroup], all_flats: list[dict[str, object]]) -> None:
+    """``_tell_apart`` for runs or groups of runs, each with its scenario as ``flats`` has it."""
+    by_title: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        by_title.setdefault(item.title, []).append(i)
+    for title, places in by_title.items():
+        if len(places) < 2:
             continue
-        flats = [_flat(r.scenario.resolved()) for r in same]
+        same = [items[i] for i in places]
+        flats = [all_flats[i] for i in places]
         # Fields every run has (one strategy's own hyper-parameters, absent from another's, are
         # told apart by strategy.name), in the scenarios' order with the strategy's name first.
         fields = [k for k in dict.fromkeys(k for flat in flats for k in flat) if all(k in flat for flat in flats)]
@@ -111,7 +127,7 @@ def _tell_apart(results: list[RunResult]) -> None:
             result.label = f"{title} ({', '.join(part for part in (said, where) if part)})"
 
 
-def _where_needed(same: list[RunResult], shown: list[str]) -> list[str]:
+def _where_needed(same: Sequence[RunResult | SeedGroup], shown: list[str]) -> list[str]:
     """For each run whose scenario says what another's says too, the end of its directory's path
     that tells them apart (``a/x`` and ``b/x``, where the names alone were ``x`` twice); else ''."""
     where = [""] * len(same)
@@ -131,16 +147,6 @@ def _distinct_tails(paths: list[Path | None]) -> list[str]:
         if len(set(tails)) == len(tails):
             return tails
     return tails  # only paths that are the same (refused before), or unknown
-
-
-def _flat(tree: object, prefix: str = "") -> dict[str, object]:
-    """A nested scenario as ``{"cluster.workers": 8, ...}``."""
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    out: dict[str, object] = {}
-    for key, value in tree.items():
-        out |= _flat(value, f"{prefix}.{key}" if prefix else str(key))
-    return out
 
 
 def sweep_runs(table_path: str | Path) -> list[RunResult]:
@@ -174,19 +180,31 @@ def _run_dir(recorded: Path, table_path: Path) -> Path:
 
 def compare(
     items: list[str], out: Path, runs_root: Path, target_loss: float | None = None, watch: Watch | None = None,
-    sets: list[str] | None = None,
+    sets: list[str] | None = None, seeds: list[int] | None = None, per_seed: bool = False,
 ) -> tuple[pd.DataFrame, int]:
     """Write ``comparison.csv`` and the plots under ``out``; returns the table and the runs made
-    (``sets``: overrides of every scenario file's fields, as ``fred run --set``)."""
+    (``sets``: overrides of every scenario file's fields, as ``fred run --set``; ``seeds``:
+    run each scenario file with each of these seeds).
+
+    Runs that differ only by their seed are one row, their numbers the mean and standard
+    deviation over the seeds (see :mod:`fred.tools.seeds`), and one curve in a band; with
+    ``per_seed``, or when no two runs differ only by their seed, a row and a curve per run.
+    """
     if target_loss is not None and math.isnan(target_loss):  # every run would be "never reached"
         raise ValueError("--target-loss nan: give the eval loss to reach, a number such as 0.3")
     runs_root = runs_folder(runs_root)
     out = output_dir(out)  # before running anything: a refused path would lose the runs' summary
-    results, ran = gather(items, runs_root, watch, sets)
-    table = pd.DataFrame([summary_row(r, target_loss) for r in results])
+    results, ran = gather(items, runs_root, watch, sets, seeds)
+    groups = [] if per_seed else by_seed(results)
+    shown: Sequence[RunResult | SeedGroup] = results
+    if aggregated(groups):
+        _name_apart(groups, [group.flat for group in groups])
+        table, shown = seed_table(groups, target_loss), groups
+    else:
+        table = pd.DataFrame([summary_row(r, target_loss) for r in results])
     write_whole(out / "comparison.csv", lambda partial: table.to_csv(partial, index=False))  # an earlier table or this one, whole
-    loss_curves(results, out, target_loss)
-    staleness_histograms(results, out)
+    loss_curves(shown, out, target_loss)
+    staleness_histograms(shown, out)
     return table, ran
 
 
@@ -194,10 +212,15 @@ def readable_bytes(count: float) -> str:
     """A byte count in decimal units, three significant digits: 1.4e9 as '1.4 GB'."""
     if not math.isfinite(count):
         return "-"
+    unit, scale = _byte_unit(count)
+    return f"{count / scale:.3g} {unit}" if scale > 1 else f"{count:.0f} B"
+
+
+def _byte_unit(count: float) -> tuple[str, float]:
     for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(count) >= scale:
-            return f"{count / scale:.3g} {unit}"
-    return f"{count:.0f} B"
+            return unit, scale
+    return "B", 1.0
 
 
 def readable_table(table: pd.DataFrame, width: int = 80) -> str:
@@ -221,6 +244,8 @@ Column = tuple[str, list[str], bool]  # header (a line break where it is two wor
 
 
 def _readable_columns(table: pd.DataFrame) -> list[Column]:
+    if "n_seeds" in table.columns:
+        return _seed_columns(table)
     target = table["target_loss"].iloc[0] if len(table) else math.nan
     columns = [
         ("run", table["run"].astype(str).tolist(), False),
@@ -244,6 +269,69 @@ def _readable_columns(table: pd.DataFrame) -> list[Column]:
         ("sent", [readable_bytes(x) for x in table["bytes_sent"]], True),
         ("staleness\nmean/p50/p99", ["-" if pd.isna(m) else f"{m:.3g} / {p:g} / {q:g}" for m, p, q in staleness], True),
     ]
+
+
+def _seed_columns(table: pd.DataFrame) -> list[Column]:
+    """The columns of a table of runs that differ only by seed, one row a group: each number as
+    mean ± sd over the group's seeds, as the run's own number is shown in a table of runs."""
+    target = table["target_loss"].iloc[0] if len(table) else math.nan
+    losses = ((table["final_loss_n"] > 0) | (table["status"] != "completed")).tolist()
+    percent = lambda v: f"{v:.1%}"  # noqa: E731
+    count = lambda v: f"{int(v):,}"  # noqa: E731
+    columns = [
+        ("run", table["run"].astype(str).tolist(), False),
+        ("strategy", table["strategy"].astype(str).tolist(), False),
+        ("workers", [f"{w}" for w in table["workers"]], True),
+        ("seeds", [f"{n}" for n in table["n_seeds"]], True),
+        ("status", table["status"].astype(str).tolist(), False),
+        ("final\nloss", _spread(table, "final_loss", lambda v: f"{v:.4g}"), True),
+        ("accuracy", _spread(table, "final_accuracy", percent, scale=0.01, unit="%"), True),
+        ("sim\ntime", _spread(table, "sim_time_s", _seconds, unit=" s"), True),
+        ("updates", _spread(table, "updates", count), True),
+    ]
+    if pd.notna(target):
+        columns += [
+            (f"time to\nloss {target:g}", _spread(table, "time_to_target_s", _seconds, unit=" s", missing=losses), True),
+            (f"updates to\nloss {target:g}", _spread(table, "updates_to_target", count, missing=losses), True),
+        ]
+    sent = [_with_sd(m, sd, readable_bytes, _byte_unit(m)[1], f" {_byte_unit(m)[0]}") if pd.notna(m) else "-"
+            for m, sd in zip(table["bytes_sent"], table["bytes_sent_sd"])]
+    staleness = [
+        "-" if pd.isna(row["staleness_mean"]) else " / ".join(
+            _with_sd(row[c], row[f"{c}_sd"], shown, sep="±") for c, shown in
+            (("staleness_mean", lambda v: f"{v:.3g}"), ("staleness_p50", lambda v: f"{v:g}"), ("staleness_p99", lambda v: f"{v:g}")))
+        for _, row in table.iterrows()
+    ]
+    return columns + [("sent", sent, True), ("staleness\nmean/p50/p99", staleness, True)]
+
+
+def _spread(
+    table: pd.DataFrame, column: str, alone: Callable[[float], str], scale: float = 1.0, unit: str = "",
+    missing: list[bool] | None = None,
+) -> list[str]:
+    """Each group's ``column`` as mean ± sd, with ``(k of n)`` where only k of its n seeds have
+    it; where none has it, "-", or "never" where ``missing`` says the seeds had losses."""
+    cells = []
+    for i, (mean, sd, have, seeds) in enumerate(zip(table[column], table[f"{column}_sd"], table[f"{column}_n"], table["n_seeds"])):
+        if have == 0:
+            cells.append("never" if missing is not None and missing[i] else "-")
+            continue
+        text = _with_sd(mean, sd, alone, scale, unit)
+        cells.append(text if have == seeds else f"{text} ({have} of {seeds})")
+    return cells
+
+
+def _with_sd(mean: float, sd: float, alone: Callable[[float], str], scale: float = 1.0, unit: str = "", sep: str = " ± ") -> str:
+    """``mean ± sd`` in ``unit`` (``scale`` to one of it), the mean to the decimal place of the
+    sd's second significant digit (five significant digits at most); the mean alone, as
+    ``alone`` writes it, where the sd is 0 (the same for every seed) or NaN (one seed)."""
+    if not sd > 0:
+        return alone(mean)
+    m, s = mean / scale, sd / scale
+    places = max(0, 1 - math.floor(math.log10(s)))
+    most = max(0, 4 - math.floor(math.log10(abs(m)))) if m != 0 else places
+    spread = f"{s:,.{places}f}" if places <= most else f"{s:.2g}"
+    return f"{m:,.{min(places, most)}f}{sep}{spread}{unit}"
 
 
 def _or_dash(value: float, shown: Callable[[float], str]) -> str:
@@ -286,6 +374,12 @@ def _notes(columns: list[Column]) -> list[str]:
     """What the table's words and units mean, said once under it, where it uses them."""
     cells = {cell for _, column, _ in columns for cell in column}
     notes = ["sent: bytes on the network, in decimal units (1 MB = 10^6 bytes, 1 GB = 10^9)"]
+    if any(header == "seeds" for header, _, _ in columns):
+        notes.append("seeds: runs that differ only by their seed, as one row; a ± b: the mean over the seeds ± their "
+                     "standard deviation (sample, n - 1); a number alone is the same for every seed")
+    if any(re.search(r"\(\d+ of \d+\)$", cell) for cell in cells):
+        notes.append("(k of n): over the k seeds that have the number; the others have none (diverged, or timing-only) "
+                     "or never reached the target loss")
     if "never" in cells:
         notes.append("never: the run's eval loss did not reach the target loss")
     if "-" in cells:

@@ -20,6 +20,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from matplotlib.transforms import ScaledTranslation, blended_transform_factory
 
 from fred.runs.paths import output_dir, write_whole
+from fred.tools.seeds import band
 
 COMMUNICATION = {"push", "fetch", "send", "allreduce", "lost"}  # a lost transfer was on the wire too
 # Drawing order: "other" first, underneath, as it holds conditions (a degraded link, a worker
@@ -50,12 +51,20 @@ def _label(result) -> str:
     return f"{title} ({', '.join(said)})" if said else title
 
 
+def _runs(item) -> list:
+    """The runs of a comparison's line: a run, or the runs of a group that differ only by seed."""
+    return list(getattr(item, "runs", [item]))
+
+
 def loss_curves(results: Sequence, out: Path, target_loss: float | None = None) -> list[Path]:
     """Eval loss against simulated time and against updates, one line per run that has losses
     (a timing-only run has none), and the target loss as a horizontal line; no figure when no
     run has losses. Both x axes are linear: a log axis drops update 0 and squeezes the late
-    updates into what looks like a plateau."""
-    with_losses = [r for r in results if r.metrics["eval_loss"].notna().any()]
+    updates into what looks like a plateau.
+
+    A group of runs that differ only by seed (:class:`fred.tools.seeds.SeedGroup`) is one line,
+    the mean of its runs' curves, in a band from the least to the greatest of them."""
+    with_losses = [r for r in results if any(run.metrics["eval_loss"].notna().any() for run in _runs(r))]
     if not with_losses:
         return []
     written = []
@@ -63,7 +72,13 @@ def loss_curves(results: Sequence, out: Path, target_loss: float | None = None) 
         fig = Figure(figsize=(7, 4.5))
         ax = fig.subplots()
         for i, r in enumerate(with_losses):
-            ax.plot(r.metrics[x], r.metrics["eval_loss"], marker=".", label=_label(r), **_line_style(i))
+            if len(_runs(r)) > 1:
+                _band(ax, r, x, _line_style(i))
+            else:
+                run = _runs(r)[0]
+                ax.plot(run.metrics[x], run.metrics["eval_loss"], marker=".", label=_label(r), **_line_style(i))
+        if any(len(_runs(r)) > 1 for r in with_losses):  # said once, in the legend, beside the lines
+            ax.fill_between([], [], [], color="0.5", alpha=BAND_ALPHA, linewidth=0, label="band: least to greatest of the seeds")
         if target_loss is not None:
             ax.axhline(target_loss, color="0.25", linestyle=(0, (5, 3)), linewidth=1, label=f"target loss {target_loss:g}")
         ax.set(xlabel=xlabel, ylabel="eval loss", yscale="log", title=f"eval loss vs {xlabel}")
@@ -73,6 +88,16 @@ def loss_curves(results: Sequence, out: Path, target_loss: float | None = None) 
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: never over a curve
         written += _save(fig, out, stem)
     return written
+
+
+BAND_ALPHA = 0.2
+
+
+def _band(ax, group, x: str, style: dict[str, str]) -> None:
+    """A group's mean curve, and its seeds' range as a band of the line's colour."""
+    grid, mean, low, high = band(group.runs, x)
+    ax.plot(grid, mean, label=f"{_label(group)}: mean of {len(group.runs)} seeds", **style)
+    ax.fill_between(grid, low, high, color=style["color"], alpha=BAND_ALPHA, linewidth=0)
 
 
 def _plain_log_labels(axis) -> None:
@@ -94,7 +119,9 @@ HISTOGRAMS_PER_ROW = 4
 
 
 def staleness_histograms(results: Sequence, out: Path) -> list[Path]:
-    """One staleness histogram per run, four to a row (one row of 190 runs' made a PNG 66,000 px wide)."""
+    """One staleness histogram per run, four to a row (one row of 190 runs' made a PNG 66,000 px wide).
+    A group of runs that differ only by seed has one: the mean count per seed, and whiskers
+    from the least to the greatest seed's."""
     columns = max(1, min(len(results), HISTOGRAMS_PER_ROW))
     rows = -(-len(results) // columns)
     fig = Figure(figsize=(3.5 * columns, 3.2 * rows))
@@ -102,8 +129,14 @@ def staleness_histograms(results: Sequence, out: Path) -> list[Path]:
     for ax in axes.flat[len(results):]:
         ax.set_visible(False)
     for ax, r in zip(axes.flat, results):
-        _staleness_histogram(ax, r.updates["staleness"].to_numpy(dtype=float))
-        ax.set_title(textwrap.fill(_label(r), 45), fontsize=8)  # side by side: no overlap
+        runs = _runs(r)
+        if len(runs) > 1:
+            _staleness_over_seeds(ax, [run.updates["staleness"].to_numpy(dtype=float) for run in runs])
+            title = f"{_label(r)}, {len(runs)} seeds"
+        else:
+            _staleness_histogram(ax, runs[0].updates["staleness"].to_numpy(dtype=float))
+            title = _label(r)
+        ax.set_title(textwrap.fill(title, 45), fontsize=8)  # side by side: no overlap
     fig.tight_layout()
     return _save(fig, out, "staleness")
 
@@ -120,6 +153,27 @@ def _staleness_histogram(ax, staleness: np.ndarray) -> None:
     ax.hist(staleness, bins=np.arange(-0.5, top + 1.5), rwidth=0.85, color=COLOURS["compute"])
     ax.set_xlim(-0.75, max(top, 4) + 0.75)  # a lone bar at 0 stays a bar, not the whole panel
     ax.text(0.97, 0.95, f"mean {staleness.mean():.2f}\nmax {top}", transform=ax.transAxes, ha="right", va="top", fontsize=8)
+
+
+def _staleness_over_seeds(ax, per_seed: list[np.ndarray]) -> None:
+    """The seeds' staleness histograms as one: bars of the mean count per seed, whiskers from
+    the least seed's count to the greatest's; the mean and max said are over all the seeds' gradients."""
+    ax.set(xlabel="staleness (model versions behind)", ylabel="gradients applied, mean per seed")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    pooled = np.concatenate(per_seed)
+    if not len(pooled):
+        ax.text(0.5, 0.5, "no gradients applied", transform=ax.transAxes, ha="center", va="center")
+        return
+    top = int(pooled.max())
+    values = np.arange(top + 1)
+    counts = np.array([np.bincount(s.astype(int), minlength=top + 1) for s in per_seed])
+    mean = counts.mean(axis=0)
+    ax.bar(values, mean, width=0.85, color=COLOURS["compute"])
+    ax.errorbar(values, mean, yerr=[mean - counts.min(axis=0), counts.max(axis=0) - mean], fmt="none", ecolor="0.2",
+                elinewidth=1, capsize=2)
+    ax.set_xlim(-0.75, max(top, 4) + 0.75)
+    ax.text(0.97, 0.95, f"mean {pooled.mean():.2f}\nmax {top}\nwhiskers: least to\ngreatest seed", transform=ax.transAxes,
+            ha="right", va="top", fontsize=8)
 
 
 MAX_EVENTS = 20_000  # more in the window, and each row shows shares per pixel column instead of single bars
@@ -186,6 +240,7 @@ def _group(kinds: np.ndarray) -> np.ndarray:
     grouped[np.isin(kinds, list(COMMUNICATION))] = "communicate"
     for same in ("compute", "wait"):
         grouped[kinds == same] = same
+    grouped[kinds == "host"] = "compute"  # a step's host part, off a shared device
     return grouped
 
 
@@ -199,6 +254,7 @@ def _in_window(events: pd.DataFrame, entities: list[str], start_s: float, end_s:
         "row": rows, "group": _group(events["kind"].astype(str).to_numpy()[inside]),
         "start": np.maximum(start[inside], start_s), "end": np.minimum(end[inside], end_s),
         "length": end[inside] - start[inside],
+        "step": events["kind"].astype(str).to_numpy()[inside] == "compute",  # a host part is not a step of its own
     })
 
 
@@ -276,7 +332,7 @@ def _annotate_rows(ax, shown: pd.DataFrame, window_s: float) -> None:
     """Beside each row, its share of the window in each activity and its mean compute step;
     a row whose steps are much longer than the median is marked, label and all."""
     durations = (shown["end"] - shown["start"]).groupby([shown["row"], shown["group"]]).sum()
-    computes = shown[(shown["group"] == "compute") & (shown["length"] > 0)].groupby("row")["length"]
+    computes = shown[shown["step"] & (shown["length"] > 0)].groupby("row")["length"]
     steps, counts = computes.mean(), computes.size()
     median = float(steps.median()) if len(steps) else math.nan
     at = blended_transform_factory(ax.transAxes, ax.transData)

@@ -54,6 +54,16 @@ def parse_grid(items: list[str]) -> dict[str, list[Any]]:
     return grid
 
 
+def with_seeds(grid: dict[str, list[Any]], seeds: list[int], sets: Sequence[str] = ()) -> dict[str, list[Any]]:
+    """The grid with ``seed`` as its last field (``--seeds``): every combination once per seed."""
+    if "seed" in grid:
+        raise ScenarioError(["--seeds and --grid seed=... both give the seeds; give them once, with either"], "--seeds")
+    seeded = [item for item in sets if item.partition("=")[0].strip() == "seed"]
+    if seeded:
+        raise ScenarioError([f"--set {seeded[0]} and --seeds both choose the seed; give the seeds with --seeds alone"], "--seeds")
+    return {**grid, "seed": list(seeds)}
+
+
 def _grid_values(item: str, values: str) -> list[Any]:
     """The parsed values of one ``--grid``, read as one YAML flow list (so a value may be a list,
     ``model.hidden=[64, 32],[128]``): none empty (write ``null`` for None), none twice."""
