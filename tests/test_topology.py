@@ -20,11 +20,12 @@ INTRA = dict(latency_s=2e-6, bandwidth_bps=1e11)
 
 
 def cluster(workers: int, devices_per_node: int = 1, workers_per_device: int = 1, faults=None,
-            sharing: str = "fair") -> Simulation:
+            sharing: str = "fair", host_overhead_s: float = 0.0) -> Simulation:
     net = Network(NetworkConfig(intra_node=INTRA, sharing=sharing, **NIC), workers_per_device, devices_per_node)
     crew = [Worker(i, lambda: np.arange(1)) for i in range(workers)]
     scenario = fred.validate(tiny(cluster={"workers": workers, "devices_per_node": devices_per_node,
-                                           "workers_per_device": workers_per_device}))
+                                           "workers_per_device": workers_per_device,
+                                           "compute": {"host_overhead_s": host_overhead_s}}))
     return Simulation(simpy.Environment(), crew, net, ComputeModel(scenario), None, None, 0, 0,  # type: ignore[arg-type]
                       faults=faults)
 
@@ -76,6 +77,31 @@ def test_workers_on_one_device_take_turns_computing():
     sim.env.run()
     assert done == pytest.approx({0: step_s, 1: 2 * step_s, 2: step_s, 3: 2 * step_s}, rel=1e-12)
     assert [(e, s) for e, s, _ in waits] == [("worker1", 0.0), ("worker3", 0.0)]  # the second of each device waited
+
+
+@pytest.mark.parametrize("workers_per_device", [1, 2, 4])
+def test_host_overhead_runs_off_a_shared_device_beside_the_others_device_time(workers_per_device):
+    """k processes, each step 0.01 s on the device and 0.004 s on the host, for three steps each:
+    the host parts overlap the others' device time, so the device is the bottleneck when
+    k * 0.01 >= 0.01 + 0.004 and each process then steps every k * 0.01 s."""
+    sim = cluster(workers_per_device, workers_per_device=workers_per_device, host_overhead_s=0.004)
+    device_s, host_s = 0.01, 0.004
+    done = {}
+
+    def steps(w):
+        for _ in range(3):
+            yield from sim.compute(w, None)
+        done[w.index] = sim.now
+
+    for w in sim.workers:
+        sim.process(steps(w))
+    sim.env.run()
+    if workers_per_device == 1:  # no sharing: host and device time add, as on a flat cluster
+        assert done == pytest.approx({0: 3 * (device_s + host_s)}, rel=1e-12)
+    else:  # all start their host part at 0; then the device serves them in turn, 3 rounds of k
+        k = workers_per_device
+        assert max(done.values()) == pytest.approx(host_s + 3 * k * device_s, rel=1e-12)
+        assert min(done.values()) == pytest.approx(host_s + 2 * k * device_s + device_s, rel=1e-12)
 
 
 def test_degrading_a_worker_on_a_shared_nic_degrades_its_node():

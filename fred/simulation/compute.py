@@ -51,8 +51,9 @@ class ComputeModel:
                 speed = new
         return speed
 
-    def duration_s(self, worker: int, now_s: float = 0.0) -> float:
-        """The duration of ``worker``'s gradient step starting at ``now_s``."""
+    def duration_s(self, worker: int, now_s: float = 0.0, with_host: bool = True) -> float:
+        """The duration of ``worker``'s gradient step starting at ``now_s``, its host overhead
+        included unless ``with_host`` is false (a shared device's turn, spent after it)."""
         seconds = self.base_step_s * self.scale[worker]
         if self.changes:
             seconds *= self.base_speed[worker] / self.speed_at(worker, now_s)
@@ -63,7 +64,7 @@ class ComputeModel:
         seconds += self.delay_s[worker]
         if self.straggle.probability > 0 and self._stream(worker).random() < self.straggle.probability:
             seconds += self.straggle.delay_s
-        return float(seconds + self.host_overhead_s) if self.host_overhead_s else float(seconds)
+        return float(seconds + self.host_overhead_s) if self.host_overhead_s and with_host else float(seconds)
 
     def _stream(self, worker: int) -> np.random.Generator:
         """The worker's own stream: its draws depend on its path alone, not on when it was made."""

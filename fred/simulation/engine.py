@@ -108,7 +108,9 @@ class GradientService:
         # parameters (by identity; each request holds them) and batch size. Served in worker order.
         self._pending: dict[tuple[int, int], list[_GradientRequest]] = {}
         # On the numerics tape as "gradients": replay rebuilds it from the run's scenario.
-        self._gradients = op("gradients")(lambda params, rows, shards: numerics.gradients(params, dataset, rows, shards))
+        self._gradients = op("gradients")(
+            lambda params, rows, shards, starts=None: numerics.gradients(params, dataset, rows, shards, starts)
+        )
 
     def request(self, params: Params, rows: np.ndarray, worker: int = 0) -> _GradientRequest:
         req = _GradientRequest(params, rows, worker)
@@ -138,7 +140,9 @@ class GradientService:
         for start in range(0, len(same), per_call):
             group = same[start : start + per_call]
             rows = np.concatenate([r.rows for r in group])
-            for req, part in zip(group, parts_of(self._gradients(first.params, rows, len(group)), len(group), len(first.rows))):
+            starts = self.numerics.starts([r.worker for r in group], len(first.rows))  # None: not needed
+            result = self._gradients(first.params, rows, len(group), starts)
+            for req, part in zip(group, parts_of(result, len(group), len(first.rows), starts)):
                 req.result = part
             tape = active_tape()
             if tape is not None:  # replay reports real step times next to these simulated ones
@@ -335,6 +339,10 @@ class Simulation:
         timing-only run) it draws no batch and returns ``None``: the time is charged
         all the same, because durations never depend on the numbers. ``started`` is
         told the duration when the step begins on its device.
+
+        On a device shared by several workers, the step's host overhead is spent first (a
+        ``host`` event) without holding the device; then the worker takes its turn on the
+        device (``wait`` while others hold it) for the rest of the step.
         """
         self._own(worker)
         request = self.gradients.request(params, worker.next_batch(), worker.index) if self.gradients else None
@@ -342,9 +350,14 @@ class Simulation:
             if self._devices is None:
                 yield from self._step(worker, request, duration_s, started)
             else:
+                # The host's part (framework, copies, data loading) runs off the device, beside
+                # the other processes' device time; only the rest holds the device.
+                host_s = self.compute_model.host_overhead_s if duration_s is None else 0.0
+                if host_s:
+                    yield from self.work(worker.name, host_s, kind="host")
                 with self._devices[worker.index // self.network.workers_per_device].request() as turn:
                     yield from self.wait_for(worker.name, turn)
-                    yield from self._step(worker, request, duration_s, started)
+                    yield from self._step(worker, request, duration_s, started, with_host=False)
         except simpy.Interrupt:
             if request is not None:
                 self.gradients.cancel(request)  # type: ignore[union-attr]
@@ -357,11 +370,12 @@ class Simulation:
         return grad
 
     def _step(self, worker: Worker, request: Any, duration_s: float | None,
-              started: Callable[[float], None] | None = None) -> Generator[simpy.Event, Any, None]:
-        """The step's time on its device, drawn as it starts (speed changes are in simulated time)."""
+              started: Callable[[float], None] | None = None, with_host: bool = True) -> Generator[simpy.Event, Any, None]:
+        """The step's time on its device, drawn as it starts (speed changes are in simulated time);
+        ``with_host`` adds the host overhead when it was not spent before the device's turn."""
         start = self.now
         if duration_s is None:
-            duration_s = self.compute_model.duration_s(worker.index, self.now)
+            duration_s = self.compute_model.duration_s(worker.index, self.now, with_host)
         if request is not None:
             request.duration_s = duration_s
         if started is not None:
