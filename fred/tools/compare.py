@@ -19,7 +19,7 @@ from fred.runs.runner import RunResult
 from fred.scenario.loading import load_scenario
 from fred.scenario.schema import Scenario
 from fred.tools.plots import loss_curves, staleness_histograms
-from fred.tools.seeds import AVERAGED, SeedGroup, aggregated, by_seed, seed_table
+from fred.tools.seeds import SeedGroup, aggregated, by_seed, seed_table
 from fred.tools.seeds import flat as scenario_fields
 
 Watch = Callable[[Scenario], ContextManager[Callable[[float, int, float], None] | None]]

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -67,7 +69,8 @@ class SeedGroup:
         return self.runs[0].summary
 
     @property
-    def path(self):
+    def path(self) -> Path | None:
+        """The first run's directory: what tells apart groups that nothing else does."""
         return self.runs[0].path
 
     @property
@@ -85,9 +88,10 @@ def flat(tree: object, prefix: str = "") -> dict[str, object]:
     return out
 
 
-def _name_pattern(name: str, seed: int) -> str:
-    """The name with its seed's number, standing alone, as ``*``: ``lr3-s1`` with seed 1 is ``lr3-s*``."""
-    return re.sub(rf"(?<!\d){seed}(?!\d)", "*", name)
+def _name_patterns(name: str, seed: int) -> set[str]:
+    """The name with one of its seed's numbers, standing alone, as ``*``: ``lr1-s1`` of seed 1
+    is ``lr*-s1`` or ``lr1-s*``."""
+    return {name[: m.start()] + "*" + name[m.end():] for m in re.finditer(rf"(?<!\d){seed}(?!\d)", name)}
 
 
 def by_seed(results: Sequence[RunResult]) -> list[SeedGroup]:
@@ -120,14 +124,22 @@ def by_seed(results: Sequence[RunResult]) -> list[SeedGroup]:
 
 def _by_name_pattern(named: dict[str, list[RunResult]]) -> dict[str, list[RunResult]]:
     """Runs of one scenario but seed, by name; names that differ only by their runs' seeds
-    (``lr3-s0`` of seed 0, ``lr3-s1`` of seed 1) as one, under their pattern (``lr3-s*``)."""
-    merged: dict[str, list[tuple[str, RunResult]]] = {}
+    (``lr1-s0`` of seed 0, ``lr1-s1`` of seed 1) as one, under their pattern (``lr1-s*``)."""
+    merged: list[tuple[set[str], list[tuple[str, RunResult]]]] = []  # patterns all its names share, its runs
     for name, runs in named.items():
-        patterns = {_name_pattern(name, run.scenario.seed) for run in runs}
-        tag = patterns.pop() if len(patterns) == 1 else name
-        merged.setdefault(tag, []).extend((name, run) for run in runs)
-    return {(members[0][0] if len({n for n, _ in members}) == 1 else tag): [run for _, run in members]
-            for tag, members in merged.items()}
+        seeds = {run.scenario.seed for run in runs}
+        patterns = _name_patterns(name, seeds.pop()) if len(seeds) == 1 else set()
+        joined = next((entry for entry in merged if entry[0] & patterns), None)
+        if joined is None:
+            merged.append((patterns, [(name, run) for run in runs]))
+        else:
+            joined[0].intersection_update(patterns)
+            joined[1].extend((name, run) for run in runs)
+    out: dict[str, list[RunResult]] = {}
+    for patterns, members in merged:
+        names = list(dict.fromkeys(name for name, _ in members))
+        out[names[0] if len(names) == 1 else min(patterns)] = [run for _, run in members]
+    return out
 
 
 def _refuse_repeated_seeds(runs: list[RunResult]) -> None:
