@@ -2,8 +2,14 @@
 
     every node i, forever, at its own pace:
         g <- gradient at x_i as read when the step began
-        x_i <- x_i - lr * g                      (x_i may have been averaged meanwhile)
         pick a random neighbour j; atomically: x_i, x_j <- (x_i + x_j) / 2
+        x_i <- x_i - lr * g                      (x_i may have been averaged meanwhile)
+
+That is Lian et al. (2018)'s order (``order: average_then_step``, the default): the
+gradient is taken at the model read before the average and applied to the averaged one.
+``order: step_then_average`` applies it first and then averages, so the neighbour gets
+half of this node's step. The exchange's timing is the same; the update is recorded when
+the step is applied (after the exchange by default), so its staleness counts the average.
 
 The exchange locks both nodes (lower index first, so two exchanges never deadlock) and
 moves one parameter copy each way. A node's version counts its gradient steps and the
@@ -39,6 +45,10 @@ class ADPSGD(StrategyConfig):
     applies_optimizer = True
     lr: float = Field(default=0.1, ge=0)
     topology: Literal["ring", "complete"] = "ring"
+    order: Literal["average_then_step", "step_then_average"] = Field(
+        default="average_then_step", description="average_then_step: average with the neighbour, then apply the "
+        "gradient taken before (Lian et al. 2018); step_then_average: apply it, then average"
+    )
 
     def model_copies_per_worker(self) -> int:
         return 4  # a replica per worker, its gradient, and the copies it sends and receives
@@ -90,15 +100,21 @@ def start(sim: Simulation, config: ADPSGD):
 
     def node(w: Worker):
         choose = rng.stream(sim.seed, "adpsgd", w.index)
-        while True:
-            read = versions[w.index]
-            g = yield from sim.compute(w, models[w.index])
+        def apply(g, read: int) -> None:
             models[w.index], opt_states[w.index] = step(models[w.index], opt_states[w.index], g.grad, g.count)
             sim.applied([(w.index, read)], versions[w.index])
             versions[w.index] += 1
+
+        while True:
+            read = versions[w.index]
+            g = yield from sim.compute(w, models[w.index])
+            if config.order == "step_then_average":
+                apply(g, read)
             peers = neighbours(w.index)
             if peers:
                 yield from exchange(w, peers[int(choose.integers(len(peers)))])
+            if config.order == "average_then_step":
+                apply(g, read)
 
     for w in sim.workers:
         sim.process(node(w))

@@ -1,9 +1,17 @@
 """D-PSGD (Lian et al. 2017; the SGP paper's baseline): decentralised SGD with symmetric mixing.
 
     every node i, iteration k:
-        g <- gradient at x_i;   x_i <- x_i - lr * g
+        g <- gradient at x_i
         send x_i to its neighbours of iteration k; receive theirs
         x_i <- the average of x_i and what it received      (symmetric, doubly stochastic)
+        x_i <- x_i - lr * g
+
+That is Lian et al.'s x_{k+1} = W x_k - lr g(x_k) (``order: average_then_step``, the
+default): the models are averaged and each node then steps with its own gradient, taken
+at its model before the average. ``order: step_then_average`` steps first and sends
+x_i - lr g, as SGP does, so the neighbours' gradients are averaged in too: W (x_k - lr g).
+Both keep the mean over nodes moving by -lr times the mean gradient (W is doubly
+stochastic); they differ in each node's own x_i. The schedule is the same.
 
 ``topology: ring`` (default): both ring neighbours every iteration, weights 1/3.
 ``topology: bipartite_exponential``: the SGP authors' one-peer graph (their
@@ -30,7 +38,7 @@ from pydantic import Field
 from fred.scenario.registry import register
 from fred.scenario.schema import Scenario, StrategyConfig
 from fred.simulation.engine import Simulation
-from strategies.sgp import SGP, run_push_sum
+from strategies.sgp import SGP, Order, run_push_sum
 
 
 class DPSGD(StrategyConfig):
@@ -44,6 +52,11 @@ class DPSGD(StrategyConfig):
     exchange: Literal["nonblocking", "blocking"] = Field(
         default="nonblocking", description="blocking: an odd node sends then receives, an even node receives "
         "then sends, each send blocking until delivered (the SGP authors' PushPull gossiper)"
+    )
+
+    order: Order = Field(
+        default="average_then_step", description="average_then_step: Lian et al.'s x <- W x - lr g(x); "
+        "step_then_average: W (x - lr g), as SGP (the neighbours' gradients are mixed in)"
     )
 
     def check(self, scenario: Scenario) -> None:
@@ -101,4 +114,4 @@ def start(sim: Simulation, config: DPSGD):
     n = len(sim.workers)
     shares = bipartite_mixing(n) if config.topology == "bipartite_exponential" else ring_mixing(n)
     passive = (lambda i: i % 2 == 0) if config.exchange == "blocking" else None
-    return run_push_sum(sim, as_sgp, debiased=False, shares=shares, passive=passive).average
+    return run_push_sum(sim, as_sgp, debiased=False, shares=shares, passive=passive, order=config.order).average

@@ -5,17 +5,26 @@ asynchronous between groups.
     2. sort workers by speed (probe seconds per iteration); cut them into groups of
        group_size (or into `groups` groups)
     3. in a group, each round: gradients at the parameters each member last fetched,
-       averaged by ring all-reduce (the group waits for its slowest member)
-    4. the group's leader pushes the average; the server applies it at once
+       summed by ring all-reduce (the group waits for its slowest member)
+    4. the group's leader pushes the group's update; the server applies it at once
        (staleness: updates since the members' fetch); every member fetches afresh
+       group_update: mean:  theta <- theta - lr * (g_1 + ... + g_k) / k
+                     sum:   theta <- theta - lr * (g_1 + ... + g_k)
+       (g_m: member m's mean gradient over its batch; mean is one large-batch step of the
+       group's k b examples, sum gives each example the weight it has in ASGD)
     regroup_every_s: re-measure each worker's seconds per step over the last window and
     regroup, for speeds that drift
 
 The probe is timed compute only by default (``keep_probe_updates: false``): it measures
 speed without consuming training data or moving the model, so runs with and without it
 train on the same batches. With ``keep_probe_updates: true`` the probe is ASGD against the
-server and its updates stay. One group of all workers is SSGD on a parameter server and
-groups of one are ASGD, bit for bit (tested).
+server and its updates stay. One group of all workers is SSGD on a parameter server
+(``group_update: mean``) and groups of one are ASGD (either), bit for bit (tested).
+
+The paper does not say whether a group's gradients are summed or averaged before the push
+(only that each group's update "contain[s] the computation results of multiple nodes"). At
+one learning rate the two differ by the group size k in step length, which alone can decide
+a comparison with ASGD, so both are offered; ``mean`` is the default.
 
 Faults: a group's all-reduce and the regrouping barrier go on without a crashed worker
 once it is given up on (``faults.sync_timeout_s``); the group's leader is its first
@@ -54,6 +63,10 @@ class GroupedHybrid(StrategyConfig):
     group_size: int | None = Field(default=None, ge=1, description="workers per group (default 3)")
     groups: int | None = Field(default=None, ge=1, description="or: the number of groups")
     regroup_every_s: float | None = Field(default=None, gt=0)
+    group_update: Literal["mean", "sum"] = Field(
+        default="mean", description="mean: one step on the group's average gradient (SSGD's, for a group of all); "
+        "sum: one step on the sum of the members' mean gradients (k times as long; the paper does not say which)"
+    )
 
     def has_server(self) -> bool:
         return True  # the group leaders push to it and fetch from it; it does not model a crash
@@ -123,6 +136,10 @@ def start(sim: Simulation, config: GroupedHybrid):
     plan = Plan(counts=[0] * n, busy_s=[0.0] * n)
 
     def apply(contributions: list[Contribution], grad: GradSum) -> None:
+        if config.group_update == "sum" and len(contributions) > 1:
+            # the members' batches are of one size b, so the sum of their means is the total over b
+            per, left = divmod(grad.count, len(contributions))
+            grad = GradSum(grad.grad, grad.loss, per if not left else grad.count / len(contributions))  # type: ignore[arg-type]
         server.params, state["rule"] = rule.apply(server.params, state["rule"], [grad], [0])
         sim.applied(contributions, server.version)
         server.version += 1

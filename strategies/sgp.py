@@ -44,6 +44,7 @@ from fred.scenario.schema import Scenario, StrategyConfig
 from fred.simulation.engine import Simulation, Worker
 
 Matrix = list[list[float]]
+Order = Literal["step_then_average", "average_then_step"]
 
 
 class SGP(StrategyConfig):
@@ -195,14 +196,21 @@ def run_push_sum(
     debiased: bool = True,
     shares: Callable[[int, int], list[tuple[int, float]]] | None = None,
     passive: Callable[[int], bool] | None = None,
+    order: Order = "step_then_average",
 ) -> PushSum:
     """Start push-sum SGD on every worker; a node waits only for shares ``overlap`` iterations old.
 
     Sends are non-blocking unless ``passive`` is given: then they block, as a blocking
     send-then-receive exchange does, and node ``i`` sends first and then receives when
     ``passive(i)`` is false, and receives first and then sends when it is true.
+
+    ``order``: ``step_then_average`` (SGP's) sends shares of x_i - lr g, so the gradients are
+    mixed too; ``average_then_step`` (D-PSGD's, Lian et al. 2017: x_{k+1} = W x_k - lr g(x_k))
+    sends shares of x_i and steps the mixed x_i with the gradient taken before the mix. The
+    schedule (compute, then exchange) and the messages are the same; only the numbers differ.
     """
     n = len(sim.workers)
+    step_after_mix = order == "average_then_step"
     planned = shares or mixing(config, n)
     all_senders = in_neighbours(planned, n)
     opt = optimizer_for(config)
@@ -273,8 +281,8 @@ def run_push_sum(
             k = node.iteration
             g = yield from sim.compute(w, state.z(node))
             # g is None in a timing-only run: the same messages and weights, with no parameters in them.
-            x_half = None
-            if g is not None:  # the optimizer steps the numerator x_i with the gradient at z_i (the paper's)
+            x_half = node.x
+            if g is not None and not step_after_mix:  # the optimizer steps the numerator x_i with the gradient at z_i (the paper's)
                 x_half, node.opt = step(node.x, node.opt, g.grad, g.count)
             own: list[tuple[Params | None, float]] = []  # none when p_ii = 0: it gives all of x_i away
             outgoing = []
@@ -293,6 +301,8 @@ def run_push_sum(
                          "self weight and its in-neighbours crashed; give the node a self weight (p_ii > 0)")
                 return
             node.x = None if x_half is None else tree_sum(parts) if len(parts) > 1 else parts[0]
+            if g is not None and step_after_mix:
+                node.x, node.opt = step(node.x, node.opt, g.grad, g.count)
             node.w = sum(weight for _, weight in own) + sum(weight for _, _, _, weight in arrived)
             node.iteration += 1
             sim.applied([(w.index, k)], k)  # the node's model has taken its step and its mix

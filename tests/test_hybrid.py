@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,9 +24,26 @@ def test_one_group_of_everyone_is_ssgd_on_a_parameter_server(probe):
     assert hybrid == sha(strategy={"name": "ssgd", "aggregation": "ps", "lr": 0.1})
 
 
-def test_groups_of_one_are_asgd():
-    hybrid = sha(strategy={"name": "grouped_hybrid", "lr": 0.1, "group_size": 1, "probe_iterations": 0})
+@pytest.mark.parametrize("update", ["mean", "sum"])
+def test_groups_of_one_are_asgd(update):
+    hybrid = sha(strategy={"name": "grouped_hybrid", "lr": 0.1, "group_size": 1, "probe_iterations": 0, "group_update": update})
     assert hybrid == sha(strategy={"name": "asgd", "lr": 0.1})
+
+
+def test_the_group_update_is_the_mean_unless_asked_for_the_sum():
+    assert validate(tiny(strategy={"name": "grouped_hybrid"})).strategy.group_update == "mean"
+
+
+def test_a_summed_group_update_of_everyone_is_ssgd_at_n_times_the_learning_rate():
+    # sum: lr * (g_1 + ... + g_n) with g_m each member's mean gradient = (n lr) * their mean.
+    # Equal in exact arithmetic; the division happens in another place, so float32 rounding differs.
+    hybrid = fred.run(tiny(stop=STOP, strategy={"name": "grouped_hybrid", "lr": 0.025, "group_size": 4,
+                                                "probe_iterations": 0, "group_update": "sum"}))
+    ssgd = fred.run(tiny(stop=STOP, strategy={"name": "ssgd", "aggregation": "ps", "lr": 0.1}))
+    mean = fred.run(tiny(stop=STOP, strategy={"name": "grouped_hybrid", "lr": 0.025, "group_size": 4, "probe_iterations": 0}))
+    for name in ssgd.params:
+        np.testing.assert_allclose(hybrid.params[name], ssgd.params[name], rtol=1e-4, atol=1e-6)
+        assert not np.allclose(mean.params[name], ssgd.params[name], rtol=1e-3, atol=1e-5)
 
 
 @settings(max_examples=6, deadline=None)
