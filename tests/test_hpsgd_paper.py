@@ -1,0 +1,96 @@
+"""HPSGD in the paper's setting: the per-step barrier, the scenarios' constants, and the
+validation section (scenarios/hpsgd/validation.py)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import fred
+from fred.scenario.loading import load_scenario
+from scenarios.hpsgd import validation
+from tests.conftest import tiny
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = sorted((ROOT / "scenarios" / "hpsgd").glob("paper_*.yaml"))
+
+
+def starts(result: fred.RunResult) -> dict[str, list[float]]:
+    steps = result.events[result.events["kind"] == "compute"]
+    return {w: list(g["start_s"]) for w, g in steps.groupby("entity")}
+
+
+def straggling(barrier: bool) -> fred.RunResult:
+    return fred.run(tiny(strategy={"name": "hpsgd", "barrier": barrier},
+                         cluster={"workers": 4, "stragglers": [{"worker": 1, "slow_factor": 2}]},
+                         stop={"max_updates": 10}))
+
+
+def test_with_the_barrier_every_worker_starts_each_step_together():
+    begun = starts(straggling(barrier=True))
+    steps = min(len(s) for s in begun.values())
+    for k in range(steps):
+        assert len({s[k] for s in begun.values()}) == 1, k
+    assert all(len(s) in (steps, steps + 1) for s in begun.values())
+
+
+def test_without_the_barrier_a_fast_worker_does_not_wait_for_a_slow_one():
+    begun = starts(straggling(barrier=False))
+    assert len(begun["worker0"]) == 2 * len(begun["worker1"]) or len(begun["worker0"]) > len(begun["worker1"]) + 2
+    assert straggling(barrier=False).scenario.strategy.barrier is False  # the default is today's
+
+
+def test_the_barrier_never_waits_for_the_synchronisation():
+    # Links so slow that one all-reduce spans many steps: Pt keeps stepping at the compute's pace.
+    result = fred.run(tiny(strategy={"name": "hpsgd", "barrier": True}, cluster={"workers": 4},
+                           workload={"param_bytes": 50_000_000}, stop={"max_sim_time_s": 1.0}))
+    step_s = 0.01
+    begun = starts(result)["worker0"]
+    assert begun[5] == pytest.approx(5 * step_s)
+    reduces = result.events[(result.events["kind"] == "allreduce") & (result.events["entity"] == "worker0")]
+    assert (reduces["end_s"] - reduces["start_s"]).min() > 5 * step_s
+
+
+def test_the_paper_scenarios_carry_the_derived_constants():
+    param_bytes, flops = validation.cifar_resnet101()
+    assert param_bytes == 4 * 42_512_970  # the CIFAR-10 ResNet-101's published parameter count
+    assert len(PAPER) == 9
+    for path in PAPER:
+        s = load_scenario(path)
+        n = s.cluster.workers
+        assert (s.cluster.workers_per_device, s.cluster.devices_per_node) == (n // 4, 4), path
+        assert s.workload.param_bytes == param_bytes and s.workload.flops_per_example == pytest.approx(flops, rel=1e-9)
+        assert s.cluster.compute.device_flops == pytest.approx(validation.v100_flops(), rel=1e-9)
+        assert s.network.intra_node.bandwidth_bps == pytest.approx(validation.host_loopback_bps())
+        assert s.network.intra_node.latency_s == pytest.approx(validation.TENSORS * validation.LOOPBACK_MESSAGE_S)
+        assert s.data.batch_size == validation.BATCH and s.workload.timing_only
+
+
+def test_the_quick_section_is_structured_and_computed(monkeypatch):
+    text = validation.section(quick=True)
+    assert text.startswith("## ")
+    rows = [line for line in text.splitlines() if re.match(r"\| (4|8|16) \| (Local SGD|SSGD) \| .*`fred run ", line)]
+    assert len(rows) == 6
+    for line in rows:
+        assert re.search(r"\| [+-]\d+ % \|", line), line
+    # The numbers come from the runs: make the GPU twice as fast and every prediction moves.
+    real = validation.run
+
+    def faster(method, n, quick, **overrides):
+        return real(method, n, quick, cluster={"compute": {"device_flops": 2 * validation.v100_flops()}}, **overrides)
+
+    monkeypatch.setattr(validation, "run", faster)
+    moved = [line for line in validation.section(quick=True).splitlines() if line in rows]
+    assert moved == []
+
+
+def test_hpsgd_keeps_the_gpus_busy_and_ssgd_does_not():
+    hp, ssgd = validation.run("hpsgd", 16, quick=True), validation.run("ssgd", 16, quick=True)
+    assert hp.gpu_busy > 0.97 and hp.allreduce == 0.0 and hp.barrier > 0.3  # the step under way at the end is not traced
+    assert ssgd.gpu_busy < 0.8 and ssgd.allreduce > 0.4 and ssgd.barrier == 0.0
+    for m in (hp, ssgd):
+        assert m.compute + m.gpu_wait + m.barrier + m.allreduce == pytest.approx(1.0)
+    # With identical workers the gain over SSGD is the ratio of the GPUs' busy time.
+    assert validation.gain(hp, ssgd) == pytest.approx(hp.gpu_busy / ssgd.gpu_busy - 1, abs=0.02)
