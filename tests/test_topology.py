@@ -146,6 +146,11 @@ def test_workers_that_do_not_fill_the_nodes_are_refused_with_the_fix(cluster_cfg
         fred.validate(tiny(cluster=cluster_cfg))
 
 
+def test_a_hierarchical_all_reduce_on_nodes_of_one_worker_is_refused_with_the_fix():
+    with pytest.raises(ScenarioError, match="give nodes several workers"):
+        fred.validate(tiny(network={"hierarchical": True}))
+
+
 def test_a_partial_intra_node_link_keeps_the_other_default():
     cfg = NetworkConfig(intra_node={"bandwidth_bps": 5e10})
     assert (cfg.intra_node.latency_s, cfg.intra_node.bandwidth_bps) == (5e-6, 5e10)

@@ -783,6 +783,11 @@ class Scenario(Section):
         if compute.step_time_s is None and compute.flops_per_example is None and self.workload.resolved_flops_per_example() is None:
             raise ValueError("cluster.compute.device_flops needs flops_per_example (here or in workload)")
         self.strategy.check(self)
+        per_node = self.cluster.devices_per_node * self.cluster.workers_per_device
+        if self.network.hierarchical and per_node == 1:
+            raise ValueError("network.hierarchical: true reduces inside each node first, and every node here holds one "
+                             "worker (cluster.devices_per_node and workers_per_device are 1); give nodes several "
+                             "workers (devices_per_node: 8) or drop hierarchical")
         if self.workload.bucket_bytes is not None and not self.strategy.buckets_gradients():
             buckets = ", ".join(s.name for s in registry.all_strategies() if _buckets_by_default(s.config))
             raise ValueError(f"workload.bucket_bytes: strategy {self.strategy.name!r} does not all-reduce gradients as "
