@@ -8,6 +8,13 @@ it): a rendezvous, as large messages go in MPI (the receiver posts its buffer fi
 over TCP (flow control holds the sender to what the receiver reads). Nothing else waits for
 a round to end: the time comes out of the data dependencies and the links.
 
+A step may belong to a *lane*: an algorithm that moves parts of the message independently
+(the double binary tree's two trees, each with half) gives each part a lane, and a member is
+ready, and sends one message after another, per lane. A step of no lane (``lane=None``, the
+default) waits for its ends in every lane and makes its receiver ready in every lane, so a
+single-lane algorithm, or the steps around a laned one in a hierarchical all-reduce, join
+the lanes.
+
 Members are positions ``0 .. p-1`` in group order. For ``p`` not a power of two, recursive
 and halving-doubling do as MPICH does: with ``q`` the largest power of two below ``p`` and
 ``r = p - q``, the ``r`` members past ``q`` first send their whole message to members
@@ -36,6 +43,17 @@ class Step(NamedTuple):
     fraction: float
     reduce: bool  # dst folds it in (costs fraction * nbytes * gamma) rather than keeping it
     hops: int = 1  # link latencies it pays: a ring phase as one flow crosses p-1 hops
+    lane: int | None = None  # the part of the message it moves; None: the member's whole state
+
+
+def lanes(rounds: list[Round]) -> int:
+    """How many lanes the schedule's members keep a readiness for (1 for a single-lane algorithm).
+    A round's steps are all of one lane, so its first says (a look per round, not per step)."""
+    return 1 + max((steps[0].lane for steps in rounds if steps and steps[0].lane is not None), default=0)
+
+
+def _lanes_of(step: Step, count: int) -> range:
+    return range(count) if step.lane is None else range(step.lane, step.lane + 1)
 
 
 Round = list[Step]  # the schedules are cached and shared: never changed once built
@@ -116,11 +134,62 @@ def ring_phases(p: int) -> list[Round]:
     return [[Step(i, (i + 1) % p, share, reduce, p - 1) for i in range(p)] for reduce in (True, False)]
 
 
+def _in_order_tree(p: int) -> list[tuple[int, int, list[int]]]:
+    """NCCL's binary tree over ``0 .. p-1`` (``ncclGetBtree``): each member's ``(parent, height,
+    children)``, the children larger subtree first. Member ``x > 0`` with lowest set bit ``2^j``
+    is at height ``j``: its children are ``x - 2^(j-1)`` (a full subtree) and ``x + 2^i`` for the
+    largest ``i < j`` that fits below ``p`` (a full or a cut one); its parent is ``x`` with that
+    bit moved up one place (or cleared, where that is past ``p``). Member 0 is the root, of
+    height ``ceil(log2 p)``, with one child: the largest power of two below ``p``. The leaves
+    are the odd members."""
+    top = (p - 1).bit_length()
+    tree: list[tuple[int, int, list[int]]] = [(-1, top, [1 << (top - 1)] if p > 1 else [])]
+    for x in range(1, p):
+        bit = x & -x
+        parent = (x ^ bit) | (bit << 1)
+        parent = parent if parent < p else x ^ bit
+        half = bit >> 1
+        right = next((x + d for d in (half >> k for k in range(half.bit_length())) if x + d < p), None)
+        children = [x - half] + ([right] if right is not None else []) if half else []
+        tree.append((parent, bit.bit_length() - 1, children))
+    return tree
+
+
+@functools.lru_cache(maxsize=64)
+def double_binary_tree(p: int) -> list[Round]:
+    """NCCL's tree all-reduce: two binary trees, each reducing half the message up to its root
+    and broadcasting it back down, in lanes 0 and 1.
+
+    The first tree is :func:`_in_order_tree` (its leaves are the odd members); the second is the
+    first shifted by one member (member ``x`` of the second is ``x - 1`` of the first), so its
+    leaves are the even ones and every member is inside at most one tree (member 0 of an odd
+    ``p`` is in both: the first's root has one child). A parent takes in its smaller subtree's
+    half first (ready sooner) and broadcasts to its larger subtree first (further to go).
+    Rounds go by height: reduce rounds from the leaves up, broadcast rounds from the root down.
+    """
+    if p < 2:
+        return []
+    tree = _in_order_tree(p)
+    up: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (child's height, its turn at its parent) -> (child, parent)
+    down: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (-parent's height, the child's turn) -> (parent, child)
+    for parent, (_, height, children) in enumerate(tree):
+        for turn, child in enumerate(children):
+            up.setdefault((tree[child][1], len(children) - 1 - turn), []).append((child, parent))
+            down.setdefault((-height, turn), []).append((parent, child))
+    rounds: list[Round] = []
+    for pairs, reduce in ((up, True), (down, False)):
+        for key in sorted(pairs):
+            for lane in (0, 1):
+                rounds.append([Step((a + lane) % p, (b + lane) % p, 0.5, reduce, 1, lane) for a, b in pairs[key]])
+    return rounds
+
+
 ALGORITHMS: dict[str, Callable[[int], list[Round]]] = {
     "ring": ring,
     "recursive_doubling": recursive_doubling,
     "halving_doubling": halving_doubling,
     "binary_tree": binary_tree,
+    "double_binary_tree": double_binary_tree,
 }
 
 
@@ -139,21 +208,25 @@ def hierarchical(nodes: tuple[tuple[int, ...], ...], across: str, ring_as_phases
     down = [[Step(s.dst, s.src, 1.0, False) for s in steps] for steps in reversed(up)]
     leaders = [m[0] for m in nodes]
     schedule = ring_phases if (ring_as_phases and across == "ring") else ALGORITHMS[across]
-    across_rounds = [[Step(leaders[s.src], leaders[s.dst], s.fraction, s.reduce, s.hops) for s in steps]
+    across_rounds = [[Step(leaders[s.src], leaders[s.dst], s.fraction, s.reduce, s.hops, s.lane) for s in steps]
                      for steps in schedule(len(leaders))]
     return [r for r in up + across_rounds + down if r]
 
 
 def run_rounds(book: Book, rounds: list[Round], p: int, nbytes: float, reduce_s_per_byte: float, now_s: float) -> float:
     """Book every step in order; return when the last member has the result (before S)."""
-    ready = [now_s] * p  # when each member has folded in everything sent to it so far
+    count = lanes(rounds)
+    ready = [now_s] * (p * count)  # [member * count + lane]: when it has folded in all sent to it so far
     for steps in rounds:
         after = list(ready)
         for step in steps:
-            start_s = max(ready[step.src], ready[step.dst])  # rendezvous: both ends have reached this round
+            own = _lanes_of(step, count)
+            src, dst = step.src * count, step.dst * count
+            start_s = max(max(ready[src + lane], ready[dst + lane]) for lane in own)  # rendezvous: both ends reached this round
             arrive_s = book(step.src, step.dst, step.fraction * nbytes, start_s)
             reduce_s = step.fraction * nbytes * reduce_s_per_byte if step.reduce else 0.0
-            after[step.dst] = max(after[step.dst], arrive_s) + reduce_s
+            for lane in own:
+                after[dst + lane] = max(after[dst + lane], arrive_s) + reduce_s
         ready = after
     return max(ready)
 
@@ -171,71 +244,101 @@ class RoundsAsFlows:
     previous message has left: a member sends one message after another, as a blocking send
     does and as a first-come-first-served link makes it. A sender does not wait for its own
     message to arrive. ``done`` is called when every member has finished.
+
+    With lanes, all of this holds per member and lane (a *seat*, ``member * lanes + lane``):
+    a step of lane ``l`` concerns its ends' seats in lane ``l``, a step of no lane all their seats.
     """
 
     def __init__(self, rounds: list[Round], p: int, nbytes: float, reduce_s_per_byte: float,
                  post: Post, later: Later, done: Callable[[], None]):
         self.rounds, self.nbytes, self.gamma = rounds, nbytes, reduce_s_per_byte
         self.post, self.later, self.done = post, later, done
-        self.level = [0] * p  # rounds each member has finished
-        self.outgoing, self.incoming = _index(rounds)
-        self.sends: list[list[int]] = [[] for _ in range(p)]  # the rounds each member sends in, in order
+        self.lanes = lanes(rounds)
+        seats = p * self.lanes
+        self.level = [0] * seats  # rounds each seat has finished
+        self.outgoing, self.incoming = _index(rounds, self.lanes)
+        self.sends: list[list[int]] = [[] for _ in range(seats)]  # the rounds each seat sends in, in order
         for k, out in enumerate(self.outgoing):
-            for src in out:
-                self.sends[src].append(k)
-        self.next_send = [0] * p  # the position in sends[m] of m's next message
-        self.sending = [False] * p
-        self.left = p
-        for member in range(p):
-            self._advance(member)
+            for seat in out:
+                self.sends[seat].append(k)
+        self.next_send = [0] * seats  # the position in sends[s] of seat s's next message
+        self.sending = [False] * seats
+        self.left = seats
+        for seat in range(seats):
+            self._advance(seat)
 
-    def _advance(self, member: int) -> None:
+    def _seats(self, member: int, step: Step) -> range:
+        count = self.lanes
+        if step.lane is None:
+            return range(member * count, (member + 1) * count)
+        return range(member * count + step.lane, member * count + step.lane + 1)
+
+    def _advance(self, seat: int) -> None:
         while True:
-            k = self.level[member]
+            k = self.level[seat]
             if k == len(self.rounds):
                 self.left -= 1
                 if self.left == 0:
                     self.done()
                 return
-            out, into = self.outgoing[k].get(member), self.incoming[k].get(member)
+            out, into = self.outgoing[k].get(seat), self.incoming[k].get(seat)
             if out is not None:
                 self._try(k, out)
             if into is not None:
                 self._try(k, into)
                 return  # until it arrives
-            self.level[member] = k + 1
+            self.level[seat] = k + 1
 
     def _try(self, k: int, step: Step) -> None:
-        src, queue = step.src, self.sends[step.src]
-        if self.sending[src] or self.next_send[src] == len(queue) or queue[self.next_send[src]] != k:
-            return  # its earlier messages go first
-        if self.level[src] >= k and self.level[step.dst] >= k:
+        sources = self._seats(step.src, step)
+        for src in sources:
+            queue = self.sends[src]
+            if self.sending[src] or self.next_send[src] == len(queue) or queue[self.next_send[src]] != k:
+                return  # its earlier messages go first
+            if self.level[src] < k:
+                return
+        for dst in self._seats(step.dst, step):
+            if self.level[dst] < k:
+                return
+        for src in sources:
             self.sending[src] = True
-            self.post(src, step.dst, step.fraction * self.nbytes, step.hops, lambda: self._arrived(k, step),
-                      lambda: self._sent(src))
+        self.post(step.src, step.dst, step.fraction * self.nbytes, step.hops, lambda: self._arrived(k, step),
+                  lambda: self._sent(sources))
 
-    def _sent(self, src: int) -> None:
-        self.sending[src] = False
-        self.next_send[src] += 1
-        if self.next_send[src] < len(self.sends[src]):
-            k = self.sends[src][self.next_send[src]]
-            self._try(k, self.outgoing[k][src])
+    def _sent(self, sources: range) -> None:
+        for src in sources:
+            self.sending[src] = False
+            self.next_send[src] += 1
+        for src in sources:
+            if self.next_send[src] < len(self.sends[src]):
+                k = self.sends[src][self.next_send[src]]
+                self._try(k, self.outgoing[k][src])
 
     def _arrived(self, k: int, step: Step) -> None:
         reduce_s = step.fraction * self.nbytes * self.gamma if step.reduce else 0.0
         if reduce_s > 0.0:
-            self.later(reduce_s, lambda: self._finish(k, step.dst))
+            self.later(reduce_s, lambda: self._finish(k, step))
         else:
-            self._finish(k, step.dst)
+            self._finish(k, step)
 
-    def _finish(self, k: int, member: int) -> None:
-        self.level[member] = k + 1
-        self._advance(member)
+    def _finish(self, k: int, step: Step) -> None:
+        for seat in self._seats(step.dst, step):
+            self.level[seat] = k + 1
+            self._advance(seat)
 
 
-def _index(rounds: list[Round]) -> tuple[list[dict[int, Step]], list[dict[int, Step]]]:
-    """Each round's step sent by, and sent to, each member (at most one of each)."""
-    return [{s.src: s for s in steps} for steps in rounds], [{s.dst: s for s in steps} for steps in rounds]
+def _index(rounds: list[Round], count: int) -> tuple[list[dict[int, Step]], list[dict[int, Step]]]:
+    """Each round's step sent by, and sent to, each seat (at most one of each)."""
+    if count == 1:
+        return [{s.src: s for s in steps} for steps in rounds], [{s.dst: s for s in steps} for steps in rounds]
+    outgoing: list[dict[int, Step]] = [{} for _ in rounds]
+    incoming: list[dict[int, Step]] = [{} for _ in rounds]
+    for k, steps in enumerate(rounds):
+        for s in steps:
+            own = _lanes_of(s, count)
+            outgoing[k].update((s.src * count + lane, s) for lane in own)
+            incoming[k].update((s.dst * count + lane, s) for lane in own)
+    return outgoing, incoming
 
 
 def bytes_sent(rounds: list[Round], p: int, nbytes: float) -> list[float]:
@@ -258,7 +361,7 @@ def allreduce_time_s(algorithm: str, p: int, nbytes: float, cfg: NetworkConfig) 
 
     plus, when ``p != q``, ``2 alpha + 2 n beta + n gamma`` for folding the ``r`` extra
     members in and handing them the result; plus ``S`` for every algorithm. The binary
-    tree's is :func:`binary_tree_time_s`.
+    trees' are :func:`binary_tree_time_s` and :func:`double_binary_tree_time_s`.
     """
     alpha, beta, gamma = cfg.latency_s, 1.0 / (cfg.bandwidth_bps * cfg.efficiency), cfg.reduce_s_per_byte
     if p < 2:
@@ -267,6 +370,8 @@ def allreduce_time_s(algorithm: str, p: int, nbytes: float, cfg: NetworkConfig) 
         return ring_allreduce_time_s(p, nbytes, cfg)
     if algorithm == "binary_tree":
         return binary_tree_time_s(p, nbytes, cfg)
+    if algorithm == "double_binary_tree":
+        return double_binary_tree_time_s(p, nbytes, cfg)
     q, r = _split(p)
     levels = q.bit_length() - 1
     if algorithm == "recursive_doubling":
@@ -320,3 +425,31 @@ def binary_tree_time_s(p: int, nbytes: float, cfg: NetworkConfig) -> float:
     reduce_s = hops * (alpha + nbytes * beta + nbytes * gamma)
     broadcast_s = depth * alpha + (2 * depth - (p & (p - 1) == 0)) * nbytes * beta
     return reduce_s + broadcast_s + cfg.sync_s
+
+
+def double_binary_tree_time_s(p: int, nbytes: float, cfg: NetworkConfig) -> float:
+    """Closed form of :func:`double_binary_tree` on idle, uniform links.
+
+    With ``D = floor(log2 p)`` and each tree moving ``m = n/2``:
+
+    - ``p = 2^D``: ``(2D - 1)(alpha + m beta + m gamma) + D alpha + (2D - 1) m beta + S``
+    - otherwise: ``2D (alpha + m beta + m gamma) + (D + 1) alpha + 2D m beta + S``
+
+    Both trees have one shape and take the same time, and on idle links their transfers never
+    share a link at one moment (a member sends in the tree it is a leaf of before it has
+    anything to send in the other, and receives the two broadcasts one after the other), so
+    each tree takes what it would alone. The reduce: a full subtree of height ``h`` is folded
+    in after ``2h`` transfers-and-folds (its root takes its two children one after the
+    other), a cut one after ``2h - 1``; the root's child heads a subtree of height
+    ``ceil(log2 p) - 1``, full when ``p = 2^D``. The broadcast: a parent sends its larger
+    subtree first and its smaller ``m beta`` later, so a full subtree of height ``h`` is
+    reached in ``h (alpha + 2 m beta)``, a cut one ``m beta`` sooner; plus the root's hop.
+    """
+    alpha, beta, gamma = cfg.latency_s, 1.0 / (cfg.bandwidth_bps * cfg.efficiency), cfg.reduce_s_per_byte
+    if p < 2:
+        return cfg.sync_s
+    depth, half = p.bit_length() - 1, nbytes / 2
+    hop_s = alpha + half * beta + half * gamma
+    if p & (p - 1) == 0:
+        return (2 * depth - 1) * hop_s + depth * alpha + (2 * depth - 1) * half * beta + cfg.sync_s
+    return 2 * depth * hop_s + (depth + 1) * alpha + 2 * depth * half * beta + cfg.sync_s

@@ -1,0 +1,119 @@
+"""The double binary tree (two trees, two lanes) and lanes in the rounds model.
+
+The parametrized closed-form, sum-bits and hierarchical tests of ``test_collectives.py`` and
+``test_flows.py`` run every algorithm, this one included; here is what is particular to it."""
+
+from __future__ import annotations
+
+import pytest
+
+from fred.scenario.schema import NetworkConfig
+from fred.simulation.collectives import (Step, _in_order_tree, allreduce_time_s, double_binary_tree, lanes,
+                                         run_rounds)
+from tests.test_network import bare_sim, run_allreduce
+
+NET = dict(latency_s=25e-6, bandwidth_bps=1.25e9, reduce_s_per_byte=2e-10, sync_s=1e-4)
+SIZES = [2, 3, 5, 6, 7, 8, 16, 64]  # 3, 6 and 7: where one readiness per member made the two trees clash
+
+
+@pytest.mark.parametrize("sharing", ["fair", "fcfs"])
+@pytest.mark.parametrize("p", SIZES)
+def test_idle_links_give_the_double_binary_trees_closed_form(sharing, p):
+    net = dict(NET, allreduce="double_binary_tree", sharing=sharing)
+    finished = run_allreduce(bare_sim(p, **net), 102e6)
+    assert finished == [finished[0]] * p
+    expected = allreduce_time_s("double_binary_tree", p, 102e6, NetworkConfig(**net))
+    assert finished[0] == pytest.approx(expected, rel=1e-9, abs=0)
+
+
+def test_the_closed_form_by_hand():
+    # p = 8 (D = 3): 5 hops up of a half, then the root's hop and two levels of two halves each
+    a, n = NET["latency_s"], 102e6
+    b, g = 1 / NET["bandwidth_bps"], NET["reduce_s_per_byte"]
+    cfg = NetworkConfig(**NET)
+    assert allreduce_time_s("double_binary_tree", 8, n, cfg) == pytest.approx(
+        5 * (a + n / 2 * b + n / 2 * g) + 3 * a + 5 * n / 2 * b + NET["sync_s"], rel=1e-12)
+    # p = 6 (D = 2, not a power of two): 4 hops up, 3 latencies and 4 halves down
+    assert allreduce_time_s("double_binary_tree", 6, n, cfg) == pytest.approx(
+        4 * (a + n / 2 * b + n / 2 * g) + 3 * a + 4 * n / 2 * b + NET["sync_s"], rel=1e-12)
+    # two members: each sends the other its half and gets the sum back, as in a ring
+    assert allreduce_time_s("double_binary_tree", 2, n, cfg) == pytest.approx(
+        allreduce_time_s("ring", 2, n, cfg), rel=1e-12)
+
+
+def test_the_first_tree_is_nccls():
+    # ncclGetBtree's picture for 14 ranks: 0 -> 8; 8 -> 4, 12; 4 -> 2, 6; 12 -> 10, 13; ...
+    tree = _in_order_tree(14)
+    children = {x: kids for x, (_, _, kids) in enumerate(tree) if kids}
+    assert children == {0: [8], 8: [4, 12], 4: [2, 6], 12: [10, 13], 2: [1, 3], 6: [5, 7], 10: [9, 11]}
+    assert [parent for parent, _, _ in tree] == [-1, 2, 4, 2, 8, 6, 4, 6, 0, 10, 12, 10, 8, 12]
+
+
+def _interior(rounds, lane):
+    return {s.dst for steps in rounds for s in steps if s.lane == lane and s.reduce}
+
+
+@pytest.mark.parametrize("p", SIZES + [9, 12, 13, 33])
+def test_every_member_is_inside_at_most_one_tree(p):
+    rounds = double_binary_tree(p)
+    both = _interior(rounds, 0) & _interior(rounds, 1)
+    assert both == (set() if p % 2 == 0 or p < 3 else {0})  # an odd p's first root has one child
+
+
+@pytest.mark.parametrize("p", SIZES + [9, 12, 13, 33])
+def test_each_round_is_a_matching_of_one_lane_and_every_member_gets_both_halves_of_everyone(p):
+    rounds = double_binary_tree(p)
+    has = [[{i} for i in range(p)] for _ in range(2)]  # per lane: whose halves each member's copy holds
+    for steps in rounds:
+        assert len({s.lane for s in steps}) == 1
+        assert len({s.src for s in steps}) == len(steps) == len({s.dst for s in steps})
+        assert all(s.fraction == 0.5 and s.hops == 1 for s in steps)
+        lane = steps[0].lane
+        before = [set(h) for h in has[lane]]
+        for s in steps:
+            has[lane][s.dst] = has[lane][s.dst] | before[s.src] if s.reduce else set(before[s.src])
+    assert all(h == set(range(p)) for lane in has for h in lane)
+    assert lanes(rounds) == 2
+
+
+def test_a_lane_does_not_wait_for_another_and_a_step_of_no_lane_waits_for_both():
+    # lane 0: 0 -> 1 takes 1 s; lane 1: 2 -> 1 then 1 -> 3, which need not wait for it; then a
+    # step of no lane from 1, which waits for both of 1's lanes
+    rounds = [[Step(0, 1, 1.0, False, 1, 0)], [Step(2, 1, 0.5, False, 1, 1)], [Step(1, 3, 0.5, False, 1, 1)],
+              [Step(1, 2, 0.25, False)]]
+    booked: list[tuple[int, int, float]] = []
+
+    def book(src, dst, nbytes, at_s):
+        booked.append((src, dst, at_s))
+        return at_s + nbytes
+
+    assert run_rounds(book, rounds, 4, 1.0, 0.0, 0.0) == 1.25
+    assert booked == [(0, 1, 0.0), (2, 1, 0.0), (1, 3, 0.5), (1, 2, 1.0)]
+
+
+@pytest.mark.parametrize("p", [8, 13, 16])
+def test_the_two_trees_never_share_a_link_at_once_on_idle_links(p):
+    # Why the closed form holds under both sharings: every transfer has its links to itself.
+    # (NCCL mirrors the second tree for an even p; at 8 and 16 the mirror's broadcasts meet.)
+    sim = bare_sim(p, allreduce="double_binary_tree", sharing="fair", **NET)
+    intervals: dict[int, list[list[float]]] = {}  # a channel's transfers: [first byte, last byte left]
+    start = sim.flows.start
+
+    def spy(channels, nbytes, latency_s, arrive, sent=None):
+        span = [sim.now, float("inf")]
+        for channel in channels:
+            intervals.setdefault(id(channel), []).append(span)
+
+        def left():
+            span[1] = sim.now
+            if sent is not None:
+                sent()
+
+        return start(channels, nbytes, latency_s, arrive, left)
+
+    sim.flows.start = spy  # type: ignore[method-assign]
+    run_allreduce(sim, 1e6)
+    assert sum(len(v) for v in intervals.values()) == 2 * 2 * 2 * (p - 1)  # 2 links x 2 trees x up and down
+    for spans in intervals.values():
+        spans.sort()
+        assert all(b0 >= a1 * (1 - 1e-12) for (_, a1), (b0, _) in zip(spans, spans[1:]))
