@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import gc
 import os
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -57,6 +58,22 @@ TINY: dict[str, Any] = {
 ONE_WORKER = {"sgd"}  # runs on exactly one worker
 NEVER_WAITS = {"asgd", "sasgd", "fasgd", "bfasgd"}  # waits for no particular worker: survives a crash without sync_timeout_s
 READS_NUMBERS = {"bfasgd"}  # reads a computed number to decide (its gates): resume must run it from the start
+
+
+def shipped_scenarios() -> list[Path]:
+    """Every scenario file under ``scenarios/``, without the files of shared sections that
+    scenarios ``include:`` (a cluster several scenarios describe alike): those are not runs."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[1] / "scenarios"
+    paths = sorted(root.rglob("*.yaml"))
+    included = set()
+    for path in paths:
+        data = yaml.safe_load(path.read_text())
+        named = data.get("include", []) if isinstance(data, dict) else []
+        for name in [named] if isinstance(named, str) else named:
+            included.add((path.parent / name).resolve())
+    return [p for p in paths if p.resolve() not in included]
 
 
 def cluster_for(name: str) -> dict[str, Any]:

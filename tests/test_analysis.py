@@ -19,10 +19,10 @@ from fred.tools.cli import main
 from fred.tools.compare import compare, gather
 from fred.tools.plots import loss_curves, staleness_histograms, timeline
 from fred.tools.trace import trace_events
-from tests.conftest import tiny
+from tests.conftest import shipped_scenarios, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
-ONE_PER_FAMILY = sorted({p.parent: p for p in (ROOT / "scenarios").rglob("*.yaml")}.values())
+ONE_PER_FAMILY = sorted({p.parent: p for p in shipped_scenarios()}.values())
 
 
 def short(path: Path) -> fred.RunResult:

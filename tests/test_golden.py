@@ -23,9 +23,10 @@ import pytest
 import fred
 from fred.runs.host import cpu_isa
 from fred.tools.replay import replay
+from tests.conftest import shipped_scenarios
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = sorted((ROOT / "scenarios").rglob("*.yaml"))
+SHIPPED = shipped_scenarios()
 GOLDEN = Path(__file__).parent / "golden"
 EXACT_KEYS = ["status", "stop_reason", "strategy", "workers", "updates", "gradients", "sim_time_s", "bytes_sent"]
 
