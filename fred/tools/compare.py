@@ -108,7 +108,7 @@ def _tell_apart(results: list[RunResult]) -> None:
 
 
 def _name_apart(items: Sequence[RunResult | SeedGroup], all_flats: list[dict[str, object]]) -> None:
-    """``_tell_apart`` for runs or groups of runs, each with its scenario as ``flats`` has it."""
+    """``_tell_apart`` for runs or groups of runs, ``all_flats`` their scenarios as ``{"a.b": value}``."""
     by_title: dict[str, list[int]] = {}
     for i, item in enumerate(items):
         by_title.setdefault(item.title, []).append(i)
