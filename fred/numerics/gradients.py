@@ -12,6 +12,12 @@ way the global batch was split. One gradient call is one compiled program: the
 chunks, then the sums (see :func:`_exact_block_sums` for what keeps XLA from fusing
 the two into something else). ``fast`` skips this and differentiates each shard's
 summed loss in one go.
+
+That fixed tree is the large batch's only when each shard is one of its subtrees: a batch
+that is a power of two. For any other batch a call also returns the sums of the nodes of the
+large batch's tree that lie inside each shard (:mod:`fred.numerics.canonical`), and an
+all-reduce of shards that cover a global batch puts that tree together from them
+(:func:`assemble`), so SSGD gives large-batch SGD's bits for every split.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fred.numerics import canonical
 from fred.numerics.data import Dataset
 from fred.numerics.models import Model, Params
 from fred.numerics.tape import op
@@ -47,10 +54,23 @@ def eval_chunk_rows(width: int) -> int:
 
 
 class Stacked(NamedTuple):
-    """The shard sums of one gradient call, stacked along a leading axis of length ``shards``."""
+    """The shard sums of one gradient call, stacked along a leading axis of length ``shards``;
+    ``tiles``, for a call told where its shards lie in the global batch, the sums of the global
+    tree's nodes inside them (shard after shard, in row order), then a row of zeros (:func:`_tile_sums`)."""
 
     loss: jax.Array
     grad: Params
+    tiles: Stacked | None = None
+
+
+class Tiles(NamedTuple):
+    """Where a shard lies in the global batch (rows ``start ..``), its tiles (the canonical
+    tree's largest nodes inside it) and where their sums are: rows ``first ..`` of ``sums``."""
+
+    start: int
+    nodes: tuple[canonical.Node, ...]
+    sums: Stacked
+    first: int
 
 
 class _Source:
@@ -82,13 +102,14 @@ class GradSum:
     in order never does: :func:`sum_grads` adds the rows where they are.
     """
 
-    __slots__ = ("_grad", "_loss", "count", "source", "row")
+    __slots__ = ("_grad", "_loss", "count", "source", "row", "tiles")
     _fields = ("grad", "loss", "count")  # what it unpacks to; the tape writes it as it writes a named tuple
 
     def __init__(self, grad: Params, loss: jax.Array, count: int):
         self._grad, self._loss, self.count = grad, loss, count
         self.source: _Source | None = None
         self.row = 0
+        self.tiles: Tiles | None = None  # set on the shards of a call told where they lie (Numerics.starts)
 
     @classmethod
     def part(cls, source: _Source, row: int, count: int) -> GradSum:
@@ -156,16 +177,62 @@ def tree_sum(trees: Sequence[Params]) -> Params:
 
 
 def sum_grads(parts: Sequence[GradSum]) -> GradSum:
-    """Aggregate shard sums into one, by the fixed tree over shards in the given order."""
+    """Aggregate shard sums into one: the global batch's tree when the parts' tiles cover rows
+    ``0 ..`` in order, the fixed tree over shards in the given order otherwise (which is that
+    tree when every shard is one of its nodes)."""
     if len(parts) == 1:
         return parts[0]
     count = sum(p.count for p in parts)
-    whole = _whole_calls(parts)
-    if whole is not None:  # the same adds in the same tree, on the rows where the calls left them
+    if _cover_from_zero(parts):
+        grads, loss = assemble(*_assembly(parts))
+    elif (whole := _whole_calls(parts)) is not None:  # the same adds in the same tree, on the rows where the calls left them
         grads, loss = stacked_sum(whole)
     else:
         grads, loss = tree_sum([(p.grad, p.loss) for p in parts])
     return GradSum(grads, loss, count)
+
+
+def _cover_from_zero(parts: Sequence[GradSum]) -> bool:
+    """Whether the parts have tiles and lie end to end from the global batch's first row."""
+    end = 0
+    for part in parts:
+        if part.tiles is None or part.tiles.start != end:
+            return False
+        end += part.count
+    return True
+
+
+def _assembly(parts: Sequence[GradSum]) -> tuple[list[Stacked], tuple[tuple[int, int, int, int], ...], int]:
+    """:func:`assemble`'s arguments: the calls' tile sums, and (call, row, level, index) of every tile."""
+    sources: dict[int, int] = {}
+    sums: list[Stacked] = []
+    plan = []
+    for part in parts:
+        tiles = part.tiles
+        assert tiles is not None
+        if id(tiles.sums) not in sources:
+            sources[id(tiles.sums)] = len(sums)
+            sums.append(tiles.sums)
+        source = sources[id(tiles.sums)]
+        plan += [(source, tiles.first + k, level, index) for k, (level, index) in enumerate(tiles.nodes)]
+    return sums, tuple(plan), sum(p.count for p in parts)
+
+
+@op("fred.numerics.gradients:assemble")
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def assemble(sums: Sequence[Stacked], plan: tuple[tuple[int, int, int, int], ...], end: int) -> tuple[Params, jax.Array]:
+    """The global batch's tree over rows ``0 .. end`` from its nodes' sums: (gradient sum, loss sum).
+
+    ``plan`` says where each node's sum is: (call, row, level, index). The padding past
+    ``end`` is the zero row the first call's tiles end with.
+    """
+
+    def at(call: int, row: int) -> tuple[Params, jax.Array]:
+        return jax.tree.map(lambda g: g[row], sums[call].grad), sums[call].loss[row]
+
+    nodes = {(level, index): at(call, row) for call, row, level, index in plan}
+    add = lambda a, b: jax.tree.map(jnp.add, a, b)
+    return canonical.fold(nodes, end, at(0, -1), add)
 
 
 def _whole_calls(parts: Sequence[GradSum]) -> list[Stacked] | None:
@@ -181,12 +248,23 @@ def _whole_calls(parts: Sequence[GradSum]) -> list[Stacked] | None:
     return calls if expected == 0 else None
 
 
-def parts_of(result: list[GradSum] | Stacked, shards: int, per_shard: int) -> list[GradSum]:
-    """Each shard's :class:`GradSum` from what :meth:`Numerics.gradients` returned."""
-    if isinstance(result, Stacked):
-        source = _Source(result, shards)
-        return [GradSum.part(source, i, per_shard) for i in range(shards)]
-    return result
+def parts_of(
+    result: list[GradSum] | Stacked, shards: int, per_shard: int, starts: Sequence[int] | None = None
+) -> list[GradSum]:
+    """Each shard's :class:`GradSum` from what :meth:`Numerics.gradients` returned for
+    shards whose rows begin at ``starts`` in the global batch."""
+    if not isinstance(result, Stacked):
+        return result
+    source = _Source(result, shards)
+    parts = [GradSum.part(source, i, per_shard) for i in range(shards)]
+    if result.tiles is not None:
+        assert starts is not None, "a call with tiles was asked for the shards' starts"
+        first = 0
+        for part, start in zip(parts, starts):
+            nodes = canonical.tiles(int(start), per_shard)
+            part.tiles = Tiles(int(start), nodes, result.tiles, first)
+            first += len(nodes)
+    return parts
 
 
 @op("fred.numerics.gradients:stacked_sum")
@@ -306,14 +384,55 @@ def _exact_block_sums(per_example, params: Params, xs: jax.Array, ys: jax.Array,
     :func:`_as_stored` makes every per-example value the rounded float a separate call
     would have returned, so the sums add exactly what one call per chunk gave.
     """
-    chunks = [
-        _as_stored(per_example(params, xs[i : i + CHUNK_ROWS], ys[i : i + CHUNK_ROWS]), zero)
-        for i in range(0, xs.shape[0], CHUNK_ROWS)
-    ]
+    chunks = _stored_chunks(per_example, params, xs, ys, zero)
     per_block = rows // blocks
     if per_block & (per_block - 1) == 0:
         return _aligned_block_sums(chunks, per_block, blocks)
     return _concatenated_block_sums(chunks, rows, blocks)
+
+
+def _stored_chunks(per_example, params: Params, xs: jax.Array, ys: jax.Array, zero: jax.Array) -> list[tuple[jax.Array, Params]]:
+    """Per-example (loss, gradient) of ``CHUNK_ROWS``-row chunks, each value as a call would store it."""
+    return [
+        _as_stored(per_example(params, xs[i : i + CHUNK_ROWS], ys[i : i + CHUNK_ROWS]), zero)
+        for i in range(0, xs.shape[0], CHUNK_ROWS)
+    ]
+
+
+def _exact_tiled_sums(per_example, params: Params, xs: jax.Array, ys: jax.Array, zero: jax.Array, rows: int, blocks: int,
+                      plan: tuple[tuple[int, int], ...]):
+    """:func:`_exact_block_sums`, and the sums of the tiles ``plan`` lists (:func:`_tile_sums`)."""
+    chunks = _stored_chunks(per_example, params, xs, ys, zero)
+    return (*_concatenated_block_sums(chunks, rows, blocks), _tile_sums(chunks, plan))
+
+
+def _tile_sums(chunks: list[tuple[jax.Array, Params]], plan: tuple[tuple[int, int], ...]) -> Stacked:
+    """Pairwise sums of the rows ``plan`` lists ((first row, rows) each, rows a power of two), in
+    its order, and then a row of zeros: the padding of :func:`assemble`, an input there, so XLA
+    cannot see it is zero (it makes ``x + 0`` ``x``, which keeps a ``-0.0`` the padded tree makes ``+0.0``)."""
+    groups = {s: [first for first, size in plan if size == s] for s in sorted({size for _, size in plan})}
+    made = {(s, first): k for k, (s, first) in enumerate((s, f) for s, firsts in groups.items() for f in firsts)}
+    order = np.array([made[(size, first)] for first, size in plan])  # from size by size to plan's order
+
+    def leaf(a: jax.Array) -> jax.Array:  # a: every row of the call, end to end
+        summed = [pairwise_sum(jnp.stack([a[f : f + s] for f in firsts])) for s, firsts in groups.items()]
+        padding = jnp.zeros((1, *a.shape[1:]), a.dtype)
+        return jnp.concatenate([jnp.concatenate(summed)[order], padding])
+
+    every_row = jax.tree.map(lambda *parts: jnp.concatenate(parts), *chunks)
+    loss, grad = jax.tree.map(leaf, every_row)
+    return Stacked(loss, grad)
+
+
+def _tile_plan(starts: Sequence[int] | None, per_block: int) -> tuple[tuple[int, int], ...] | None:
+    """(first row in the call, rows) of each tile of each shard, shard after shard (``None`` without ``starts``)."""
+    if starts is None:
+        return None
+    return tuple(
+        (block * per_block + (index << level) - int(start), 1 << level)
+        for block, start in enumerate(starts)
+        for level, index in canonical.tiles(int(start), per_block)
+    )
 
 
 def _as_stored(tree, zero: jax.Array):
@@ -339,9 +458,9 @@ def _fast_block_sums(batch_loss, params: Params, xs: jax.Array, ys: jax.Array, b
 def _gathered(block_sums, fn, stack: bool, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array, *static):
     """``block_sums`` of the training rows ``rows``, gathered inside the call; one
     :class:`Stacked` when ``stack``, else the per-block lists."""
-    losses, grads = block_sums(fn, params, x_all[rows], y_all[rows], *static)
+    losses, grads, *tiles = block_sums(fn, params, x_all[rows], y_all[rows], *static)
     if stack:
-        return Stacked(jnp.stack(losses), jax.tree.map(lambda *g: jnp.stack(g), *grads))
+        return Stacked(jnp.stack(losses), jax.tree.map(lambda *g: jnp.stack(g), *grads), *tiles)
     return losses, grads
 
 
@@ -359,6 +478,7 @@ class Numerics:
             stack: jax.jit(functools.partial(_gathered, _exact_block_sums, per_example, stack), static_argnums=(5, 6))
             for stack in (False, True)
         }
+        self._tiled_at = jax.jit(functools.partial(_gathered, _exact_tiled_sums, per_example, True), static_argnums=(5, 6, 7))
         batch_loss = lambda p, x, y: jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0))(p, x, y))
         self._fast_at = {
             stack: jax.jit(functools.partial(_gathered, _fast_block_sums, batch_loss, stack), static_argnums=(4,))
@@ -375,14 +495,31 @@ class Numerics:
         losses, grads = self._call(params, dataset, rows, shards, stack=False)
         return _grad_sums(losses, grads, len(rows) // shards)
 
-    def gradients(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int) -> list[GradSum] | Stacked:
+    def starts(self, workers: Sequence[int], batch: int) -> np.ndarray | None:
+        """Where the rows of each of ``workers`` begin in the global batch (worker ``i`` holds
+        block ``i``, as iid sharding deals it), when :meth:`gradients` needs them to return the
+        shards' tiles: ``None`` when every shard is one node of the global tree (a batch that
+        is a power of two) or the reduction is ``fast``."""
+        if self.reduction != "exact" or batch & (batch - 1) == 0:
+            return None
+        return np.asarray(workers, np.int64) * batch
+
+    def gradients(
+        self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int, starts: Sequence[int] | None = None
+    ) -> list[GradSum] | Stacked:
         """What a run records as one gradient call: :meth:`shard_sums_of` for one shard,
-        the same sums as one :class:`Stacked` for several (fewer arrays to make and track)."""
+        the same sums as one :class:`Stacked` for several (fewer arrays to make and track).
+        With ``starts`` (:meth:`starts`) it also returns the sums of each shard's tiles, in a
+        :class:`Stacked` whatever the shards (:func:`parts_of` hands them out)."""
+        plan = _tile_plan(starts, len(rows) // shards) if self.reduction == "exact" else None
+        if plan is not None:
+            return self._call(params, dataset, rows, shards, stack=True, plan=plan)
         if shards == 1:
             return self.shard_sums_of(params, dataset, rows, 1)
         return self._call(params, dataset, rows, shards, stack=True)
 
-    def _call(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int, stack: bool):
+    def _call(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int, stack: bool,
+              plan: tuple[tuple[int, int], ...] | None = None):
         x_all, y_all, zero = self._on_device(dataset)
         if self.reduction == "fast":
             return self._fast_at[stack](params, x_all, y_all, rows.reshape(shards, -1), shards)
@@ -390,6 +527,8 @@ class Numerics:
         pad = (-count) % CHUNK_ROWS
         if pad:  # padding rows are real examples (row 0) whose gradients are dropped
             rows = np.concatenate([rows, np.zeros(pad, rows.dtype)])
+        if plan is not None:
+            return self._tiled_at(params, x_all, y_all, rows, zero, count, shards, plan)
         return self._exact_at[stack](params, x_all, y_all, rows, zero, count, shards)
 
     def _on_device(self, dataset: Dataset) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -156,7 +156,7 @@ def _gradients(scenario: Scenario) -> Callable[..., Any]:
     _, numerics = _model_and_numerics(
         scenario.model.model_dump_json(), dataset.feature_shape, outputs, dataset.task, scenario.strategy.reduction
     )
-    return lambda params, rows, shards: numerics.gradients(params, dataset, rows, shards)
+    return lambda params, rows, shards, starts=None: numerics.gradients(params, dataset, rows, shards, starts)
 
 
 def needed(calls: list[Call], final: tuple[int, Sequence[Any]]) -> list[bool]:

@@ -1,0 +1,56 @@
+"""The canonical tree of a global batch, put together from the pieces of any split.
+
+The exact reduction sums the ``N`` rows of a batch by one balanced tree of adjacent pairs
+over rows ``0 .. W-1`` (``W`` the power of two at or above ``N``, rows from ``N`` on zeros):
+:func:`fred.numerics.gradients.pairwise_sum`. Its node ``(level, index)`` is the sum of rows
+``index * 2**level`` to ``(index + 1) * 2**level``. A shard of rows ``start .. start + count``
+holds whole nodes: its *tiles* are the largest nodes inside it, at most two per level
+(:func:`tiles`). A node's sum is the same tree over the same rows wherever it is computed, so
+from the tiles of shards that cover ``0 .. N`` :func:`fold` makes, node by node, the additions
+of the large batch's tree: its bits, however the batch was split, into however many shards
+of whatever sizes.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, TypeVar
+
+T = TypeVar("T")
+Node = tuple[int, int]  # (level, index): rows index * 2**level .. (index + 1) * 2**level
+
+
+def tiles(start: int, count: int) -> tuple[Node, ...]:
+    """The largest tree nodes that lie inside rows ``start .. start + count``, in row order."""
+    found, at, end = [], start, start + count
+    while at < end:
+        level = (end - at).bit_length() - 1  # the largest block that fits...
+        if at:
+            level = min(level, (at & -at).bit_length() - 1)  # ...and starts on a multiple of its size
+        found.append((level, at >> level))
+        at += 1 << level
+    return tuple(found)
+
+
+def root(end: int) -> Node:
+    """The node of rows ``0 .. W``: the whole tree of a batch of ``end`` rows."""
+    return (max(end - 1, 0).bit_length(), 0)
+
+
+def fold(sums: Mapping[Node, T], end: int, zero: T, add: Callable[[T, T], T]) -> T:
+    """The tree sum of rows ``0 .. end`` from the sums of nodes that cover them exactly once.
+
+    A node is its given sum; past ``end`` it is ``zero`` (the padding rows); otherwise it
+    is its children's sum. ``zero`` must be a value the compiler cannot see is zero: XLA
+    turns ``x + 0`` into ``x``, which keeps a ``-0.0`` that the padded tree makes ``+0.0``.
+    """
+
+    def node(level: int, index: int) -> T:
+        if (level, index) in sums:
+            return sums[(level, index)]
+        if index << level >= end:
+            return zero
+        if level == 0:
+            raise ValueError(f"row {index} of 0..{end} is in no tile: the shards do not cover the batch")
+        return add(node(level - 1, 2 * index), node(level - 1, 2 * index + 1))
+
+    return node(*root(end))
