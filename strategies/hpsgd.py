@@ -23,6 +23,21 @@ backward pass. With ``barrier: true`` Pt waits there for every worker (the grey 
 phase of Fig. 1); Ps never waits for it, and it never waits for Ps. With ``barrier: false``
 Pt never waits for anyone. Local SGD and SSGD need no such option: their all-reduces
 already make every worker start each round together.
+
+``barrier_waits_for_sync`` (default false, needs ``barrier``): the authors' code as it runs
+on gloo, whose barrier first waits for every collective queued before it, so Pt also waits
+for its Ps:
+
+    Pt, with barrier_waits_for_sync:
+        g <- gradient at replica
+        wait for every worker;  syncing <- (status == syncing)
+        wait for this worker's Ps to finish
+        then lines 5-14 of Algorithm 2 as ``syncing`` says (read before that wait)
+
+A worker then synchronises every other step. The code reads the status after each backward
+pass; the processes sharing a GPU finish their steps together (time slicing), where fred's
+take whole turns, so the status is read once the last worker has finished: every worker
+then takes the same branch, as the code's collectives need.
 """
 
 from __future__ import annotations
@@ -31,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import simpy
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fred.numerics.gradients import GradSum, sum_grads
 from fred.numerics.models import Params
@@ -50,6 +65,17 @@ class HPSGD(StrategyConfig):
         description="Pt waits for every worker before each step (the paper: workers start to feed-forward "
         "at the same time); false: Pt never waits",
     )
+    barrier_waits_for_sync: bool = Field(
+        default=False,
+        description="the barrier also waits for the worker's synchronisation in flight, with the status read "
+        "before it (the authors' code on gloo, whose barrier waits for earlier collectives); needs barrier",
+    )
+
+    @model_validator(mode="after")
+    def _sync_wait_needs_the_barrier(self) -> HPSGD:
+        if self.barrier_waits_for_sync and not self.barrier:
+            raise ValueError("barrier_waits_for_sync: true is a kind of barrier; set barrier: true with it")
+        return self
 
     def model_copies_per_worker(self) -> int:
         return 4  # a replica per worker, its gradient, and the copies it sends and receives
@@ -68,6 +94,7 @@ class Shared:
     acc_steps: int = 0  # gradients in acc_grad (a timing-only run counts them without numbers)
     acc_version: int = 0  # the replica version of the oldest gradient in acc_grad
     rounds: int = 0  # synchronisations this worker has started
+    synced: simpy.Event | None = None  # set when this worker's Ps in flight finishes
 
 
 @dataclass
@@ -128,21 +155,27 @@ def start(sim: Simulation, config: HPSGD):
 
     def pt(w: Worker, s: Shared):
         while True:
-            if config.barrier:
+            if config.barrier and not config.barrier_waits_for_sync:
                 yield from barrier(w)
             if s.counter == 0:
                 s.replica, s.replica_opt, s.replica_version = glob["params"], glob["opt"], glob["version"]
             g = yield from sim.compute(w, s.replica)
+            if config.barrier_waits_for_sync:
+                yield from barrier(w)
+            syncing = s.status == "syncing"
+            if config.barrier_waits_for_sync and s.synced is not None:  # gloo's barrier: earlier collectives too
+                yield from sim.wait_for(w.name, s.synced)
             if s.acc_steps == 0:
                 s.acc_version = s.replica_version
             s.acc_steps += 1
             if g is not None:
                 glob["batch"] = g.count
                 s.acc_grad = g if s.acc_grad is None else sum_grads([s.acc_grad, g])
-            if s.status == "syncing":  # Algorithm 2, lines 5-10: train the replica
+            if syncing:  # Algorithm 2, lines 5-10: train the replica
                 if g is not None:
                     s.replica, s.replica_opt = step(s.replica, s.replica_opt, g.grad, g.count)
-                s.counter += 1
+                if s.status == "syncing":  # not when Ps ended during the barrier: the next step copies W
+                    s.counter += 1
             else:  # lines 12-14: only accumulate, and start a synchronisation
                 s.status = "syncing"
                 # Ps first applies the previous round (Algorithm 3, lines 1-2). Applied here, before
@@ -154,6 +187,7 @@ def start(sim: Simulation, config: HPSGD):
                 sim.process(ps(w, s))
 
     def ps(w: Worker, s: Shared):
+        s.synced = sim.env.event() if config.barrier_waits_for_sync else None
         r = s.rounds
         s.rounds += 1
         acc, s.acc_grad, s.acc_steps = s.acc_grad, None, 0  # swap buffers: Pt accumulates afresh meanwhile
@@ -162,6 +196,8 @@ def start(sim: Simulation, config: HPSGD):
         rounds[r].members = sim.participants(sim.workers)
         s.counter = 0
         s.status = "idle"
+        if s.synced is not None:
+            s.synced.succeed()
 
     if config.barrier:
         sim.faults.on_change(open_barrier)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import fred
-from fred.scenario.loading import load_scenario
+from fred.scenario.loading import ScenarioError, load_scenario
 from scenarios.hpsgd import validation
 from tests.conftest import tiny
 
@@ -43,14 +43,37 @@ def test_without_the_barrier_a_fast_worker_does_not_wait_for_a_slow_one():
 
 
 def test_the_barrier_never_waits_for_the_synchronisation():
-    # Links so slow that one all-reduce spans many steps: Pt keeps stepping at the compute's pace.
-    result = fred.run(tiny(strategy={"name": "hpsgd", "barrier": True}, cluster={"workers": 4},
-                           workload={"param_bytes": 50_000_000}, stop={"max_sim_time_s": 1.0}))
+    # One all-reduce spans several steps: Pt keeps stepping at the compute's pace.
+    result = slow_links(barrier=True)
     step_s = 0.01
     begun = starts(result)["worker0"]
     assert begun[5] == pytest.approx(5 * step_s)
     reduces = result.events[(result.events["kind"] == "allreduce") & (result.events["entity"] == "worker0")]
-    assert (reduces["end_s"] - reduces["start_s"]).min() > 5 * step_s
+    assert (reduces["end_s"] - reduces["start_s"]).min() > 3 * step_s
+
+
+def slow_links(**strategy) -> fred.RunResult:
+    # One all-reduce (30 MB at 1.25 GB/s: 36 ms) spans several 10 ms steps.
+    return fred.run(tiny(strategy={"name": "hpsgd", **strategy}, cluster={"workers": 4},
+                         workload={"param_bytes": 30_000_000}, stop={"max_sim_time_s": 0.5}))
+
+
+def test_gloos_barrier_waits_for_the_sync_and_syncs_every_other_step():
+    result = slow_links(barrier=True, barrier_waits_for_sync=True)
+    ev = result.events
+    reduces = ev[(ev["kind"] == "allreduce") & (ev["entity"] == "worker0")]
+    begun = starts(result)["worker0"]
+    sync_s, step_s = float((reduces["end_s"] - reduces["start_s"]).iloc[1]), 0.01
+    # Two steps take a step and an all-reduce: the second step's end waits for the sync in flight.
+    assert begun[4] - begun[2] == pytest.approx(step_s + sync_s)
+    assert abs(len(reduces) - len(begun) / 2) <= 1.5  # the all-reduce in flight at the end is not traced
+    plain = slow_links(barrier=True)
+    assert len(starts(plain)["worker0"]) > 1.5 * len(begun)  # the paper's barrier never waits for Ps
+
+
+def test_waiting_for_the_sync_needs_the_barrier():
+    with pytest.raises(ScenarioError, match="barrier_waits_for_sync"):
+        fred.run(tiny(strategy={"name": "hpsgd", "barrier_waits_for_sync": True}, stop={"max_updates": 2}))
 
 
 def test_the_paper_scenarios_carry_the_derived_constants():
@@ -84,6 +107,15 @@ def test_the_quick_section_is_structured_and_computed(monkeypatch):
     monkeypatch.setattr(validation, "run", faster)
     moved = [line for line in validation.section(quick=True).splitlines() if line in rows]
     assert moved == []
+
+
+def test_gloos_barrier_stops_the_gain_over_ssgd_at_twice_when_an_all_reduce_outlasts_a_step():
+    small = {"data": {"batch_size": 8}}  # k near 6.6 at 16 workers
+    gloo = validation.run("hpsgd", 16, quick=True, strategy={"barrier_waits_for_sync": True}, **small)
+    ssgd = validation.run("ssgd", 16, quick=True, **small)
+    assert validation.gain(gloo, ssgd) == pytest.approx(1.0, abs=0.05)
+    assert gloo.allreduce > 0.5  # Pt blocked waiting for its Ps
+    assert gloo.compute + gloo.gpu_wait + gloo.barrier + gloo.allreduce == pytest.approx(1.0)
 
 
 def test_hpsgd_keeps_the_gpus_busy_and_ssgd_does_not():
