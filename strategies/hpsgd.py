@@ -21,8 +21,9 @@ gamma: Ps runs whenever it can.
 same time" (section 1, Fig. 1), and the authors' code calls ``dist.barrier()`` after every
 backward pass. With ``barrier: true`` Pt waits there for every worker (the grey waiting
 phase of Fig. 1); Ps never waits for it, and it never waits for Ps. With ``barrier: false``
-Pt never waits for anyone. Local SGD and SSGD need no such option: their all-reduces
-already make every worker start each round together.
+Pt never waits for anyone. SSGD and Local SGD have no such option: SSGD's all-reduce already
+starts every worker's step together, Local SGD's every round, and between its averagings a
+per-step barrier would only reorder the turns of processes sharing a GPU, never idle it.
 
 ``barrier_waits_for_sync`` (default false, needs ``barrier``): the authors' code as it runs
 on gloo, whose barrier first waits for every collective queued before it, so Pt also waits

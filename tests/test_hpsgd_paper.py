@@ -3,6 +3,7 @@ validation section (scenarios/hpsgd/validation.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -91,6 +92,14 @@ def test_the_paper_scenarios_carry_the_derived_constants():
         assert s.data.batch_size == validation.BATCH and s.workload.timing_only
 
 
+def test_the_module_loads_by_path_as_docs_make_validation_loads_it():
+    path = ROOT / "scenarios" / "hpsgd" / "validation.py"
+    spec = importlib.util.spec_from_file_location("validation_hpsgd", path)
+    loaded = importlib.util.module_from_spec(spec)  # not in sys.modules, as make_validation leaves it
+    spec.loader.exec_module(loaded)
+    assert loaded.cifar_resnet101() == validation.cifar_resnet101()
+
+
 def test_the_quick_section_is_structured_and_computed(monkeypatch):
     text = validation.section(quick=True)
     assert text.startswith("## ")
@@ -98,6 +107,7 @@ def test_the_quick_section_is_structured_and_computed(monkeypatch):
     assert len(rows) == 6
     for line in rows:
         assert re.search(r"\| [+-]\d+ % \|", line), line
+    assert re.search(r"[-+]\d+\.\d %", text)  # signed errors with a decimal, as the validation page's test reads them
     # The numbers come from the runs: make the GPU twice as fast and every prediction moves.
     real = validation.run
 

@@ -12,7 +12,6 @@ by what the event trace measures: time computing, waiting for the GPU, waiting a
 barrier, and blocked in the all-reduce.
 """
 
-from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
@@ -228,7 +227,7 @@ def section(quick: bool = False) -> str:
                 shown = ("—", "(only drawn, Fig. 5a)")
             else:
                 ratio_error = (1 + predicted) / (1 + paper) - 1
-                shown = (pct(paper), f"{100 * (predicted - paper):+.0f} points; {pct(ratio_error)} on the ratio")
+                shown = (pct(paper), f"{100 * (predicted - paper):+.1f} points; {100 * ratio_error:+.1f} % on the ratio")
             command = f"`fred run scenarios/hpsgd/paper_hpsgd_{n}.yaml`, `... paper_{other}_{n}.yaml`"
             lines.append(f"| {n} | {NAMES[other]} | {shown[0]} | {pct(predicted)} | {shown[1]} | {command} |")
     lines += [
