@@ -30,12 +30,12 @@ def test_average_then_step_mixes_the_models_and_not_the_gradients():
     start = {k: np.asarray(v, np.float64) for k, v in build(validate(tiny())).sim.init_params.items()}
     own = one_ring_iteration("average_then_step")
     mixed = one_ring_iteration("step_then_average")
-    for name in start:
-        steps = [x[name] - start[name] for x in own]
+    for name, x0 in start.items():
+        steps = [x[name] - x0 for x in own]
         assert not np.allclose(steps[0], steps[1], atol=1e-7)  # the nodes' gradients differ
         for i in range(4):
             ring = (steps[i - 1] + steps[i] + steps[(i + 1) % 4]) / 3
-            np.testing.assert_allclose(mixed[i][name] - start[name], ring, rtol=1e-4, atol=1e-7)
+            np.testing.assert_allclose(mixed[i][name] - x0, ring, rtol=1e-4, atol=1e-7)
 
 
 def test_both_orders_move_the_mean_of_x_by_the_mean_gradient_step():
@@ -52,7 +52,7 @@ def test_average_then_step_without_a_gradient_step_keeps_the_sum_and_reaches_con
     scenario = validate(tiny(strategy={"name": "sgp", "lr": 0.0, "init_spread": 0.5}))
     sim = build(scenario).sim
     state = run_push_sum(sim, scenario.strategy, debiased=False, shares=ring_mixing(4), order="average_then_step")
-    first = sorted(state.nodes[0].x)[0]
+    first = min(state.nodes[0].x)
     start = sum(np.asarray(node.x[first], np.float64) for node in state.nodes)
     sim.env.run(until=60.5 * 0.01)
     np.testing.assert_allclose(sum(np.asarray(node.x[first], np.float64) for node in state.nodes), start, rtol=1e-5, atol=1e-5)
