@@ -5,6 +5,7 @@ batches that are powers of two: shards send the sums of the global tree's nodes 
 from __future__ import annotations
 
 import functools
+import itertools
 
 import jax
 import numpy as np
@@ -42,25 +43,31 @@ def test_the_tiles_of_a_shard_are_the_largest_tree_nodes_inside_it_and_cover_it_
     assert (len(nodes) == 1) == (count & (count - 1) == 0 and start % count == 0), "one node: a power of two, aligned"
 
 
-@given(end=st.integers(1, 300), cuts=st.lists(st.integers(1, 299), max_size=8, unique=True))
-def test_folding_the_tiles_of_any_split_makes_the_additions_of_the_padded_pairwise_tree(end, cuts):
+@given(start=st.integers(0, 300), rows=st.integers(1, 300), cuts=st.lists(st.integers(1, 299), max_size=8, unique=True))
+def test_folding_the_tiles_of_any_split_makes_the_additions_of_the_padded_pairwise_tree(start, rows, cuts):
     # Symbolically: each sum is the expression it was made by, so equal strings are equal trees.
-    edges = sorted({0, end, *(c for c in cuts if c < end)})
+    # From row 0 it is the large batch's padded tree; from another row, that tree restricted to
+    # the rows from there on, under the smallest node that holds them all (a shard's own sum).
+    end = start + rows
+    edges = sorted({start, end, *(start + c for c in cuts if c < rows)})
     sums: dict[canonical.Node, str] = {}
     for lo, hi in zip(edges, edges[1:]):
         for level, index in canonical.tiles(lo, hi - lo):
             sums[(level, index)] = _tree(list(range(index << level, (index + 1) << level)))
-    width = 1 << max(end - 1, 0).bit_length()
-    padded = [str(r) if r < end else "0" for r in range(width)]
-    assert canonical.fold(sums, end, "0", lambda a, b: f"({a}+{b})") == _tree(padded)
+    level = 0
+    while start >> level != (end - 1) >> level:
+        level += 1
+    under = range((start >> level) << level, ((start >> level) + 1) << level)
+    padded = [None if r < start else str(r) if r < end else "0" for r in under]
+    assert canonical.fold(sums, start, end, "0", lambda a, b: f"({a}+{b})") == _tree(padded)
 
 
 def _tree(rows: list) -> str:
     """pairwise_sum's tree over ``rows`` (a power of two of them), written out; a sum of padding
-    zeros is written ``0``, the +0.0 it is."""
-    rows = [str(r) for r in rows]
+    zeros is written ``0``, the +0.0 it is, and rows that are ``None`` are left out."""
+    rows = [None if r is None else str(r) for r in rows]
     while len(rows) > 1:
-        rows = ["0" if a == b == "0" else f"({a}+{b})" for a, b in zip(rows[0::2], rows[1::2])]
+        rows = [b if a is None else "0" if a == b == "0" else f"({a}+{b})" for a, b in zip(rows[0::2], rows[1::2])]
     return rows[0]
 
 
@@ -95,6 +102,9 @@ def test_shards_of_any_sizes_sum_to_the_large_batch_bit_for_bit(cuts):
     total = sum_grads(parts)
     assert total.count == whole.count
     assert _bytes(total.grad, total.loss) == _bytes(whole.grad, whole.loss)
+    # One shard from the first row: its own sum, folded from its tiles, is the padded tree's too.
+    [alone] = parts_of(numerics.gradients(params, ds, rows, 1, np.array([0])), 1, len(rows), [0])
+    assert _bytes(alone.grad, alone.loss) == _bytes(whole.grad, whole.loss)
 
 
 def test_shards_that_do_not_cover_the_batch_from_its_first_row_are_summed_by_the_tree_over_shards():
@@ -115,6 +125,26 @@ def test_shards_that_do_not_cover_the_batch_from_its_first_row_are_summed_by_the
 
 
 # ----------------------------------------------------------------------------- whole runs
+def test_a_run_whose_batch_is_not_a_power_of_two_replays_and_resumes_bit_for_bit(tmp_path):
+    """The tape holds the shards' starts and the assembly's plan: replay and a resumed run's
+    fast-forward make the same calls."""
+    from fred.runs import checkpoint
+    from fred.runs.runner import execute
+    from fred.scenario.loading import validate
+    from fred.tools.replay import replay
+    from tests.test_resume import Once, same_run
+
+    data = tiny(cluster={"workers": 3}, data={"batch_size": 5}, strategy={"name": "ssgd"}, stop={"max_updates": 12})
+    fred.run(data, out=tmp_path / "run")
+    assert replay(tmp_path / "run").passed
+    sc = validate(data)
+    counter = itertools.count()
+    clean = execute(sc, checkpointer=Once(tmp_path / "never", 10**9, sc.digest(), clock=counter.__next__))
+    half = next(counter) // 2  # the clock was read once per env step
+    execute(sc, checkpointer=Once(tmp_path / "saved", half, sc.digest(), clock=itertools.count().__next__))
+    same_run(execute(sc, resume=checkpoint.load(tmp_path / "saved")), clean)
+
+
 def _sha(optimizer: dict | None, **overrides) -> str:
     strategy = overrides.pop("strategy")
     if optimizer is not None:
@@ -165,7 +195,7 @@ def test_ssgd_with_n_workers_of_any_batch_b_is_sgd_with_batch_nb_many_draws(layo
 def test_the_assembled_tree_is_pairwise_sum_bit_for_bit_with_signed_zeros(shards, batch):
     """Over made-up per-example values whose columns of -0.0 the padded tree turns to +0.0: XLA
     would keep them -0.0 if the padding were a zero it could see (it simplifies ``x + 0`` to ``x``)."""
-    from fred.numerics.gradients import CHUNK_ROWS, Stacked, _tile_plan, _tile_sums, pairwise_sum
+    from fred.numerics.gradients import _ZERO, CHUNK_ROWS, Stacked, _tile_plan, _tile_sums, pairwise_sum
 
     stream = rng.stream(shards, batch, "signed zeros")
     rows = shards * batch
@@ -174,7 +204,7 @@ def test_the_assembled_tree_is_pairwise_sum_bit_for_bit_with_signed_zeros(shards
     values[stream.random(values.shape) < 0.1] = -0.0
     chunks = [(values[:, 0, 0], {"w": values})]
     starts = [s * batch for s in range(shards)]
-    tiles = jax.jit(lambda c: _tile_sums(c, _tile_plan(starts, batch)))(chunks)
+    tiles = jax.jit(lambda c, z: _tile_sums(c, _tile_plan(starts, batch), z))(chunks, np.asarray(_ZERO))
     stacked = Stacked(np.zeros(shards, np.float32), {"w": np.zeros((shards, 4, 3), np.float32)}, tiles)
     total = sum_grads(parts_of(stacked, shards, batch, starts))
     expected = jax.jit(lambda v: pairwise_sum(v[None, :rows])[0])(values)

@@ -8,7 +8,7 @@ holds whole nodes: its *tiles* are the largest nodes inside it, at most two per 
 (:func:`tiles`). A node's sum is the same tree over the same rows wherever it is computed, so
 from the tiles of shards that cover ``0 .. N`` :func:`fold` makes, node by node, the additions
 of the large batch's tree: its bits, however the batch was split, into however many shards
-of whatever sizes.
+of whatever sizes. A shard's own sum is the same tree restricted to its rows.
 """
 
 from __future__ import annotations
@@ -31,26 +31,36 @@ def tiles(start: int, count: int) -> tuple[Node, ...]:
     return tuple(found)
 
 
-def root(end: int) -> Node:
-    """The node of rows ``0 .. W``: the whole tree of a batch of ``end`` rows."""
-    return (max(end - 1, 0).bit_length(), 0)
+def root(start: int, end: int) -> Node:
+    """The smallest node holding rows ``start .. end``: for ``start`` 0, the whole padded tree."""
+    level = max(end - 1, 0).bit_length()
+    while level and (start >> (level - 1)) == ((end - 1) >> (level - 1)):
+        level -= 1
+    return (level, start >> level)
 
 
-def fold(sums: Mapping[Node, T], end: int, zero: T, add: Callable[[T, T], T]) -> T:
-    """The tree sum of rows ``0 .. end`` from the sums of nodes that cover them exactly once.
+def fold(sums: Mapping[Node, T], start: int, end: int, zero: T, add: Callable[[T, T], T]) -> T:
+    """The tree sum of rows ``start .. end`` from the sums of nodes that cover them exactly once.
 
-    A node is its given sum; past ``end`` it is ``zero`` (the padding rows); otherwise it
-    is its children's sum. ``zero`` must be a value the compiler cannot see is zero: XLA
-    turns ``x + 0`` into ``x``, which keeps a ``-0.0`` that the padded tree makes ``+0.0``.
+    A node is its given sum; past ``end`` it is ``zero`` (the padding rows); before
+    ``start`` it is left out (a shard's own sum is the global tree restricted to its rows);
+    otherwise it is its children's sum. From ``start`` 0 this is the padded tree's sum.
+    ``zero`` must be a value the compiler cannot see is zero: XLA turns ``x + 0`` into
+    ``x``, which keeps a ``-0.0`` that the padded tree makes ``+0.0``.
     """
 
-    def node(level: int, index: int) -> T:
+    def node(level: int, index: int) -> T | None:
         if (level, index) in sums:
             return sums[(level, index)]
         if index << level >= end:
             return zero
+        if (index + 1) << level <= start:
+            return None
         if level == 0:
-            raise ValueError(f"row {index} of 0..{end} is in no tile: the shards do not cover the batch")
-        return add(node(level - 1, 2 * index), node(level - 1, 2 * index + 1))
+            raise ValueError(f"row {index} of {start}..{end} is in no tile: the shards do not cover the rows")
+        left, right = node(level - 1, 2 * index), node(level - 1, 2 * index + 1)
+        return right if left is None else add(left, right)  # type: ignore[arg-type]
 
-    return node(*root(end))
+    total = node(*root(start, end))
+    assert total is not None
+    return total

@@ -232,7 +232,7 @@ def assemble(sums: Sequence[Stacked], plan: tuple[tuple[int, int, int, int], ...
 
     nodes = {(level, index): at(call, row) for call, row, level, index in plan}
     add = lambda a, b: jax.tree.map(jnp.add, a, b)
-    return canonical.fold(nodes, end, at(0, -1), add)
+    return canonical.fold(nodes, 0, end, at(0, -1), add)
 
 
 def _whole_calls(parts: Sequence[GradSum]) -> list[Stacked] | None:
@@ -400,39 +400,56 @@ def _stored_chunks(per_example, params: Params, xs: jax.Array, ys: jax.Array, ze
 
 
 def _exact_tiled_sums(per_example, params: Params, xs: jax.Array, ys: jax.Array, zero: jax.Array, rows: int, blocks: int,
-                      plan: tuple[tuple[int, int], ...]):
-    """:func:`_exact_block_sums`, and the sums of the tiles ``plan`` lists (:func:`_tile_sums`)."""
-    chunks = _stored_chunks(per_example, params, xs, ys, zero)
-    return (*_concatenated_block_sums(chunks, rows, blocks), _tile_sums(chunks, plan))
+                      starts: tuple[int, ...]):
+    """For shards that begin at ``starts`` in the global batch: each shard's own sum, the
+    global tree restricted to its rows, and the sums of its tiles that make it (:func:`_tile_sums`)."""
+    per_block = rows // blocks
+    tiles = _tile_sums(_stored_chunks(per_example, params, xs, ys, zero), _tile_plan(starts, per_block), zero)
+    at = lambda k: (tiles.loss[k], jax.tree.map(lambda g: g[k], tiles.grad))  # noqa: E731
+    add = lambda a, b: jax.tree.map(jnp.add, a, b)  # noqa: E731
+    losses, grads, first = [], [], 0
+    for start in starts:
+        nodes = canonical.tiles(start, per_block)
+        sums = {node: at(first + k) for k, node in enumerate(nodes)}
+        loss, grad = canonical.fold(sums, start, start + per_block, at(-1), add)
+        losses.append(loss)
+        grads.append(grad)
+        first += len(nodes)
+    return losses, grads, tiles
 
 
-def _tile_sums(chunks: list[tuple[jax.Array, Params]], plan: tuple[tuple[int, int], ...]) -> Stacked:
+def _tile_sums(chunks: list[tuple[jax.Array, Params]], plan: tuple[tuple[int, int], ...], zero: jax.Array) -> Stacked:
     """Pairwise sums of the rows ``plan`` lists ((first row, rows) each, rows a power of two), in
-    its order, and then a row of zeros: the padding of :func:`assemble`, an input there, so XLA
-    cannot see it is zero (it makes ``x + 0`` ``x``, which keeps a ``-0.0`` the padded tree makes ``+0.0``)."""
+    its order, and then a row of zeros that XLA cannot see are zeros: the padding of a fold,
+    where ``x + 0`` made ``x`` would keep a ``-0.0`` the padded tree makes ``+0.0``."""
     groups = {s: [first for first, size in plan if size == s] for s in sorted({size for _, size in plan})}
     made = {(s, first): k for k, (s, first) in enumerate((s, f) for s, firsts in groups.items() for f in firsts)}
     order = np.array([made[(size, first)] for first, size in plan])  # from size by size to plan's order
+    rows = {s: np.array(firsts)[:, None] + np.arange(s) for s, firsts in groups.items()}  # (tiles, rows) to gather
 
     def leaf(a: jax.Array) -> jax.Array:  # a: every row of the call, end to end
-        summed = [pairwise_sum(jnp.stack([a[f : f + s] for f in firsts])) for s, firsts in groups.items()]
-        padding = jnp.zeros((1, *a.shape[1:]), a.dtype)
-        return jnp.concatenate([jnp.concatenate(summed)[order], padding])
+        summed = jnp.concatenate([pairwise_sum(a[index]) for index in rows.values()])
+        padding = _as_stored(jnp.zeros((1, *a.shape[1:]), a.dtype), zero)
+        return jnp.concatenate([summed[order], padding])
 
     every_row = jax.tree.map(lambda *parts: jnp.concatenate(parts), *chunks)
     loss, grad = jax.tree.map(leaf, every_row)
     return Stacked(loss, grad)
 
 
-def _tile_plan(starts: Sequence[int] | None, per_block: int) -> tuple[tuple[int, int], ...] | None:
-    """(first row in the call, rows) of each tile of each shard, shard after shard (``None`` without ``starts``)."""
-    if starts is None:
-        return None
+def _tile_plan(starts: Sequence[int], per_block: int) -> tuple[tuple[int, int], ...]:
+    """(first row in the call, rows) of each tile of each shard, shard after shard."""
     return tuple(
-        (block * per_block + (index << level) - int(start), 1 << level)
+        (block * per_block + (index << level) - start, 1 << level)
         for block, start in enumerate(starts)
-        for level, index in canonical.tiles(int(start), per_block)
+        for level, index in canonical.tiles(start, per_block)
     )
+
+
+def _placed(starts: Sequence[int], per_block: int) -> tuple[int, ...]:
+    """``starts``, each less a multiple of the size of the smallest node holding its shard: the
+    same tiles and folds, relative to the shard, so calls at other places share one program."""
+    return tuple(int(s) % (1 << canonical.root(int(s), int(s) + per_block)[0]) for s in starts)
 
 
 def _as_stored(tree, zero: jax.Array):
@@ -511,15 +528,14 @@ class Numerics:
         the same sums as one :class:`Stacked` for several (fewer arrays to make and track).
         With ``starts`` (:meth:`starts`) it also returns the sums of each shard's tiles, in a
         :class:`Stacked` whatever the shards (:func:`parts_of` hands them out)."""
-        plan = _tile_plan(starts, len(rows) // shards) if self.reduction == "exact" else None
-        if plan is not None:
-            return self._call(params, dataset, rows, shards, stack=True, plan=plan)
+        if starts is not None and self.reduction == "exact":
+            return self._call(params, dataset, rows, shards, stack=True, starts=_placed(starts, len(rows) // shards))
         if shards == 1:
             return self.shard_sums_of(params, dataset, rows, 1)
         return self._call(params, dataset, rows, shards, stack=True)
 
     def _call(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int, stack: bool,
-              plan: tuple[tuple[int, int], ...] | None = None):
+              starts: tuple[int, ...] | None = None):
         x_all, y_all, zero = self._on_device(dataset)
         if self.reduction == "fast":
             return self._fast_at[stack](params, x_all, y_all, rows.reshape(shards, -1), shards)
@@ -527,8 +543,8 @@ class Numerics:
         pad = (-count) % CHUNK_ROWS
         if pad:  # padding rows are real examples (row 0) whose gradients are dropped
             rows = np.concatenate([rows, np.zeros(pad, rows.dtype)])
-        if plan is not None:
-            return self._tiled_at(params, x_all, y_all, rows, zero, count, shards, plan)
+        if starts is not None:
+            return self._tiled_at(params, x_all, y_all, rows, zero, count, shards, starts)
         return self._exact_at[stack](params, x_all, y_all, rows, zero, count, shards)
 
     def _on_device(self, dataset: Dataset) -> tuple[jax.Array, jax.Array, jax.Array]:
