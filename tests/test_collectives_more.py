@@ -92,9 +92,10 @@ def test_a_lane_does_not_wait_for_another_and_a_step_of_no_lane_waits_for_both()
 
 
 @pytest.mark.parametrize("p", [8, 13, 16])
-def test_the_two_trees_never_share_a_link_at_once_on_idle_links(p):
+def test_the_two_trees_never_share_a_link_at_once_on_idle_links(monkeypatch, p):
     # Why the closed form holds under both sharings: every transfer has its links to itself.
     # (NCCL mirrors the second tree for an even p; at 8 and 16 the mirror's broadcasts meet.)
+    _as_flows_only(monkeypatch)  # a flow per transfer, to watch
     sim = bare_sim(p, allreduce="double_binary_tree", sharing="fair", **NET)
     intervals: dict[int, list[list[float]]] = {}  # a channel's transfers: [first byte, last byte left]
     start = sim.flows.start
@@ -117,3 +118,121 @@ def test_the_two_trees_never_share_a_link_at_once_on_idle_links(p):
     for spans in intervals.values():
         spans.sort()
         assert all(b0 >= a1 * (1 - 1e-12) for (_, a1), (b0, _) in zip(spans, spans[1:]))
+
+
+# Timed in one piece on idle links: the same times as a flow per step, and, once anything else
+# touches its links, the same times as if it had been flows all along.
+
+ALGORITHMS_AS_ROUNDS = ["recursive_doubling", "halving_doubling", "binary_tree", "double_binary_tree"]
+
+
+def _handed_back(monkeypatch) -> list[int]:
+    """Counts the all-reduces handed back to flows while they held their links."""
+    from fred.simulation import collectives
+
+    count: list[int] = []
+    hand_back = collectives._Held.hand_back
+
+    def spy(held):
+        count.extend([1] if held.held else [])
+        hand_back(held)
+
+    monkeypatch.setattr(collectives._Held, "hand_back", spy)
+    return count
+
+
+def _as_flows_only(monkeypatch):
+    from fred.simulation import engine
+
+    monkeypatch.setattr(engine, "on_idle_links", lambda *args: False)
+
+
+def _collective_and_a_send(p, algorithm, send_at_s, faults=None, **extra):
+    """When each member leaves the all-reduce, and when a send that starts during it arrives."""
+    from fred.scenario.schema import FaultsConfig
+
+    sim = bare_sim(p, allreduce=algorithm, sharing="fair", **dict(NET, **extra))
+    if faults is not None:
+        sim.faults.config = FaultsConfig(**faults)
+        sim.faults.start()
+    finished: list[float] = []
+    arrived: list[float] = []
+
+    def member(w):
+        yield from sim.allreduce(sim.workers, w, 1e8)
+        finished.append(sim.now)
+
+    def sender():
+        yield sim.env.timeout(send_at_s)
+        yield from sim.send("worker3", f"worker{p - 1}", 2e8)
+        arrived.append(sim.now)
+
+    for w in sim.workers:
+        sim.process(member(w))
+    if send_at_s is not None:
+        sim.process(sender())
+    sim.env.run()
+    return finished, arrived
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS_AS_ROUNDS)
+@pytest.mark.parametrize("p", [5, 8])
+@pytest.mark.parametrize("send_at_s", [None, 0.0, 0.03, 0.0801, 0.2, 0.37])
+def test_a_send_into_an_all_reduce_timed_in_one_piece_meets_it_as_it_would_its_flows(monkeypatch, algorithm, p, send_at_s):
+    handed_back = _handed_back(monkeypatch)
+    whole = _collective_and_a_send(p, algorithm, send_at_s)
+    alone_s = allreduce_time_s(algorithm, p, 1e8, NetworkConfig(**NET))
+    assert len(handed_back) == (send_at_s is not None and send_at_s < alone_s)
+    _as_flows_only(monkeypatch)
+    flows = _collective_and_a_send(p, algorithm, send_at_s)
+    assert whole[0] == pytest.approx(flows[0], rel=1e-12, abs=0)
+    assert whole[1] == pytest.approx(flows[1], rel=1e-12, abs=0)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS_AS_ROUNDS)
+@pytest.mark.parametrize("at_s", [0.0, 0.05, 0.21])
+def test_a_link_degraded_during_an_all_reduce_timed_in_one_piece_slows_it_as_its_flows(monkeypatch, algorithm, at_s):
+    faults = {"link_degrade": [{"entity": "worker2", "at_s": at_s, "duration_s": 0.1, "bandwidth_factor": 0.3}]}
+    handed_back = _handed_back(monkeypatch)
+    whole = _collective_and_a_send(8, algorithm, None, faults)
+    alone_s = allreduce_time_s(algorithm, 8, 1e8, NetworkConfig(**NET))
+    assert len(handed_back) == (at_s < alone_s)
+    _as_flows_only(monkeypatch)
+    flows = _collective_and_a_send(8, algorithm, None, faults)
+    assert whole[0] == pytest.approx(flows[0], rel=1e-12, abs=0)
+    assert (whole[0][0] > alone_s) == (at_s < alone_s)  # slowed while it runs
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS_AS_ROUNDS)
+def test_an_all_reduce_on_shared_nics_runs_as_flows_and_keeps_its_times(monkeypatch, algorithm):
+    # two workers a node share its NIC: rounds cross a channel twice, so no piece is timed whole
+    def run():
+        import numpy as np
+        import simpy
+
+        from fred.simulation.engine import Simulation
+        from fred.simulation.network import Network
+        from fred.simulation.worker import Worker
+
+        cfg = NetworkConfig(allreduce=algorithm, sharing="fair", **NET)
+        crew = [Worker(i, lambda: np.arange(1)) for i in range(8)]
+        sim = Simulation(simpy.Environment(), crew, Network(cfg, 1, 2), None, None, None, 0, 0)  # type: ignore[arg-type]
+        return run_allreduce(sim, 1e8)
+
+    whole = run()
+    _as_flows_only(monkeypatch)
+    assert whole == run()
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS_AS_ROUNDS)
+@pytest.mark.parametrize("p", [2, 7, 13, 64])
+def test_on_idle_links_every_algorithm_is_timed_in_one_piece(monkeypatch, algorithm, p):
+    from fred.simulation import engine
+
+    answers: list[bool] = []
+    on_idle_links = engine.on_idle_links
+    monkeypatch.setattr(engine, "on_idle_links", lambda *args: answers.append(on_idle_links(*args)) or answers[-1])
+    finished = run_allreduce(bare_sim(p, allreduce=algorithm, sharing="fair", **NET), 102e6)
+    assert answers == [True]
+    expected = allreduce_time_s(algorithm, p, 102e6, NetworkConfig(allreduce=algorithm, **NET))
+    assert finished[0] == pytest.approx(expected, rel=1e-9, abs=0)

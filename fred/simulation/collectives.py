@@ -21,6 +21,8 @@ and halving-doubling do as MPICH does: with ``q`` the largest power of two below
 ``0 .. r-1`` (which fold it in), the ``q`` members run the algorithm, and the ``r`` helpers
 send the result back.
 
+On fairly shared links the rounds run as flows (:class:`RoundsAsFlows`), or, while nothing
+else is on their links, are timed in one piece by the same rules (:func:`on_idle_links`).
 The ring, fred's default, is booked by :mod:`fred.simulation.network` (chunk by chunk, with
 a fast path on idle links). What the all-reduce *sums* never depends on the algorithm: the
 engine adds the values in group order by a fixed tree.
@@ -29,9 +31,13 @@ engine adds the values in group order by a fixed tree.
 from __future__ import annotations
 
 import functools
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+import simpy
 
 from fred.scenario.schema import NetworkConfig
+from fred.simulation.flows import Channel, FairShare, Flow
 from fred.simulation.network import ring_allreduce_time_s
 
 
@@ -250,19 +256,27 @@ class RoundsAsFlows:
     """
 
     def __init__(self, rounds: list[Round], p: int, nbytes: float, reduce_s_per_byte: float,
-                 post: Post, later: Later, done: Callable[[], None]):
+                 post: Post, later: Later, done: Callable[[], None], start: bool = True):
         self.rounds, self.nbytes, self.gamma = rounds, nbytes, reduce_s_per_byte
         self.post, self.later, self.done = post, later, done
         self.lanes = lanes(rounds)
-        seats = p * self.lanes
-        self.level = [0] * seats  # rounds each seat has finished
-        self.outgoing, self.incoming = _index(rounds, self.lanes)
+        self.seats = p * self.lanes
+        if start:
+            self.start()
+
+    def start(self, level: list[int] | None = None, next_send: list[int] | None = None,
+              sending: list[bool] | None = None) -> None:
+        """Run from the start, or from where :class:`OnIdleLinks` hands it back: the rounds each
+        seat has finished, the messages it has sent and whether one is on its way out."""
+        seats = self.seats
+        self.level = level or [0] * seats  # rounds each seat has finished
+        self.outgoing, self.incoming = _index(self.rounds, self.lanes)
         self.sends: list[list[int]] = [[] for _ in range(seats)]  # the rounds each seat sends in, in order
         for k, out in enumerate(self.outgoing):
             for seat in out:
                 self.sends[seat].append(k)
-        self.next_send = [0] * seats  # the position in sends[s] of seat s's next message
-        self.sending = [False] * seats
+        self.next_send = next_send or [0] * seats  # the position in sends[s] of seat s's next message
+        self.sending = sending or [False] * seats
         self.left = seats
         for seat in range(seats):
             self._advance(seat)
@@ -341,13 +355,211 @@ def _index(rounds: list[Round], count: int) -> tuple[list[dict[int, Step]], list
     return outgoing, incoming
 
 
+Path = Callable[[str, str], tuple[tuple[Channel, ...], float]]  # (src, dst) -> (channels crossed, latency)
+
+
+class HeldLinks(FairShare):
+    """Fairly shared flows, some of whose channels an all-reduce timed in one piece may hold
+    (:func:`on_idle_links`). A flow that starts on a held channel, or a capacity change on one,
+    first has the holder hand its transfers back to flows where they stand, so they meet as
+    they would have met all along."""
+
+    def __init__(self, env: simpy.Environment, *args: Any, **kwargs: Any):
+        super().__init__(env, *args, **kwargs)
+        self.holders: dict[Channel, _Held] = {}
+        self.layouts: dict[int, _Layout] = {}  # by schedule: routes never change in a run
+
+    def start(self, channels: tuple[Channel, ...], nbytes: float, latency_s: float, arrive: Callable[[], None],
+              sent: Callable[[], None] | None = None) -> Flow:
+        if self.holders:
+            self._hand_back(channels)
+        return super().start(channels, nbytes, latency_s, arrive, sent)
+
+    def changed(self, channels: tuple[Channel, ...]) -> None:
+        if self.holders:
+            self._hand_back(channels)
+        super().changed(channels)
+
+    def _hand_back(self, channels: tuple[Channel, ...]) -> None:
+        for channel in channels:
+            holder = self.holders.get(channel)
+            if holder is not None:
+                holder.hand_back()
+
+
+class _Layout:
+    """What timing ``rounds`` among ``names`` in one piece needs of the network, worked out once:
+    the channels they cross, and per round, each step's seats and channels (indices into them)
+    and latency. ``None`` where that is not to be had: a round that crosses a channel twice (two
+    workers of one node sharing its NIC), or a step of no lane among lanes."""
+
+    def __init__(self, rounds: list[Round], names: list[str], count: int, path: Path):
+        self.rounds, self.names = rounds, tuple(names)
+        index: dict[Channel, int] = {}
+        self.by_round: list[tuple[np.ndarray, ...] | None] = []  # src and dst seats, channels (padded), latency,
+        # fraction, reduce, which channels are not padding
+        self.paths: list[list[tuple[tuple[Channel, ...], float]]] = []
+        for steps in rounds:
+            routes = [path(names[s.src], names[s.dst]) for s in steps]
+            width = max((len(channels) for channels, _ in routes), default=1)
+            crossed = [[index.setdefault(c, len(index)) for c in channels] for channels, _ in routes]
+            flat = [i for ids in crossed for i in ids]
+            if len(set(flat)) < len(flat) or (count > 1 and any(s.lane is None for s in steps)):
+                self.by_round.append(None)
+            else:
+                lane = [0 if s.lane is None else s.lane for s in steps]
+                self.by_round.append((
+                    np.array([s.src * count + lane[i] for i, s in enumerate(steps)], dtype=np.intp),
+                    np.array([s.dst * count + lane[i] for i, s in enumerate(steps)], dtype=np.intp),
+                    np.array([ids + ids[:1] * (width - len(ids)) for ids in crossed], dtype=np.intp).reshape(len(steps), width),
+                    np.array([latency_s * s.hops for (_, latency_s), s in zip(routes, steps)]),
+                    np.array([s.fraction for s in steps]),
+                    np.array([s.reduce for s in steps], dtype=bool),
+                    np.array([[i < len(ids) for i in range(width)] for ids in crossed], dtype=bool).reshape(len(steps), width),
+                ))
+            self.paths.append(routes)
+        self.channels = list(index)
+
+
+def on_idle_links(run: RoundsAsFlows, links: HeldLinks, names: list[str], path: Path) -> bool:
+    """Time ``run`` in one piece if every channel its steps cross is idle now and no two of its
+    steps would be on one channel at once; False (nothing done) otherwise.
+
+    Each step then runs alone at its path's least capacity, so when it starts, its last byte
+    leaves, it arrives and it is folded in are known now, by the rules of
+    :class:`RoundsAsFlows`, without a flow or an event per step: one event at the end. The
+    channels are held until then; the first flow or capacity change on one of them hands
+    ``run`` back to flows at that instant (:meth:`_Held.hand_back`). A synchronous run's
+    all-reduce on links nothing else uses is timed whole, a round at a time.
+    """
+    if not any(run.rounds):
+        return False  # nothing to send: RoundsAsFlows is done at once
+    layout = links.layouts.get(id(run.rounds))
+    if layout is None or layout.rounds is not run.rounds or layout.names != tuple(names):
+        layout = links.layouts[id(run.rounds)] = _Layout(run.rounds, names, run.lanes, path)
+    if any(r is None for r in layout.by_round):
+        return False
+    holders = links.holders
+    if any(c.flows or c in holders for c in layout.channels):
+        return False  # something else is on it, or may be
+    now = float(links.env.now)  # a float array: SimPy's clock starts at the integer 0
+    capacity = np.array([c.capacity() for c in layout.channels], dtype=float)
+    busy = np.full(len(layout.channels), -np.inf)  # when this all-reduce's last transfer on each leaves it
+    ready = np.full(run.seats, now)  # when each seat has finished the rounds so far
+    free = np.full(run.seats, now)  # when each seat's last message has left
+    timed: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    for src, dst, crossed, latency_s, fraction, reduce, _ in layout.by_round:  # type: ignore[misc]
+        start_s = np.maximum(np.maximum(ready[src], ready[dst]), free[src])
+        if run.lanes == 1 and (busy[crossed] > start_s[:, None]).any():
+            return False  # two of its own transfers would share a channel (a seat's go in round order)
+        step_bytes = fraction * run.nbytes
+        rate_bps = capacity[crossed].min(axis=1)
+        sent_s = start_s + step_bytes / rate_bps
+        arrive_s = sent_s + latency_s
+        reduce_s = np.where(reduce, step_bytes * run.gamma, 0.0)
+        folded_s = np.where(reduce_s > 0.0, arrive_s + reduce_s, arrive_s)
+        busy[crossed] = sent_s[:, None]
+        free[src] = sent_s
+        ready = ready.copy()
+        ready[dst] = folded_s
+        timed.append((start_s, sent_s, arrive_s, folded_s, rate_bps))
+    if run.lanes > 1 and _overlap(layout, timed):
+        return False
+    held = _Held(run, links, layout, timed)
+    end_s = float(ready.max()) if len(ready) else now
+    links.env.timeout(end_s - now).callbacks.append(lambda _: held.end())
+    return True
+
+
+def _overlap(layout: _Layout, timed: list[tuple[np.ndarray, ...]]) -> bool:
+    """Whether two transfers would be on one channel at once (lanes do not keep to round order)."""
+    rounds = layout.by_round
+    crossed = np.concatenate([r[2][r[6]] for r in rounds])  # type: ignore[index]
+    start_s = np.concatenate([np.broadcast_to(t[0][:, None], r[6].shape)[r[6]] for t, r in zip(timed, rounds)])  # type: ignore[index]
+    sent_s = np.concatenate([np.broadcast_to(t[1][:, None], r[6].shape)[r[6]] for t, r in zip(timed, rounds)])  # type: ignore[index]
+    order = np.lexsort((start_s, crossed))
+    crossed, start_s, sent_s = crossed[order], start_s[order], sent_s[order]
+    same = crossed[1:] == crossed[:-1]
+    return bool((same & (start_s[1:] < sent_s[:-1])).any())
+
+
+class _Held:
+    """An all-reduce timed in one piece: when each of its steps starts, leaves, arrives and is
+    folded in, and the channels it holds meanwhile."""
+
+    def __init__(self, run: RoundsAsFlows, links: HeldLinks, layout: _Layout,
+                 timed: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]):
+        self.run, self.links, self.layout, self.timed = run, links, layout, timed
+        self.held = True
+        for channel in layout.channels:
+            links.holders[channel] = self
+
+    def _release(self) -> None:
+        self.held = False
+        holders = self.links.holders
+        for channel in self.layout.channels:
+            if holders.get(channel) is self:
+                del holders[channel]
+
+    def end(self) -> None:
+        if self.held:
+            self._release()
+            self.run.done()
+
+    def hand_back(self) -> None:
+        """Go on as flows from now: steps that have arrived are folded in when planned, steps
+        whose last byte has left arrive when planned, steps on the wire go on as flows with the
+        bytes they have left, and :class:`RoundsAsFlows` starts the rest when their ends are ready."""
+        if not self.held:
+            return
+        self._release()
+        run, env, now = self.run, self.links.env, self.links.env.now
+        level, next_send, sending = [len(run.rounds)] * run.seats, [0] * run.seats, [False] * run.seats
+        for k, (steps, routes, times) in enumerate(zip(run.rounds, self.layout.paths, self.timed)):
+            for step, (channels, latency_s), start_s, sent_s, arrive_s, folded_s, rate_bps in zip(steps, routes, *times):
+                if folded_s > now:
+                    for d in run._seats(step.dst, step):
+                        level[d] = min(level[d], k)
+                if start_s > now:
+                    continue  # not started: RoundsAsFlows starts it when its ends are ready
+                sources = run._seats(step.src, step)
+                if sent_s <= now:
+                    for s in sources:
+                        next_send[s] += 1
+                else:  # on the wire: a flow with what it has left, from now
+                    for s in sources:
+                        sending[s] = True
+                    left = max(float(step.fraction * run.nbytes - rate_bps * (now - start_s)), 0.0)
+                    self.links.start(channels, left, latency_s * step.hops, functools.partial(run._arrived, k, step),
+                                     functools.partial(run._sent, sources))
+                if sent_s <= now < arrive_s:
+                    env.timeout(float(arrive_s) - now).callbacks.append(lambda _, k=k, step=step: run._arrived(k, step))
+                elif arrive_s <= now < folded_s:
+                    env.timeout(float(folded_s) - now).callbacks.append(lambda _, k=k, step=step: run._finish(k, step))
+        run.start(level, next_send, sending)
+
+
 def bytes_sent(rounds: list[Round], p: int, nbytes: float) -> list[float]:
-    """What each member sends in the whole all-reduce."""
-    sent = [0.0] * p
-    for steps in rounds:
-        for step in steps:
-            sent[step.src] += step.fraction * nbytes
-    return sent
+    """What each member sends in the whole all-reduce (added up in step order, as one by one)."""
+    senders, fractions = _senders(rounds)
+    sent = np.zeros(p)
+    np.add.at(sent, senders, fractions * nbytes)  # unbuffered: each member's sum in step order
+    return sent.tolist()
+
+
+_SENDERS: dict[int, tuple[list[Round], np.ndarray, np.ndarray]] = {}
+
+
+def _senders(rounds: list[Round]) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's sender and fraction, in step order (kept per schedule: a run repeats one)."""
+    kept = _SENDERS.get(id(rounds))
+    if kept is None or kept[0] is not rounds:
+        if len(_SENDERS) >= 64:
+            _SENDERS.clear()
+        steps = [s for r in rounds for s in r]
+        kept = _SENDERS[id(rounds)] = (rounds, np.array([s.src for s in steps], dtype=np.intp),
+                                       np.array([s.fraction for s in steps]))
+    return kept[1], kept[2]
 
 
 def allreduce_time_s(algorithm: str, p: int, nbytes: float, cfg: NetworkConfig) -> float:

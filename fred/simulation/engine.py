@@ -42,10 +42,10 @@ from fred.numerics.models import Params
 from fred.numerics.tape import active_tape, op
 from fred.scenario.schema import FaultsConfig
 from fred.simulation.buckets import Bucket
-from fred.simulation.collectives import ALGORITHMS, Round, RoundsAsFlows, bytes_sent, hierarchical, ring_phases, run_rounds
+from fred.simulation.collectives import (ALGORITHMS, HeldLinks, Round, RoundsAsFlows, bytes_sent, hierarchical,
+                                         on_idle_links, ring_phases, run_rounds)
 from fred.simulation.compute import ComputeModel
 from fred.simulation.faults import Crash, Faults
-from fred.simulation.flows import FairShare
 from fred.simulation.network import Network, Transfer, ring_by_chunk
 from fred.simulation.worker import Worker
 
@@ -196,7 +196,7 @@ class Simulation:
     ):
         self.env, self.workers, self.network = env, workers, network
         # Fairly shared flows, or transfers booked first come, first served (network.sharing).
-        self.flows = FairShare(env) if network.config.sharing == "fair" else None
+        self.flows = HeldLinks(env) if network.config.sharing == "fair" else None
         self.compute_model, self.gradients = compute_model, gradients
         self.init_params, self.param_bytes, self.seed = init_params, param_bytes, seed
         self.buckets = tuple(buckets)  # gradient buckets in backward order; () all-reduces the whole message
@@ -612,12 +612,15 @@ class Simulation:
         yield self.env.timeout(cfg.sync_s)
 
     def _rounds_as_flows(self, names: list[str], rounds: list[Round], nbytes: float) -> Process:
-        """An all-reduce on fairly shared links: each step a flow, started when its ends are ready."""
+        """An all-reduce on fairly shared links: each step a flow, started when its ends are ready;
+        timed in one piece while nothing else is on its links (:func:`on_idle_links`)."""
         done = self.env.event()
         post = lambda src, dst, n, hops, arrive, sent: self._post(names[src], names[dst], n, hops, arrive, sent)  # noqa: E731
         later = lambda delay_s, then: self.env.timeout(delay_s).callbacks.append(lambda _: then())  # noqa: E731
-        RoundsAsFlows(rounds, len(names), nbytes, self.network.config.reduce_s_per_byte, post, later,
-                      lambda: done.succeed())
+        run = RoundsAsFlows(rounds, len(names), nbytes, self.network.config.reduce_s_per_byte, post, later,
+                            lambda: done.succeed(), start=False)
+        if self._lossy or not on_idle_links(run, self.flows, names, self.network.path):  # type: ignore[arg-type]
+            run.start()
         yield done
         yield self.env.timeout(self.network.config.sync_s)
 
