@@ -11,6 +11,14 @@ Rates are recomputed only when a flow starts or ends, or a link's capacity chang
 degradation), and only for the flows connected to it through shared links: the flows of a
 ring phase are on disjoint links, so each one is its own small problem. A flow's last
 byte leaves when its bytes run out; it arrives ``hops`` link latencies later.
+
+A server's incast is one link that every flow into it crosses, each flow's other links its
+own and faster than its share: progressive filling gives every flow the same share, capacity
+over count, at every push. Such a *star* (:class:`_Star`) keeps its flows' bytes in arrays
+and settles a push in a dozen array operations over them, with the float operations the
+filling path does flow by flow, so every time is the same bits; only its first flows to
+finish are in the calendar. It is undone into flows filled one by one as soon as it stops
+being a star (a flow's own link slower than the share, a second flow on one, a degradation of one).
 """
 
 from __future__ import annotations
@@ -19,31 +27,40 @@ import heapq
 import itertools
 from typing import Callable
 
+import numpy as np
 import simpy
 
 _STALL_SHARE = 1e-12  # a share rounded to nothing still moves: a flow at rate 0 would never end
+STAR_FROM_FLOWS = 8  # the fewest flows made a star: below it the filling is about as cheap
 
 
 class Channel:
     """One direction of a link: the flows on it, in the order they started."""
 
-    __slots__ = ("capacity", "flows")
+    __slots__ = ("capacity", "flows", "star")
 
     def __init__(self, capacity: Callable[[], float]):
         self.capacity = capacity  # read when rates are computed: a degradation changes it
         self.flows: dict[Flow, None] = {}
+        self.star: _Star | None = None  # the star this channel is the hub or a spoke of
 
 
 class Flow:
-    """Bytes in flight on ``channels``: what is left to send at ``since_s`` and at what rate."""
+    """Bytes in flight on ``channels``: what is left to send at ``since_s`` and at what rate.
 
-    __slots__ = ("channels", "remaining", "rate_bps", "since_s", "arrive", "latency_s", "timer", "sent", "seq")
+    In a star its bytes, rate and time live in the star's arrays (``slot``), not here.
+    """
+
+    __slots__ = ("channels", "remaining", "rate_bps", "since_s", "arrive", "latency_s", "timer", "sent", "seq",
+                 "star", "slot")
 
     def __init__(self, channels: tuple[Channel, ...], nbytes: float, now_s: float, latency_s: float,
                  arrive: Callable[[], None], sent: Callable[[], None] | None = None, seq: int = 0):
         self.channels, self.remaining, self.rate_bps, self.since_s = channels, nbytes, 0.0, now_s
         self.latency_s, self.arrive, self.timer, self.sent = latency_s, arrive, 0, sent
         self.seq = seq  # its place in the order flows started
+        self.star: _Star | None = None
+        self.slot = -1
 
 
 class FairShare:
@@ -52,10 +69,13 @@ class FairShare:
     Completions are kept in a calendar of their own (a heap of ``(last byte leaves, the flow's start order,
     rate version, flow)``) with one SimPy event set for its earliest: a server's incast changes
     every flow's rate at every push, and an event per flow per change was most of a run.
+    ``star_from`` is the fewest flows a star is made of (default :data:`STAR_FROM_FLOWS`): it changes
+    the cost, never a result.
     """
 
-    def __init__(self, env: simpy.Environment):
+    def __init__(self, env: simpy.Environment, star_from: int | None = None):
         self.env = env
+        self.star_from = STAR_FROM_FLOWS if star_from is None else star_from
         self._dirty: dict[Channel, None] = {}  # channels whose flows' rates are due for a recompute
         self._due = False
         self._calendar: list[tuple[float, int, int, Flow]] = []
@@ -68,11 +88,21 @@ class FairShare:
         flow = Flow(channels, nbytes, self.env.now, latency_s, arrive, sent, next(self._started))
         for channel in channels:
             channel.flows[flow] = None
+            star = channel.star
+            if star is not None:
+                if channel is star.hub:
+                    star.joining.append(flow)
+                else:
+                    star.broken = True  # a spoke is no longer one flow's own
         self._touch(channels)
         return flow
 
     def changed(self, channels: tuple[Channel, ...]) -> None:
         """A channel's capacity changed: its flows get new rates from now on."""
+        for channel in channels:
+            star = channel.star
+            if star is not None and channel is not star.hub:
+                star.broken = True  # spokes' capacities are read as flows join; the hub's at every settle
         self._touch(channels)
 
     def _touch(self, channels: tuple[Channel, ...]) -> None:
@@ -87,16 +117,26 @@ class FairShare:
     def _recompute(self, _: simpy.Event) -> None:
         self._due = False
         dirty, self._dirty = self._dirty, {}
+        stars = {channel.star: None for channel in dirty if channel.star is not None}
+        broken = [star.hub for star in stars if not self._settle(star)]
         seen: dict[Flow, None] = {}
-        for channel in dirty:
-            if channel.flows and next(iter(channel.flows)) not in seen:
-                self._share(_connected(channel, seen))
+        for channel in itertools.chain(dirty, broken):
+            if channel.flows:
+                first = next(iter(channel.flows))
+                if first.star is None and first not in seen:
+                    self._share(_connected(channel, seen))
         self._set_wake()
 
     def _share(self, flows: list[Flow]) -> None:
         # In the order they started, whichever link the recompute came from: flows that end at
         # one instant arrive in that order, and rates are filled in it.
         flows.sort(key=_seq)
+        hub = _hub(flows) if len(flows) >= self.star_from else None
+        if hub is not None:
+            star = hub.star = _Star(hub)
+            star.joining = flows
+            if self._settle(star):
+                return
         now = self.env.now
         for flow, rate in zip(flows, progressive_filling(flows)):
             if rate != flow.rate_bps:  # a flow keeping its rate keeps its calendar entry
@@ -104,6 +144,40 @@ class FairShare:
                 flow.since_s, flow.rate_bps = now, rate
                 flow.timer += 1  # its entry at the old rate is stale
                 heapq.heappush(self._calendar, (now + flow.remaining / rate, flow.seq, flow.timer, flow))
+
+    def _settle(self, star: _Star) -> bool:
+        """New rates for a star's flows, as progressive filling would give them; False, and the
+        star is undone, when it is no longer one (its flows are then filled like any others)."""
+        hub, count = star.hub, len(star.hub.flows)
+        joining, star.joining = star.joining, []
+        if count == 0:
+            hub.star = None
+            return True
+        capacity = hub.capacity()
+        share = capacity / count  # the hub's share, as the filling computes it
+        spokes = [_spoke_bps(flow, hub) for flow in joining]
+        # The hub fixes every flow at its share when every other link would give each more.
+        if (star.broken or not capacity > 0.0 or None in spokes or not star.spokes_exceed(share)
+                or not all(spoke_bps > share for spoke_bps in spokes)):  # type: ignore[operator]
+            self._undo(star)
+            return False
+        for flow, spoke_bps in zip(joining, spokes):
+            star.add(flow, spoke_bps)  # type: ignore[arg-type]
+        for flow in star.first:
+            flow.timer += 1  # the entries of the flows that were first are stale
+        at_s, star.first = star.rate(max(share, capacity * _STALL_SHARE), self.env.now)
+        for flow in star.first:
+            heapq.heappush(self._calendar, (at_s, flow.seq, flow.timer, flow))
+        return True
+
+    def _undo(self, star: _Star) -> None:
+        """Back to flows of their own, each with its calendar entry (as if never in a star)."""
+        star.hub.star = None
+        for flow in star.flows:
+            if flow is not None:
+                star.remove(flow)
+                flow.timer += 1
+                heapq.heappush(self._calendar, (flow.since_s + flow.remaining / flow.rate_bps, flow.seq, flow.timer, flow))
 
     def _set_wake(self) -> None:
         """Have the calendar's earliest live entry wake it (one SimPy event at a time)."""
@@ -129,6 +203,8 @@ class FairShare:
 
     def _sent(self, flow: Flow) -> None:
         """The flow's last byte has left: free its links, and arrive after its latency."""
+        if flow.star is not None:
+            flow.star.remove(flow)
         flow.remaining, flow.timer = 0.0, flow.timer + 1
         for channel in flow.channels:
             channel.flows.pop(flow, None)  # a ring's flow may cross a shared NIC twice
@@ -141,8 +217,120 @@ class FairShare:
             flow.arrive()
 
 
+class _Star:
+    """A hub channel whose every flow it alone limits: each of its flows crosses it once, and
+    crosses nothing else that another flow crosses or that is not faster than the hub's share.
+
+    Progressive filling then fixes every flow at the hub's share (capacity over count) in its
+    first step, so the star does what :meth:`FairShare._share` does without the filling: a flow
+    whose rate changes has its bytes left taken down at its old rate since its last change, and
+    finishes at its time plus its bytes over its rate. Flows are kept in arrays (a slot each), so
+    a push costs array operations, not Python ones per flow; elementwise they are the filling
+    path's float operations, so the times are the same bits. Only the flows that finish first
+    are in the calendar.
+    """
+
+    def __init__(self, hub: Channel):
+        self.hub = hub
+        self.flows: list[Flow | None] = []  # by slot
+        self._free: list[int] = []
+        self.remaining = np.full(0, np.inf)  # a free slot: infinitely many bytes, never first
+        self.since_s = np.zeros(0)
+        self.rate_bps = np.ones(0)
+        self.spoke_bps = np.full(0, np.inf)  # the least capacity of each flow's other channels
+        self._least_spoke_bps = np.inf  # at most the least of spoke_bps
+        self.joining: list[Flow] = []  # started on the hub since the last settle
+        self.first: list[Flow] = []  # the flows in the calendar: those that finish first
+        self.broken = False  # a spoke took a second flow, or its capacity changed
+
+    def add(self, flow: Flow, spoke_bps: float) -> None:
+        if not self._free:
+            self._grow()
+        slot = self._free.pop()
+        self.flows[slot], flow.slot, flow.star = flow, slot, self
+        self.remaining[slot], self.since_s[slot], self.rate_bps[slot] = flow.remaining, flow.since_s, flow.rate_bps
+        self.spoke_bps[slot] = spoke_bps
+        self._least_spoke_bps = min(self._least_spoke_bps, spoke_bps)
+        flow.timer += 1  # a flow out of the calendar unless first
+        for channel in flow.channels:
+            channel.star = self
+
+    def remove(self, flow: Flow) -> None:
+        """Take ``flow`` out, with its bytes, rate and time as of now kept on it."""
+        slot = flow.slot
+        flow.remaining, flow.since_s, flow.rate_bps = (float(self.remaining[slot]), float(self.since_s[slot]),
+                                                       float(self.rate_bps[slot]))
+        self.flows[slot], flow.star = None, None
+        self.remaining[slot], self.spoke_bps[slot] = np.inf, np.inf
+        self._free.append(slot)
+        for channel in flow.channels:
+            if channel is not self.hub:
+                channel.star = None
+
+    def _grow(self) -> None:
+        n = max(len(self.flows), 8)
+        self.flows += [None] * n
+        self._free += range(len(self.flows) - 1, len(self.flows) - n - 1, -1)
+        self.remaining = np.concatenate([self.remaining, np.full(n, np.inf)])
+        self.since_s = np.concatenate([self.since_s, np.zeros(n)])
+        self.rate_bps = np.concatenate([self.rate_bps, np.ones(n)])
+        self.spoke_bps = np.concatenate([self.spoke_bps, np.full(n, np.inf)])
+
+    def spokes_exceed(self, share_bps: float) -> bool:
+        """Whether every flow's other channels give it more than ``share_bps``."""
+        if not self._least_spoke_bps > share_bps:  # a bound from below: flows that left may have raised it
+            self._least_spoke_bps = float(self.spoke_bps.min()) if len(self.spoke_bps) else np.inf
+        return self._least_spoke_bps > share_bps
+
+    def rate(self, rate_bps: float, now_s: float) -> tuple[float, list[Flow]]:
+        """Every flow at ``rate_bps`` from now: when the first finish, and which (in start order)."""
+        changed = self.rate_bps != rate_bps
+        count = np.count_nonzero(changed)
+        if count == len(changed):  # the usual: a push changes every share
+            np.maximum(self.remaining - self.rate_bps * (now_s - self.since_s), 0.0, out=self.remaining)
+            self.since_s.fill(now_s)
+            self.rate_bps.fill(rate_bps)
+            finish_s = self.remaining / rate_bps
+            finish_s += now_s
+        else:
+            if count:
+                slots = changed.nonzero()[0]
+                left = self.remaining[slots] - self.rate_bps[slots] * (now_s - self.since_s[slots])
+                self.remaining[slots] = np.maximum(left, 0.0)
+                self.since_s[slots] = now_s
+                self.rate_bps[slots] = rate_bps
+            finish_s = self.since_s + self.remaining / self.rate_bps
+        at_s = finish_s[finish_s.argmin()]
+        first = [self.flows[slot] for slot in (finish_s == at_s).nonzero()[0]]
+        return float(at_s), sorted(first, key=_seq)  # type: ignore[arg-type]
+
+
 def _seq(flow: Flow) -> int:
     return flow.seq
+
+
+def _hub(flows: list[Flow]) -> Channel | None:
+    """A channel every one of ``flows`` crosses (they are all of its flows), if there is one."""
+    for channel in flows[0].channels:
+        if len(channel.flows) == len(flows):
+            return channel
+    return None
+
+
+def _spoke_bps(flow: Flow, hub: Channel) -> float | None:
+    """The least capacity of the flow's channels other than ``hub``; None unless it crosses the
+    hub once and each other channel once, alone."""
+    least, crossings = np.inf, 0
+    for channel in flow.channels:
+        if channel is hub:
+            crossings += 1
+        elif len(channel.flows) != 1 or channel.star is not None:
+            return None
+        else:
+            least = min(least, channel.capacity())
+    if crossings != 1 or len(set(flow.channels)) != len(flow.channels):
+        return None
+    return least
 
 
 def _connected(start: Channel, seen: dict[Flow, None]) -> list[Flow]:
