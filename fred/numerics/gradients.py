@@ -202,36 +202,41 @@ def _cover_from_zero(parts: Sequence[GradSum]) -> bool:
     return True
 
 
-def _assembly(parts: Sequence[GradSum]) -> tuple[list[Stacked], tuple[tuple[int, int, int, int], ...], int]:
-    """:func:`assemble`'s arguments: the calls' tile sums, and (call, row, level, index) of every tile."""
+def _assembly(parts: Sequence[GradSum]) -> tuple[list[Stacked], str]:
+    """:func:`assemble`'s arguments: the calls' tile sums, and where each part's are."""
     sources: dict[int, int] = {}
     sums: list[Stacked] = []
-    plan = []
+    layout = []
     for part in parts:
         tiles = part.tiles
         assert tiles is not None
         if id(tiles.sums) not in sources:
             sources[id(tiles.sums)] = len(sums)
             sums.append(tiles.sums)
-        source = sources[id(tiles.sums)]
-        plan += [(source, tiles.first + k, level, index) for k, (level, index) in enumerate(tiles.nodes)]
-    return sums, tuple(plan), sum(p.count for p in parts)
+        layout.append(f"{sources[id(tiles.sums)]}:{tiles.first}:{tiles.start}:{part.count}")
+    return sums, " ".join(layout)
 
 
 @op("fred.numerics.gradients:assemble")
-@functools.partial(jax.jit, static_argnums=(1, 2))
-def assemble(sums: Sequence[Stacked], plan: tuple[tuple[int, int, int, int], ...], end: int) -> tuple[Params, jax.Array]:
-    """The global batch's tree over rows ``0 .. end`` from its nodes' sums: (gradient sum, loss sum).
+@functools.partial(jax.jit, static_argnums=1)
+def assemble(sums: Sequence[Stacked], layout: str) -> tuple[Params, jax.Array]:
+    """The global batch's tree from the sums of its nodes: (gradient sum, loss sum).
 
-    ``plan`` says where each node's sum is: (call, row, level, index). The padding past
-    ``end`` is the zero row the first call's tiles end with.
+    ``layout`` says where each part's tiles are, part after part: ``call:row:start:count``,
+    their sums rows ``row ..`` of ``sums[call]`` (one string: the tape writes it as one value,
+    where a tuple of numbers would be as many). The padding past the batch is the zero row the
+    first call's tiles end with.
     """
 
     def at(call: int, row: int) -> tuple[Params, jax.Array]:
         return jax.tree.map(lambda g: g[row], sums[call].grad), sums[call].loss[row]
 
-    nodes = {(level, index): at(call, row) for call, row, level, index in plan}
-    add = lambda a, b: jax.tree.map(jnp.add, a, b)
+    nodes, end = {}, 0
+    for part in layout.split():
+        call, row, start, count = map(int, part.split(":"))
+        nodes.update({node: at(call, row + k) for k, node in enumerate(canonical.tiles(start, count))})
+        end = max(end, start + count)
+    add = lambda a, b: jax.tree.map(jnp.add, a, b)  # noqa: E731
     return canonical.fold(nodes, 0, end, at(0, -1), add)
 
 
