@@ -7,8 +7,8 @@ Protocol, the paper's where it says one: ASGD, SASGD and FASGD at 4, 16 and 64 c
 (clients x batch = 128, as the paper kept it), 3000 updates each. Each method's learning rate
 is chosen per clock (simulated time, and the original FRED's logical dispatcher) as the paper
 chose it: the best mean final loss over the three scales, on a factor-2 grid that is widened
-until the winner lies inside it, on seed ``TUNE_SEED`` only. The comparison then runs seeds
-``SEEDS`` with those rates and reports mean +- sd. B-FASGD sweeps ``c_fetch`` and ``c_push`` at
+until the winner lies inside it, on seed ``TUNE_SEED`` only. The comparison then runs the plan's
+seeds (1, 2, 3) with those rates and reports mean +- sd. B-FASGD sweeps ``c_fetch`` and ``c_push`` at
 16 clients with FASGD's rate for the clock. Every run's numbers are kept in
 ``validation_runs.json`` under the SHA-256 of its fully resolved scenario: a changed scenario
 misses the cache and is run, never answered from it.
@@ -469,7 +469,7 @@ def verdict_scaling(sv: dict[str, str], cmp: dict, plan: Plan, top: int) -> list
         fin = {m: [loss(r) for r in cmp[clock, top, m]] for m in METHODS}
         v = lower(fin["fasgd"], fin["sasgd"])
         best = min(METHODS, key=lambda m: mean_sd(fin[m])[0])
-        peak = {m: [max(loss({"x": x}, "x") for _, x in r["curve"]) for r in cmp[clock, top, m]] for m in ["sasgd", "fasgd"]}
+        peak = {m: [max(math.inf if x is None else x for _, x in r["curve"]) for r in cmp[clock, top, m]] for m in ["sasgd", "fasgd"]}
         out.append(f"- {clock.capitalize()} clock: does FASGD's lead grow with λ? {sv[clock][0].upper() + sv[clock][1:]}. "
                    f"At {top} clients FASGD vs SASGD: {WORD[v]}; the lowest mean final loss there is {NAMES[best]}'s. "
                    f"Highest eval loss during the run at {top} clients: FASGD {show(peak['fasgd'])}, SASGD {show(peak['sasgd'])} "
