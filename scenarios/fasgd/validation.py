@@ -15,6 +15,7 @@ misses the cache and is run, never answered from it.
 """
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -209,8 +210,8 @@ def comparison(runs: Runs, tuned: dict[str, dict[str, Tuned]]) -> dict[tuple[str
 
 def claim_faster(cmp: dict, plan: Plan) -> tuple[list[str], dict[str, list[int]]]:
     """Figure 1: FASGD converges faster and to a lower cost than SASGD at every scale."""
-    lines = ["| clock | clients × batch | examples per run | ASGD final loss | SASGD final loss | FASGD final loss "
-             "| SASGD mean loss over the run | FASGD mean loss over the run | FASGD vs SASGD |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| clock | clients × batch | examples per run | ASGD final loss | SASGD final loss | FASGD final loss "
+             "| SASGD mean loss over the run | FASGD mean loss over the run | FASGD vs SASGD |"), "|---|---|---|---|---|---|---|---|---|"]
     verdicts: dict[str, list[int]] = {}
     for clock in CLOCKS:
         for n in plan.clients:
@@ -242,7 +243,7 @@ def claim_scaling(cmp: dict, plan: Plan) -> tuple[list[str], dict[str, str]]:
     for clock in CLOCKS:
         rs = [ratios(cmp, clock, n) for n in plan.clients]
         means = [mean_sd(r)[0] for r in rs]
-        grows = all(b > a for a, b in zip(means, means[1:]))
+        grows = all(b > a for a, b in itertools.pairwise(means))
         leads = [m > 1 for m in means]
         verdicts[clock] = ("yes, and FASGD leads at every scale" if grows and all(leads) else
                            "yes, but FASGD does not lead at every scale" if grows else "no")
@@ -399,7 +400,7 @@ def _section(plan: Plan, cache: Path | None, rerun: bool) -> str:
         "",
         *verdict_faster(fv),
         "",
-        f"### Claim: FASGD's lead over SASGD grows with λ; FASGD scales to more clients (figure 2)",
+        "### Claim: FASGD's lead over SASGD grows with λ; FASGD scales to more clients (figure 2)",
         "",
         "SASGD's final loss divided by FASGD's, seed by seed (above 1: FASGD lower). The paper varied",
         "λ up to 10,000 at one batch size; here λμ stays 128, so larger λ also means smaller batches.",
@@ -408,7 +409,7 @@ def _section(plan: Plan, cache: Path | None, rerun: bool) -> str:
         "",
         *verdict_scaling(sv, cmp, plan, top),
         "",
-        f"### Claim: B-FASGD cuts fetches 10x (total bandwidth 5x) with little loss; dropping pushes hurts more (figure 3)",
+        "### Claim: B-FASGD cuts fetches 10x (total bandwidth 5x) with little loss; dropping pushes hurts more (figure 3)",
         "",
         f"B-FASGD at {BFASGD_CLIENTS} clients with FASGD's rate for the clock; c_fetch swept with every push sent, then",
         "c_push with every fetch made. A dropped push makes the server re-apply that client's last",
@@ -419,14 +420,14 @@ def _section(plan: Plan, cache: Path | None, rerun: bool) -> str:
         *plain_bandwidth(found, plan),
         "- **The paper's 5x cut in total bandwidth from fetches: not reproduced as stated.** With every gradient",
         "  pushed and a gradient the size of a parameter copy, dropping fetches alone cannot cut total traffic by",
-        f"  more than 2x; the deepest fetch cut swept gives ÷{max(f[1] for f in found['fetch'].values()):.2f}. The paper's "
-        "factor of 5 needs pushes dropped too (which it reports hurting) or larger fetch messages.",
+        (f"  more than 2x; the deepest fetch cut swept gives ÷{max(f[1] for f in found['fetch'].values()):.2f}. The paper's "
+        "factor of 5 needs pushes dropped too (which it reports hurting) or larger fetch messages."),
         "",
-        "Reproduce: `python scenarios/fasgd/validation.py` (prints this section from "
+        ("Reproduce: `python scenarios/fasgd/validation.py` (prints this section from "
         "`scenarios/fasgd/validation_runs.json`, running only runs whose resolved scenario is not in it), "
         "`--rerun` to recompute every run. One run by hand, e.g. "
         f"`fred run scenarios/fasgd/fasgd_{top}.yaml --seed {plan.seeds[0]} --set strategy.clock=logical "
-        f"--set strategy.lr={tuned['logical']['fasgd'].lr:g} --set stop.max_updates={plan.updates}`.",
+        f"--set strategy.lr={tuned['logical']['fasgd'].lr:g} --set stop.max_updates={plan.updates}`."),
         "",
     ]
     return "\n".join(lines)
