@@ -35,6 +35,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # label -> (strateg
     "recursive doubling": (STRATEGIES["ring all-reduce"], {"allreduce": "recursive_doubling"}),
     "halving-doubling": (STRATEGIES["ring all-reduce"], {"allreduce": "halving_doubling"}),
     "binary tree": (STRATEGIES["ring all-reduce"], {"allreduce": "binary_tree"}),
+    "double binary tree": (STRATEGIES["ring all-reduce"], {"allreduce": "double_binary_tree"}),
     "sgp": (STRATEGIES["sgp"], {}),
 }
 ITERATIONS = 100
