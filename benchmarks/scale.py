@@ -10,8 +10,9 @@ no numbers. Four strategies: ring all-reduce (``arsgd``: every iteration all n
 workers all-reduce a ResNet-50-sized gradient; also with recursive doubling and
 halving-doubling, ``network.allreduce``), SGP (``directed_exponential``,
 one peer: every iteration each node sends one message), and two on one parameter
-server, whose downlink every push queues on: ASGD (each push is an update) and
-SASGD with 4 soft-sync groups (an update every n/4 pushes). An iteration is one
+server, whose downlink every push shares: ASGD (each push is an update; also with
+``network.sharing: fcfs``, pushes served one after another) and SASGD with 4
+soft-sync groups (an update every n/4 pushes). An iteration is one
 round of arsgd (one update), one step of every SGP node (n updates), one push of
 every ASGD worker on average (n updates) and 4 SASGD updates (n pushes).
 
@@ -47,11 +48,13 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     "halving-doubling": {"name": "arsgd"},
     "sgp": {"name": "sgp", "topology": "directed_exponential", "peers": 1},
     "ps asgd": {"name": "asgd"},
+    "ps asgd fcfs": {"name": "asgd"},
     "ps sasgd/4": {"name": "sasgd", "n_soft": 4},
 }
-NETWORKS: dict[str, dict[str, Any]] = {  # AR-SGD under each all-reduce algorithm
+NETWORKS: dict[str, dict[str, Any]] = {  # AR-SGD under each all-reduce algorithm; ASGD's pushes queued
     "recursive doubling": {"allreduce": "recursive_doubling"},
     "halving-doubling": {"allreduce": "halving_doubling"},
+    "ps asgd fcfs": {"sharing": "fcfs"},
 }
 RESULTS = RESULTS_DIR / "scale.json"
 ONCE_OVER_S = 5.0  # a run this long is timed once: its noise is small next to its length
