@@ -266,7 +266,7 @@ class RoundsAsFlows:
 
     def start(self, level: list[int] | None = None, next_send: list[int] | None = None,
               sending: list[bool] | None = None) -> None:
-        """Run from the start, or from where :class:`OnIdleLinks` hands it back: the rounds each
+        """Run from the start, or from where :func:`on_idle_links` hands it back: the rounds each
         seat has finished, the messages it has sent and whether one is on its way out."""
         seats = self.seats
         self.level = level or [0] * seats  # rounds each seat has finished
