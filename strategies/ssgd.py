@@ -5,8 +5,9 @@
         aggregate: g = sum_i g_i / (n * b)      (parameter server, or ring all-reduce)
         theta_{t+1} <- theta_t - lr * g         (the same update on every replica)
 
-Gradient *sums* are aggregated by the fixed pairwise tree, so with iid sharding
-n workers of batch b give bit for bit the parameters of SGD with batch n*b.
+Gradient *sums* are aggregated by the global batch's pairwise tree (docs/determinism.md),
+so with iid sharding n workers of any batch b give bit for bit the parameters of SGD with
+batch n*b.
 """
 
 from __future__ import annotations
