@@ -91,6 +91,30 @@ def test_a_lane_does_not_wait_for_another_and_a_step_of_no_lane_waits_for_both()
     assert booked == [(0, 1, 0.0), (2, 1, 0.0), (1, 3, 0.5), (1, 2, 1.0)]
 
 
+def test_as_flows_too_a_lane_does_not_wait_for_another_and_a_step_of_no_lane_waits_for_both():
+    import simpy
+
+    from fred.simulation.collectives import RoundsAsFlows
+
+    rounds = [[Step(0, 1, 1.0, False, 1, 0)], [Step(2, 1, 0.5, False, 1, 1)], [Step(1, 3, 0.5, False, 1, 1)],
+              [Step(1, 2, 0.25, False)]]
+    env = simpy.Environment()
+    started: list[tuple[int, int, float]] = []
+    done: list[float] = []
+
+    def post(src, dst, nbytes, hops, arrive, sent):  # a transfer takes nbytes seconds
+        started.append((src, dst, env.now))
+        env.timeout(nbytes).callbacks.append(lambda _: (sent(), arrive()))
+
+    def later(delay_s, then):
+        env.timeout(delay_s).callbacks.append(lambda _: then())
+
+    RoundsAsFlows(rounds, 4, 1.0, 0.0, post, later, lambda: done.append(env.now))
+    env.run()
+    assert sorted(started, key=lambda s: s[2]) == [(0, 1, 0.0), (2, 1, 0.0), (1, 3, 0.5), (1, 2, 1.0)]
+    assert done == [1.25]
+
+
 @pytest.mark.parametrize("p", [8, 13, 16])
 def test_the_two_trees_never_share_a_link_at_once_on_idle_links(monkeypatch, p):
     # Why the closed form holds under both sharings: every transfer has its links to itself.
@@ -236,3 +260,24 @@ def test_on_idle_links_every_algorithm_is_timed_in_one_piece(monkeypatch, algori
     assert answers == [True]
     expected = allreduce_time_s(algorithm, p, 102e6, NetworkConfig(allreduce=algorithm, **NET))
     assert finished[0] == pytest.approx(expected, rel=1e-9, abs=0)
+
+
+@pytest.mark.parametrize("sharing", ["fair", "fcfs"])
+@pytest.mark.parametrize("p, per_node", [(8, 4), (12, 4), (64, 8)])
+def test_a_hierarchical_double_binary_tree_takes_its_closed_form_under_both_sharings(sharing, p, per_node):
+    # inside a node the steps are of no lane: they join the two trees' lanes at the leaders
+    import numpy as np
+    import simpy
+
+    from fred.simulation.collectives import hierarchical_time_s
+    from fred.simulation.engine import Simulation
+    from fred.simulation.network import Network
+    from fred.simulation.worker import Worker
+
+    cfg = NetworkConfig(allreduce="double_binary_tree", hierarchical=True, sharing=sharing,
+                        intra_node={"latency_s": 3e-6, "bandwidth_bps": 5e10}, **NET)
+    crew = [Worker(i, lambda: np.arange(1)) for i in range(p)]
+    sim = Simulation(simpy.Environment(), crew, Network(cfg, 1, per_node), None, None, None, 0, 0)  # type: ignore[arg-type]
+    finished = run_allreduce(sim, 102e6)
+    expected = hierarchical_time_s("double_binary_tree", p // per_node, per_node, 102e6, cfg)
+    assert max(finished) == pytest.approx(expected, rel=1e-9, abs=0)
