@@ -367,7 +367,7 @@ class HeldLinks(FairShare):
     def __init__(self, env: simpy.Environment, *args: Any, **kwargs: Any):
         super().__init__(env, *args, **kwargs)
         self.holders: dict[Channel, _Held] = {}
-        self.layouts: dict[int, _Layout] = {}  # by schedule: routes never change in a run
+        self.layouts: dict[tuple[int, tuple[str, ...]], _Layout] = {}  # by schedule and group: routes never change
 
     def start(self, channels: tuple[Channel, ...], nbytes: float, latency_s: float, arrive: Callable[[], None],
               sent: Callable[[], None] | None = None) -> Flow:
@@ -394,7 +394,7 @@ class _Layout:
     workers of one node sharing its NIC), or a step of no lane among lanes."""
 
     def __init__(self, rounds: list[Round], names: list[str], count: int, path: Path):
-        self.rounds, self.names = rounds, tuple(names)
+        self.rounds = rounds
         index: dict[Channel, int] = {}
         self.by_round: list[tuple[np.ndarray, ...] | None] = []  # src and dst seats, channels (padded), latency,
         # fraction, reduce, which channels are not padding
@@ -434,9 +434,10 @@ def on_idle_links(run: RoundsAsFlows, links: HeldLinks, names: list[str], path: 
     """
     if not any(run.rounds):
         return False  # nothing to send: RoundsAsFlows is done at once
-    layout = links.layouts.get(id(run.rounds))
-    if layout is None or layout.rounds is not run.rounds or layout.names != tuple(names):
-        layout = links.layouts[id(run.rounds)] = _Layout(run.rounds, names, run.lanes, path)
+    key = (id(run.rounds), tuple(names))  # several groups of one size share a schedule
+    layout = links.layouts.get(key)
+    if layout is None or layout.rounds is not run.rounds:
+        layout = links.layouts[key] = _Layout(run.rounds, names, run.lanes, path)
     if any(r is None for r in layout.by_round):
         return False
     holders = links.holders
