@@ -85,8 +85,9 @@ def _bytes(grad, loss) -> list[bytes]:
 
 @pytest.mark.parametrize(
     "cuts",
-    # shards of unequal sizes, one call each; the last batch's rows are not a power of two (72, 100)
-    [[24, 48, 72], [1, 2, 3, 70, 72], [37, 100], [5, 64, 100]],
+    # shards of unequal sizes, one call each, batches of 72 and 100 rows; each compiles calls of
+    # its own (10-20 s on 2 loaded cores): the default run checks two, `pytest -m slow` all four
+    [[24, 48, 72], [1, 2, 3, 70, 72]] + [pytest.param(c, marks=pytest.mark.slow) for c in ([37, 100], [5, 64, 100])],
     ids=lambda c: "-".join(map(str, c)),
 )
 def test_shards_of_any_sizes_sum_to_the_large_batch_bit_for_bit(cuts):
