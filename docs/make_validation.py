@@ -16,7 +16,7 @@ from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "validation.md"
-PAPERS = ["sgp"]  # scenarios/<name>/validation.py, in the page's order
+PAPERS = ["sgp", "hpsgd", "pipe_sgd", "fasgd", "hybrid"]  # scenarios/<name>/validation.py, in the page's order
 
 INTRODUCTION = """\
 # Validation: the seed papers' measured tables, predicted
@@ -37,6 +37,7 @@ def module(paper: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"validation_{paper}", path)
     assert spec is not None and spec.loader is not None
     loaded = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = loaded  # dataclasses look their module up there
     spec.loader.exec_module(loaded)
     return loaded
 

@@ -41,7 +41,11 @@ def test_the_measurements_file_is_the_papers_table_as_seconds_per_iteration():
     assert (ROOT / "scenarios" / "sgp" / "paper" / "measured.csv").read_text() == text  # the shipped file is current
 
 
-@pytest.mark.parametrize("paper", make_validation().PAPERS)
+OWN_TESTS = {"hpsgd", "pipe_sgd", "fasgd", "hybrid"}  # their quick sections run in tests/test_<paper>_*.py too
+
+
+@pytest.mark.parametrize("paper", [pytest.param(p, marks=(pytest.mark.slow,) if p in OWN_TESTS else ())
+                                   for p in make_validation().PAPERS])
 def test_each_section_has_the_papers_figures_freds_predictions_and_the_command(paper):
     text = make_validation().module(paper).section(quick=True)
     assert text.startswith("## ")
