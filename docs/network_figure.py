@@ -24,7 +24,7 @@ from fred.simulation.worker import Worker  # noqa: E402
 NBYTES = 102e6  # ResNet-50's gradient in float32
 LINK = dict(latency_s=50e-6, bandwidth_bps=1.25e9, reduce_s_per_byte=1e-10)  # 10 GbE, ~10 GB/s summation
 STYLE = {"ring": ("tab:blue", "o"), "recursive_doubling": ("tab:red", "s"), "halving_doubling": ("tab:green", "^"),
-         "binary_tree": ("tab:purple", "D")}
+         "binary_tree": ("tab:purple", "D"), "double_binary_tree": ("tab:brown", "v")}
 
 
 def simulated_s(algorithm: str, p: int) -> float:
