@@ -57,7 +57,7 @@ class Untiled:
         self.starts = Numerics.starts
         Numerics.starts = lambda self, workers, batch: None  # type: ignore[method-assign]
 
-    def __exit__(self, *_: Any) -> None:
+    def __exit__(self, *_: object) -> None:
         Numerics.starts = self.starts  # type: ignore[method-assign]
 
 

@@ -51,7 +51,7 @@ def test_folding_the_tiles_of_any_split_makes_the_additions_of_the_padded_pairwi
     end = start + rows
     edges = sorted({start, end, *(start + c for c in cuts if c < rows)})
     sums: dict[canonical.Node, str] = {}
-    for lo, hi in zip(edges, edges[1:]):
+    for lo, hi in itertools.pairwise(edges):
         for level, index in canonical.tiles(lo, hi - lo):
             sums[(level, index)] = _tree(list(range(index << level, (index + 1) << level)))
     level = 0
@@ -196,7 +196,14 @@ def test_ssgd_with_n_workers_of_any_batch_b_is_sgd_with_batch_nb_many_draws(layo
 def test_the_assembled_tree_is_pairwise_sum_bit_for_bit_with_signed_zeros(shards, batch):
     """Over made-up per-example values whose columns of -0.0 the padded tree turns to +0.0: XLA
     would keep them -0.0 if the padding were a zero it could see (it simplifies ``x + 0`` to ``x``)."""
-    from fred.numerics.gradients import _ZERO, CHUNK_ROWS, Stacked, _tile_plan, _tile_sums, pairwise_sum
+    from fred.numerics.gradients import (
+        _ZERO,
+        CHUNK_ROWS,
+        Stacked,
+        _tile_plan,
+        _tile_sums,
+        pairwise_sum,
+    )
 
     stream = rng.stream(shards, batch, "signed zeros")
     rows = shards * batch

@@ -13,7 +13,8 @@ of whatever sizes. A shard's own sum is the same tree restricted to its rows.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 T = TypeVar("T")
 Node = tuple[int, int]  # (level, index): rows index * 2**level .. (index + 1) * 2**level

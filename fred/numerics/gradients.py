@@ -64,11 +64,11 @@ class Stacked(NamedTuple):
 
 
 class Tiles(NamedTuple):
-    """Where a shard lies in the global batch (rows ``start ..``), its tiles (the canonical
-    tree's largest nodes inside it) and where their sums are: rows ``first ..`` of ``sums``."""
+    """Where a shard lies in the global batch (rows ``start ..``) and where the sums of its
+    tiles (:func:`canonical.tiles`: the global tree's largest nodes inside it) are: rows
+    ``first ..`` of ``sums``."""
 
     start: int
-    nodes: tuple[canonical.Node, ...]
     sums: Stacked
     first: int
 
@@ -236,7 +236,7 @@ def assemble(sums: Sequence[Stacked], layout: str) -> tuple[Params, jax.Array]:
         call, row, start, count = map(int, part.split(":"))
         nodes.update({node: at(call, row + k) for k, node in enumerate(canonical.tiles(start, count))})
         end = max(end, start + count)
-    add = lambda a, b: jax.tree.map(jnp.add, a, b)  # noqa: E731
+    add = lambda a, b: jax.tree.map(jnp.add, a, b)
     return canonical.fold(nodes, 0, end, at(0, -1), add)
 
 
@@ -266,9 +266,8 @@ def parts_of(
         assert starts is not None, "a call with tiles was asked for the shards' starts"
         first = 0
         for part, start in zip(parts, starts):
-            nodes = canonical.tiles(int(start), per_shard)
-            part.tiles = Tiles(int(start), nodes, result.tiles, first)
-            first += len(nodes)
+            part.tiles = Tiles(int(start), result.tiles, first)
+            first += len(canonical.tiles(int(start), per_shard))
     return parts
 
 
@@ -410,8 +409,8 @@ def _exact_tiled_sums(per_example, params: Params, xs: jax.Array, ys: jax.Array,
     global tree restricted to its rows, and the sums of its tiles that make it (:func:`_tile_sums`)."""
     per_block = rows // blocks
     tiles = _tile_sums(_stored_chunks(per_example, params, xs, ys, zero), _tile_plan(starts, per_block), zero)
-    at = lambda k: (tiles.loss[k], jax.tree.map(lambda g: g[k], tiles.grad))  # noqa: E731
-    add = lambda a, b: jax.tree.map(jnp.add, a, b)  # noqa: E731
+    at = lambda k: (tiles.loss[k], jax.tree.map(lambda g: g[k], tiles.grad))
+    add = lambda a, b: jax.tree.map(jnp.add, a, b)
     losses, grads, first = [], [], 0
     for start in starts:
         nodes = canonical.tiles(start, per_block)
