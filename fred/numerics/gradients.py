@@ -156,8 +156,8 @@ class GradSum:
 def pairwise_sum(x: jax.Array) -> jax.Array:
     """Sum over axis 1 of ``(groups, rows, ...)`` by a balanced binary tree of adjacent pairs.
 
-    Rows are zero-padded to a power of two; ``x + 0 == x`` exactly, so padding
-    never changes a sum.
+    Rows are zero-padded to a power of two; ``x + 0 == x`` exactly, so padding never
+    changes a sum's value (only its sign when it is ``-0.0``: :func:`assemble` keeps that).
     """
     rows = x.shape[1]
     width = 1 << max(rows - 1, 0).bit_length()
