@@ -108,6 +108,22 @@ def test_shards_of_any_sizes_sum_to_the_large_batch_bit_for_bit(cuts):
     assert _bytes(alone.grad, alone.loss) == _bytes(whole.grad, whole.loss)
 
 
+def test_which_call_serves_a_worker_never_changes_its_sums_or_the_all_reduce():
+    """12 workers of 24 rows, served by GradientService in calls of 10 and 2 workers, against a
+    call per worker told its place: the same bits for each worker's own sum and for the total."""
+    from fred.simulation.engine import GradientService
+
+    ds, numerics, params = digits_mlp()
+    batches = [rng.stream(w, "rows").choice(len(ds.y_train), size=24) for w in range(12)]
+    service = GradientService(numerics, ds)
+    served = [service.result(r) for r in [service.request(params, rows, w) for w, rows in enumerate(batches)]]
+    assert len({id(part.tiles.sums) for part in served}) == 2
+    alone = [parts_of(numerics.gradients(params, ds, rows, 1, [24 * w]), 1, 24, [24 * w])[0] for w, rows in enumerate(batches)]
+    for one, other in zip(served, alone):
+        assert _bytes(one.grad, one.loss) == _bytes(other.grad, other.loss)
+    assert _bytes(sum_grads(served).grad, sum_grads(served).loss) == _bytes(sum_grads(alone).grad, sum_grads(alone).loss)
+
+
 def test_shards_that_do_not_cover_the_batch_from_its_first_row_are_summed_by_the_tree_over_shards():
     # A crashed worker leaves a hole: there is no large batch to equal; the sum is the fixed
     # tree over the shards' own sums, as for any other parts.
