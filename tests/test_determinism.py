@@ -84,3 +84,22 @@ def test_any_small_scenario_repeats_exactly(strategy, workers, sigma, straggle, 
     assert first.summary["params_sha256"] == second.summary["params_sha256"]
     for table in TABLES:
         pd.testing.assert_frame_equal(getattr(first, table), getattr(second, table))
+
+
+def test_the_garbage_collectors_schedule_changes_nothing_and_is_restored_after_a_run(monkeypatch):
+    import gc
+
+    from fred.runs import runner
+
+    scenario = tiny(strategy={"name": "sgp"}, stop={"max_updates": 24})
+    before = gc.get_threshold()
+    usual = fred.run(scenario)  # collections raised to runner.GC_THRESHOLD while it steps
+    assert gc.get_threshold() == before
+    monkeypatch.setattr(runner, "GC_THRESHOLD", (10, 1, 1))
+    gc.set_threshold(10, 1, 1)  # a full collection every hundred allocations, during the steps too
+    try:
+        eager = fred.run(scenario)
+    finally:
+        gc.set_threshold(*before)
+    assert eager.summary["params_sha256"] == usual.summary["params_sha256"]
+    pd.testing.assert_frame_equal(eager.events, usual.events)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -39,6 +42,22 @@ if TYPE_CHECKING:
 
 Progress = Callable[[float, int, float], None]
 TRAFFIC_KINDS = ("send", "push", "fetch", "allreduce")
+
+# Python's cyclic collector runs every 700 net allocations and, every hundred of those, walks
+# every tracked object: a large run's event loop allocates millions (SimPy events, records)
+# and spent 40 % of its time there at 4,096 workers. Collections never change a result.
+GC_THRESHOLD = (50_000, 20, 100)
+
+
+@contextlib.contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Run the cyclic garbage collector less often while the simulation steps; restore it after."""
+    before = gc.get_threshold()
+    gc.set_threshold(*(max(a, b) for a, b in zip(before, GC_THRESHOLD)))
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 @dataclass
@@ -299,7 +318,8 @@ class _Controller:
         next_eval_s = eval_time_s(every_s, evals) if every_s is not None else math.inf
         self.evaluate(0.0)
         interrupt.check()  # pressed while the first evaluation compiled
-        return self._steps(max_s, every_s, next_eval_s, evals, interrupt)
+        with fewer_collections():
+            return self._steps(max_s, every_s, next_eval_s, evals, interrupt)
 
     def _steps(self, max_s: float, every_s: float | None, next_eval_s: float, evals: int, interrupt: StopRequest) -> float:
         env, sim = self.built.sim.env, self.built.sim
@@ -437,7 +457,7 @@ def _summary(
         "seed": scenario.seed,
         "sim_time_s": float(end_s),
         "updates": int(controller.recorder.update_count),
-        "gradients": int(len(updates)),
+        "gradients": len(updates),
         "final_eval_loss": _num(last["eval_loss"]),
         "final_eval_accuracy": _num(last["eval_accuracy"]),
         "bytes_sent": kinds.bytes_of(*TRAFFIC_KINDS),
