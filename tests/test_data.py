@@ -452,3 +452,20 @@ def test_a_batch_the_data_cannot_fill_is_refused_naming_the_field_and_what_fits(
     scenario["data"] = {**scenario["data"], **data}
     with pytest.raises(ValueError, match=message):
         build(validate(scenario))
+
+
+def test_digits_are_scikit_learns_to_the_bit_read_without_importing_it():
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    from fred.numerics.data import _load_digits
+
+    x, y = _load_digits()
+    digits = load_digits()
+    assert x.tobytes() == (digits.images / 16.0).astype(np.float32)[..., np.newaxis].tobytes()
+    assert y.tobytes() == digits.target.astype(np.int32).tobytes()
+    code = "import sys; from fred.numerics.data import _load_digits; _load_digits(); print('sklearn' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"  # its import took 0.7 s of a first run
