@@ -202,6 +202,16 @@ def test_a_fifo_is_refused_without_blocking(what, tmp_path, capsys):
     assert "pipe.yaml is a FIFO (named pipe), not a regular file" in err
 
 
+@pytest.mark.parametrize("what", ["scenario", "include"])
+def test_a_name_too_long_to_open_is_refused_with_the_name_cut_short(what, tmp_path, capsys):
+    name = "y" * 10_000 + ".yaml"
+    if what == "scenario":
+        err = refused(tmp_path, capsys, path=tmp_path / name, seconds=10)
+    else:
+        err = refused(tmp_path, capsys, yaml.safe_dump({**tiny(), "include": [name]}), seconds=10)
+    assert "File name too long; give a readable file" in err and len(err) < 2_000
+
+
 def test_a_device_is_refused(tmp_path, capsys):
     assert "/dev/zero is a device, not a regular file" in refused(tmp_path, capsys, path="/dev/zero", seconds=10)
 

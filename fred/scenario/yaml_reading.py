@@ -63,6 +63,8 @@ def read_text(path: str | Path) -> str:
         raise ValueError(f"no such file: {path}") from None
     except IsADirectoryError:  # Windows; elsewhere a directory opens and fstat tells
         raise ValueError(f"{path} is a directory; give a .yaml file") from None
+    except OSError as err:  # a name too long, no permission, a loop of links
+        raise ValueError(f"cannot open {shown(str(path))}: {err.strerror}; give a readable file") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
