@@ -49,5 +49,6 @@ OWN_TESTS = {"hpsgd", "pipe_sgd", "fasgd", "hybrid"}  # their quick sections run
 def test_each_section_has_the_papers_figures_freds_predictions_and_the_command(paper):
     text = make_validation().module(paper).section(quick=True)
     assert text.startswith("## ")
-    assert re.search(r"[-+]\d+\.\d %", text)  # signed errors, computed
-    assert "Reproduce:" in text or "reproduce" in text.lower()
+    assert re.search(r"^\| .* \|$", text, re.MULTILINE)  # a table of the paper's figures against fred's
+    assert re.search(r"[-+]\d+(\.\d+)? ?%", text)  # signed differences, computed
+    assert "reproduce" in text.lower()
