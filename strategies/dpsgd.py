@@ -53,7 +53,6 @@ class DPSGD(StrategyConfig):
         default="nonblocking", description="blocking: an odd node sends then receives, an even node receives "
         "then sends, each send blocking until delivered (the SGP authors' PushPull gossiper)"
     )
-
     order: Order = Field(
         default="average_then_step", description="average_then_step: Lian et al.'s x <- W x - lr g(x); "
         "step_then_average: W (x - lr g), as SGP (the neighbours' gradients are mixed in)"
@@ -80,11 +79,13 @@ def ring_mixing(n: int):
     return lambda k, i: [(i, 1 / 3), ((i - 1) % n, 1 / 3), ((i + 1) % n, 1 / 3)]
 
 
+def passive(rank: int) -> bool:
+    """Even nodes are the passive side of the authors' bipartite graph: they receive first."""
+    return rank % 2 == 0
+
+
 def bipartite_phone_book(n: int) -> list[list[int]]:
     """Each node's peers in the order it cycles through them (the authors' graph manager)."""
-    def passive(r: int) -> bool:
-        return r % 2 == 0
-
     book: list[list[int]] = [[] for _ in range(n)]
     for r in range(n):
         for i in range((n - 1).bit_length()):  # i = 0 .. floor(log2(n - 1))
@@ -113,5 +114,5 @@ def start(sim: Simulation, config: DPSGD):
     as_sgp = SGP(lr=config.lr, reduction=config.reduction, optimizer=config.optimizer, lr_schedule=config.lr_schedule)
     n = len(sim.workers)
     shares = bipartite_mixing(n) if config.topology == "bipartite_exponential" else ring_mixing(n)
-    passive = (lambda i: i % 2 == 0) if config.exchange == "blocking" else None
-    return run_push_sum(sim, as_sgp, debiased=False, shares=shares, passive=passive, order=config.order).average
+    receives_first = passive if config.exchange == "blocking" else None
+    return run_push_sum(sim, as_sgp, debiased=False, shares=shares, passive=receives_first, order=config.order).average
