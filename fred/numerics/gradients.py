@@ -217,6 +217,11 @@ def _assembly(parts: Sequence[GradSum]) -> tuple[list[Stacked], str]:
     return sums, " ".join(layout)
 
 
+def _add(a: Any, b: Any) -> Any:
+    """Two (loss, gradient) sums added leaf by leaf: one node of a pairwise tree."""
+    return jax.tree.map(jnp.add, a, b)
+
+
 @op("fred.numerics.gradients:assemble")
 @functools.partial(jax.jit, static_argnums=1)
 def assemble(sums: Sequence[Stacked], layout: str) -> tuple[Params, jax.Array]:
@@ -236,8 +241,7 @@ def assemble(sums: Sequence[Stacked], layout: str) -> tuple[Params, jax.Array]:
         call, row, start, count = map(int, part.split(":"))
         nodes.update({node: at(call, row + k) for k, node in enumerate(canonical.tiles(start, count))})
         end = max(end, start + count)
-    add = lambda a, b: jax.tree.map(jnp.add, a, b)
-    return canonical.fold(nodes, 0, end, at(0, -1), add)
+    return canonical.fold(nodes, 0, end, at(0, -1), _add)
 
 
 def _whole_calls(parts: Sequence[GradSum]) -> list[Stacked] | None:
@@ -410,12 +414,11 @@ def _exact_tiled_sums(per_example, params: Params, xs: jax.Array, ys: jax.Array,
     per_block = rows // blocks
     tiles = _tile_sums(_stored_chunks(per_example, params, xs, ys, zero), _tile_plan(starts, per_block), zero)
     at = lambda k: (tiles.loss[k], jax.tree.map(lambda g: g[k], tiles.grad))
-    add = lambda a, b: jax.tree.map(jnp.add, a, b)
     losses, grads, first = [], [], 0
     for start in starts:
         nodes = canonical.tiles(start, per_block)
         sums = {node: at(first + k) for k, node in enumerate(nodes)}
-        loss, grad = canonical.fold(sums, start, start + per_block, at(-1), add)
+        loss, grad = canonical.fold(sums, start, start + per_block, at(-1), _add)
         losses.append(loss)
         grads.append(grad)
         first += len(nodes)
