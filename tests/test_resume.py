@@ -179,7 +179,7 @@ def test_a_resumed_run_checkpoints_afresh_and_drops_the_old_segments(tmp_path):
     execute(sc, checkpointer=first)
     saved = checkpoint.load(tmp_path)
     (tmp_path / "tape-7-9.npz").write_bytes(b"left by an interrupted save")
-    second = Every(tmp_path, 10, sc.digest(), clock=itertools.count().__next__)
+    second = Every(tmp_path, 20, sc.digest(), clock=itertools.count().__next__)
     second.times = 1
     execute(sc, checkpointer=second, resume=saved)
     (names, calls), = second.seen

@@ -46,6 +46,7 @@ from fred.simulation.collectives import (ALGORITHMS, HeldLinks, Round, RoundsAsF
                                          on_idle_links, ring_phases, run_rounds)
 from fred.simulation.compute import ComputeModel
 from fred.simulation.faults import Crash, Faults
+from fred.simulation.flows import Arrival
 from fred.simulation.network import Network, Transfer, ring_by_chunk
 from fred.simulation.worker import Worker
 
@@ -409,7 +410,7 @@ class Simulation:
         self._own_entity(src)
         if self.flows is not None:  # a flow: it starts now and ends when its share of the links lets it
             start_s, arrived = self.now, self.env.event()
-            self._post(src, dst, nbytes, 1, arrived.succeed)
+            self._post(src, dst, nbytes, 1, arrived)
         else:  # booked first come, first served: it waits for its links, then takes its time
             transfer = self._book(src, dst, nbytes)
             yield self.wait(src, transfer.start_s)
@@ -426,10 +427,10 @@ class Simulation:
         if payload is not NO_PAYLOAD:
             self.mailbox(dst).put((src, payload))
 
-    def _post(self, src: str, dst: str, nbytes: float, hops: int, arrive: Callable[[], None],
+    def _post(self, src: str, dst: str, nbytes: float, hops: int, arrive: Arrival,
               sent: Callable[[], None] | None = None) -> None:
         """Start a flow now; ``sent`` is called when its last byte has left, ``arrive`` when it has
-        arrived. A lost attempt is traced when it would have arrived, and the flow is sent again a
+        arrived (an event is triggered). A lost attempt is traced when it would have arrived, and the flow is sent again a
         retransmit timeout after it started."""
         channels, latency_s = self.network.path(src, dst)
         latency_s *= hops
@@ -605,7 +606,7 @@ class Simulation:
         phase_bytes = (p - 1) / p * nbytes
         for reduce in (True, False):
             arrived = self.env.event()
-            self.flows.start(channels, phase_bytes, latency_s, arrived.succeed)  # type: ignore[union-attr]
+            self.flows.start(channels, phase_bytes, latency_s, arrived)  # type: ignore[union-attr]
             yield arrived
             if reduce and phase_bytes * cfg.reduce_s_per_byte > 0.0:
                 yield self.env.timeout(phase_bytes * cfg.reduce_s_per_byte)

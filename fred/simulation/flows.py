@@ -30,6 +30,8 @@ from typing import Callable
 import numpy as np
 import simpy
 
+from fred.simulation.turns import nothing_due_now, reserve, schedule_reserved, succeed_in_turn
+
 _STALL_SHARE = 1e-12  # a share rounded to nothing still moves: a flow at rate 0 would never end
 STAR_FROM_FLOWS = 8  # the fewest flows made a star: below it the filling is about as cheap
 
@@ -45,6 +47,9 @@ class Channel:
         self.star: _Star | None = None  # the star this channel is the hub or a spoke of
 
 
+Arrival = Callable[[], None] | simpy.Event  # what a flow's arrival calls, or triggers
+
+
 class Flow:
     """Bytes in flight on ``channels``: what is left to send at ``since_s`` and at what rate.
 
@@ -55,7 +60,7 @@ class Flow:
                  "star", "slot")
 
     def __init__(self, channels: tuple[Channel, ...], nbytes: float, now_s: float, latency_s: float,
-                 arrive: Callable[[], None], sent: Callable[[], None] | None = None, seq: int = 0):
+                 arrive: Arrival, sent: Callable[[], None] | None = None, seq: int = 0):
         self.channels, self.remaining, self.rate_bps, self.since_s = channels, nbytes, 0.0, now_s
         self.latency_s, self.arrive, self.timer, self.sent = latency_s, arrive, 0, sent
         self.seq = seq  # its place in the order flows started
@@ -71,6 +76,11 @@ class FairShare:
     every flow's rate at every push, and an event per flow per change was most of a run.
     ``star_from`` is the fewest flows a star is made of (default :data:`STAR_FROM_FLOWS`): it changes
     the cost, never a result.
+
+    A flow's last byte leaving schedules a recompute that usually has nothing to do (its links
+    are left empty): it keeps its place in SimPy's order but is scheduled only when it may have
+    something to do (:mod:`fred.simulation.turns`); and an arrival that is an event is processed
+    in the step that ends the latency when nothing else is due at that instant.
     """
 
     def __init__(self, env: simpy.Environment, star_from: int | None = None):
@@ -81,10 +91,12 @@ class FairShare:
         self._calendar: list[tuple[float, int, int, Flow]] = []
         self._started = itertools.count()  # flows in the order they start: ties go to the earlier
         self._wake: tuple[float, simpy.Event] | None = None  # the calendar's SimPy event and its time
+        self._held: int | None = None  # the place in SimPy's order of a recompute not yet scheduled
 
-    def start(self, channels: tuple[Channel, ...], nbytes: float, latency_s: float, arrive: Callable[[], None],
+    def start(self, channels: tuple[Channel, ...], nbytes: float, latency_s: float, arrive: Arrival,
               sent: Callable[[], None] | None = None) -> Flow:
-        """Start a flow now; ``sent`` is called when its last byte has left, ``arrive`` when it has arrived."""
+        """Start a flow now; ``sent`` is called when its last byte has left, ``arrive`` when it has
+        arrived (an event is triggered instead)."""
         flow = Flow(channels, nbytes, self.env.now, latency_s, arrive, sent, next(self._started))
         for channel in channels:
             channel.flows[flow] = None
@@ -120,12 +132,36 @@ class FairShare:
         stars = {channel.star: None for channel in dirty if channel.star is not None}
         broken = [star.hub for star in stars if not self._settle(star)]
         seen: dict[Flow, None] = {}
+        lone = self.star_from > 1  # a lone flow is never a star
         for channel in itertools.chain(dirty, broken):
-            if channel.flows:
-                first = next(iter(channel.flows))
+            flows = channel.flows
+            if flows:
+                first = next(iter(flows))
                 if first.star is None and first not in seen:
-                    self._share(_connected(channel, seen))
+                    if lone and len(flows) == 1 and _alone(first):  # what the filling gives one flow, without it
+                        seen[first] = None
+                        self._set_rate(first, min([c.capacity() for c in first.channels]), self.env.now)
+                    else:
+                        self._share(_connected(channel, seen))
         self._set_wake()
+
+    def _hold_recompute(self, channels: tuple[Channel, ...]) -> None:
+        """:meth:`_touch` from inside the calendar's wake: the recompute's place in the order is
+        taken now, and :meth:`_release_recompute` schedules it there when the wake is done, if needed."""
+        for channel in channels:
+            self._dirty[channel] = None
+        if not self._due:
+            self._due = True
+            self._held = reserve(self.env)
+
+    def _release_recompute(self) -> None:
+        """Schedule the held recompute, unless it would find nothing to do: no flow or star on the
+        channels touched, and no other event at this instant before it that could start one."""
+        place, self._held = self._held, None
+        if any(channel.flows or channel.star is not None for channel in self._dirty) or not nothing_due_now(self.env):
+            schedule_reserved(self.env, place, self._recompute)  # type: ignore[arg-type]
+        else:  # it would be the next event, and find every touched channel empty
+            self._dirty, self._due = {}, False
 
     def _share(self, flows: list[Flow]) -> None:
         # In the order they started, whichever link the recompute came from: flows that end at
@@ -139,11 +175,14 @@ class FairShare:
                 return
         now = self.env.now
         for flow, rate in zip(flows, progressive_filling(flows)):
-            if rate != flow.rate_bps:  # a flow keeping its rate keeps its calendar entry
-                flow.remaining = max(flow.remaining - flow.rate_bps * (now - flow.since_s), 0.0)
-                flow.since_s, flow.rate_bps = now, rate
-                flow.timer += 1  # its entry at the old rate is stale
-                heapq.heappush(self._calendar, (now + flow.remaining / rate, flow.seq, flow.timer, flow))
+            self._set_rate(flow, rate, now)
+
+    def _set_rate(self, flow: Flow, rate: float, now: float) -> None:
+        if rate != flow.rate_bps:  # a flow keeping its rate keeps its calendar entry
+            flow.remaining = max(flow.remaining - flow.rate_bps * (now - flow.since_s), 0.0)
+            flow.since_s, flow.rate_bps = now, rate
+            flow.timer += 1  # its entry at the old rate is stale
+            heapq.heappush(self._calendar, (now + flow.remaining / rate, flow.seq, flow.timer, flow))
 
     def _settle(self, star: _Star) -> bool:
         """New rates for a star's flows, as progressive filling would give them; False, and the
@@ -200,6 +239,8 @@ class FairShare:
             if flow.timer == timer:
                 self._sent(flow)
         self._set_wake()
+        if self._held is not None:
+            self._release_recompute()
 
     def _sent(self, flow: Flow) -> None:
         """The flow's last byte has left: free its links, and arrive after its latency."""
@@ -208,13 +249,20 @@ class FairShare:
         flow.remaining, flow.timer = 0.0, flow.timer + 1
         for channel in flow.channels:
             channel.flows.pop(flow, None)  # a ring's flow may cross a shared NIC twice
-        self._touch(flow.channels)
+        self._hold_recompute(flow.channels)
         if flow.sent is not None:
             flow.sent()
+        arrive = flow.arrive
         if flow.latency_s > 0.0:
-            self.env.timeout(flow.latency_s).callbacks.append(lambda _: flow.arrive())
+            env = self.env
+            if isinstance(arrive, simpy.Event):  # the latency's end is its own event's last callback
+                env.timeout(flow.latency_s).callbacks.append(lambda _: succeed_in_turn(env, arrive))
+            else:
+                env.timeout(flow.latency_s).callbacks.append(lambda _: arrive())
+        elif isinstance(arrive, simpy.Event):
+            arrive.succeed()
         else:
-            flow.arrive()
+            arrive()
 
 
 class _Star:
@@ -331,6 +379,17 @@ def _spoke_bps(flow: Flow, hub: Channel) -> float | None:
     if crossings != 1 or len(set(flow.channels)) != len(flow.channels):
         return None
     return least
+
+
+def _alone(flow: Flow) -> bool:
+    """Whether ``flow`` is the only flow on each of its channels, and crosses each once."""
+    channels = flow.channels
+    for channel in channels:
+        if len(channel.flows) != 1:
+            return False
+    if len(channels) == 2:
+        return channels[0] is not channels[1]
+    return len(set(channels)) == len(channels)
 
 
 def _connected(start: Channel, seen: dict[Flow, None]) -> list[Flow]:
