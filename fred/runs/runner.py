@@ -321,6 +321,20 @@ class _Controller:
         with fewer_collections():
             return self._steps(max_s, every_s, next_eval_s, evals, interrupt)
 
+    def _quiet_steps(self, env: simpy.Environment, sim: Simulation, interrupt: StopRequest, bound_s: float) -> None:
+        """Take the steps after one that nothing between steps acts on: no stop, failure, signal,
+        checkpoint or fast-forward, and the next event by ``bound_s`` (no evaluation or time limit
+        before it). The checks here are those the loop makes, cheaper per step (most runs' steps)."""
+        if self.checkpointer is not None or self.resume is not None:
+            return
+        step, peek = env.step, env.peek
+        while self.stop_reason is None and sim.failure is None and interrupt.signum is None and not interrupt.forced:
+            upcoming = peek()
+            if upcoming > bound_s or upcoming == math.inf:
+                return
+            self.steps += 1  # the step before, counted as after_step counts it
+            step()
+
     def _steps(self, max_s: float, every_s: float | None, next_eval_s: float, evals: int, interrupt: StopRequest) -> float:
         env, sim = self.built.sim.env, self.built.sim
         while self.stop_reason is None:
@@ -351,6 +365,7 @@ class _Controller:
                 self.stop_reason = "max_sim_time_s"
                 return max_s
             env.step()
+            self._quiet_steps(env, sim, interrupt, min(next_eval_s, max_s))
             # A first Ctrl-C or SIGTERM only asks, so the step is whole: it is counted and kept in a
             # last checkpoint before the run stops, and a resume loses nothing. A second one
             # interrupts at once and may have cut the step (SimPy holds the error in the process
