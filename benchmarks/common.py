@@ -7,14 +7,17 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import jax
+import simpy
 
 import fred
 from fred.runs.host import cpu_model
+from fred.runs.runner import _Controller
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -41,6 +44,70 @@ def best_in_turn(fns: dict[str, Callable[[], Any]], repeats: int) -> tuple[dict[
             out[name] = fn()
             best[name] = min(best[name], time.perf_counter() - t0)
     return best, out
+
+
+@contextmanager
+def counted_steps() -> Iterator[list[int]]:
+    """Count every SimPy event processed inside the block (each ``simpy.Environment.step``, in
+    any environment): ``counts[0]`` once the block is left. The count costs a Python call per
+    event, so time runs without it."""
+    step, counts = simpy.Environment.step, [0]
+
+    def counting(env: simpy.Environment) -> None:
+        step(env)  # raises on an empty queue: that call processed nothing and is not counted
+        counts[0] += 1
+
+    simpy.Environment.step = counting  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        simpy.Environment.step = step  # type: ignore[method-assign]
+
+
+@contextmanager
+def timed_loop() -> Iterator[list[float]]:
+    """The wall seconds of a fred run's simulation loop (``_Controller.drive``: stepping SimPy
+    until the stop, with the controller's checks between steps; not building, not the final
+    evaluation, not the tables), for the last run inside the block: ``seconds[0]``."""
+    drive, seconds = _Controller.drive, [0.0]
+
+    def timed(controller: _Controller, interrupt: Any) -> float:
+        t0 = time.perf_counter()
+        try:
+            return drive(controller, interrupt)
+        finally:
+            seconds[0] = time.perf_counter() - t0
+
+    _Controller.drive = timed  # type: ignore[method-assign]
+    try:
+        yield seconds
+    finally:
+        _Controller.drive = drive  # type: ignore[method-assign]
+
+
+def bare_simpy_loop(processes: int, events: int) -> tuple[Callable[[], float], int]:
+    """The bare SimPy loop a simulation's event rate is held against: ``processes`` processes,
+    each waiting out one timeout after another (at times apart by a nanosecond per process, so
+    that the queue holds one event per process, none simultaneous), about ``events`` events
+    in all, each process's start and end included (``per_process`` timeouts + 2 events each).
+    Returns a function that builds the loop and returns the seconds ``env.run()`` took, and
+    the number of events it processes."""
+    per_process = max(events // processes - 2, 1)
+
+    def run() -> float:
+        env = simpy.Environment()
+
+        def proc(k: int) -> Iterator[simpy.Event]:
+            for _ in range(per_process):
+                yield env.timeout(0.1 + k * 1e-9)
+
+        for k in range(processes):
+            env.process(proc(k))
+        t0 = time.perf_counter()
+        env.run()
+        return time.perf_counter() - t0
+
+    return run, processes * (per_process + 2)
 
 
 def machine() -> dict[str, Any]:

@@ -24,11 +24,10 @@ from typing import Any
 
 import numpy as np
 import simpy
-from common import RESULTS_DIR, begin, options, table, write_results
+from common import RESULTS_DIR, bare_simpy_loop, begin, counted_steps, options, table, timed_loop, write_results
 from scale import STRATEGIES, scenario
 
 import fred
-from fred.runs.runner import _Controller
 
 CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # label -> (strategy, network)
     "ring": (STRATEGIES["ring all-reduce"], {"allreduce": "ring"}),
@@ -51,44 +50,17 @@ def case(strategy: dict[str, Any], workers: int, network: dict[str, Any]) -> dic
 
 def run_counted(scn: dict[str, Any]) -> tuple[float, float, int]:
     """Wall time of ``fred.run(scn)``, of its simulation loop, and the SimPy events it processed."""
-    step, drive = simpy.Environment.step, _Controller.drive
-    counts, loop_s = [0], [0.0]
-
-    def counting_step(env):
-        counts[0] += 1
-        return step(env)
-
-    def timed_drive(controller, interrupt):
-        t0 = time.perf_counter()
-        try:
-            return drive(controller, interrupt)
-        finally:
-            loop_s[0] = time.perf_counter() - t0
-
-    simpy.Environment.step, _Controller.drive = counting_step, timed_drive  # type: ignore[method-assign]
-    try:
+    with counted_steps() as events, timed_loop() as loop_s:
         t0 = time.perf_counter()
         fred.run(scn)
         wall_s = time.perf_counter() - t0
-    finally:
-        simpy.Environment.step, _Controller.drive = step, drive  # type: ignore[method-assign]
-    return wall_s, loop_s[0], counts[0]
+    return wall_s, loop_s[0], events[0]
 
 
 def bare_simpy_events_per_s(processes: int, events: int) -> float:
-    """Events per second of a bare SimPy loop: ``processes`` processes each waiting out timeouts."""
-    env = simpy.Environment()
-    per_process = max(events // processes, 1)
-
-    def proc(k):
-        for _ in range(per_process):
-            yield env.timeout(0.1 + k * 1e-9)
-
-    for k in range(processes):
-        env.process(proc(k))
-    t0 = time.perf_counter()
-    env.run()
-    return processes * per_process / (time.perf_counter() - t0)
+    """Events per second of a bare SimPy loop (``common.bare_simpy_loop``) of about ``events`` events."""
+    run, processed = bare_simpy_loop(processes, events)
+    return processed / run()
 
 
 def main(argv: list[str] | None = None) -> int:
