@@ -19,17 +19,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import numpy as np
-from common import RESULTS_DIR, begin, best_in_turn, options, table, write_results
-from overhead import PERF_TARGET_RATIO, WORKERS, Bare, batch_for, digits_scenario, max_abs_diff
-
-import fred
+from common import RESULTS_DIR, begin, options, table, write_results
+from overhead import ASGD_UPDATES, PERF_TARGET_RATIO, WORKERS, batch_for, compare, digits_scenario, ssgd_rounds
 
 # (hidden layers, SSGD updates at 8 workers): fewer rounds for wider models keep each case near a second.
-# ASGD always makes ASGD_UPDATES: with fewer, the gradients its workers have in flight when the
-# run stops (computed by fred, never applied, absent from the loop) would be a large part of it.
+# ASGD always makes overhead.ASGD_UPDATES.
 MODELS: tuple[tuple[tuple[int, ...], int], ...] = (((64,), 300), ((128, 128), 150), ((256, 256), 50), ((512, 512), 16))
-ASGD_UPDATES = 300
 QUICK_MODELS = MODELS[0:1] + MODELS[2:3]
 RESULTS = RESULTS_DIR / "model_size.json"
 
@@ -42,42 +37,8 @@ def scenario(hidden: tuple[int, ...], strategy: str, reduction: str, updates: in
 
 def case(hidden: tuple[int, ...], updates: int, strategy: str, reduction: str, workers: int, repeats: int) -> dict[str, Any]:
     """fred against both bare loops on one model, timed in turn; which loops give fred's bits is checked."""
-    if strategy == "ssgd":  # as overhead.py: an update at 64 workers is 8x the gradients of one at 8
-        updates = max(updates * WORKERS[0] // workers, 4)
-    else:
-        updates = ASGD_UPDATES
-    scn = scenario(hidden, strategy, reduction, updates, workers)
-    bare = Bare(scn, shards=workers if strategy == "ssgd" else 1)
-    best, out = best_in_turn({"fred": lambda: fred.run(scn), "plain": bare.run_loop, "same_bits": bare.run_same_bits}, repeats)
-    first = bare.first_step_equal()
-    params = out["fred"].params
-    gives_bits = {
-        loop: first[key] and (strategy != "ssgd" or max_abs_diff(params, out[loop]) == 0.0)
-        for loop, key in (("plain", "plain"), ("same_bits", "same_bits"))
-    }
-    same_bits = [best[loop] for loop in ("plain", "same_bits") if gives_bits[loop]]
-    fastest = min(best["plain"], best["same_bits"])
-    fastest_same = min(same_bits) if same_bits else float("nan")
-    return {
-        "hidden": list(hidden),
-        "params": int(sum(np.size(p) for p in bare.init_params.values())),
-        "workers": workers,
-        "batch_per_worker": batch_for(workers),
-        "strategy": strategy,
-        "reduction": reduction,
-        "updates": updates,
-        "fred_gradients": int(out["fred"].summary["gradients"]),
-        "loop_gradients": updates * (workers if strategy == "ssgd" else 1),
-        "fred_s": best["fred"],
-        "plain_loop_s": best["plain"],
-        "same_bits_loop_s": best["same_bits"],
-        "plain_gives_fred_bits": gives_bits["plain"],
-        "same_bits_gives_fred_bits": gives_bits["same_bits"],
-        "fastest_loop_ms_per_update": 1e3 * fastest / updates,
-        "ratio_fred_over_fastest_loop": best["fred"] / fastest,
-        "ratio_fred_over_fastest_same_bits": best["fred"] / fastest_same,
-        "fred_added_ms_per_update": 1e3 * (best["fred"] - fastest_same) / updates,
-    }
+    updates = ssgd_rounds(updates, workers, 4) if strategy == "ssgd" else ASGD_UPDATES
+    return {"hidden": list(hidden), **compare(scenario(hidden, strategy, reduction, updates, workers), repeats)}
 
 
 def crossover(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

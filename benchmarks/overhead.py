@@ -1,16 +1,16 @@
 #!/usr/bin/env python
 """How much slower is fred than the bare JAX math it simulates? Ratios, never asserts.
 
-    python benchmarks/overhead.py            # full run (300 updates per digits run)
-    python benchmarks/overhead.py --quick    # smoke run (30 updates), well under a minute
+    python benchmarks/overhead.py            # full run (300 updates per digits run), ~5-6 min
+    python benchmarks/overhead.py --quick    # smoke run (30 updates; 4: 8 workers, fast only), about a minute
     python benchmarks/overhead.py --profile  # also cProfile one fred run, top functions
 
-Three measurements, all taken in this one process (so they share its CPU, its
+Four measurements, all taken in this one process (so they share its CPU, its
 JAX version and its thread settings), each the best of ``--repeats`` timed
 repeats (things compared are timed in turn within each) after one untimed
 warm-up run that pays every compilation:
 
-1. Overhead. 8- and 64-worker digits-MLP runs through ``fred.run(dict)`` against
+1. Overhead. 8- and 64-worker digits-MLP [64] runs through ``fred.run(dict)`` against
    bare jitted JAX loops that compute the same gradients of the same sizes and
    apply the same SGD updates, with no simulation around them: a plain loop (one
    vmap over the batch) and a same-bits loop (fred's own exact program), each
@@ -22,7 +22,17 @@ warm-up run that pays every compilation:
 2. Exact vs fast: the cost of the bit-reproducible reduction, as a ratio.
 3. Event throughput: a timing-heavy 64-worker logistic SSGD run; event rows per
    second from ``fred.run``, and SimPy events per second from stepping the
-   environment by hand.
+   environment by hand. 3b: timing-only runs (8-worker SSGD and ASGD on digits,
+   the 64-worker run of 3) against a bare SimPy loop of as many processes and
+   events (``common.bare_simpy_loop``): SimPy events per second, as a ratio.
+4. Wider models: the eight cases of 1 on an MLP [512, 512] and a small CNN
+   (fred's ``model: {kind: cnn}``, built by fred for the bare loops too), fewer
+   SSGD rounds for costlier steps; fred over the fastest loop giving its bits.
+
+Last, the verdicts: each target (fred over the fastest loop giving its bits
+<= 1.3 in the eight MLP [512, 512] cases and <= 2.0 in the four 8-worker MLP [64]
+ones; a timing-only run's events per second >= 0.5 of the bare SimPy loop's),
+the value measured and whether it is met.
 
 Results are printed as tables and written to ``benchmarks/results/overhead.json``.
 """
@@ -31,6 +41,7 @@ from __future__ import annotations
 
 import cProfile
 import functools
+import math
 import pstats
 import sys
 import time
@@ -40,7 +51,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import RESULTS_DIR, begin, best_in_turn, best_of, options, table, write_results
+from common import (
+    RESULTS_DIR,
+    bare_simpy_loop,
+    begin,
+    best_in_turn,
+    best_of,
+    counted_steps,
+    options,
+    table,
+    timed_loop,
+    write_results,
+)
 
 import fred
 from fred.numerics import rng
@@ -52,15 +74,31 @@ from fred.runs.records import Recorder
 from fred.runs.runner import build
 from fred.simulation.engine import GradientService
 
-TARGET_RATIO = 1.5  # the foundation issue's
-PERF_TARGET_RATIO = 1.3  # the performance issue's, for SSGD and ASGD at 8 and 64 workers
+PERF_TARGET_RATIO = 1.3  # fred over the fastest loop giving its bits: all eight cases on MLP [512, 512]
+SMALL_MODEL_TARGET_RATIO = 2.0  # the same, for the four 8-worker cases on the digits MLP [64]
+EVENT_RATE_TARGET = 0.5  # a timing-only run's SimPy events per second over a bare SimPy loop's
 WORKERS = (8, 64)  # the overhead is measured at both cluster sizes
 BATCH = 32
+# Section 4's models, each with its SSGD rounds at 8 workers (fewer for costlier steps: each case about a second).
+WIDE_MLP = {"kind": "mlp", "hidden": [512, 512], "activation": "relu"}
+CNN = {"kind": "cnn", "channels": [8, 16], "kernel_size": 3, "hidden": 64}  # on digits' 8 x 8 x 1 images
+WIDER: tuple[tuple[str, dict[str, Any], int], ...] = (("MLP [512, 512]", WIDE_MLP, 16), ("CNN [8, 16] k3, 64", CNN, 50))
+# ASGD makes as many updates on every model: with fewer, the gradients its workers have in flight when
+# the run stops (computed by fred, never applied, absent from the loop) would be a large part of it.
+ASGD_UPDATES = 300
 
 
 def batch_for(workers: int) -> int:
     """32 per worker, less where a global batch would not fit digits' 1,437 training rows."""
     return min(BATCH, 1024 // workers)
+
+
+def ssgd_rounds(at_8_workers: int, workers: int, least: int) -> int:
+    """SSGD rounds at ``workers`` for ``at_8_workers`` at 8: a round at 64 workers is 8x the
+    gradients of one at 8, so an eighth of them (but at least ``least``) keeps the time in bounds."""
+    return max(at_8_workers * WORKERS[0] // workers, least)
+
+
 LR = 0.1
 RESULTS = RESULTS_DIR / "overhead.json"
 
@@ -339,7 +377,7 @@ def overhead(updates: int, repeats: int, workers: int) -> list[dict[str, Any]]:
         # An SSGD update at 64 workers is 8x the gradients of one at 8: fewer of them keep the
         # time in bounds. ASGD keeps them all: its workers' first, in-flight gradients must not
         # dominate the count.
-        updates_here = max(updates * WORKERS[0] // workers, 5) if strategy == "ssgd" else updates
+        updates_here = ssgd_rounds(updates, workers, 5) if strategy == "ssgd" else updates
         for reduction in ("exact", "fast"):
             scn = digits_scenario(strategy, reduction, updates_here, workers)
             timing_only = {**scn, "workload": {"timing_only": True}}
@@ -509,6 +547,131 @@ def event_throughput(updates: int, repeats: int, workers: int = 64) -> dict[str,
     }
 
 
+def timing_only_rates(digits_updates: int, event_rounds: int, repeats: int) -> list[dict[str, Any]]:
+    """3b. SimPy events per second of timing-only fred runs (``workload.timing_only``), against a
+    bare SimPy loop (``common.bare_simpy_loop``) of as many processes as the run has workers and
+    as many events as the run processes, the two timed in turn.
+
+    A run's events are counted once, in an untimed run (counting costs a call per event); its
+    rate is those events over its simulation loop's seconds (``common.timed_loop``: stepping
+    until the stop; not building, the final evaluation or the tables), and, for reference,
+    over the whole ``fred.run``. The bare loop's rate is its events over ``env.run()``'s seconds.
+    """
+    cases = (("8 workers, SSGD, digits MLP [64]", digits_scenario("ssgd", "exact", digits_updates)),
+             ("8 workers, ASGD, digits MLP [64]", digits_scenario("asgd", "exact", digits_updates)),
+             ("64 workers, SSGD, logistic (as 3)", events_scenario(event_rounds)))
+    rows = []
+    for label, scn in cases:
+        scn = {**scn, "workload": {"timing_only": True}}
+        with counted_steps() as counted:
+            fred.run(scn)  # also the warm-up
+        workers, events = scn["cluster"]["workers"], counted[0]
+        bare, bare_events = bare_simpy_loop(workers, events)
+        bare()
+        best = {"run": math.inf, "loop": math.inf, "bare": math.inf}
+        for _ in range(repeats):
+            with timed_loop() as loop_s:
+                t0 = time.perf_counter()
+                fred.run(scn)
+                run_s = time.perf_counter() - t0
+            bare_s = bare()
+            best = {"run": min(best["run"], run_s), "loop": min(best["loop"], loop_s[0]), "bare": min(best["bare"], bare_s)}
+        rows.append({"case": label, "workers": workers, "updates": scn["stop"]["max_updates"], "simpy_events": events,
+                     "run_s": best["run"], "loop_s": best["loop"], "events_per_s_of_run": events / best["run"],
+                     "events_per_s": events / best["loop"], "bare_events": bare_events, "bare_loop_s": best["bare"],
+                     "bare_events_per_s": bare_events / best["bare"],
+                     "events_per_s_over_bare": (events / best["loop"]) / (bare_events / best["bare"])})
+    return rows
+
+
+# ----------------------------------------------------------------------------- 4: wider models
+def compare(scn: dict[str, Any], repeats: int) -> dict[str, Any]:
+    """fred against both bare loops on one scenario, timed in turn, and which loops give fred's
+    bits (first step; SSGD, whose loop makes the same updates of the same batches: the final
+    parameters too). A case of section 4 and of ``model_size.py``."""
+    strategy, workers, updates = scn["strategy"]["name"], scn["cluster"]["workers"], scn["stop"]["max_updates"]
+    bare = Bare(scn, shards=workers if strategy == "ssgd" else 1)
+    best, out = best_in_turn({"fred": lambda: fred.run(scn), "plain": bare.run_loop, "same_bits": bare.run_same_bits}, repeats)
+    first = bare.first_step_equal()
+    params = out["fred"].params
+    gives_bits = {loop: first[loop] and (strategy != "ssgd" or max_abs_diff(params, out[loop]) == 0.0)
+                  for loop in ("plain", "same_bits")}
+    same_bits = [best[loop] for loop in ("plain", "same_bits") if gives_bits[loop]]
+    fastest = min(best["plain"], best["same_bits"])
+    fastest_same = min(same_bits) if same_bits else float("nan")
+    return {
+        "params": int(sum(np.size(p) for p in bare.init_params.values())),
+        "workers": workers,
+        "batch_per_worker": batch_for(workers),
+        "strategy": strategy,
+        "reduction": scn["strategy"]["reduction"],
+        "updates": updates,
+        "fred_gradients": int(out["fred"].summary["gradients"]),
+        "loop_gradients": updates * (workers if strategy == "ssgd" else 1),
+        "fred_s": best["fred"],
+        "plain_loop_s": best["plain"],
+        "same_bits_loop_s": best["same_bits"],
+        "plain_gives_fred_bits": gives_bits["plain"],
+        "same_bits_gives_fred_bits": gives_bits["same_bits"],
+        "fastest_loop_ms_per_update": 1e3 * fastest / updates,
+        "ratio_fred_over_fastest_loop": best["fred"] / fastest,
+        "ratio_fred_over_fastest_same_bits": best["fred"] / fastest_same,
+        "fred_added_ms_per_update": 1e3 * (best["fred"] - fastest_same) / updates,
+    }
+
+
+def exact_refusal(model: dict[str, Any]) -> str:
+    """Why fred refuses ``reduction: exact`` for ``model`` on digits (``Model.exact_issue``; "" if it does not)."""
+    scn = {**digits_scenario("ssgd", "fast", 1), "model": model}
+    return build(resolve(scn)).numerics.model.exact_issue
+
+
+def wider_models(quick: bool, repeats: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """4. The eight cases on each of ``WIDER``'s models (``quick``: 8 workers, fast only, fewer updates:
+    compiling the exact programs of wide models is most of a smoke run's time), as :func:`compare`'s
+    rows, and, by model, why fred refused the exact reduction where it did (those run fast only)."""
+    rows, refused = [], {}
+    for label, model, rounds in WIDER:
+        if issue := exact_refusal(model):
+            refused[label] = issue
+        reductions = ("fast",) if issue or quick else ("exact", "fast")
+        for workers in WORKERS[:1] if quick else WORKERS:
+            for strategy in ("ssgd", "asgd"):
+                if strategy == "ssgd":
+                    updates = ssgd_rounds(4 if quick else rounds, workers, 4)
+                else:
+                    updates = 30 if quick else ASGD_UPDATES
+                for reduction in reductions:
+                    scn = {**digits_scenario(strategy, reduction, updates, workers), "model": model}
+                    rows.append({"model": label, **compare(scn, repeats)})
+                    r = rows[-1]
+                    print(f"  4. {label}, {workers} workers {strategy} {reduction}: fred/same-bits "
+                          f"{r['ratio_fred_over_fastest_same_bits']:.2f}", file=sys.stderr, flush=True)
+    return rows, refused
+
+
+# ----------------------------------------------------------------------------- verdicts
+def verdicts(rows: list[dict[str, Any]], wider: list[dict[str, Any]], rates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each target measured in this run: what, the value, the limit, and whether it is met (a ratio
+    over a loop that never gave fred's bits is NaN, and not met)."""
+    out = []
+
+    def target(what: str, value: float, sense: str, limit: float) -> None:
+        met = value <= limit if sense == "<=" else value >= limit
+        out.append({"target": what, "value": value, "limit": f"{sense} {limit}", "met": bool(met)})
+
+    for r in (r for r in wider if r["model"] == WIDER[0][0]):
+        target(f"{WIDER[0][0]}, {r['workers']} workers, {r['strategy']} {r['reduction']}: fred / fastest same-bits loop",
+               r["ratio_fred_over_fastest_same_bits"], "<=", PERF_TARGET_RATIO)
+    for r in (r for r in rows if r["workers"] == WORKERS[0]):
+        target(f"MLP [64], {r['workers']} workers, {r['strategy']} {r['reduction']}: fred / fastest same-bits loop",
+               r["ratio_fred_over_fastest_same_bits"], "<=", SMALL_MODEL_TARGET_RATIO)
+    for r in rates:
+        target(f"timing only, {r['case']}: SimPy events/s over a bare SimPy loop's", r["events_per_s_over_bare"],
+               ">=", EVENT_RATE_TARGET)
+    return out
+
+
 # ----------------------------------------------------------------------------- profile
 def profile(updates: int, case: str, top: int = 15) -> dict[str, list[dict[str, Any]]]:
     """cProfile one warm fred.run of one overhead case ("strategy:reduction")."""
@@ -554,13 +717,14 @@ def main(argv: list[str] | None = None) -> int:
     args, t_start, facts = begin(parser, argv, full=3, quick=3)
     updates = 30 if args.quick else 300
     event_updates = 5 if args.quick else 20
+    rate_updates, rate_rounds = (100, 20) if args.quick else (1000, 100)  # 3b: enough events for a steady rate
     print(f"{'quick' if args.quick else 'full'} run: best of {args.repeats} after one warm-up\n")
 
     rows = [r for w in WORKERS for r in overhead(updates, args.repeats, w)]
     print(
         f"1. Overhead: {WORKERS[0]} workers x batch {batch_for(WORKERS[0])} and {WORKERS[1]} x {batch_for(WORKERS[1])}, "
-        f"digits MLP [64], {updates} updates (SSGD at {WORKERS[1]} workers: {updates * WORKERS[0] // WORKERS[1]}) "
-        f"(targets: fred/bare <= {TARGET_RATIO} in the foundation issue, <= {PERF_TARGET_RATIO} in the performance issue)"
+        f"digits MLP [64], {updates} updates (SSGD at {WORKERS[1]} workers: {ssgd_rounds(updates, WORKERS[1], 5)}) "
+        f"(target: fred/fastest same-bits <= {SMALL_MODEL_TARGET_RATIO} at {WORKERS[0]} workers; see the verdicts)"
     )
     headers = ["workers", "strategy", "reduction", "grads", "fred s", "bare loop s", "fred/bare"]
     headers += ["same-bits s", "fred/fastest same-bits", "bare scan s", "fred/scan", "ms/update", "in grads"]
@@ -659,11 +823,43 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
 
+    rates = timing_only_rates(rate_updates, rate_rounds, args.repeats)
+    print("3b. Timing-only runs (workload.timing_only) against a bare SimPy loop, timed in turn")
+    print(table(["case", "updates", "SimPy events", "loop s", "events/s", "events/s, whole run", "bare loop events",
+                 "bare loop s", "bare events/s", "events/s over bare"],
+                [[r["case"], r["updates"], r["simpy_events"], r["loop_s"], r["events_per_s"], r["events_per_s_of_run"],
+                  r["bare_events"], r["bare_loop_s"], r["bare_events_per_s"], r["events_per_s_over_bare"]] for r in rates]))
+    print("   events: SimPy events the run processes (env.step() calls, counted in an untimed run); loop s: its simulation")
+    print("   loop (stepping to the stop, with the controller's checks; not building, the final evaluation, the tables);")
+    print("   whole run: over fred.run's wall. Bare loop: as many SimPy processes as workers, each waiting out one")
+    print("   env.timeout after another (no two at the same time), as many events in all, each process's start and end")
+    print(f"   included; its time is env.run()'s (target: events/s over bare >= {EVENT_RATE_TARGET})\n")
+
+    wider, refused = wider_models(args.quick, args.repeats)
+    sizes = f"{WORKERS[0]} workers, fast only" if args.quick else f"{WORKERS[0]} and {WORKERS[1]} workers"
+    print(f"4. Wider models on digits: {', '.join(label for label, _, _ in WIDER)}, {sizes}, batch as in 1")
+    print(table(["model", "workers", "strategy", "reduction", "params", "updates", "grads: fred, loop", "loop ms/update",
+                 "fred/fastest loop", "fred/same-bits", "fred adds ms/update", "plain: fred's bits", "same-bits: fred's bits"],
+                [[r["model"], r["workers"], r["strategy"], r["reduction"], r["params"], r["updates"],
+                  f"{r['fred_gradients']:,}, {r['loop_gradients']:,}", r["fastest_loop_ms_per_update"],
+                  r["ratio_fred_over_fastest_loop"], r["ratio_fred_over_fastest_same_bits"], r["fred_added_ms_per_update"],
+                  r["plain_gives_fred_bits"], r["same_bits_gives_fred_bits"]] for r in wider]))
+    for label, issue in refused.items():
+        print(f"   {label}: fred refuses reduction: exact ({issue}); fast only")
+    print("   loop ms/update: the faster bare loop (plain or same-bits) whatever its bits; fred/same-bits: over the")
+    print("   faster loop that gave fred's bits (first step; SSGD: final parameters too; nan: neither did);")
+    print(f"   fred adds: (fred - that loop) / updates (target: fred/same-bits <= {PERF_TARGET_RATIO} on {WIDER[0][0]})\n")
+
+    verdict = verdicts(rows, wider, rates)
+    print("Verdicts" + (" (a quick run: smoke numbers, fewer cases; the full run measures the targets)" if args.quick else ""))
+    print(table(["target", "measured", "limit", "met"], [[v["target"], v["value"], v["limit"], v["met"]] for v in verdict]))
+    print(f"   {sum(v['met'] for v in verdict)} of {len(verdict)} met\n")
+
     results: dict[str, Any] = {
         "quick": args.quick,
         "repeats": args.repeats,
-        "target_ratio": TARGET_RATIO,
-        "performance_target_ratio": PERF_TARGET_RATIO,
+        "targets": {"wide_mlp_ratio": PERF_TARGET_RATIO, "small_mlp_8_workers_ratio": SMALL_MODEL_TARGET_RATIO,
+                    "timing_only_events_per_s_over_bare": EVENT_RATE_TARGET},
         "machine": facts,
         "overhead": rows,
         "fixed_cost_s": fixed,
@@ -671,6 +867,10 @@ def main(argv: list[str] | None = None) -> int:
         "python_thread": threads,
         "exact_vs_fast": evf,
         "event_throughput": ev,
+        "timing_only_rates": rates,
+        "wider_models": wider,
+        "exact_refused": refused,
+        "verdicts": verdict,
     }
     if args.profile:
         prof = profile(updates, args.profile)

@@ -42,6 +42,7 @@ from overhead import (
     _sgd,
     digits_scenario,
     max_abs_diff,
+    ssgd_rounds,
 )
 
 import fred
@@ -162,7 +163,7 @@ def parameter_server(progs: Programs, workers: int, numbers: str, durations_s: n
 
 # ----------------------------------------------------------------------------- one case
 def case(strategy: str, reduction: str, workers: int, repeats: int) -> dict[str, Any]:
-    updates = max(UPDATES * WORKERS[0] // workers, 5) if strategy == "ssgd" else UPDATES  # as overhead.py
+    updates = ssgd_rounds(UPDATES, workers, 5) if strategy == "ssgd" else UPDATES  # as overhead.py
     scn = digits_scenario(strategy, reduction, updates, workers)
     bare = Bare(scn, shards=workers if strategy == "ssgd" else 1)
     progs = Programs(bare, reduction, scn["data"]["batch_size"])
