@@ -62,15 +62,25 @@ class Recorder:
 
     def on_update(self, now_s: float, contributions: list[Contribution], version_applied: int) -> None:
         self.update_count += 1
-        up = self.updates
-        for worker, version_read, cached in contributions:
-            up["cached"].append(cached)
-            up["sim_time_s"].append(now_s)
-            up["update"].append(self.update_count)
-            up["worker"].append(worker)
-            up["version_read"].append(version_read)
-            up["version_applied"].append(version_applied)
-            up["staleness"].append(version_applied - version_read)
+        up, n = self.updates, len(contributions)
+        if n < 8:  # few rows (an asynchronous update's one): appended one by one, cheaper than lists
+            for worker, version_read, cached in contributions:
+                up["cached"].append(cached)
+                up["sim_time_s"].append(now_s)
+                up["update"].append(self.update_count)
+                up["worker"].append(worker)
+                up["version_read"].append(version_read)
+                up["version_applied"].append(version_applied)
+                up["staleness"].append(version_applied - version_read)
+            return
+        workers, reads, cached = zip(*contributions)
+        up["cached"].extend(cached)
+        up["sim_time_s"].extend([now_s] * n)
+        up["update"].extend([self.update_count] * n)
+        up["worker"].extend(workers)
+        up["version_read"].extend(reads)
+        up["version_applied"].extend([version_applied] * n)
+        up["staleness"].extend([version_applied - read for read in reads])
 
     def on_metric(self, now_s: float, eval_loss: float, eval_accuracy: float, train_loss: float) -> None:
         for column, value in zip(METRIC_COLUMNS, [now_s, self.update_count, eval_loss, eval_accuracy, train_loss]):

@@ -30,7 +30,6 @@ process here is started in a fixed order, so the whole run is deterministic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, NamedTuple, Sequence
 
 import numpy as np
@@ -166,17 +165,31 @@ def _sum_values(values: list[Any]) -> Any:
     return values[0] if len(values) == 1 else tree_sum(values)
 
 
-@dataclass
 class _Collective:
-    """One all-reduce call of a group: who has joined, when it starts, when it ends."""
+    """One all-reduce call of a group: who has joined, when it starts, when it ends.
 
-    started: simpy.Event
-    arrived: list[tuple[int, Any]] = field(default_factory=list)
-    participants: list[int] = field(default_factory=list)  # who was in it, once started
-    done: simpy.Event | None = None
-    result: Any = None
-    nbytes: float = 0.0
-    sent: dict[int, float] | None = None  # bytes each participant sends, for algorithms other than the ring
+    Members wait for ``done`` from the moment they join; the blocked time of those still there is
+    recorded as ``started`` is processed (:meth:`trace_waits`), member by member in the order they joined.
+    """
+
+    __slots__ = ("started", "done", "arrived", "waiting", "participants", "result", "nbytes", "sent", "start_s")
+
+    def __init__(self, env: simpy.Environment, nbytes: float, trace: Tracer):
+        self.started, self.done = env.event(), env.event()
+        self.arrived: list[tuple[int, Any]] = []
+        self.waiting: list[tuple[str, float]] = []  # (member's name, when it joined), in the order they joined
+        self.participants: list[int] = []  # who was in it, once started
+        self.result: Any = None
+        self.nbytes = nbytes
+        self.sent: dict[int, float] | None = None  # bytes each participant sends, for algorithms other than the ring
+        self.start_s = 0.0
+        self.started.callbacks.append(lambda _: self.trace_waits(env.now, trace))  # type: ignore[union-attr]
+
+    def trace_waits(self, now: float, trace: Tracer) -> None:
+        self.start_s = now
+        for name, arrived_s in self.waiting:
+            if now > arrived_s:
+                trace("wait", name, arrived_s, now, 0.0, "")
 
 
 class Simulation:
@@ -473,27 +486,29 @@ class Simulation:
         timing is the ring's, step by step; the sum is always taken in group order
         by the fixed tree, so it is the same bits whatever the ring did.
         """
-        self._own(member)
+        if self._track:
+            self._own(member)
         key = self._group_key(group)
-        call = self._joined.get((key, member.index), 0)
-        self._joined[(key, member.index)] = call + 1
-        if (key, call) not in self._collectives:
-            self._collectives[(key, call)] = _Collective(self.env.event(), nbytes=nbytes)
-        coll = self._collectives[(key, call)]
+        joined = (key, member.index)
+        call = self._joined.get(joined, 0)
+        self._joined[joined] = call + 1
+        coll = self._collectives.get((key, call))
+        if coll is None:
+            coll = self._collectives[(key, call)] = _Collective(self.env, nbytes, self.trace)
         coll.arrived.append((member.index, value))
-        self._try_start(key, call)
-        arrived_s = self.now
+        waiting = (member.name, self.env.now)
+        coll.waiting.append(waiting)
+        self._try_start(key, call, coll)
         try:
-            yield coll.started
-        except simpy.Interrupt:  # crashed while waiting: its value never entered the ring
-            coll.arrived = [a for a in coll.arrived if a[0] != member.index]
+            yield coll.done
+        except simpy.Interrupt:
+            if coll.started.callbacks is not None:  # crashed before it started: its value never entered the ring
+                coll.arrived = [a for a in coll.arrived if a[0] != member.index]
+                coll.waiting.remove(waiting)
+                if self.env.now > waiting[1]:
+                    self.trace("wait", member.name, waiting[1], self.env.now)
             raise
-        finally:
-            if self.now > arrived_s:
-                self.trace("wait", member.name, arrived_s, self.now)
-        start = self.now
-        yield coll.done
-        self.trace("allreduce", member.name, start, self.now, self._sent_in_allreduce(coll, member.index, nbytes))
+        self.trace("allreduce", member.name, coll.start_s, self.env.now, self._sent_in_allreduce(coll, member.index, nbytes))
         return coll.result
 
     def backprop_allreduce(
@@ -545,9 +560,9 @@ class Simulation:
         usual group: every member joins with it, so building it per join would cost p^2."""
         return self._crew_key if group is self.workers else GroupKey(w.index for w in group)
 
-    def _try_start(self, key: tuple[int, ...], call: int) -> None:
+    def _try_start(self, key: tuple[int, ...], call: int, coll: _Collective | None = None) -> None:
         """Start the collective once every member peers still wait for has joined."""
-        coll = self._collectives[(key, call)]
+        coll = coll or self._collectives[(key, call)]
         expected = self.faults.live(key) if self.faults.any_excluded() else key  # no O(p) copy per join
         if len(coll.arrived) < len(expected):  # arrivals are live members: a crash withdraws its own
             if self.faults.down:
@@ -560,8 +575,13 @@ class Simulation:
         coll.participants = [i for i, _ in arrived]
         self._last_participants[key] = coll.participants
         coll.result = _sum_values([v for _, v in arrived])
-        coll.done = self.env.process(self._ring([self.workers[i].name for i in coll.participants], coll.nbytes))
+        self.env.process(self._ring_then([self.workers[i].name for i in coll.participants], coll.nbytes, coll.done))
         coll.started.succeed()
+
+    def _ring_then(self, names: list[str], nbytes: float, done: simpy.Event) -> Process:
+        """The collective's timing, then ``done``: triggered where the process ends, in its place."""
+        yield from self._ring(names, nbytes)
+        done.succeed()
 
     def _recheck_collectives(self) -> None:
         for key, call in list(self._collectives):
