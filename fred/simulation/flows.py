@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 import simpy
@@ -92,6 +92,7 @@ class FairShare:
         self._started = itertools.count()  # flows in the order they start: ties go to the earlier
         self._wake: tuple[float, simpy.Event] | None = None  # the calendar's SimPy event and its time
         self._held: int | None = None  # the place in SimPy's order of a recompute not yet scheduled
+        self._starred = False  # whether a star was ever made (until then no channel is in one)
 
     def start(self, channels: tuple[Channel, ...], nbytes: float, latency_s: float, arrive: Arrival,
               sent: Callable[[], None] | None = None) -> Flow:
@@ -129,11 +130,13 @@ class FairShare:
     def _recompute(self, _: simpy.Event) -> None:
         self._due = False
         dirty, self._dirty = self._dirty, {}
-        stars = {channel.star: None for channel in dirty if channel.star is not None}
-        broken = [star.hub for star in stars if not self._settle(star)]
+        channels: Iterable[Channel] = dirty
+        if self._starred:
+            stars = {channel.star: None for channel in dirty if channel.star is not None}
+            channels = itertools.chain(dirty, [star.hub for star in stars if not self._settle(star)])
         seen: dict[Flow, None] = {}
         lone = self.star_from > 1  # a lone flow is never a star
-        for channel in itertools.chain(dirty, broken):
+        for channel in channels:
             flows = channel.flows
             if flows:
                 first = next(iter(flows))
@@ -170,6 +173,7 @@ class FairShare:
         hub = _hub(flows) if len(flows) >= self.star_from else None
         if hub is not None:
             star = hub.star = _Star(hub)
+            self._starred = True
             star.joining = flows
             if self._settle(star):
                 return

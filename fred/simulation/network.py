@@ -228,9 +228,11 @@ class Network:
     node: dict[str, str] = field(default_factory=dict)  # entity -> the name of its node
     _shared_ports: dict[str, Port] = field(default_factory=dict, repr=False)  # "node3", "device12" -> its port
     _core: Channel | None = field(default=None, repr=False)
+    _paths: dict[tuple[str, str], tuple[tuple[Channel, ...], Port, Port]] = field(default_factory=dict, repr=False)
 
     def add(self, entity: str, server: bool = False, worker: int | None = None) -> None:
         """Connect ``entity``: a server (a node of its own) or the worker of index ``worker``."""
+        self._paths.clear()
         if worker is None or self.workers_per_device * self.devices_per_node == 1:
             link = self.config.server if (server and self.config.server is not None) else self.config
             self.ports[entity] = Port(link.latency_s, link.bandwidth_bps * self.config.efficiency, name=entity)
@@ -249,12 +251,20 @@ class Network:
 
     def path(self, src: str, dst: str) -> tuple[tuple[Channel, ...], float]:
         """What a flow from ``src`` to ``dst`` crosses (the sender's uplink, the switch's core when
-        it is oversubscribed and the flow leaves its node, the receiver's downlink) and its latency."""
-        up, down = self.route(src, dst)
-        latency_s = max(up.latency_s, down.latency_s)
-        if self.core is not None and up is self.ports.get(src) and self.node[src] != self.node.get(dst, dst):
-            return (up.tx, self.core, down.rx), latency_s
-        return (up.tx, down.rx), latency_s
+        it is oversubscribed and the flow leaves its node, the receiver's downlink) and its latency.
+
+        The route is kept per pair (entities' ports never change once added); the latency is read
+        each time, as a degradation changes it."""
+        kept = self._paths.get((src, dst))
+        if kept is None:
+            up, down = self.route(src, dst)
+            if self.core is not None and up is self.ports.get(src) and self.node[src] != self.node.get(dst, dst):
+                kept = (up.tx, self.core, down.rx), up, down
+            else:
+                kept = (up.tx, down.rx), up, down
+            self._paths[(src, dst)] = kept
+        channels, up, down = kept
+        return channels, max(up.latency_s, down.latency_s)
 
     @property
     def core(self) -> Channel | None:

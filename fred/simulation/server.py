@@ -98,7 +98,8 @@ class ParameterServer:
             attempt()
             return
         while True:
-            yield from self.until_up(src if src != self.name else dst)
+            if self.down:
+                yield from self.until_up(src if src != self.name else dst)
             crashes = self.crashes
             attempt()
             # A transfer the server went down during (or before it began) is gone: recorded
