@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 from typing import Callable, Iterable
 
 import numpy as np
@@ -101,6 +102,7 @@ class FairShare:
         flow = Flow(channels, nbytes, self.env.now, latency_s, arrive, sent, next(self._started))
         for channel in channels:
             channel.flows[flow] = None
+        for channel in channels if self._starred else ():  # until a star is made, no channel is in one
             star = channel.star
             if star is not None:
                 if channel is star.hub:
@@ -121,8 +123,7 @@ class FairShare:
     def _touch(self, channels: tuple[Channel, ...]) -> None:
         # Every flow that starts or ends at one instant is settled in one recompute, after them all:
         # a ring's p flows start together, and a server's incast of p pushes would cost p^2 otherwise.
-        for channel in channels:
-            self._dirty[channel] = None
+        self._dirty.update(dict.fromkeys(channels))
         if not self._due:
             self._due = True
             self.env.timeout(0.0).callbacks.append(self._recompute)
@@ -151,8 +152,7 @@ class FairShare:
     def _hold_recompute(self, channels: tuple[Channel, ...]) -> None:
         """:meth:`_touch` from inside the calendar's wake: the recompute's place in the order is
         taken now, and :meth:`_release_recompute` schedules it there when the wake is done, if needed."""
-        for channel in channels:
-            self._dirty[channel] = None
+        self._dirty.update(dict.fromkeys(channels))
         if not self._due:
             self._due = True
             self._held = reserve(self.env)
@@ -161,7 +161,10 @@ class FairShare:
         """Schedule the held recompute, unless it would find nothing to do: no flow or star on the
         channels touched, and no other event at this instant before it that could start one."""
         place, self._held = self._held, None
-        if any(channel.flows or channel.star is not None for channel in self._dirty) or not nothing_due_now(self.env):
+        dirty = self._dirty
+        busy = (any(channel.flows or channel.star is not None for channel in dirty) if self._starred
+                else any(map(_flows_of, dirty)))
+        if busy or not nothing_due_now(self.env):
             schedule_reserved(self.env, place, self._recompute)  # type: ignore[arg-type]
         else:  # it would be the next event, and find every touched channel empty
             self._dirty, self._due = {}, False
@@ -388,12 +391,12 @@ def _spoke_bps(flow: Flow, hub: Channel) -> float | None:
 def _alone(flow: Flow) -> bool:
     """Whether ``flow`` is the only flow on each of its channels, and crosses each once."""
     channels = flow.channels
-    for channel in channels:
-        if len(channel.flows) != 1:
-            return False
     if len(channels) == 2:
-        return channels[0] is not channels[1]
-    return len(set(channels)) == len(channels)
+        return len(channels[0].flows) == 1 and len(channels[1].flows) == 1 and channels[0] is not channels[1]
+    return max(map(len, map(_flows_of, channels)), default=1) == 1 and len(set(channels)) == len(channels)
+
+
+_flows_of = operator.attrgetter("flows")
 
 
 def _connected(start: Channel, seen: dict[Flow, None]) -> list[Flow]:
