@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """How much slower is fred than the bare JAX math it simulates? Ratios, never asserts.
 
-    python benchmarks/overhead.py            # full run (300 updates per digits run), ~5-6 min
-    python benchmarks/overhead.py --quick    # smoke run (30 updates; 4: 8 workers, fast only), about a minute
+    python benchmarks/overhead.py            # full run (300 updates per digits run), ~6-7 min
+    python benchmarks/overhead.py --quick    # smoke run (30 updates; 4: 8 workers, fast only), ~1-1.5 min
     python benchmarks/overhead.py --profile  # also cProfile one fred run, top functions
 
 Four measurements, all taken in this one process (so they share its CPU, its
