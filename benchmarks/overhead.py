@@ -228,6 +228,8 @@ class Bare:
 
         self.scanned = jax.jit(scanned)
         self.numerics, self.dataset, self.rows = built.numerics, ds, rows
+        self.opt = sgd(LR)
+        self.sum_step = make_sum_step(self.opt)
         # The batch order of fred's iid sharding: worker i takes block i of global batch k.
         stream = GlobalBatchStream(len(ds.y_train), workers, batch, rng.stream(sc.seed, "data", "batches"))
         if shards == workers:  # SSGD: one global batch of all workers' blocks per update
@@ -256,19 +258,30 @@ class Bare:
             params, _ = self.same_bits_step(params, self.x, self.y, self.idx_padded[k], self.zero)
         return jax.block_until_ready(params)
 
+    def run_calls(self):
+        """The calls loop: fred's own programs one after the other, nothing simulated: per update its
+        gradient call, the sum over shards and its update (fred's dispatches, fred's bits)."""
+        params, state = self.init_params, self.opt.init(self.init_params)
+        for k in range(self.updates):
+            params, state = self.calls_step(params, state, self.idx[k])
+        return jax.block_until_ready(params)
+
+    def calls_step(self, params, state, idx):
+        """One update as fred computes it: ``Numerics.shard_sums_of``, the shards summed by its
+        tree, then its update program on the sum."""
+        sums = self.numerics.shard_sums_of(params, self.dataset, idx, self.shards)
+        grad = sums[0].grad if len(sums) == 1 else tree_sum([s.grad for s in sums])
+        return self.sum_step(params, state, grad, self.rows)
+
     def first_step_equal(self) -> dict[str, bool]:
-        """Whether each loop's first update is fred's, bit for bit: fred's gradient call on the
-        first update's rows (``Numerics.shard_sums_of``), summed by its tree, then its update."""
-        shards = self.shards
-        sums = self.numerics.shard_sums_of(self.init_params, self.dataset, self.idx[0], shards)
-        grad = tree_sum([s.grad for s in sums])
-        opt = sgd(LR)
-        fred_params, _ = make_sum_step(opt)(self.init_params, opt.init(self.init_params), grad, self.rows)
+        """Whether each loop's first update is fred's, bit for bit (fred's first update:
+        :meth:`calls_step`, so the calls loop's always is; SSGD's final parameters check it)."""
+        fred_params, _ = self.calls_step(self.init_params, self.opt.init(self.init_params), self.idx[0])
         plain, _ = self.step(self.init_params, self.x, self.y, self.idx[0])
         same = plain if self.same_bits_step is None else self.same_bits_step(
             self.init_params, self.x, self.y, self.idx_padded[0], self.zero)[0]
         equal = lambda p: all(np.array_equal(np.asarray(p[k]), np.asarray(fred_params[k])) for k in fred_params)
-        return {"plain": equal(plain), "same_bits": equal(same)}
+        return {"plain": equal(plain), "same_bits": equal(same), "calls": True}
 
     def call_s(self, calls: int = 300) -> float:
         """Median seconds the Python thread spends issuing the cheapest call a run makes on the
@@ -384,7 +397,7 @@ def overhead(updates: int, repeats: int, workers: int) -> list[dict[str, Any]]:
             bare = Bare(scn, shards=workers if strategy == "ssgd" else 1)
             best, out = best_in_turn(
                 {"fred": lambda: fred.run(scn), "timing_only": lambda: fred.run(timing_only), "plain": bare.run_loop,
-                 "same_bits": bare.run_same_bits, "scan": bare.run_scan},
+                 "same_bits": bare.run_same_bits, "calls": bare.run_calls, "scan": bare.run_scan},
                 repeats,
             )
             result = out["fred"]
@@ -402,8 +415,10 @@ def overhead(updates: int, repeats: int, workers: int) -> list[dict[str, Any]]:
                 "bare_loop_s": best["plain"],
                 "bare_scan_s": best["scan"],
                 "same_bits_loop_s": best["same_bits"],
+                "calls_loop_s": best["calls"],
                 "first_step_equal_plain": first["plain"],
                 "first_step_equal_same_bits": first["same_bits"],
+                "first_step_equal_calls": first["calls"],
                 "recorded_calls_per_update": calls / updates_here,
                 "min_call_s": bare.call_s(),
                 "fred_ms_per_update": 1e3 * best["fred"] / updates_here,
@@ -413,8 +428,10 @@ def overhead(updates: int, repeats: int, workers: int) -> list[dict[str, Any]]:
             if strategy == "ssgd":  # same batches, same updates: the parameters should agree
                 row["max_abs_param_diff_vs_bare"] = max_abs_diff(result.params, out["plain"])
                 row["max_abs_param_diff_vs_same_bits"] = max_abs_diff(result.params, out["same_bits"])
+                row["max_abs_param_diff_vs_calls"] = max_abs_diff(result.params, out["calls"])
             same_bits = [row["same_bits_loop_s"]] if _gives_fred_bits(row, "same_bits") else []
             same_bits += [row["bare_loop_s"]] if _gives_fred_bits(row, "bare") else []
+            same_bits += [row["calls_loop_s"]] if _gives_fred_bits(row, "calls") else []
             row["fastest_same_bits_loop_s"] = min(same_bits) if same_bits else float("nan")
             for name, key in (("bare_loop", "bare_loop_s"), ("fastest_same_bits", "fastest_same_bits_loop_s"), ("bare_scan", "bare_scan_s")):
                 row[f"ratio_fred_over_{name}"] = row["fred_s"] / row[key]
@@ -423,9 +440,9 @@ def overhead(updates: int, repeats: int, workers: int) -> list[dict[str, Any]]:
 
 
 def _gives_fred_bits(row: dict[str, Any], loop: str) -> bool:
-    """Whether a bare loop ("bare": the plain one, or "same_bits") computed fred's bits: its
+    """Whether a bare loop ("bare": the plain one, "same_bits" or "calls") computed fred's bits: its
     first step, and for SSGD (same batches, same updates) its final parameters too."""
-    first = row["first_step_equal_plain" if loop == "bare" else "first_step_equal_same_bits"]
+    first = row["first_step_equal_plain" if loop == "bare" else f"first_step_equal_{loop}"]
     return first and row.get(f"max_abs_param_diff_vs_{loop}", 0.0) == 0.0
 
 
@@ -591,12 +608,13 @@ def compare(scn: dict[str, Any], repeats: int) -> dict[str, Any]:
     parameters too). A case of section 4 and of ``model_size.py``."""
     strategy, workers, updates = scn["strategy"]["name"], scn["cluster"]["workers"], scn["stop"]["max_updates"]
     bare = Bare(scn, shards=workers if strategy == "ssgd" else 1)
-    best, out = best_in_turn({"fred": lambda: fred.run(scn), "plain": bare.run_loop, "same_bits": bare.run_same_bits}, repeats)
+    best, out = best_in_turn({"fred": lambda: fred.run(scn), "plain": bare.run_loop, "same_bits": bare.run_same_bits,
+                              "calls": bare.run_calls}, repeats)
     first = bare.first_step_equal()
     params = out["fred"].params
     gives_bits = {loop: first[loop] and (strategy != "ssgd" or max_abs_diff(params, out[loop]) == 0.0)
-                  for loop in ("plain", "same_bits")}
-    same_bits = [best[loop] for loop in ("plain", "same_bits") if gives_bits[loop]]
+                  for loop in ("plain", "same_bits", "calls")}
+    same_bits = [best[loop] for loop in ("plain", "same_bits", "calls") if gives_bits[loop]]
     fastest = min(best["plain"], best["same_bits"])
     fastest_same = min(same_bits) if same_bits else float("nan")
     return {
@@ -611,8 +629,10 @@ def compare(scn: dict[str, Any], repeats: int) -> dict[str, Any]:
         "fred_s": best["fred"],
         "plain_loop_s": best["plain"],
         "same_bits_loop_s": best["same_bits"],
+        "calls_loop_s": best["calls"],
         "plain_gives_fred_bits": gives_bits["plain"],
         "same_bits_gives_fred_bits": gives_bits["same_bits"],
+        "calls_gives_fred_bits": gives_bits["calls"],
         "fastest_loop_ms_per_update": 1e3 * fastest / updates,
         "ratio_fred_over_fastest_loop": best["fred"] / fastest,
         "ratio_fred_over_fastest_same_bits": best["fred"] / fastest_same,
@@ -727,22 +747,23 @@ def main(argv: list[str] | None = None) -> int:
         f"(target: fred/fastest same-bits <= {SMALL_MODEL_TARGET_RATIO} at {WORKERS[0]} workers; see the verdicts)"
     )
     headers = ["workers", "strategy", "reduction", "grads", "fred s", "bare loop s", "fred/bare"]
-    headers += ["same-bits s", "fred/fastest same-bits", "bare scan s", "fred/scan", "ms/update", "in grads"]
+    headers += ["same-bits s", "calls s", "fred/fastest same-bits", "bare scan s", "fred/scan", "ms/update", "in grads"]
     keys = ["workers", "strategy", "reduction", "gradients", "fred_s", "bare_loop_s", "ratio_fred_over_bare_loop"]
-    keys += ["same_bits_loop_s", "ratio_fred_over_fastest_same_bits", "bare_scan_s", "ratio_fred_over_bare_scan"]
+    keys += ["same_bits_loop_s", "calls_loop_s", "ratio_fred_over_fastest_same_bits", "bare_scan_s", "ratio_fred_over_bare_scan"]
     keys += ["fred_ms_per_update"]
     print(table(headers, [[r[k] for k in keys] + [f"{100 * r['gradient_share']:.0f}%"] for r in rows]))
     fixed = fixed_cost(args.repeats)
     print(f"   fixed cost of a fred.run (1-update SSGD exact run: build, eval, tables, summary): {fixed:.3f} s")
     print("   in grads: share of an instrumented fred.run spent in GradientService._flush_like (gradient math)")
-    print("   same-bits: a loop of fred's own exact program (fast: the bare loop); fred/same-bits is over the faster")
-    print("   of the two loops that gave fred's bits (first step, and SSGD's final parameters):")
+    print("   same-bits: a loop of one program per update, fred's exact gradient program and the update (fast: the bare")
+    print("   loop); calls: a loop of fred's own calls (gradient, sum over shards, update: fred's dispatches, fred's bits);")
+    print("   fred/same-bits is over the fastest loop that gave fred's bits (first step, and SSGD's final parameters):")
     for r in rows:
         line = f"   {r['workers']} workers {r['strategy']} {r['reduction']}: first step plain {_yes(r['first_step_equal_plain'])}"
         line += f", same-bits {_yes(r['first_step_equal_same_bits'])}"
         if "max_abs_param_diff_vs_bare" in r:
             line += f"; final max |fred - bare| {r['max_abs_param_diff_vs_bare']:.3g}, |fred - same-bits| "
-            line += f"{r['max_abs_param_diff_vs_same_bits']:.3g}"
+            line += f"{r['max_abs_param_diff_vs_same_bits']:.3g}, |fred - calls| {r['max_abs_param_diff_vs_calls']:.3g}"
         print(line)
     print()
 
