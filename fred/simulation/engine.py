@@ -443,8 +443,8 @@ class Simulation:
     def _post(self, src: str, dst: str, nbytes: float, hops: int, arrive: Arrival,
               sent: Callable[[], None] | None = None) -> None:
         """Start a flow now; ``sent`` is called when its last byte has left, ``arrive`` when it has
-        arrived (an event is triggered). A lost attempt is traced when it would have arrived, and the flow is sent again a
-        retransmit timeout after it started."""
+        arrived (an event is triggered). A lost attempt is traced when it would have arrived, and the
+        flow is sent again a retransmit timeout after it started."""
         channels, latency_s = self.network.path(src, dst)
         latency_s *= hops
         if self._lossy and self.faults.lost(src, dst):
@@ -562,7 +562,8 @@ class Simulation:
 
     def _try_start(self, key: tuple[int, ...], call: int, coll: _Collective | None = None) -> None:
         """Start the collective once every member peers still wait for has joined."""
-        coll = coll or self._collectives[(key, call)]
+        if coll is None:
+            coll = self._collectives[(key, call)]
         expected = self.faults.live(key) if self.faults.any_excluded() else key  # no O(p) copy per join
         if len(coll.arrived) < len(expected):  # arrivals are live members: a crash withdraws its own
             if self.faults.down:
