@@ -38,6 +38,7 @@ import numpy as np
 
 F = TypeVar("F", bound=Callable[..., Any])
 _ACTIVE: contextvars.ContextVar[Tape | None] = contextvars.ContextVar("fred_tape", default=None)
+_flatten = jax.tree_util.default_registry.flatten  # jax.tree.flatten without its two Python wrappers: a tape flattens twice a call
 
 
 Code = Any  # a leaf on the tape: ``(index,)`` for an array value (``[index]`` in the file), the literal otherwise
@@ -178,6 +179,7 @@ def active_tape() -> Tape | None:
 _ARRAY_TYPES: set[type] = set()
 _OTHER_TYPES: set[type] = set()
 _SCALAR_TYPES: set[type] = set()  # numpy scalars: arrays that cannot be weakly referenced
+_REFERABLE: set[type] = set()  # the other arrays (jax's, numpy's): what a call's outputs mostly are
 
 
 def is_array(leaf: Any) -> bool:
@@ -190,8 +192,8 @@ def is_array(leaf: Any) -> bool:
         return False
     array = isinstance(leaf, (jax.Array, np.ndarray, np.generic))
     (_ARRAY_TYPES if array else _OTHER_TYPES).add(kind)
-    if isinstance(leaf, np.generic):
-        _SCALAR_TYPES.add(kind)
+    if array:
+        (_SCALAR_TYPES if isinstance(leaf, np.generic) else _REFERABLE).add(kind)
     return array
 
 
@@ -221,14 +223,18 @@ class Tape:
     def call(self, name: str, key: tuple[Any, ...] | None, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         if self._replay is not None and len(self.calls) < len(self._replay.calls):
             return self._fast_forward(name, key, args)
-        args_def, arg_codes = self.codes(args)
+        leaves, treedef = _flatten(args)
+        arg_codes = self._codes(leaves)
+        args_def = self._treedef(treedef)
+        if self._placeholders and Placeholder in map(type, leaves):  # a resumed run's: they give their values
+            args = jax.tree.unflatten(treedef, [x.get() if type(x) is Placeholder else x for x in leaves])
         self.depth += 1
         try:
-            result = fn(*(resolved(args) if self._placeholders else args))
+            result = fn(*args)
         finally:
             self.depth -= 1
-        leaves, out_def = jax.tree.flatten(result)
-        self.calls.append(Call(name, key, args_def, arg_codes, self._treedef(out_def), self._outputs(leaves)))
+        leaves, out_def = _flatten(result)
+        self.calls.append(_new_call((name, key, args_def, arg_codes, self._treedef(out_def), self._outputs(leaves))))
         return result
 
     def _fast_forward(self, name: str, key: tuple[Any, ...] | None, args: tuple[Any, ...]) -> Any:
@@ -277,13 +283,17 @@ class Tape:
 
     def codes(self, tree: Any) -> tuple[int, tuple[Code, ...]]:
         """``tree`` as (structure index, leaf codes); arrays seen for the first time become constants."""
-        leaves, treedef = jax.tree.flatten(tree)
+        leaves, treedef = _flatten(tree)
+        codes = self._codes(leaves)
+        return self._treedef(treedef), codes
+
+    def _codes(self, leaves: list[Any]) -> tuple[Code, ...]:
         known = self._refs
         codes = []
         for leaf in leaves:  # mostly earlier outputs: one lookup each, the code tuple already made
             ref = known.get(id(leaf))
             codes.append(ref.code if ref is not None and ref() is leaf else self._input(leaf))
-        return self._treedef(treedef), tuple(codes)
+        return tuple(codes)
 
     def _treedef(self, treedef: Any) -> int:
         index = self._treedef_ids.get(treedef)  # one lookup: comparing a gradient call's structure takes ~2 us
@@ -303,18 +313,24 @@ class Tape:
         return code
 
     def _outputs(self, leaves: list[Any]) -> tuple[Code, ...]:
-        """The codes of a call's output leaves: each array a new value (:meth:`_new`, with the
-        counter kept in a local: a gradient call's outputs are dozens of arrays)."""
+        """The codes of a call's output leaves: each array a new value (:meth:`_new` written out,
+        with the counter kept in a local: every call has outputs, a gradient call dozens)."""
         index, codes = self.values, []
+        known, forget = self._refs, self._forget
         for leaf in leaves:
-            if not is_array(leaf):
+            if type(leaf) in _REFERABLE:  # :meth:`_remember`, written out: the common case
+                code, key = (index,), id(leaf)
+                ref = known[key] = _Ref(leaf, forget)
+                ref.code, ref.key = code, key
+            elif is_array(leaf):  # a numpy scalar (no weak reference to it), or a type not met before
+                code = (index,)
+                if type(leaf) not in _SCALAR_TYPES:
+                    self._remember(leaf, code)
+            else:
                 codes.append(_literal(leaf))
                 continue
-            code = (index,)
             index += 1
             codes.append(code)
-            if type(leaf) not in _SCALAR_TYPES:
-                self._remember(leaf, code)
         self.values = index
         return tuple(codes)
 
@@ -334,6 +350,9 @@ class Tape:
         self._refs[ref.key] = ref
 
 
+_new_call = functools.partial(tuple.__new__, Call)  # Call(*fields) without the named tuple's Python __new__
+
+
 class _Ref(weakref.ref):
     """A weak reference to a recorded array, with the array's code and table key."""
 
@@ -344,8 +363,8 @@ def _forgetter(refs: dict[int, _Ref]) -> Callable[[_Ref], None]:
     """The callback that drops a freed array's entry (it holds the table, not the tape)."""
 
     def forget(ref: _Ref) -> None:
-        if refs.get(ref.key) is ref:
-            del refs[ref.key]
+        if refs.get(key := ref.key) is ref:
+            del refs[key]
 
     return forget
 
@@ -355,6 +374,8 @@ def _host_copy(leaf: Any) -> np.ndarray:
     # (a memoryview and its buffer: three objects the collector walks, and the device buffer)
     # for as long as the tape. A 32-node OSGP run's mixing weights made 32,000 such constants,
     # ~97,000 of the ~600,000 objects every full collection walked. A numpy input is kept as is.
+    if type(leaf) is np.ndarray:  # a batch's row indices: every gradient call has one
+        return leaf
     return np.array(leaf) if isinstance(leaf, jax.Array) else np.asarray(leaf)
 
 
@@ -403,15 +424,16 @@ def document(
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The tape as JSON-able data plus its constants packed into one flat array per dtype.
 
-    The codes' tuples go in as they are: JSON writes them as the lists a file holds. From a
-    :class:`Mark` it is the part of the tape made since (a checkpoint's next segment): the
-    later calls, structures, constants and compute times, with their indices unchanged.
+    The calls and their codes go in as the tuples they are: JSON writes a :class:`Call` as the
+    list ``[name, key, args, arg_codes, out, out_codes]`` a file holds, and each code as
+    ``[index]``. From a :class:`Mark` it is the part of the tape made since (a checkpoint's next
+    segment): the later calls, structures, constants and compute times, with their indices unchanged.
     """
     table, blobs = pack({i: v for i, v in tape.constants.items() if i >= since.values})
-    treedefs, calls = tape.treedefs[since.treedefs :], tape.calls[since.calls :]
+    treedefs = tape.treedefs[since.treedefs :]
     structures = [encode(jax.tree.unflatten(td, [_Slot(i) for i in range(td.num_leaves)])) for td in treedefs]
     doc = {
-        "calls": [[c.name, list(c.key) if c.key is not None else None, c.args, c.arg_codes, c.out, c.out_codes] for c in calls],
+        "calls": tape.calls[since.calls :],
         "treedefs": structures,
         "constants": table,
         "final": list(final),
@@ -444,9 +466,14 @@ def unpack(table: list[list[Any]], blobs: dict[str, np.ndarray], prefix: str = "
     return arrays
 
 
+# The same text as json.dumps, without its check for a list that holds itself (a tape's
+# lists never do): a third of the time of a tape's thousands of small lists.
+_json = functools.partial(json.dumps, check_circular=False)
+
+
 def digest(doc: dict[str, Any], blobs: dict[str, np.ndarray]) -> str:
     """SHA-256 of the content (not of the zip file, whose bytes carry timestamps)."""
-    h = hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+    h = hashlib.sha256(_json(doc, sort_keys=True, separators=(",", ":")).encode())
     for name in sorted(blobs):
         value = np.ascontiguousarray(blobs[name])
         h.update(f"{name}:{value.dtype.str}:{value.shape}".encode() + value.tobytes())
@@ -470,7 +497,7 @@ def read(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, n
 
 def json_array(document: Any) -> np.ndarray:
     """JSON as bytes in an array, the form npz files hold it in (nothing pickled)."""
-    return np.frombuffer(json.dumps(document).encode(), np.uint8)
+    return np.frombuffer(_json(document).encode(), np.uint8)
 
 
 def parse(doc: dict[str, Any], blobs: dict[str, np.ndarray]) -> Recorded:
