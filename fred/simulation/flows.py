@@ -120,13 +120,19 @@ class FairShare:
                 star.broken = True  # spokes' capacities are read as flows join; the hub's at every settle
         self._touch(channels)
 
-    def _touch(self, channels: tuple[Channel, ...]) -> None:
+    def _touch(self, channels: tuple[Channel, ...], hold: bool = False) -> None:
+        """Mark ``channels`` for the recompute at this instant, scheduling it if it is not yet.
+        ``hold`` (from inside the calendar's wake): its place in the order is taken now, and
+        :meth:`_release_recompute` schedules it there when the wake is done, if needed."""
         # Every flow that starts or ends at one instant is settled in one recompute, after them all:
         # a ring's p flows start together, and a server's incast of p pushes would cost p^2 otherwise.
         self._dirty.update(dict.fromkeys(channels))
         if not self._due:
             self._due = True
-            self.env.timeout(0.0).callbacks.append(self._recompute)
+            if hold:
+                self._held = reserve(self.env)
+            else:
+                self.env.timeout(0.0).callbacks.append(self._recompute)
 
     def _recompute(self, _: simpy.Event) -> None:
         self._due = False
@@ -148,14 +154,6 @@ class FairShare:
                     else:
                         self._share(_connected(channel, seen))
         self._set_wake()
-
-    def _hold_recompute(self, channels: tuple[Channel, ...]) -> None:
-        """:meth:`_touch` from inside the calendar's wake: the recompute's place in the order is
-        taken now, and :meth:`_release_recompute` schedules it there when the wake is done, if needed."""
-        self._dirty.update(dict.fromkeys(channels))
-        if not self._due:
-            self._due = True
-            self._held = reserve(self.env)
 
     def _release_recompute(self) -> None:
         """Schedule the held recompute, unless it would find nothing to do: no flow or star on the
@@ -256,7 +254,7 @@ class FairShare:
         flow.remaining, flow.timer = 0.0, flow.timer + 1
         for channel in flow.channels:
             channel.flows.pop(flow, None)  # a ring's flow may cross a shared NIC twice
-        self._hold_recompute(flow.channels)
+        self._touch(flow.channels, hold=True)
         if flow.sent is not None:
             flow.sent()
         arrive = flow.arrive
