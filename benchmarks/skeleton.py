@@ -13,7 +13,7 @@ numerics done in one of two ways:
   gradient at the worker's (stale) copy and applies it to the server's parameters in the
   same program, so the work per update is the bare loop's exactly.
 - **fred's programs**: the calls fred makes, built from fred's own jitted programs (the
-  gradient call when a worker's compute ends, exact calls of up to ``MAX_EXACT_ROWS`` rows;
+  gradient call when a worker's compute ends, exact calls of up to ``CALL_ROWS`` rows;
   ``stacked_sum`` across SSGD's workers; the update), with none of fred's Python around them.
 
 So, per case, ``fused / bare`` is what a SimPy model costs at all, ``fred's programs / bare``
@@ -46,9 +46,8 @@ from overhead import (
 )
 
 import fred
-from fred.numerics.gradients import CHUNK_ROWS, _example_loss, stacked_sum
+from fred.numerics.gradients import CALL_ROWS, CHUNK_ROWS, _example_loss, stacked_sum
 from fred.numerics.optim import make_sum_step, sgd
-from fred.simulation.engine import MAX_EXACT_ROWS
 
 RESULTS = RESULTS_DIR / "skeleton.json"
 UPDATES = 300  # ASGD always; SSGD at 8 workers (a 64-worker round is 8x the gradients: 1/8 of them)
@@ -81,11 +80,11 @@ class Programs:
             return num._fast_at[stack](params, self.x_all, self.y_all, rows.reshape(shards, -1), shards)
         pad = (-len(rows)) % CHUNK_ROWS
         padded = np.concatenate([rows, np.zeros(pad, rows.dtype)]) if pad else rows
-        return num._exact_at[stack](params, self.x_all, self.y_all, padded, self.zero, len(rows), shards)
+        return num._exact_at[stack](params, self.x_all, self.y_all, padded, self.zero, len(rows), shards, None)
 
     def fred_round(self, params, state, idx: np.ndarray, workers: int):
-        """fred's SSGD round: gradient calls of up to MAX_EXACT_ROWS rows (fast: one), the sum across them, the update."""
-        per_call = workers if self.reduction == "fast" else max(1, MAX_EXACT_ROWS // self.rows)
+        """fred's SSGD round: gradient calls of up to CALL_ROWS rows (fast: one), the sum across them, the update."""
+        per_call = workers if self.reduction == "fast" else max(1, CALL_ROWS // self.rows)
         calls = [self.gradient(params, idx[s * self.rows : (s + per_call) * self.rows], min(per_call, workers - s), True)
                  for s in range(0, workers, per_call)]
         grad, _ = stacked_sum(calls)

@@ -21,8 +21,17 @@ from tests.conftest import tiny
 STEPS = 4
 
 
-def _sha(**overrides) -> str:
+def _sha(tile: int | None = None, **overrides) -> str:
+    """The final parameters' hash of the tiny scenario; ``tile``: the exact reduction's rows per
+    leaf (``None``: the default, tiles of 8 rows; 1 for batches that are not whole tiles)."""
+    if tile is not None:
+        overrides["strategy"] = {**overrides["strategy"], "exact_tile": tile}
     return fred.run(tiny(stop={"max_updates": STEPS}, eval={"every_updates": 1000}, **overrides)).summary["params_sha256"]
+
+
+def _tile(batch: int) -> int | None:
+    """Tiles of the default 8 rows where the batch is whole tiles, per-example leaves otherwise."""
+    return None if batch % 8 == 0 else 1
 
 
 # Each batch size compiles programs of its own (10-19 s per worker count on 2 loaded cores for
@@ -35,8 +44,10 @@ BATCHES = [pytest.param([1, 4, 64], id="b1,4,64"), pytest.param([2, 8, 16, 32], 
 @pytest.mark.parametrize("workers", [1, 2, 4, 8])
 def test_ssgd_with_n_workers_of_batch_b_is_sgd_with_batch_nb(workers, aggregation, batches):
     for batch in batches:
-        large_batch = _sha(cluster={"workers": 1}, data={"batch_size": workers * batch}, strategy={"name": "sgd"})
+        tile = _tile(batch)
+        large_batch = _sha(tile, cluster={"workers": 1}, data={"batch_size": workers * batch}, strategy={"name": "sgd"})
         distributed = _sha(
+            tile,
             cluster={"workers": workers},
             data={"batch_size": batch},
             strategy={"name": "ssgd", "aggregation": aggregation},
@@ -53,7 +64,7 @@ def test_ssgd_parameter_server_and_allreduce_agree_bit_for_bit():
 @pytest.mark.parametrize("batch", [1, 3, 8, 32])
 def test_asgd_with_one_worker_is_sgd(batch):
     one = dict(cluster={"workers": 1}, data={"batch_size": batch})
-    assert _sha(strategy={"name": "asgd"}, **one) == _sha(strategy={"name": "sgd"}, **one)
+    assert _sha(_tile(batch), strategy={"name": "asgd"}, **one) == _sha(_tile(batch), strategy={"name": "sgd"}, **one)
 
 
 @pytest.mark.parametrize(("workers", "batch"), [(3, 4), (5, 8), (7, 2), (3, 128)])
@@ -61,17 +72,20 @@ def test_any_number_of_workers_is_exact_when_the_batch_is_a_power_of_two(workers
     # The tree over n*b rows, padded to a power of two, has the n workers' b-row trees as
     # aligned subtrees and zeros after them: the same additions (the docs said n or b
     # had to be a power of two, and this test expected only closeness for 3 x 4).
-    large_batch = _sha(cluster={"workers": 1}, data={"batch_size": workers * batch}, strategy={"name": "sgd"})
-    assert _sha(cluster={"workers": workers}, data={"batch_size": batch}, strategy={"name": "ssgd"}) == large_batch
+    tile = _tile(batch)
+    large_batch = _sha(tile, cluster={"workers": 1}, data={"batch_size": workers * batch}, strategy={"name": "sgd"})
+    assert _sha(tile, cluster={"workers": workers}, data={"batch_size": batch}, strategy={"name": "ssgd"}) == large_batch
 
 
+@pytest.mark.parametrize(("tile", "batch"), [(1, 3), (8, 24)])
 @pytest.mark.parametrize("aggregation", ["ps", "allreduce"])
-def test_a_batch_that_is_not_a_power_of_two_is_exact_too(aggregation):
+def test_a_batch_that_is_not_a_power_of_two_is_exact_too(aggregation, tile, batch):
     # With 3 workers of batch 3 the tree over 9 rows is not the tree of three 3-row subtrees:
     # the shards send the 9-row tree's nodes inside them and the all-reduce puts it together
-    # (tests/test_exact_split.py draws workers and batches freely).
-    sgd = fred.run(tiny(cluster={"workers": 1}, data={"batch_size": 9}, strategy={"name": "sgd"}))
-    ssgd = fred.run(tiny(cluster={"workers": 3}, data={"batch_size": 3}, strategy={"name": "ssgd", "aggregation": aggregation}))
+    # (tests/test_exact_split.py draws workers and batches freely). The same for 3 tiles of 8 rows.
+    sgd = fred.run(tiny(cluster={"workers": 1}, data={"batch_size": 3 * batch}, strategy={"name": "sgd", "exact_tile": tile}))
+    ssgd = fred.run(tiny(cluster={"workers": 3}, data={"batch_size": batch},
+                         strategy={"name": "ssgd", "aggregation": aggregation, "exact_tile": tile}))
     assert ssgd.summary["params_sha256"] == sgd.summary["params_sha256"]
 
 

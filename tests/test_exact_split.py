@@ -1,6 +1,8 @@
 """SSGD is large-batch SGD bit for bit for every split of the global batch, not only for
 batches that are powers of two: shards send the sums of the global tree's nodes inside them
-(fred.numerics.canonical), and the all-reduce puts that tree together."""
+(their cover, fred.numerics.canonical), and the all-reduce puts that tree together. The tree's
+leaves are examples (``exact_tile: 1``: any split) or tiles of rows (the default: any split on
+whole tiles)."""
 
 from __future__ import annotations
 
@@ -28,15 +30,15 @@ SCHEDULE = {"kind": "warmup_cosine_decay", "warmup_steps": 1, "decay_steps": 3}
 ALGORITHMS = ["ring", "recursive_doubling", "halving_doubling", "binary_tree", "double_binary_tree"]
 
 
-# ----------------------------------------------------------------------------- the tiles
+# ----------------------------------------------------------------------------- the cover
 @given(start=st.integers(0, 5000), count=st.integers(1, 3000))
-def test_the_tiles_of_a_shard_are_the_largest_tree_nodes_inside_it_and_cover_it_once(start, count):
-    nodes = canonical.tiles(start, count)
+def test_the_cover_of_a_shard_is_the_largest_tree_nodes_inside_it_each_leaf_once(start, count):
+    nodes = canonical.cover(start, count)
     at = start
     for level, index in nodes:
-        assert index << level == at, "the tiles are in row order, end to end"
+        assert index << level == at, "the nodes are in leaf order, end to end"
         parent_lo, parent_hi = (index >> 1) << (level + 1), ((index >> 1) + 1) << (level + 1)
-        assert not (start <= parent_lo and parent_hi <= start + count), "a tile's parent is not inside the shard"
+        assert not (start <= parent_lo and parent_hi <= start + count), "a node's parent is not inside the shard"
         at += 1 << level
     assert at == start + count
     assert all(sum(1 for lv, _ in nodes if lv == level) <= 2 for level, _ in nodes), "at most two per level"
@@ -44,7 +46,7 @@ def test_the_tiles_of_a_shard_are_the_largest_tree_nodes_inside_it_and_cover_it_
 
 
 @given(start=st.integers(0, 300), rows=st.integers(1, 300), cuts=st.lists(st.integers(1, 299), max_size=8, unique=True))
-def test_folding_the_tiles_of_any_split_makes_the_additions_of_the_padded_pairwise_tree(start, rows, cuts):
+def test_folding_the_covers_of_any_split_makes_the_additions_of_the_padded_pairwise_tree(start, rows, cuts):
     # Symbolically: each sum is the expression it was made by, so equal strings are equal trees.
     # From row 0 it is the large batch's padded tree; from another row, that tree restricted to
     # the rows from there on, under the smallest node that holds them all (a shard's own sum).
@@ -52,7 +54,7 @@ def test_folding_the_tiles_of_any_split_makes_the_additions_of_the_padded_pairwi
     edges = sorted({start, end, *(start + c for c in cuts if c < rows)})
     sums: dict[canonical.Node, str] = {}
     for lo, hi in itertools.pairwise(edges):
-        for level, index in canonical.tiles(lo, hi - lo):
+        for level, index in canonical.cover(lo, hi - lo):
             sums[(level, index)] = _tree(list(range(index << level, (index + 1) << level)))
     level = 0
     while start >> level != (end - 1) >> level:
@@ -73,10 +75,10 @@ def _tree(rows: list) -> str:
 
 # ----------------------------------------------------------------------------- the sums
 @functools.cache
-def digits_mlp():
+def digits_mlp(tile: int = 1):
     ds = load_dataset(DataConfig(), rng.stream(0, "data", "load"))
     model = build_model(MLPModel(hidden=[16]), ds.feature_shape, ds.num_classes)
-    return ds, Numerics(model, ds.task, "exact"), model.init(rng.jax_key(0, "model"))
+    return ds, Numerics(model, ds.task, "exact", tile), model.init(rng.jax_key(0, "model"))
 
 
 def _bytes(grad, loss) -> list[bytes]:
@@ -84,27 +86,28 @@ def _bytes(grad, loss) -> list[bytes]:
 
 
 @pytest.mark.parametrize(
-    "cuts",
-    # shards of unequal sizes, one call each, batches of 72 and 100 rows; each compiles calls of
-    # its own (10-20 s on 2 loaded cores): the default run checks two, `pytest -m slow` all four
-    [[24, 48, 72], [1, 2, 3, 70, 72]] + [pytest.param(c, marks=pytest.mark.slow) for c in ([37, 100], [5, 64, 100])],
-    ids=lambda c: "-".join(map(str, c)),
+    ("tile", "cuts"),
+    # shards of unequal sizes, one call each, batches of 72 to 104 rows; each compiles calls of
+    # its own (10-20 s on 2 loaded cores): the default run checks three, `pytest -m slow` all six
+    [(1, [24, 48, 72]), (1, [1, 2, 3, 70, 72]), (8, [8, 24, 72])]
+    + [pytest.param(t, c, marks=pytest.mark.slow) for t, c in ([(1, [37, 100]), (1, [5, 64, 100]), (8, [16, 40, 104])])],
+    ids=lambda c: "-".join(map(str, c)) if isinstance(c, list) else f"tile{c}",
 )
-def test_shards_of_any_sizes_sum_to_the_large_batch_bit_for_bit(cuts):
+def test_shards_of_any_sizes_sum_to_the_large_batch_bit_for_bit(tile, cuts):
     """Gradient and loss sums, signed zeros included (digits' blank corner pixels give +-0 weight
     gradients, and the zero padding past the batch makes -0.0 +0.0)."""
-    ds, numerics, params = digits_mlp()
+    ds, numerics, params = digits_mlp(tile)
     rows = rng.stream(len(cuts), "rows").choice(len(ds.y_train), size=cuts[-1])
     [whole] = numerics.gradients(params, ds, rows, 1)
     parts = []
     for lo, hi in zip([0, *cuts], cuts):
-        result = numerics.gradients(params, ds, rows[lo:hi], 1, np.array([lo]))
-        parts += parts_of(result, 1, hi - lo, [lo])
+        result = numerics.gradients(params, ds, rows[lo:hi], 1, np.array([lo // tile]))
+        parts += parts_of(result, 1, hi - lo, [lo // tile], tile)
     total = sum_grads(parts)
     assert total.count == whole.count
     assert _bytes(total.grad, total.loss) == _bytes(whole.grad, whole.loss)
-    # One shard from the first row: its own sum, folded from its tiles, is the padded tree's too.
-    [alone] = parts_of(numerics.gradients(params, ds, rows, 1, np.array([0])), 1, len(rows), [0])
+    # One shard from the first row: its own sum, folded from its cover, is the padded tree's too.
+    [alone] = parts_of(numerics.gradients(params, ds, rows, 1, np.array([0])), 1, len(rows), [0], tile)
     assert _bytes(alone.grad, alone.loss) == _bytes(whole.grad, whole.loss)
 
 
@@ -117,7 +120,7 @@ def test_which_call_serves_a_worker_never_changes_its_sums_or_the_all_reduce():
     batches = [rng.stream(w, "rows").choice(len(ds.y_train), size=24) for w in range(12)]
     service = GradientService(numerics, ds)
     served = [service.result(r) for r in [service.request(params, rows, w) for w, rows in enumerate(batches)]]
-    assert len({id(part.tiles.sums) for part in served}) == 2
+    assert len({id(part.cover.sums) for part in served}) == 2
     alone = [parts_of(numerics.gradients(params, ds, rows, 1, [24 * w]), 1, 24, [24 * w])[0] for w, rows in enumerate(batches)]
     for one, other in zip(served, alone):
         assert _bytes(one.grad, one.loss) == _bytes(other.grad, other.loss)
@@ -135,7 +138,7 @@ def test_shards_that_do_not_cover_the_batch_from_its_first_row_are_summed_by_the
         total = sum_grads(chosen)
         by_shards = tree_sum([(p.grad, p.loss) for p in chosen])
         assert _bytes(total.grad, total.loss) == _bytes(*by_shards)
-    alone = GradSum(parts[0].grad, parts[0].loss, parts[0].count)  # no tiles: as before
+    alone = GradSum(parts[0].grad, parts[0].loss, parts[0].count)  # no cover: as before
     assert _bytes(*tree_sum([(alone.grad, alone.loss), (parts[1].grad, parts[1].loss)])) == _bytes(
         sum_grads([alone, parts[1]]).grad, sum_grads([alone, parts[1]]).loss
     )
@@ -144,14 +147,17 @@ def test_shards_that_do_not_cover_the_batch_from_its_first_row_are_summed_by_the
 # ----------------------------------------------------------------------------- whole runs
 def test_a_run_whose_batch_is_not_a_power_of_two_replays_and_resumes_bit_for_bit(tmp_path):
     """The tape holds the shards' starts and the assembly's plan: replay and a resumed run's
-    fast-forward make the same calls."""
+    fast-forward make the same calls (per-example leaves: 5 rows; and tiles of 2 rows: 3 tiles)."""
     from fred.runs import checkpoint
     from fred.runs.runner import execute
     from fred.scenario.loading import validate
     from fred.tools.replay import replay
     from tests.test_resume import Once, same_run
 
-    data = tiny(cluster={"workers": 3}, data={"batch_size": 5}, strategy={"name": "ssgd"}, stop={"max_updates": 12})
+    tiles = tiny(cluster={"workers": 3}, data={"batch_size": 6}, strategy={"name": "ssgd", "exact_tile": 2}, stop={"max_updates": 6})
+    fred.run(tiles, out=tmp_path / "tiles")
+    assert replay(tmp_path / "tiles").passed
+    data = tiny(cluster={"workers": 3}, data={"batch_size": 5}, strategy={"name": "ssgd", "exact_tile": 1}, stop={"max_updates": 12})
     fred.run(data, out=tmp_path / "run")
     assert replay(tmp_path / "run").passed
     sc = validate(data)
@@ -182,30 +188,46 @@ def layouts(draw):
     return workers, aggregation, network, workload, cluster_extra
 
 
-def _check(layout, batch, optimizer):
+def _check(layout, batch, optimizer, tile):
     workers, aggregation, network, workload, cluster_extra = layout
-    large_batch = _sha(optimizer, cluster={"workers": 1}, data={"batch_size": workers * batch}, strategy={"name": "sgd"})
+    large_batch = _sha(optimizer, cluster={"workers": 1}, data={"batch_size": workers * batch},
+                       strategy={"name": "sgd", "exact_tile": tile})
     distributed = _sha(optimizer, cluster={"workers": workers, **cluster_extra}, data={"batch_size": batch},
-                       network=network, workload=workload, strategy={"name": "ssgd", "aggregation": aggregation})
-    assert distributed == large_batch, f"n={workers} b={batch} {aggregation} {network} {workload} {optimizer}"
+                       network=network, workload=workload,
+                       strategy={"name": "ssgd", "aggregation": aggregation, "exact_tile": tile})
+    assert distributed == large_batch, f"n={workers} b={batch} tile={tile} {aggregation} {network} {workload} {optimizer}"
 
 
 OPTIMIZERS = st.sampled_from([None, MOMENTUM, ADAM])
+TILED_BATCHES = st.integers(1, 8).map(lambda tiles: 8 * tiles)  # whole tiles of the default 8 rows
 
 
 # Each draw compiles programs of its own (the large batch's, the shards' calls, the assembly):
 # 10-40 s on 2 loaded cores. The default run draws a few; `pytest -m slow` many more.
-@settings(max_examples=4, deadline=None)
+@settings(max_examples=3, deadline=None)
 @given(layout=layouts(), batch=st.integers(1, 64), optimizer=OPTIMIZERS)
 def test_ssgd_with_n_workers_of_any_batch_b_is_sgd_with_batch_nb(layout, batch, optimizer):
-    _check(layout, batch, optimizer)
+    _check(layout, batch, optimizer, tile=1)
+
+
+@settings(max_examples=3, deadline=None)
+@given(layout=layouts(), batch=TILED_BATCHES, optimizer=OPTIMIZERS)
+def test_ssgd_with_n_workers_of_whole_tiles_is_sgd_with_batch_nb(layout, batch, optimizer):
+    _check(layout, batch, optimizer, tile=8)
 
 
 @pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(layout=layouts(), batch=st.integers(1, 64), optimizer=OPTIMIZERS)
 def test_ssgd_with_n_workers_of_any_batch_b_is_sgd_with_batch_nb_many_draws(layout, batch, optimizer):
-    _check(layout, batch, optimizer)
+    _check(layout, batch, optimizer, tile=1)
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None)
+@given(layout=layouts(), batch=TILED_BATCHES, optimizer=OPTIMIZERS)
+def test_ssgd_with_n_workers_of_whole_tiles_is_sgd_with_batch_nb_many_draws(layout, batch, optimizer):
+    _check(layout, batch, optimizer, tile=8)
 
 
 @pytest.mark.parametrize(("shards", "batch"), [(3, 5), (2, 3), (5, 7), (6, 1), (4, 4)])
@@ -216,8 +238,8 @@ def test_the_assembled_tree_is_pairwise_sum_bit_for_bit_with_signed_zeros(shards
         _ZERO,
         CHUNK_ROWS,
         Stacked,
-        _tile_plan,
-        _tile_sums,
+        _cover_plan,
+        _cover_sums,
         pairwise_sum,
     )
 
@@ -228,8 +250,8 @@ def test_the_assembled_tree_is_pairwise_sum_bit_for_bit_with_signed_zeros(shards
     values[stream.random(values.shape) < 0.1] = -0.0
     chunks = [(values[:, 0, 0], {"w": values})]
     starts = [s * batch for s in range(shards)]
-    tiles = jax.jit(lambda c, z: _tile_sums(c, _tile_plan(starts, batch), z))(chunks, np.asarray(_ZERO))
-    stacked = Stacked(np.zeros(shards, np.float32), {"w": np.zeros((shards, 4, 3), np.float32)}, tiles)
+    cover = jax.jit(lambda c, z: _cover_sums(c, _cover_plan(starts, batch), z))(chunks, np.asarray(_ZERO))
+    stacked = Stacked(np.zeros(shards, np.float32), {"w": np.zeros((shards, 4, 3), np.float32)}, cover)
     total = sum_grads(parts_of(stacked, shards, batch, starts))
     expected = jax.jit(lambda v: pairwise_sum(v[None, :rows])[0])(values)
     assert np.asarray(total.grad["w"]).tobytes() == np.asarray(expected).tobytes()

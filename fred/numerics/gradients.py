@@ -45,6 +45,14 @@ _ZERO = np.int32(0)  # a run-time argument of the exact gradient program: see _a
 # in chunks (an MLP [3000, 3000] on 70,000 examples allocated GBs at once); a smaller one in
 # one call, as always, so the runs that fit keep their bits.
 EVAL_BYTES = 64 * 2**20
+# Rows of one exact gradient call serving several workers, at most: the same bits, and faster than
+# one huge call, whose leaves no longer fit in cache. With tiles, also at most this many bytes of
+# leaves (tiles' gradients) in one call, so that a large model's call stays in memory.
+CALL_ROWS = 256
+CALL_LEAF_BYTES = 256 * 2**20
+# Equations (of the tiles' gradient programs, counted in their jaxprs) of one program: compile time
+# grows with them. An MLP [64]'s tile has about 60, a ResNet-20's about 1,500.
+PROGRAM_EQUATIONS = 4000
 
 
 def eval_chunk_rows(width: int) -> int:
@@ -55,22 +63,23 @@ def eval_chunk_rows(width: int) -> int:
 
 class Stacked(NamedTuple):
     """The shard sums of one gradient call, stacked along a leading axis of length ``shards``;
-    ``tiles``, for a call told where its shards lie in the global batch, the sums of the global
-    tree's nodes inside them (shard after shard, in row order), then a row of zeros (:func:`_tile_sums`)."""
+    ``cover``, for a call told where its shards lie in the global batch, the sums of the global
+    tree's nodes that cover them (shard after shard, in leaf order), then a row of zeros (:func:`_cover_sums`)."""
 
     loss: jax.Array
     grad: Params
-    tiles: Stacked | None = None
+    cover: Stacked | None = None
 
 
-class Tiles(NamedTuple):
-    """Where a shard lies in the global batch (rows ``start ..``) and where the sums of its
-    tiles (:func:`canonical.tiles`: the global tree's largest nodes inside it) are: rows
-    ``first ..`` of ``sums``."""
+class Cover(NamedTuple):
+    """Where a shard lies in the global batch (its ``leaves`` leaves from leaf ``start``) and where
+    the sums of its cover (:func:`canonical.cover`: the global tree's largest nodes inside it) are:
+    rows ``first ..`` of ``sums``."""
 
     start: int
     sums: Stacked
     first: int
+    leaves: int
 
 
 class _Source:
@@ -102,14 +111,14 @@ class GradSum:
     in order never does: :func:`sum_grads` adds the rows where they are.
     """
 
-    __slots__ = ("_grad", "_loss", "count", "source", "row", "tiles")
+    __slots__ = ("_grad", "_loss", "count", "source", "row", "cover")
     _fields = ("grad", "loss", "count")  # what it unpacks to; the tape writes it as it writes a named tuple
 
     def __init__(self, grad: Params, loss: jax.Array, count: int):
         self._grad, self._loss, self.count = grad, loss, count
         self.source: _Source | None = None
         self.row = 0
-        self.tiles: Tiles | None = None  # set on the shards of a call told where they lie (Numerics.starts)
+        self.cover: Cover | None = None  # set on the shards of a call told where they lie (Numerics.starts)
 
     @classmethod
     def part(cls, source: _Source, row: int, count: int) -> GradSum:
@@ -177,7 +186,7 @@ def tree_sum(trees: Sequence[Params]) -> Params:
 
 
 def sum_grads(parts: Sequence[GradSum]) -> GradSum:
-    """Aggregate shard sums into one: the global batch's tree when the parts' tiles cover rows
+    """Aggregate shard sums into one: the global batch's tree when the parts' covers hold leaves
     ``0 ..`` in order, the fixed tree over shards in the given order otherwise (which is that
     tree when every shard is one of its nodes)."""
     if len(parts) == 1:
@@ -193,27 +202,27 @@ def sum_grads(parts: Sequence[GradSum]) -> GradSum:
 
 
 def _cover_from_zero(parts: Sequence[GradSum]) -> bool:
-    """Whether the parts have tiles and lie end to end from the global batch's first row."""
+    """Whether the parts have covers and lie end to end from the global batch's first leaf."""
     end = 0
     for part in parts:
-        if part.tiles is None or part.tiles.start != end:
+        if part.cover is None or part.cover.start != end:
             return False
-        end += part.count
+        end += part.cover.leaves
     return True
 
 
 def _assembly(parts: Sequence[GradSum]) -> tuple[list[Stacked], str]:
-    """:func:`assemble`'s arguments: the calls' tile sums, and where each part's are."""
+    """:func:`assemble`'s arguments: the calls' cover sums, and where each part's are."""
     sources: dict[int, int] = {}
     sums: list[Stacked] = []
     layout = []
     for part in parts:
-        tiles = part.tiles
-        assert tiles is not None
-        if id(tiles.sums) not in sources:
-            sources[id(tiles.sums)] = len(sums)
-            sums.append(tiles.sums)
-        layout.append(f"{sources[id(tiles.sums)]}:{tiles.first}:{tiles.start}:{part.count}")
+        cover = part.cover
+        assert cover is not None
+        if id(cover.sums) not in sources:
+            sources[id(cover.sums)] = len(sums)
+            sums.append(cover.sums)
+        layout.append(f"{sources[id(cover.sums)]}:{cover.first}:{cover.start}:{cover.leaves}")
     return sums, " ".join(layout)
 
 
@@ -227,10 +236,10 @@ def _add(a: Any, b: Any) -> Any:
 def assemble(sums: Sequence[Stacked], layout: str) -> tuple[Params, jax.Array]:
     """The global batch's tree from the sums of its nodes: (gradient sum, loss sum).
 
-    ``layout`` says where each part's tiles are, part after part: ``call:row:start:count``,
-    their sums rows ``row ..`` of ``sums[call]`` (one string: the tape writes it as one value,
+    ``layout`` says where each part's cover is, part after part: ``call:row:start:leaves``,
+    its sums rows ``row ..`` of ``sums[call]`` (one string: the tape writes it as one value,
     where a tuple of numbers would be as many). The padding past the batch is the zero row the
-    first call's tiles end with.
+    first call's cover ends with.
     """
 
     def at(call: int, row: int) -> tuple[Params, jax.Array]:
@@ -239,7 +248,7 @@ def assemble(sums: Sequence[Stacked], layout: str) -> tuple[Params, jax.Array]:
     nodes, end = {}, 0
     for part in layout.split():
         call, row, start, count = map(int, part.split(":"))
-        nodes.update({node: at(call, row + k) for k, node in enumerate(canonical.tiles(start, count))})
+        nodes.update({node: at(call, row + k) for k, node in enumerate(canonical.cover(start, count))})
         end = max(end, start + count)
     return canonical.fold(nodes, 0, end, at(0, -1), _add)
 
@@ -258,20 +267,20 @@ def _whole_calls(parts: Sequence[GradSum]) -> list[Stacked] | None:
 
 
 def parts_of(
-    result: list[GradSum] | Stacked, shards: int, per_shard: int, starts: Sequence[int] | None = None
+    result: list[GradSum] | Stacked, shards: int, per_shard: int, starts: Sequence[int] | None = None, tile: int = 1
 ) -> list[GradSum]:
-    """Each shard's :class:`GradSum` from what :meth:`Numerics.gradients` returned for
-    shards whose rows begin at ``starts`` in the global batch."""
+    """Each shard's :class:`GradSum` from what :meth:`Numerics.gradients` returned for shards of
+    ``per_shard`` rows whose leaves (of ``tile`` rows) begin at ``starts`` in the global batch."""
     if not isinstance(result, Stacked):
         return result
     source = _Source(result, shards)
     parts = [GradSum.part(source, i, per_shard) for i in range(shards)]
-    if result.tiles is not None:
-        assert starts is not None, "a call with tiles was asked for the shards' starts"
-        first = 0
+    if result.cover is not None:
+        assert starts is not None, "a call with covers was asked for the shards' starts"
+        first, leaves = 0, per_shard // tile
         for part, start in zip(parts, starts):
-            part.tiles = Tiles(int(start), result.tiles, first)
-            first += len(canonical.tiles(int(start), per_shard))
+            part.cover = Cover(int(start), result.cover, first, leaves)
+            first += len(canonical.cover(int(start), leaves))
     return parts
 
 
@@ -334,38 +343,39 @@ def _concatenated_block_sums(
 def _aligned_block_sums(
     chunks: list[tuple[jax.Array, Params]], per_block: int, blocks: int
 ) -> tuple[list[jax.Array], list[Params]]:
-    """In-block pairwise sums of per-example chunks, for blocks of a power-of-two number of rows.
+    """In-block pairwise sums of chunks of leaves, for blocks of a power-of-two number of leaves.
 
-    Such a block needs no padding, and each of its subtrees of up to ``CHUNK_ROWS`` rows
-    lies inside one chunk, so the sums can read the chunks where they are: the same adds
-    in the same tree as :func:`pairwise_sum` over the concatenated rows (the same bits),
-    without the copy of every per-example gradient into one array that XLA made first.
-    Blocks of at most ``CHUNK_ROWS`` rows lie side by side inside the chunks, so each
-    chunk's blocks are summed together (one tree per chunk and leaf, not per block: at
-    16-row blocks a quarter of the ops, 0.84 -> 0.51 ms for 16 workers' 256 rows).
+    Such a block needs no padding, and each of its subtrees of up to a chunk's length (a power of
+    two; only the last chunk may be shorter) lies inside one chunk, so the sums can read the chunks
+    where they are: the same adds in the same tree as :func:`pairwise_sum` over the concatenated
+    leaves (the same bits), without the copy of every leaf into one array that XLA made first.
+    Blocks of at most a chunk's length lie side by side inside the chunks, so each chunk's blocks
+    are summed together (one tree per chunk and leaf, not per block: at 16-row blocks of
+    per-example leaves a quarter of the ops, 0.84 -> 0.51 ms for 16 workers' 256 rows).
     """
-    if per_block <= CHUNK_ROWS:  # whole blocks side by side in each chunk: every chunk's trees at once
+    chunk = chunks[0][0].shape[0]
+    if per_block <= chunk:  # whole blocks side by side in each chunk: every chunk's trees at once
         in_chunk = lambda a: pairwise_sum(a.reshape(-1, per_block, *a.shape[1:]))
         sums = [jax.tree.map(in_chunk, chunk) for chunk in chunks]
         losses, grads = jax.tree.map(lambda *s: jnp.concatenate(s)[:blocks], *sums)
         return _unstack(losses, grads, blocks)
     columns = [[loss, *jax.tree.leaves(grad)] for loss, grad in chunks]  # per chunk: the loss, then each leaf
     sums = [
-        [_chunked_tree([column[leaf] for column in columns], b * per_block, per_block) for b in range(blocks)]
+        [_chunked_tree([column[leaf] for column in columns], b * per_block, per_block, chunk) for b in range(blocks)]
         for leaf in range(len(columns[0]))
     ]
     treedef = jax.tree.structure(chunks[0][1])
     return sums[0], [jax.tree.unflatten(treedef, [leaf[b] for leaf in sums[1:]]) for b in range(blocks)]
 
 
-def _chunked_tree(parts: list[jax.Array], start: int, rows: int) -> jax.Array:
+def _chunked_tree(parts: list[jax.Array], start: int, rows: int, chunk: int) -> jax.Array:
     """:func:`pairwise_sum` of rows ``start`` to ``start + rows`` (a power of two) of ``parts``
-    laid end to end, each ``CHUNK_ROWS`` rows long: a subtree inside one part is summed there."""
-    part, offset = divmod(start, CHUNK_ROWS)
-    if offset + rows <= CHUNK_ROWS:
+    laid end to end, each ``chunk`` rows long: a subtree inside one part is summed there."""
+    part, offset = divmod(start, chunk)
+    if offset + rows <= chunk:
         return pairwise_sum(parts[part][None, offset : offset + rows])[0]
     half = rows // 2
-    return _chunked_tree(parts, start, half) + _chunked_tree(parts, start + half, half)
+    return _chunked_tree(parts, start, half, chunk) + _chunked_tree(parts, start + half, half, chunk)
 
 
 def _grad_sums(losses: list[jax.Array], grads: list[Params], per_shard: int) -> list[GradSum]:
@@ -381,51 +391,70 @@ def _example_loss(model: Model, task: str, params: Params, x: jax.Array, y: jax.
     return -jax.nn.log_softmax(out)[y]
 
 
-def _exact_block_sums(per_example, params: Params, xs: jax.Array, ys: jax.Array, zero: jax.Array, rows: int, blocks: int):
-    """Per-example gradients of ``CHUNK_ROWS``-row chunks, then in-block pairwise sums of the first ``rows``.
-
-    One compiled program instead of one call per chunk and one for the sums. Left to
-    itself XLA would fuse the last multiply of a per-example gradient (an outer
-    product) into the first add of the tree, where LLVM contracts the two into one
-    fused multiply-add: a different rounding, and the exactness is lost (an
-    ``optimization_barrier`` does not stop it: XLA removes barriers before fusing).
-    :func:`_as_stored` makes every per-example value the rounded float a separate call
-    would have returned, so the sums add exactly what one call per chunk gave.
-    """
-    chunks = _stored_chunks(per_example, params, xs, ys, zero)
-    per_block = rows // blocks
+def _leaf_sums(chunks: list[tuple[jax.Array, Params]], zero: jax.Array, leaves: int, blocks: int,
+               starts: tuple[int, ...] | None):
+    """In-block pairwise sums of the first ``leaves`` leaves of ``chunks`` (stored leaf values laid
+    end to end), in ``blocks`` blocks; with ``starts``, the blocks' covers too (:func:`_exact_covered_sums`)."""
+    if starts is not None:
+        return _exact_covered_sums(chunks, zero, leaves, blocks, starts)
+    per_block = leaves // blocks
     if per_block & (per_block - 1) == 0:
         return _aligned_block_sums(chunks, per_block, blocks)
-    return _concatenated_block_sums(chunks, rows, blocks)
+    return _concatenated_block_sums(chunks, leaves, blocks)
 
 
 def _stored_chunks(per_example, params: Params, xs: jax.Array, ys: jax.Array, zero: jax.Array) -> list[tuple[jax.Array, Params]]:
-    """Per-example (loss, gradient) of ``CHUNK_ROWS``-row chunks, each value as a call would store it."""
+    """Per-example (loss, gradient) of ``CHUNK_ROWS``-row chunks, each value as a call would store it:
+    the leaves of ``exact_tile: 1``.
+
+    The chunks and the sums are one compiled program. Left to itself XLA would fuse the last
+    multiply of a per-example gradient (an outer product) into the first add of the tree, where
+    LLVM contracts the two into one fused multiply-add: a different rounding, and the exactness
+    is lost (an ``optimization_barrier`` does not stop it: XLA removes barriers before fusing).
+    :func:`_as_stored` makes every value the rounded float a separate call would have returned,
+    so the sums add exactly what one call per chunk gave.
+    """
     return [
         _as_stored(per_example(params, xs[i : i + CHUNK_ROWS], ys[i : i + CHUNK_ROWS]), zero)
         for i in range(0, xs.shape[0], CHUNK_ROWS)
     ]
 
 
-def _exact_tiled_sums(per_example, params: Params, xs: jax.Array, ys: jax.Array, zero: jax.Array, rows: int, blocks: int,
-                      starts: tuple[int, ...]):
-    """For shards that begin at ``starts`` in the global batch: each shard's own sum, the
-    global tree restricted to its rows, and the sums of its tiles that make it (:func:`_tile_sums`)."""
-    per_block = rows // blocks
-    tiles = _tile_sums(_stored_chunks(per_example, params, xs, ys, zero), _tile_plan(starts, per_block), zero)
-    at = lambda k: (tiles.loss[k], jax.tree.map(lambda g: g[k], tiles.grad))
+def _stored_tiles(tile_grad, tile: int, params: Params, xs: jax.Array, ys: jax.Array, zero: jax.Array) -> list[tuple[jax.Array, Params]]:
+    """The (loss, gradient) sums of each ``tile``-row tile of ``xs``, as one chunk of stored leaves.
+
+    Each tile is its own batched gradient, written out once per tile in the program (not a vmap
+    over tiles, and not a loop: XLA compiles a vmap differently as it grows, and on CPU runs a
+    convolution's gradient inside a loop body an order of magnitude slower). A tile's values are
+    then the same bits in a program of one tile or of many (``tests/test_tiles.py``), so which
+    call computed a tile never changes it.
+    """
+    tiles = [
+        _as_stored(tile_grad(params, xs[i : i + tile], ys[i : i + tile]), zero)
+        for i in range(0, xs.shape[0], tile)
+    ]
+    return [jax.tree.map(lambda *leaf: jnp.stack(leaf), *tiles)]
+
+
+def _exact_covered_sums(chunks: list[tuple[jax.Array, Params]], zero: jax.Array, leaves: int, blocks: int,
+                        starts: tuple[int, ...]):
+    """For shards that begin at leaf ``starts`` in the global batch: each shard's own sum, the
+    global tree restricted to its leaves, and the sums of its cover that make it (:func:`_cover_sums`)."""
+    per_block = leaves // blocks
+    cover = _cover_sums(chunks, _cover_plan(starts, per_block), zero)
+    at = lambda k: (cover.loss[k], jax.tree.map(lambda g: g[k], cover.grad))
     losses, grads, first = [], [], 0
     for start in starts:
-        nodes = canonical.tiles(start, per_block)
+        nodes = canonical.cover(start, per_block)
         sums = {node: at(first + k) for k, node in enumerate(nodes)}
         loss, grad = canonical.fold(sums, start, start + per_block, at(-1), _add)
         losses.append(loss)
         grads.append(grad)
         first += len(nodes)
-    return losses, grads, tiles
+    return losses, grads, cover
 
 
-def _tile_sums(chunks: list[tuple[jax.Array, Params]], plan: tuple[tuple[int, int], ...], zero: jax.Array) -> Stacked:
+def _cover_sums(chunks: list[tuple[jax.Array, Params]], plan: tuple[tuple[int, int], ...], zero: jax.Array) -> Stacked:
     """Pairwise sums of the rows ``plan`` lists ((first row, rows) each, rows a power of two), in
     its order, and then a row of zeros that XLA cannot see are zeros: the padding of a fold,
     where ``x + 0`` made ``x`` would keep a ``-0.0`` the padded tree makes ``+0.0``."""
@@ -444,12 +473,12 @@ def _tile_sums(chunks: list[tuple[jax.Array, Params]], plan: tuple[tuple[int, in
     return Stacked(loss, grad)
 
 
-def _tile_plan(starts: Sequence[int], per_block: int) -> tuple[tuple[int, int], ...]:
+def _cover_plan(starts: Sequence[int], per_block: int) -> tuple[tuple[int, int], ...]:
     """(first row in the call, rows) of each tile of each shard, shard after shard."""
     return tuple(
         (block * per_block + (index << level) - start, 1 << level)
         for block, start in enumerate(starts)
-        for level, index in canonical.tiles(start, per_block)
+        for level, index in canonical.cover(start, per_block)
     )
 
 
@@ -473,44 +502,92 @@ def _as_stored(tree, zero: jax.Array):
     return jax.tree.map(leaf, tree)
 
 
-def _fast_block_sums(batch_loss, params: Params, xs: jax.Array, ys: jax.Array, blocks: int):
-    """Each block's summed loss differentiated in one go (``xs`` is ``(blocks, rows, ...)``)."""
-    losses, grads = jax.vmap(jax.value_and_grad(batch_loss), in_axes=(None, 0, 0))(params, xs, ys)
-    return _unstack(losses, grads, blocks)
-
-
-def _gathered(block_sums, fn, stack: bool, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array, *static):
-    """``block_sums`` of the training rows ``rows``, gathered inside the call; one
-    :class:`Stacked` when ``stack``, else the per-block lists."""
-    losses, grads, *tiles = block_sums(fn, params, x_all[rows], y_all[rows], *static)
+def _stacked(stack: bool, losses: list[jax.Array], grads: list[Params], *cover: Stacked):
+    """One :class:`Stacked` of per-block sums when ``stack``, else the per-block lists."""
     if stack:
-        return Stacked(jnp.stack(losses), jax.tree.map(lambda *g: jnp.stack(g), *grads), *tiles)
+        return Stacked(jnp.stack(losses), jax.tree.map(lambda *g: jnp.stack(g), *grads), *cover)
     return losses, grads
 
 
-class Numerics:
-    """Jitted gradient and evaluation functions for one model and task."""
+def _exact_gathered(leaves_of, stack: bool, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array,
+                    zero: jax.Array, leaves: int, blocks: int, starts: tuple[int, ...] | None):
+    """The exact sums of the training rows ``rows`` (gathered inside the call): their leaves
+    (``leaves_of``: per-example chunks or tiles), then :func:`_leaf_sums`."""
+    chunks = leaves_of(params, x_all[rows], y_all[rows], zero)
+    return _stacked(stack, *_leaf_sums(chunks, zero, leaves, blocks, starts))
 
-    def __init__(self, model: Model, task: Literal["classification", "regression"], reduction: str):
+
+def _piece_leaves(leaves_of, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array, zero: jax.Array):
+    """The stored leaves of the rows ``rows``: one piece of a call too large for one program."""
+    [chunk] = leaves_of(params, x_all[rows], y_all[rows], zero)
+    return chunk
+
+
+def _pieces_summed(stack: bool, pieces: list[tuple[jax.Array, Params]], zero: jax.Array, leaves: int, blocks: int,
+                   starts: tuple[int, ...] | None):
+    """:func:`_leaf_sums` of the leaves of pieces laid end to end: the adds one program would have made."""
+    return _stacked(stack, *_leaf_sums(list(pieces), zero, leaves, blocks, starts))
+
+
+def _fast_gathered(batch_loss, stack: bool, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array, blocks: int):
+    """Each block's summed loss differentiated in one go (``rows`` is ``(blocks, rows)``)."""
+    xs, ys = x_all[rows], y_all[rows]
+    losses, grads = jax.vmap(jax.value_and_grad(batch_loss), in_axes=(None, 0, 0))(params, xs, ys)
+    return _stacked(stack, *_unstack(losses, grads, blocks))
+
+
+def _equations(jaxpr: Any) -> int:
+    """Equations of a jaxpr and of the jaxprs inside it: what a program's compile time grows with."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += 1
+        for param in eqn.params.values():
+            inner = getattr(param, "jaxpr", param)
+            if hasattr(inner, "eqns"):
+                count += _equations(inner)
+    return count
+
+
+class Numerics:
+    """Jitted gradient and evaluation functions for one model and task.
+
+    ``tile``: rows per leaf of the exact reduction's tree (``strategy.exact_tile``). One row
+    makes per-example leaves, computed by a vmap in 64-row chunks; more make tiles, each one
+    batched gradient (:func:`_stored_tiles`). A call's tiles are computed in one program when
+    they are at most :meth:`tiles_per_program`, else in pieces of that many, summed by a
+    program of their own: the same bits either way, a compile time that stays bounded.
+    """
+
+    def __init__(self, model: Model, task: Literal["classification", "regression"], reduction: str, tile: int = 1):
         if reduction == "exact" and model.exact_issue:
             raise ValueError(model.exact_issue)
         self.model, self.task, self.reduction = model, task, reduction
+        self.tile = tile if reduction == "exact" else 1
         loss = functools.partial(_example_loss, model, task)
         per_example = jax.vmap(jax.value_and_grad(loss), in_axes=(None, 0, 0))
         self._per_example = jax.jit(per_example)  # one chunk alone: what the exact program must match
+        batch_loss = lambda p, x, y: jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0))(p, x, y))
+        self._tile_grad = jax.value_and_grad(batch_loss)
+        if self.tile == 1:
+            leaves_of = functools.partial(_stored_chunks, per_example)
+        else:
+            leaves_of = functools.partial(_stored_tiles, self._tile_grad, self.tile)
         self._exact_at = {
-            stack: jax.jit(functools.partial(_gathered, _exact_block_sums, per_example, stack), static_argnums=(5, 6))
+            stack: jax.jit(functools.partial(_exact_gathered, leaves_of, stack), static_argnums=(5, 6, 7))
             for stack in (False, True)
         }
-        self._tiled_at = jax.jit(functools.partial(_gathered, _exact_tiled_sums, per_example, True), static_argnums=(5, 6, 7))
-        batch_loss = lambda p, x, y: jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0))(p, x, y))
+        self._piece = jax.jit(functools.partial(_piece_leaves, leaves_of))
+        self._pieces_at = {
+            stack: jax.jit(functools.partial(_pieces_summed, stack), static_argnums=(2, 3, 4)) for stack in (False, True)
+        }
         self._fast_at = {
-            stack: jax.jit(functools.partial(_gathered, _fast_block_sums, batch_loss, stack), static_argnums=(4,))
+            stack: jax.jit(functools.partial(_fast_gathered, batch_loss, stack), static_argnums=(4,))
             for stack in (False, True)
         }
         self._evaluate = jax.jit(self._eval_fn)
         self._evaluate_sums = jax.jit(self._eval_sums_fn)
         self._device_data: tuple[Dataset, str, jax.Array, jax.Array, jax.Array] | None = None
+        self._most_tiles: dict[Any, int] = {}
 
     def shard_sums_of(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int) -> list[GradSum]:
         """Gradient sums of ``shards`` equal, contiguous blocks of the training examples ``rows``
@@ -520,39 +597,72 @@ class Numerics:
         return _grad_sums(losses, grads, len(rows) // shards)
 
     def starts(self, workers: Sequence[int], batch: int) -> np.ndarray | None:
-        """Where the rows of each of ``workers`` begin in the global batch (worker ``i`` holds
-        block ``i``, as iid sharding deals it), when :meth:`gradients` needs them to return the
-        shards' tiles: ``None`` when every shard is one node of the global tree (a batch that
-        is a power of two) or the reduction is ``fast``."""
-        if self.reduction != "exact" or batch & (batch - 1) == 0:
+        """The leaf at which each of ``workers``' rows begin in the global batch (worker ``i``
+        holds block ``i``, as iid sharding deals it), when :meth:`gradients` needs them to
+        return the shards' covers: ``None`` when every shard is one node of the global tree (a
+        power-of-two number of leaves) or the reduction is ``fast``."""
+        leaves = batch // self.tile
+        if self.reduction != "exact" or leaves & (leaves - 1) == 0:
             return None
-        return np.asarray(workers, np.int64) * batch
+        return np.asarray(workers, np.int64) * leaves
 
     def gradients(
         self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int, starts: Sequence[int] | None = None
     ) -> list[GradSum] | Stacked:
         """What a run records as one gradient call: :meth:`shard_sums_of` for one shard,
         the same sums as one :class:`Stacked` for several (fewer arrays to make and track).
-        With ``starts`` (:meth:`starts`) it also returns the sums of each shard's tiles, in a
+        With ``starts`` (:meth:`starts`) it also returns the sums of each shard's cover, in a
         :class:`Stacked` whatever the shards (:func:`parts_of` hands them out)."""
         if starts is not None and self.reduction == "exact":
-            return self._call(params, dataset, rows, shards, stack=True, starts=_placed(starts, len(rows) // shards))
+            placed = _placed(starts, len(rows) // shards // self.tile)
+            return self._call(params, dataset, rows, shards, stack=True, starts=placed)
         if shards == 1:
             return self.shard_sums_of(params, dataset, rows, 1)
         return self._call(params, dataset, rows, shards, stack=True)
+
+    def workers_per_call(self, params: Params, batch: int, workers: int) -> int:
+        """How many workers' batches on the same parameters one gradient call serves: fast, all
+        of them; exact, at most ``CALL_ROWS`` rows (the same bits, and faster than one huge call,
+        whose leaves no longer fit in cache) and, for tiles, leaves of at most ``CALL_LEAF_BYTES``."""
+        if self.reduction == "fast":
+            return workers
+        most = max(1, CALL_ROWS // batch)
+        if self.tile > 1:
+            leaf_bytes = 4 * sum(int(np.prod(np.shape(v))) for v in jax.tree.leaves(params))
+            most = min(most, max(1, CALL_LEAF_BYTES // (leaf_bytes * (batch // self.tile))))
+        return most
+
+    def tiles_per_program(self, params: Params, dataset: Dataset) -> int:
+        """The most tiles one program computes: a power of two whose tiles' equations stay under
+        ``PROGRAM_EQUATIONS`` (compile time grows with them), at most ``CALL_ROWS`` rows. It sets
+        how a call is cut into programs, never a tile's bits."""
+        key = jax.tree.structure(params), tuple(np.shape(v) for v in jax.tree.leaves(params))
+        if key not in self._most_tiles:
+            x = jax.ShapeDtypeStruct((self.tile, *dataset.x_train.shape[1:]), dataset.x_train.dtype)
+            y = jax.ShapeDtypeStruct((self.tile, *dataset.y_train.shape[1:]), dataset.y_train.dtype)
+            shapes = jax.tree.map(lambda v: jax.ShapeDtypeStruct(np.shape(v), v.dtype), params)
+            per_tile = _equations(jax.make_jaxpr(self._tile_grad)(shapes, x, y).jaxpr)
+            most = max(1, min(PROGRAM_EQUATIONS // max(per_tile, 1), CALL_ROWS // self.tile))
+            self._most_tiles[key] = 1 << (most.bit_length() - 1)
+        return self._most_tiles[key]
 
     def _call(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int, stack: bool,
               starts: tuple[int, ...] | None = None):
         x_all, y_all, zero = self._on_device(dataset)
         if self.reduction == "fast":
             return self._fast_at[stack](params, x_all, y_all, rows.reshape(shards, -1), shards)
-        count = len(rows)
-        pad = (-count) % CHUNK_ROWS
-        if pad:  # padding rows are real examples (row 0) whose gradients are dropped
-            rows = np.concatenate([rows, np.zeros(pad, rows.dtype)])
-        if starts is not None:
-            return self._tiled_at(params, x_all, y_all, rows, zero, count, shards, starts)
-        return self._exact_at[stack](params, x_all, y_all, rows, zero, count, shards)
+        if self.tile == 1:
+            pad = (-len(rows)) % CHUNK_ROWS
+            if pad:  # padding rows are real examples (row 0) whose gradients are dropped
+                rows = np.concatenate([rows, np.zeros(pad, rows.dtype)])
+            return self._exact_at[stack](params, x_all, y_all, rows, zero, len(rows) - pad, shards, starts)
+        leaves = len(rows) // self.tile
+        most = self.tiles_per_program(params, dataset)
+        if leaves <= most:
+            return self._exact_at[stack](params, x_all, y_all, rows, zero, leaves, shards, starts)
+        step = most * self.tile
+        pieces = [self._piece(params, x_all, y_all, rows[i : i + step], zero) for i in range(0, len(rows), step)]
+        return self._pieces_at[stack](pieces, zero, leaves, shards, starts)
 
     def _on_device(self, dataset: Dataset) -> tuple[jax.Array, jax.Array, jax.Array]:
         """The training set as arrays on the default device, made once per data set and device,

@@ -84,7 +84,8 @@ def build(scenario: Scenario) -> Built:
     dataset = load_dataset(scenario.data, rng.stream(seed, "data", "load"))
     outputs = dataset.num_classes if dataset.task == "classification" else 1
     model, numerics = _model_and_numerics(
-        scenario.model.model_dump_json(), dataset.feature_shape, outputs, dataset.task, scenario.strategy.reduction
+        scenario.model.model_dump_json(), dataset.feature_shape, outputs, dataset.task, scenario.strategy.reduction,
+        scenario.strategy.exact_tile,
     )
     init_params = model.init(rng.jax_key(seed, "model", "init"))
     workers = _workers(scenario, dataset)
@@ -106,11 +107,11 @@ def build(scenario: Scenario) -> Built:
 
 @functools.lru_cache(maxsize=32)
 def _model_and_numerics(
-    model_json: str, feature_shape: tuple[int, ...], outputs: int, task: str, reduction: str
+    model_json: str, feature_shape: tuple[int, ...], outputs: int, task: str, reduction: str, tile: int = 1
 ) -> tuple[Model, Numerics]:
     # Cached so that runs of the same model in one process share compiled functions.
     model = build_model(TypeAdapter(ModelConfig).validate_json(model_json), feature_shape, outputs)
-    return model, Numerics(model, task, reduction)  # type: ignore[arg-type]
+    return model, Numerics(model, task, reduction, tile)  # type: ignore[arg-type]
 
 
 def _workers(scenario: Scenario, dataset: Dataset) -> list[Worker]:

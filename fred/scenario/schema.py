@@ -655,6 +655,10 @@ def _schedule_by_kind(value: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- strategy
+DEFAULT_TILE_ROWS = 8  # rows per tile of the exact reduction (docs/determinism.md): a scenario constant
+MAX_TILE_ROWS = 256
+
+
 class StrategyConfig(Section):
     """Base of every strategy's hyper-parameters; each strategy module subclasses it."""
 
@@ -663,6 +667,11 @@ class StrategyConfig(Section):
         default="exact",
         description="exact: fixed pairwise summation tree (bit-reproducible across layouts); "
         "fast: one batched gradient per worker",
+    )
+    exact_tile: Annotated[int, Field(ge=1, le=MAX_TILE_ROWS)] = Field(
+        default=DEFAULT_TILE_ROWS,
+        description="rows per leaf of the exact reduction's tree, each leaf one batched gradient; "
+        "data.batch_size must be a multiple of it; 1: per-example leaves, for any batch",
     )
     optimizer: OptimizerConfig = Field(
         default_factory=SGDOptimizer, description="what turns a gradient into a step: sgd (default), adam or adamw"
@@ -734,6 +743,21 @@ def _buckets_by_default(config: type[BaseModel]) -> bool:
         return False
 
 
+def _check_tile(scenario: Scenario) -> None:
+    """The exact reduction's leaves are tiles of ``exact_tile`` rows: every batch must be whole tiles."""
+    tile, batch = scenario.strategy.exact_tile, scenario.data.batch_size
+    if scenario.strategy.reduction != "exact" or batch % tile == 0:
+        return
+    lower = [t for t in (1, 2, 4, 8, 16, 32) if batch % t == 0 and t < tile][-1]
+    below, above = batch - batch % tile, batch + tile - batch % tile
+    multiples = ", ".join(str(b) for b in (below, above) if b > 0)
+    raise ValueError(
+        f"strategy.exact_tile is {tile} but data.batch_size {batch} is not a multiple of it: the exact reduction "
+        f"sums tiles of {tile} rows. Set data.batch_size to a multiple of {tile} ({multiples}), strategy.exact_tile "
+        f"to a divisor of {batch} ({lower}; 1 fits any batch) or strategy.reduction: fast"
+    )
+
+
 def _check_timing_only(scenario: Scenario) -> None:
     name = scenario.strategy.name
     if not registry.get(name).timing_only:
@@ -783,6 +807,7 @@ class Scenario(Section):
         if compute.step_time_s is None and compute.flops_per_example is None and self.workload.resolved_flops_per_example() is None:
             raise ValueError("cluster.compute.device_flops needs flops_per_example (here or in workload)")
         self.strategy.check(self)
+        _check_tile(self)
         per_node = self.cluster.devices_per_node * self.cluster.workers_per_device
         if self.network.hierarchical and per_node == 1:
             raise ValueError("network.hierarchical: true reduces inside each node first, and every node here holds one "

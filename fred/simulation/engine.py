@@ -77,7 +77,6 @@ class GroupKey(tuple):
 
 
 NO_PAYLOAD: Any = object()  # send()'s default: a transfer that delivers nothing (a push of bytes alone)
-MAX_EXACT_ROWS = 256  # rows per exact gradient call when several workers are served at once
 
 
 class _GradientRequest:
@@ -97,9 +96,10 @@ class GradientService:
     A request's value is needed only when its simulated compute time has passed;
     by then every worker that started on the same parameters at the same instant
     has asked too, so vectorised calls serve them all (fast: one call; exact: calls
-    of up to ``MAX_EXACT_ROWS`` rows). With the exact reduction every example's
-    gradient comes from the same 64-row program, so batched and unbatched results
-    are the same bits (docs/determinism.md).
+    of up to :meth:`Numerics.workers_per_call` workers). With the exact reduction every
+    leaf of the summation tree (an example's gradient, or a tile's) is the same bits in
+    whichever call computed it, so batched and unbatched results are the same bits
+    (docs/determinism.md).
     """
 
     def __init__(self, numerics: Numerics, dataset: Dataset):
@@ -136,24 +136,17 @@ class GradientService:
         # whole calls then adds the stacked rows where they are (numerics.sum_grads). Which
         # call serves a worker never changes its bits.
         same = sorted(self._pending.pop((id(first.params), len(first.rows))), key=_by_worker)
-        per_call = self._workers_per_call(len(first.rows), len(same))
+        per_call = self.numerics.workers_per_call(first.params, len(first.rows), len(same))
         for start in range(0, len(same), per_call):
             group = same[start : start + per_call]
             rows = np.concatenate([r.rows for r in group])
             starts = self.numerics.starts([r.worker for r in group], len(first.rows))  # None: not needed
             result = self._gradients(first.params, rows, len(group), starts)
-            for req, part in zip(group, parts_of(result, len(group), len(first.rows), starts)):
+            for req, part in zip(group, parts_of(result, len(group), len(first.rows), starts, self.numerics.tile)):
                 req.result = part
             tape = active_tape()
             if tape is not None:  # replay reports real step times next to these simulated ones
                 tape.note_compute([r.duration_s for r in group])
-
-    def _workers_per_call(self, batch: int, workers: int) -> int:
-        """Exact: calls of up to MAX_EXACT_ROWS rows (the same bits, and faster than one huge call,
-        whose per-example gradients no longer fit in cache); fast: one call for everyone."""
-        if self.numerics.reduction == "fast":
-            return workers
-        return max(1, MAX_EXACT_ROWS // batch)
 
 
 def _sum_values(values: list[Any]) -> Any:

@@ -154,7 +154,8 @@ def _gradients(scenario: Scenario) -> Callable[..., Any]:
     dataset = load_dataset(scenario.data, rng.stream(scenario.seed, "data", "load"))
     outputs = dataset.num_classes if dataset.task == "classification" else 1
     _, numerics = _model_and_numerics(
-        scenario.model.model_dump_json(), dataset.feature_shape, outputs, dataset.task, scenario.strategy.reduction
+        scenario.model.model_dump_json(), dataset.feature_shape, outputs, dataset.task, scenario.strategy.reduction,
+        scenario.strategy.exact_tile,
     )
     return lambda params, rows, shards, starts=None: numerics.gradients(params, dataset, rows, shards, starts)
 

@@ -1,0 +1,107 @@
+"""Tiles: the exact reduction's leaves of ``strategy.exact_tile`` rows, each one batched gradient.
+
+What makes them exact: a tile's values are the same bits whichever program computed it (one
+tile, several, a piece of a call cut in pieces), so every split of a batch on whole tiles sums
+the same leaves by the same tree (tests/test_exact_split.py and tests/test_equivalence.py check
+whole runs: SSGD with n workers of batch b is SGD with batch n*b)."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+import fred
+from fred.numerics import rng
+from fred.numerics.data import load_dataset
+from fred.numerics.gradients import Numerics, parts_of, sum_grads
+from fred.numerics.models import build_model
+from fred.scenario.loading import ScenarioError, validate
+from fred.scenario.schema import CNNModel, DataConfig, MLPModel
+from tests.conftest import tiny
+
+TILE = 8
+MODELS = {"mlp": MLPModel(hidden=[16]), "cnn": CNNModel(channels=[4], hidden=16)}
+
+
+@functools.cache
+def _setup(kind: str, tile: int = TILE):
+    ds = load_dataset(DataConfig(), rng.stream(0, "data", "load"))
+    model = build_model(MODELS[kind], ds.feature_shape, ds.num_classes)
+    return ds, Numerics(model, ds.task, "exact", tile), model.init(rng.jax_key(0, "model"))
+
+
+def _leaves(numerics: Numerics, ds, params, rows: np.ndarray) -> list[list[bytes]]:
+    """Each tile's stored (loss, gradient) as bytes, computed by one program over ``rows``."""
+    x_all, y_all, zero = numerics._on_device(ds)
+    losses, grads = numerics._piece(params, x_all, y_all, rows, zero)
+    leaves = [np.asarray(losses), *map(np.asarray, jax.tree.leaves(grads))]
+    return [[leaf[k].tobytes() for leaf in leaves] for k in range(len(losses))]
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_a_tiles_bits_do_not_depend_on_the_program_that_computed_it(kind):
+    ds, numerics, params = _setup(kind)
+    rows = rng.stream(1, "rows").choice(len(ds.y_train), size=12 * TILE)
+    alone = [_leaves(numerics, ds, params, rows[k * TILE : (k + 1) * TILE])[0] for k in range(12)]
+    for first, count in [(0, 12), (3, 5), (7, 2), (1, 8)]:
+        together = _leaves(numerics, ds, params, rows[first * TILE : (first + count) * TILE])
+        assert together == alone[first : first + count], f"tiles {first}..{first + count} in one program"
+
+
+def _bytes(parts) -> list[bytes]:
+    return [np.asarray(x).tobytes() for p in parts for x in [p.loss, *jax.tree.leaves(p.grad)]]
+
+
+@pytest.mark.parametrize(("shards", "leaves"), [(4, 2), (3, 3), (2, 5), (1, 12)])
+def test_a_call_cut_into_pieces_gives_one_programs_bits(shards, leaves):
+    """A call of more tiles than one program computes is cut into pieces, summed by a program of
+    its own: each shard's sum, its cover's sums and the all-reduce's total are the same bits."""
+    ds, numerics, params = _setup("mlp")
+    batch = leaves * TILE
+    rows = rng.stream(shards, leaves, "rows").choice(len(ds.y_train), size=shards * batch)
+    starts = numerics.starts(range(shards), batch)
+
+    def call(most: int):
+        numerics._most_tiles.clear()
+        key = jax.tree.structure(params), tuple(np.shape(v) for v in jax.tree.leaves(params))
+        numerics._most_tiles[key] = most
+        result = numerics.gradients(params, ds, rows, shards, starts)
+        parts = parts_of(result, shards, batch, starts, TILE)
+        return _bytes(parts) + _bytes([sum_grads(parts)])
+
+    try:
+        whole = call(32)
+        for most in (1, 2, 4):
+            assert call(most) == whole, f"pieces of {most} tiles"
+    finally:
+        numerics._most_tiles.clear()
+
+
+def test_programs_hold_few_tiles_of_a_large_model_and_many_of_a_small_one():
+    ds, numerics, params = _setup("mlp")
+    assert numerics.tiles_per_program(params, ds) == 256 // TILE  # every tile of a 256-row call
+    wide = {name: np.zeros((4000, 4000), np.float32) for name in ("a",)}  # 64 MB of leaves per tile
+    assert numerics.workers_per_call(wide, 32, 8) == 1, "a call's leaves stay within CALL_LEAF_BYTES"
+    assert numerics.workers_per_call(params, 32, 8) == 8
+
+
+def test_a_batch_of_partial_tiles_is_refused_with_the_fix():
+    with pytest.raises(ScenarioError) as refused:
+        validate(tiny(data={"batch_size": 12}))
+    message = str(refused.value)
+    assert "strategy.exact_tile is 8 but data.batch_size 12" in message
+    assert "(8, 16)" in message and "(4; 1 fits any batch)" in message and "reduction: fast" in message
+    validate(tiny(data={"batch_size": 12}, strategy={"exact_tile": 4}))
+    validate(tiny(data={"batch_size": 12}, strategy={"reduction": "fast"}))
+
+
+def test_tiles_and_per_example_leaves_are_different_trees_over_the_same_gradient():
+    """Both are the batch's gradient; their bits differ (the sums run in other orders), which is
+    why exact_tile is a scenario constant and not picked per batch."""
+    runs = {tile: fred.run(tiny(strategy={"exact_tile": tile}, stop={"max_updates": 4})) for tile in (1, 8)}
+    one, eight = (np.asarray(runs[t].metrics["eval_loss"]) for t in (1, 8))
+    np.testing.assert_allclose(one, eight, rtol=1e-4)
+    assert runs[1].summary["params_sha256"] != runs[8].summary["params_sha256"]
