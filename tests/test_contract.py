@@ -20,6 +20,7 @@ import pytest
 import fred
 import strategies
 from fred.runs.records import EVENT_COLUMNS, METRIC_COLUMNS, UPDATE_COLUMNS
+from fred.runs.runner import WALL_CLOCK_KEYS
 from fred.scenario import registry
 from tests.conftest import cluster_for, tiny
 
@@ -36,7 +37,7 @@ def contract_scenario(name: str) -> dict:
 def fingerprint(result: fred.RunResult) -> dict:
     """What must be the same in any process: the summary but its wall time, and every table."""
     tables = {t: hashlib.sha256(getattr(result, t).to_csv().encode()).hexdigest() for t in ("events", "updates", "metrics")}
-    return {**{k: v for k, v in result.summary.items() if k != "wall_time_s"}, **tables}
+    return {**{k: v for k, v in result.summary.items() if k not in WALL_CLOCK_KEYS}, **tables}
 
 
 ANOTHER_PROCESS = """

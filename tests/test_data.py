@@ -433,14 +433,19 @@ def test_an_unknown_worker_is_refused() -> None:
     ("data", "workers", "message"),
     [
         ({"batch_size": 1000}, 4, r"data.batch_size: 1000 rows a batch do not fit \d+ training examples \(iid sharding.*"
-                                  r"set data.batch_size to at most \d+, or use fewer than 4 workers$"),
+                                  r"set data.batch_size to at most \d+ \(whole tiles of strategy.exact_tile 8\), or use "
+                                  r"fewer than 4 workers$"),
         # fewer workers cannot fit a batch larger than the whole training set: not offered
-        ({"batch_size": 5000}, 4, r"set data.batch_size to at most 359$"),
-        ({"batch_size": 1500}, 1, r"do not fit (\d+) training examples .*: set data.batch_size to at most \1$"),
+        ({"batch_size": 5000}, 4, r"set data.batch_size to at most 352 \(whole tiles of strategy.exact_tile 8\)$"),
+        ({"batch_size": 5000, "exact_tile": 1}, 4, r"set data.batch_size to at most 359$"),  # per-example leaves: any batch
+        ({"batch_size": 1504}, 1, r"do not fit 1438 training examples .*: set data.batch_size to at most 1432 \(whole "
+                                  r"tiles of strategy.exact_tile 8\)$"),
         ({"batch_size": 400, "sharding": "dirichlet", "dirichlet_alpha": 0.5}, 4,
-         r"data.batch_size: 400 rows a batch do not fit worker \d+'s dirichlet shard of \d+ examples: set data.batch_size to at most \d+, or use fewer"),
+         r"data.batch_size: 400 rows a batch do not fit worker \d+'s dirichlet shard of \d+ examples: set data.batch_size to at most \d+ "
+         r"\(whole tiles of strategy.exact_tile 8\), or use fewer"),
         ({"batch_size": 32, "source": {"kind": "synthetic", "examples": 2}}, 2,
-         r"do not fit 1 training examples .*: set data.batch_size to at most 1 and use fewer than 2 workers$"),
+         r"do not fit 1 training examples .*: set data.batch_size to at most 1 with strategy.exact_tile: 1 and use fewer "
+         r"than 2 workers$"),
     ],
 )
 def test_a_batch_the_data_cannot_fill_is_refused_naming_the_field_and_what_fits(data: dict, workers: int, message: str) -> None:
@@ -449,6 +454,10 @@ def test_a_batch_the_data_cannot_fill_is_refused_naming_the_field_and_what_fits(
     from tests.conftest import tiny
 
     scenario = tiny(cluster={"workers": workers})
+    data = dict(data)  # the parameters are shared between runs of the test: not changed here
+    tile = data.pop("exact_tile", None)
+    if tile is not None:
+        scenario["strategy"] = {**scenario["strategy"], "exact_tile": tile}
     scenario["data"] = {**scenario["data"], **data}
     with pytest.raises(ValueError, match=message):
         build(validate(scenario))

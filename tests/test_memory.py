@@ -21,7 +21,7 @@ from fred.scenario.loading import validate
 from fred.tools.cli import main
 from tests.conftest import tiny
 
-BIG = {"model": {"kind": "mlp", "hidden": [1024, 1024]}, "cluster": {"workers": 4096}, "strategy": {"name": "local_sgd"},
+BIG = {"model": {"kind": "mlp", "hidden": [1024, 1024]}, "cluster": {"workers": 4096}, "strategy": {"name": "local_sgd", "exact_tile": 1},
        "data": {"source": {"kind": "synthetic", "examples": 100_000}, "batch_size": 1}}
 
 

@@ -25,7 +25,7 @@ from fred.numerics.tape import NeedsValue
 from fred.runs import checkpoint
 from fred.runs.checkpoint import Checkpointer, checkpoint_dir
 from fred.runs.records import is_complete
-from fred.runs.runner import execute
+from fred.runs.runner import WALL_CLOCK_KEYS, execute
 from fred.scenario import registry
 from fred.scenario.loading import validate
 from fred.tools.cli import main
@@ -333,7 +333,7 @@ def test_fred_run_killed_with_sigkill_resumes_bit_identical(tmp_path):
     subprocess.run([*FRED_CLI, "run", "--resume", str(tmp_path / "killed")], env=env, check=True)
     subprocess.run([*FRED_CLI, "run", str(path), "--out", str(tmp_path / "clean"), "--quiet"], env=env, check=True)
     a, b = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("killed", "clean"))
-    assert {k: v for k, v in a.items() if k != "wall_time_s"} == {k: v for k, v in b.items() if k != "wall_time_s"}
+    assert {k: v for k, v in a.items() if k not in WALL_CLOCK_KEYS} == {k: v for k, v in b.items() if k not in WALL_CLOCK_KEYS}
     for table in ("events", "updates", "metrics"):
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "killed" / f"{table}.parquet"),
                                       pd.read_parquet(tmp_path / "clean" / f"{table}.parquet"))
@@ -357,7 +357,7 @@ def test_fred_run_stopped_by_sigterm_keeps_a_last_checkpoint_says_so_and_resumes
     subprocess.run([*FRED_CLI, "run", "--resume", str(out), "--quiet"], env=env, check=True)
     a = json.loads((out / "summary.json").read_text())
     b = fred.run(yaml.safe_load(path.read_text())).summary
-    assert {k: v for k, v in a.items() if k != "wall_time_s"} == {k: v for k, v in b.items() if k != "wall_time_s"}
+    assert {k: v for k, v in a.items() if k not in WALL_CLOCK_KEYS} == {k: v for k, v in b.items() if k not in WALL_CLOCK_KEYS}
 
 
 def test_fred_run_from_python_leaves_sigterm_to_the_system(monkeypatch):

@@ -20,7 +20,7 @@ def test_a_valid_scenario_fills_in_every_default():
     resolved = scenario.resolved()
     assert resolved["network"]["bandwidth_bps"] == 1.25e9
     assert resolved["strategy"] == {
-        "name": "asgd", "reduction": "exact", "lr": 0.1, "clock": "simulated", "lr_schedule": {"kind": "constant"},
+        "name": "asgd", "reduction": "exact", "exact_tile": 8, "lr": 0.1, "clock": "simulated", "lr_schedule": {"kind": "constant"},
         "optimizer": {"kind": "sgd", "momentum": 0.0, "nesterov": False, "weight_decay": 0.0},
     }  # fmt: skip
     assert validate(resolved) == scenario  # the resolved form round-trips

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from fred.runs.records import is_complete
+from fred.runs.runner import WALL_CLOCK_KEYS
 from fred.scenario.loading import ScenarioError
 from fred.tools.cli import main
 from fred.tools.sweep import parse_grid, sweep
@@ -85,7 +86,8 @@ def test_a_sweep_runs_every_combination_once_and_resumes(scenario, tmp_path):
     table2, ran2 = sweep(scenario, bigger, tmp_path / "runs")
     assert ran2 == 2 and len(table2) == 6  # only the new learning rate's runs
     pd.testing.assert_frame_equal(
-        table.drop(columns=["wall_time_s"]), table2[table2["strategy.lr"] != 0.2].drop(columns=["wall_time_s"]).reset_index(drop=True)
+        table.drop(columns=list(WALL_CLOCK_KEYS)),
+        table2[table2["strategy.lr"] != 0.2].drop(columns=list(WALL_CLOCK_KEYS)).reset_index(drop=True)
     )
 
 
@@ -168,7 +170,7 @@ def test_a_bad_grid_value_is_named(scenario, tmp_path, capsys):
 
 def _comparable(table: pd.DataFrame) -> pd.DataFrame:
     """The table less what honestly differs between two sweeps: wall time, and where the runs live."""
-    return table.drop(columns=["wall_time_s"]).assign(run_dir=table["run_dir"].map(lambda p: Path(p).name))
+    return table.drop(columns=list(WALL_CLOCK_KEYS)).assign(run_dir=table["run_dir"].map(lambda p: Path(p).name))
 
 
 @pytest.fixture

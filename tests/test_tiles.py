@@ -83,9 +83,9 @@ def test_a_call_cut_into_pieces_gives_one_programs_bits(shards, leaves):
 def test_programs_hold_few_tiles_of_a_large_model_and_many_of_a_small_one():
     ds, numerics, params = _setup("mlp")
     assert numerics.tiles_per_program(params, ds) == 256 // TILE  # every tile of a 256-row call
-    wide = {name: np.zeros((4000, 4000), np.float32) for name in ("a",)}  # 64 MB of leaves per tile
-    assert numerics.workers_per_call(wide, 32, 8) == 1, "a call's leaves stay within CALL_LEAF_BYTES"
-    assert numerics.workers_per_call(params, 32, 8) == 8
+    assert numerics.workers_per_call(32, 8) == 8
+    wide = build_model(MLPModel(hidden=[4096, 4096]), ds.feature_shape, ds.num_classes)  # 67 MB a tile's gradient
+    assert Numerics(wide, ds.task, "exact", TILE).workers_per_call(32, 8) == 1, "a call's leaves stay within 256 MB"
 
 
 def test_a_batch_of_partial_tiles_is_refused_with_the_fix():

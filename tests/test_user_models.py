@@ -175,7 +175,7 @@ def test_each_style_gives_the_same_bits_in_a_fresh_process(style_runs, module_di
 @pytest.mark.parametrize("style", ["flax.linen", "equinox"])
 def test_the_exact_reduction_makes_two_workers_of_batch_4_one_of_batch_8(style, module_dir):
     def sha(workers: int, batch: int, name: str) -> str:
-        data = scenario(STYLES[style], cluster={"workers": workers}, data={"batch_size": batch}, strategy={"name": name},
+        data = scenario(STYLES[style], cluster={"workers": workers}, data={"batch_size": batch}, strategy={"name": name, "exact_tile": 4},
                         stop={"max_updates": 4}, eval={"every_updates": 1000})
         return fred.run(data).summary["params_sha256"]
 

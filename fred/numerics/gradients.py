@@ -588,6 +588,7 @@ class Numerics:
         self._evaluate_sums = jax.jit(self._eval_sums_fn)
         self._device_data: tuple[Dataset, str, jax.Array, jax.Array, jax.Array] | None = None
         self._most_tiles: dict[Any, int] = {}
+        self._bytes: int | None = None
 
     def shard_sums_of(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int) -> list[GradSum]:
         """Gradient sums of ``shards`` equal, contiguous blocks of the training examples ``rows``
@@ -620,7 +621,7 @@ class Numerics:
             return self.shard_sums_of(params, dataset, rows, 1)
         return self._call(params, dataset, rows, shards, stack=True)
 
-    def workers_per_call(self, params: Params, batch: int, workers: int) -> int:
+    def workers_per_call(self, batch: int, workers: int) -> int:
         """How many workers' batches on the same parameters one gradient call serves: fast, all
         of them; exact, at most ``CALL_ROWS`` rows (the same bits, and faster than one huge call,
         whose leaves no longer fit in cache) and, for tiles, leaves of at most ``CALL_LEAF_BYTES``."""
@@ -628,9 +629,16 @@ class Numerics:
             return workers
         most = max(1, CALL_ROWS // batch)
         if self.tile > 1:
-            leaf_bytes = 4 * sum(int(np.prod(np.shape(v))) for v in jax.tree.leaves(params))
-            most = min(most, max(1, CALL_LEAF_BYTES // (leaf_bytes * (batch // self.tile))))
+            most = min(most, max(1, CALL_LEAF_BYTES // (self._param_bytes() * (batch // self.tile))))
         return most
+
+    def _param_bytes(self) -> int:
+        """Bytes of one copy of the parameters, from the model's shapes (a resumed run's
+        parameters are placeholders until it catches up)."""
+        if self._bytes is None:
+            shapes = jax.eval_shape(self.model.init, jax.random.PRNGKey(0))
+            self._bytes = sum(int(np.prod(v.shape)) * v.dtype.itemsize for v in jax.tree.leaves(shapes))
+        return self._bytes
 
     def tiles_per_program(self, params: Params, dataset: Dataset) -> int:
         """The most tiles one program computes: a power of two whose tiles' equations stay under

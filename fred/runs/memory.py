@@ -3,8 +3,8 @@
 A run too large for the machine did not fail with a message: a 1e9-unit hidden layer ended
 in a JAX out-of-memory traceback, 4,096 workers of an MLP [1024, 1024] under Local SGD in a
 segmentation fault, a ``std::bad_alloc`` or no exit at all. :func:`check_fits` estimates what
-the run holds (its data, every copy of the parameters its strategy keeps, the per-example
-gradients of one gradient call, one evaluation chunk) from the scenario alone, reading at
+the run holds (its data, every copy of the parameters its strategy keeps, the leaves of one
+exact gradient call, one evaluation chunk) from the scenario alone, reading at
 most a data file's header (and the labels of a data set given as arrays; a python model's
 factory and program are traced for its parameters and widest value, allocating none), and refuses a run whose
 estimate exceeds the memory available, with the estimate, the limit and the fixes. The estimate is deliberately rough (within a
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fred.numerics.gradients import CHUNK_ROWS, eval_chunk_rows
+from fred.numerics.gradients import CALL_LEAF_BYTES, CHUNK_ROWS, eval_chunk_rows
 from fred.numerics.models import activation_width, layer_sizes, python_sizes
 from fred.scenario.schema import ArraysData, DigitsData, MNISTData, PythonModel, Scenario, SyntheticData
 
@@ -140,14 +140,26 @@ def estimate(scenario: Scenario, shape: Shape) -> Estimate:
         state = optimizer_state_copies(scenario)
         if state:  # at most one state per worker (all-reduce and gossip replicas); a server holds one
             parts.append((f"optimizer state: {n:,} x {state} model copies", params * n * state))
-        rows = n * scenario.data.batch_size  # one gradient call may serve every worker
         if scenario.strategy.reduction == "exact":
-            rows = min(rows + (-rows) % CHUNK_ROWS, PER_EXAMPLE_ROWS)
-            parts.append((f"per-example gradients of {rows:,} rows", params * rows))
+            parts.append(_exact_leaves(scenario, params))
         width = _width(scenario, shape)
         if width:
             parts.append(("evaluation", eval_chunk_rows(width) * width * FLOAT * 4))
     return Estimate(sum(b for _, b in parts), parts, p)
+
+
+def _exact_leaves(scenario: Scenario, params: int) -> tuple[str, float]:
+    """The leaves one exact gradient call holds (a call may serve every worker): per-example
+    gradients of up to PER_EXAMPLE_ROWS rows, or tile gradients of up to CALL_LEAF_BYTES
+    beyond one worker's batch (Numerics.workers_per_call)."""
+    batch, tile = scenario.data.batch_size, scenario.strategy.exact_tile
+    rows = scenario.cluster.workers * batch
+    if tile == 1:
+        rows = min(rows + (-rows) % CHUNK_ROWS, PER_EXAMPLE_ROWS)
+        return f"per-example gradients of {rows:,} rows", params * rows
+    tiles = rows // tile
+    held = min(tiles * params, max(CALL_LEAF_BYTES, batch // tile * params))
+    return f"tile gradients of {held // params:,.0f} tiles of {tile} rows", held
 
 
 def optimizer_state_copies(scenario: Scenario) -> int:
@@ -225,8 +237,8 @@ def check_fits(scenario: Scenario) -> None:
         parts += "; not counting the model's activations, which fred could not trace"
     fixes = "make the data set smaller"
     if found.parts[0][1] < 0.5 * found.total:
-        per_example = sum(b for what, b in found.parts if what.startswith("per-example"))
-        fixes = "give fewer workers or a smaller model" + (", or strategy.reduction: fast" if per_example > 0.25 * found.total else "")
+        leaves = sum(b for what, b in found.parts if what.startswith(("per-example", "tile gradients")))
+        fixes = "give fewer workers or a smaller model" + (", or strategy.reduction: fast" if leaves > 0.25 * found.total else "")
     raise TooLarge(
         f"out of memory: this run would hold about {_gb(found.total)} (a model of {found.params:,} parameters, "
         f"{_gb(found.params * FLOAT)} a copy; {parts}), and {_gb(limit)} is {source}; {fixes}. On a machine "

@@ -116,10 +116,11 @@ def _model_and_numerics(
 
 def _workers(scenario: Scenario, dataset: Dataset) -> list[Worker]:
     n, data = scenario.cluster.workers, scenario.data
+    tile = scenario.strategy.exact_tile if scenario.strategy.reduction == "exact" else 1
     if data.sharding == "iid":
         total = len(dataset.y_train)
         _check_fits(data.batch_size, n, total // n, f"{total} training examples "
-                    f"(iid sharding cuts every step's {n} batches from all of them, {data.batch_size * n} rows)", total)
+                    f"(iid sharding cuts every step's {n} batches from all of them, {data.batch_size * n} rows)", total, tile)
         # One global permutation per epoch; worker i takes block i of every global batch,
         # so n workers of batch b see exactly what one worker of batch n*b sees.
         stream = GlobalBatchStream(len(dataset.y_train), n, data.batch_size, rng.stream(scenario.seed, "data", "batches"))
@@ -127,23 +128,34 @@ def _workers(scenario: Scenario, dataset: Dataset) -> list[Worker]:
     shards = shard(dataset.y_train, n, data, rng.stream(scenario.seed, "data", "shard"))
     smallest = min(range(n), key=lambda i: len(shards[i]))
     _check_fits(data.batch_size, n, len(shards[smallest]), f"worker {smallest}'s {data.sharding} shard of {len(shards[smallest])} examples",
-                len(dataset.y_train))
+                len(dataset.y_train), tile)
     streams = [BatchStream(s, data.batch_size, rng.stream(scenario.seed, "data", "batches", i)) for i, s in enumerate(shards)]
     return [Worker(i, streams[i].next) for i in range(n)]
 
 
-def _check_fits(batch_size: int, workers: int, most: int, where: str, total: int) -> None:
+def _check_fits(batch_size: int, workers: int, most: int, where: str, total: int, tile: int = 1) -> None:
     """Refuse a batch that ``where`` cannot fill, naming the field and what would fit (``most``
-    rows a batch here; ``total`` training examples, what one worker would have)."""
+    rows a batch here, in whole tiles of ``tile`` rows; ``total`` training examples, what one
+    worker would have)."""
     if batch_size <= most:
         return
-    fixes = [f"set data.batch_size to at most {most}"] if most >= 1 else []
+    fixes = [_at_most(most, tile)] if most >= 1 else []
     if workers > 1 and batch_size <= total:  # fewer workers helps only if one worker's all would do
         fixes.append(f"use fewer than {workers} workers")
     if not fixes:
-        fixes.append(f"set data.batch_size to at most {total} and use fewer than {workers} workers" if workers > 1 and total >= 1
+        fixes.append(f"{_at_most(total, tile)} and use fewer than {workers} workers" if workers > 1 and total >= 1
                      else "give a data set with more examples")
     raise ValueError(f"data.batch_size: {batch_size} rows a batch do not fit {where}: {', or '.join(fixes)}")
+
+
+def _at_most(rows: int, tile: int) -> str:
+    """The fix of a batch too large: at most ``rows``, in whole tiles of the exact reduction."""
+    whole = rows // tile * tile
+    if whole == rows:
+        return f"set data.batch_size to at most {rows}"
+    if whole:
+        return f"set data.batch_size to at most {whole} (whole tiles of strategy.exact_tile {tile})"
+    return f"set data.batch_size to at most {rows} with strategy.exact_tile: 1"
 
 
 @dataclass
@@ -224,6 +236,7 @@ class _Controller:
         self._train_sum: float = 0  # the oldest train losses since the last evaluation, added up in order (_fold)
         self._train_examples = 0
         self._last_eval: tuple[float, int] | None = None
+        self.eval_wall_s = 0.0  # wall seconds this process spent evaluating (reported apart from training)
         self._last_loss = math.nan
         self._progress_every = max(1, (self.stop_cfg.max_updates or 20000) // 200)
 
@@ -277,7 +290,10 @@ class _Controller:
             loss, accuracy = math.nan, math.nan
         else:
             ds = self.built.dataset
-            loss, accuracy = self.built.numerics.evaluate(resolved(self.params_fn()), ds.x_eval, ds.y_eval)
+            params = resolved(self.params_fn())
+            started = time.perf_counter()
+            loss, accuracy = self.built.numerics.evaluate(params, ds.x_eval, ds.y_eval)
+            self.eval_wall_s += time.perf_counter() - started
         examples = self._train_examples + sum(count for _, _, count in self._train)
         total = self._train_sum
         for train, row, _ in self._train:
@@ -486,11 +502,16 @@ def _summary(
         "params_sha256": None if scenario.workload.timing_only else params_sha256(params),
         "scenario_sha256": scenario.digest(),
         "wall_time_s": round(wall_s, 3),
+        "eval_wall_s": round(controller.eval_wall_s, 3),
         "fred_version": __version__,
         "backend": numerics_device().platform,
         "jax_version": jax.__version__,
         "cpu_isa": cpu_isa(),
     }
+
+
+# The summary's keys measured in real time: the only ones that differ between two runs of one scenario.
+WALL_CLOCK_KEYS = ("wall_time_s", "eval_wall_s")
 
 
 def _push_fetch_counters(kinds: _EventKinds) -> dict[str, float | int]:

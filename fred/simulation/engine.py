@@ -136,7 +136,7 @@ class GradientService:
         # whole calls then adds the stacked rows where they are (numerics.sum_grads). Which
         # call serves a worker never changes its bits.
         same = sorted(self._pending.pop((id(first.params), len(first.rows))), key=_by_worker)
-        per_call = self.numerics.workers_per_call(first.params, len(first.rows), len(same))
+        per_call = self.numerics.workers_per_call(len(first.rows), len(same))
         for start in range(0, len(same), per_call):
             group = same[start : start + per_call]
             rows = np.concatenate([r.rows for r in group])

@@ -1,0 +1,232 @@
+#!/usr/bin/env python
+"""fred on a model of realistic size: ResNet-20 on CIFAR-shaped data, against bare JAX loops.
+
+    python benchmarks/realistic.py            # full run: 8 and 16 workers, four strategies, three numerics
+    python benchmarks/realistic.py --quick    # smoke run: 8 workers, fewer steps, best of 1
+
+ResNet-20 with GroupNorm (0.27 M parameters) on synthetic CIFAR-shaped images (32 x 32 x 3,
+10 classes), batch 32 per worker, for ASGD, SSGD over a ring all-reduce, Local SGD and SGP at
+8 and 16 workers, each with three numerics: the default (``reduction: exact``, tiles of 8
+rows), per-example leaves (``exact_tile: 1``) and ``reduction: fast``. Against:
+
+- the **per-worker loop**: one jitted fused step (gradient of a worker's 32 rows and the SGD
+  update, one program) per gradient step fred makes, on the batches fred's workers draw;
+- for SSGD also the **large-batch loop**: one fused step of all workers' rows per update.
+
+The *bare loop* of a case is the faster of the two. Everything is timed in turn in this one
+process, best of ``--repeats`` after one untimed warm-up that pays every compilation. fred's
+time is ``fred.run``'s wall time less its evaluations (``eval_wall_s``, reported apart; the
+runs evaluate at their start and end only, on 256 held-out images).
+
+Peak memory: each case runs once more in a process of its own (``--memory-of``), fred or a bare
+loop, and reports its peak resident set (``ru_maxrss``): the process's whole footprint, JAX and
+the data included, as a user sees it.
+
+Last, the verdicts table (the targets of a training loop's speed):
+
+| target | limit |
+| --- | --- |
+| default (exact, tiles of 8) / bare loop, every case | <= 1.3 |
+| fast / bare loop, every case | <= 1.1 |
+| peak memory / bare loop's, every case | <= 1.5 |
+| 16-worker Local SGD and SGP (default) / per-worker loop | <= 1.0 |
+
+Results are printed as tables and written to ``benchmarks/results/realistic.json``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import resource
+import subprocess
+import sys
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from common import RESULTS_DIR, begin, best_in_turn, options, table, write_results
+
+import fred
+from fred.numerics import rng
+from fred.numerics.data import GlobalBatchStream
+from fred.runs.api import resolve
+from fred.runs.runner import build
+
+RESULTS = RESULTS_DIR / "realistic.json"
+BATCH = 32
+LR = 0.05
+STRATEGIES = ("asgd", "ssgd", "local_sgd", "sgp")
+NUMERICS = {"default": {}, "per_example": {"exact_tile": 1}, "fast": {"reduction": "fast"}}
+TARGETS = {"default": 1.3, "fast": 1.1, "memory": 1.5, "per_worker_16": 1.0}
+
+
+def scenario(strategy: str, workers: int, numerics: str, steps: int) -> dict[str, Any]:
+    """About ``steps`` gradient steps of ``strategy`` (each worker's batch of 32 is one step)."""
+    strat: dict[str, Any] = {"name": strategy, "lr": LR, **NUMERICS[numerics]}
+    updates = steps
+    if strategy == "ssgd":
+        strat["aggregation"] = "allreduce"
+        updates = max(steps // workers, 1)
+    elif strategy == "local_sgd":
+        strat["sync_every"] = 4
+    return {
+        "name": f"realistic-{strategy}-{workers}-{numerics}",
+        "seed": 0,
+        "model": {"kind": "resnet", "depth": 20, "width": 16, "norm": "group"},
+        "data": {"source": {"kind": "synthetic_images", "examples": 4096}, "batch_size": BATCH, "eval_examples": 256},
+        "cluster": {"workers": workers, "compute": {"step_time_s": 0.05}, "jitter": {"kind": "lognormal", "sigma": 0.1}},
+        "network": {"latency_s": 5.0e-5, "bandwidth_bps": 1.25e9},
+        "strategy": strat,
+        "stop": {"max_updates": updates},
+        "eval": {"every_updates": 10**6},  # the start and the end only
+    }
+
+
+# ----------------------------------------------------------------------------- the bare loops
+class BareLoops:
+    """The scenario's model, data and initial parameters trained by jitted fused steps with
+    nothing simulated: per worker step (batch 32), and for SSGD per update (all workers' rows)."""
+
+    def __init__(self, scn: dict[str, Any], steps: int):
+        sc = resolve(scn)
+        built = build(sc)
+        ds, model = built.dataset, built.numerics.model
+        self.params = built.sim.init_params
+        self.x, self.y = jnp.asarray(ds.x_train), jnp.asarray(ds.y_train)
+        workers = sc.cluster.workers
+
+        def loss(params, x, y):
+            out = model.apply(params, x)
+            return -jnp.sum(jnp.take_along_axis(jax.nn.log_softmax(out), y[:, None], axis=1))
+
+        def step(params, x_all, y_all, idx):
+            value, grad = jax.value_and_grad(loss)(params, x_all[idx], y_all[idx])
+            return jax.tree.map(lambda p, g: p - LR * g / idx.shape[0], params, grad), value
+
+        self.step = jax.jit(step)
+        stream = GlobalBatchStream(len(ds.y_train), workers, BATCH, rng.stream(sc.seed, "data", "batches"))
+        self.per_worker = np.stack([stream.next_for(k % workers) for k in range(steps)]).astype(np.int32)
+        rounds = max(steps // workers, 1)
+        self.large = self.per_worker[: rounds * workers].reshape(rounds, workers * BATCH)
+
+    def run(self, batches: np.ndarray):
+        params = self.params
+        for idx in batches:
+            params, _ = self.step(params, self.x, self.y, idx)
+        return jax.block_until_ready(params)
+
+
+# ----------------------------------------------------------------------------- one case
+def case(strategy: str, workers: int, steps: int, repeats: int) -> dict[str, Any]:
+    """fred with each numerics and the bare loops, timed in turn: seconds, ratios, gradients."""
+    scns = {name: scenario(strategy, workers, name, steps) for name in NUMERICS}
+    gradients = {name: int(fred.run(scn).summary["gradients"]) for name, scn in scns.items()}  # also compiles
+    bare = BareLoops(scns["default"], gradients["default"])
+    loops: dict[str, Any] = {f"fred_{name}": functools.partial(fred.run, scn) for name, scn in scns.items()}
+    loops["per_worker"] = functools.partial(bare.run, bare.per_worker)
+    if strategy == "ssgd":
+        loops["large_batch"] = functools.partial(bare.run, bare.large)
+    best, out = best_in_turn(loops, repeats)
+    row: dict[str, Any] = {"strategy": strategy, "workers": workers, "gradients": gradients}
+    for name in NUMERICS:
+        summary = out[f"fred_{name}"].summary
+        row[f"{name}_eval_s"] = summary["eval_wall_s"]
+        row[f"{name}_s"] = best[f"fred_{name}"] - summary["eval_wall_s"]
+    row["per_worker_s"] = best["per_worker"]
+    row["large_batch_s"] = best.get("large_batch", float("nan"))
+    row["bare_s"] = min(best["per_worker"], best.get("large_batch", float("inf")))
+    for name in NUMERICS:
+        row[f"{name}_over_bare"] = row[f"{name}_s"] / row["bare_s"]
+        row[f"{name}_over_per_worker"] = row[f"{name}_s"] / row["per_worker_s"]
+    row["ms_per_step_bare"] = 1e3 * row["bare_s"] / gradients["default"]
+    return row
+
+
+def peak_rss_mb(strategy: str, workers: int, steps: int, what: str) -> float:
+    """Peak resident set of a process that runs one case once: fred with ``what`` numerics, or a bare loop."""
+    spec = json.dumps({"strategy": strategy, "workers": workers, "steps": steps, "what": what})
+    done = subprocess.run([sys.executable, __file__, "--memory-of", spec], capture_output=True, text=True, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def _memory_of(spec: dict[str, Any]) -> None:
+    """Run one case once in this process and print its peak RSS in MB (the child of :func:`peak_rss_mb`)."""
+    what = spec["what"]
+    if what in NUMERICS:
+        fred.run(scenario(spec["strategy"], spec["workers"], what, spec["steps"]))
+    else:
+        scn = scenario(spec["strategy"], spec["workers"], "default", spec["steps"])
+        bare = BareLoops(scn, spec["steps"])
+        bare.run(bare.large if what == "large_batch" else bare.per_worker)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def memory(strategy: str, workers: int, steps: int) -> dict[str, float]:
+    loops = ["per_worker", *(["large_batch"] if strategy == "ssgd" else [])]
+    rss = {what: peak_rss_mb(strategy, workers, steps, what) for what in [*NUMERICS, *loops]}
+    bare = min(rss[loop] for loop in loops)
+    return {**{f"{k}_rss_mb": v for k, v in rss.items()}, "bare_rss_mb": bare,
+            **{f"{name}_rss_over_bare": rss[name] / bare for name in NUMERICS}}
+
+
+# ----------------------------------------------------------------------------- verdicts
+def verdicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+
+    def target(what: str, value: float, limit: float) -> None:
+        out.append({"target": what, "value": value, "limit": f"<= {limit}", "met": bool(value <= limit)})
+
+    for r in rows:
+        label = f"{r['workers']} workers {r['strategy']}"
+        target(f"{label}: default / bare loop", r["default_over_bare"], TARGETS["default"])
+        target(f"{label}: fast / bare loop", r["fast_over_bare"], TARGETS["fast"])
+        target(f"{label}: default peak RSS / bare loop's", r["default_rss_over_bare"], TARGETS["memory"])
+        if r["workers"] == 16 and r["strategy"] in ("local_sgd", "sgp"):
+            target(f"{label}: default / per-worker loop", r["default_over_per_worker"], TARGETS["per_worker_16"])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--memory-of"]:
+        _memory_of(json.loads(argv[1]))
+        return 0
+    parser = options(__doc__, "8 workers only, 16 steps a worker count, best of 1", "timed repeats (default 3; quick 1)",
+                     RESULTS)
+    args, started, facts = begin(parser, argv, full=3, quick=1)
+    worker_counts = (8,) if args.quick else (8, 16)
+    rows = []
+    for workers in worker_counts:
+        steps = (2 if args.quick else 4) * workers  # gradient steps a case: 4 a worker (SSGD: 4 rounds)
+        for strategy in STRATEGIES:
+            row = case(strategy, workers, steps, args.repeats)
+            row.update(memory(strategy, workers, steps))
+            rows.append(row)
+            print(f"  {workers} workers {strategy}: default/bare {row['default_over_bare']:.2f}, "
+                  f"fast/bare {row['fast_over_bare']:.2f}, per-example/bare {row['per_example_over_bare']:.2f}",
+                  file=sys.stderr, flush=True)
+    print("\nResNet-20 (GroupNorm), batch 32 a worker: fred's training seconds over the bare loop's "
+          "(evaluation excluded, reported apart)")
+    print(table(["workers", "strategy", "grads", "bare ms/step", "default", "per-example", "fast", "default/per-worker",
+                 "eval s"],
+                [[r["workers"], r["strategy"], r["gradients"]["default"], r["ms_per_step_bare"], r["default_over_bare"],
+                  r["per_example_over_bare"], r["fast_over_bare"], r["default_over_per_worker"], r["default_eval_s"]]
+                 for r in rows]))
+    print("\nPeak memory (RSS, MB) of one process running the case once")
+    print(table(["workers", "strategy", "bare", "default", "per-example", "fast", "default/bare"],
+                [[r["workers"], r["strategy"], r["bare_rss_mb"], r["default_rss_mb"], r["per_example_rss_mb"],
+                  r["fast_rss_mb"], r["default_rss_over_bare"]] for r in rows]))
+    verdict = verdicts(rows)
+    print("\nVerdicts")
+    print(table(["target", "value", "limit", "met"], [[v["target"], v["value"], v["limit"], v["met"]] for v in verdict]))
+    print(f"   {sum(v['met'] for v in verdict)} of {len(verdict)} met\n")
+    results = {"quick": args.quick, "repeats": args.repeats, "targets": TARGETS, "machine": facts, "cases": rows,
+               "verdicts": verdict}
+    write_results(args.out, results, started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
