@@ -137,3 +137,71 @@ def test_the_estimate_counts_the_optimizers_state_per_worker(optimizer, copies):
     plain = memory.estimate(validate(tiny(strategy={"name": "ssgd"}, cluster={"workers": 4})), shape)
     estimate = memory.estimate(scenario, shape)
     assert estimate.total - plain.total == 4 * copies * memory.param_count(scenario, shape) * 4
+
+
+def test_an_address_space_or_data_limit_is_counted_less_what_the_libraries_map(monkeypatch):
+    # Under ulimit -v 4000000 an SGP run of an MLP [3000, 3000] passed the check (the machine had
+    # 22 GB available) and died in a JAX traceback: the limit that binds was not looked at.
+    import resource
+
+    monkeypatch.delenv(memory.ENV, raising=False)
+    memory._map_libraries()
+    real = resource.getrlimit
+    for name, field in (("RLIMIT_AS", "VmSize"), ("RLIMIT_DATA", "VmData")):
+        held = memory._status_bytes(field)
+        limited = getattr(resource, name)
+        monkeypatch.setattr(resource, "getrlimit", lambda which: (held + 2e9, -1) if which == limited else real(which))
+        limit, source = memory.memory_limit()
+        assert limit == pytest.approx(2e9 - memory.RUNNING_RESERVE, rel=0.1), (name, limit)
+        assert f"({'ulimit -v' if name == 'RLIMIT_AS' else 'ulimit -d'}, {name})" in source
+        scenario = validate(tiny(model={"kind": "mlp", "hidden": [3000, 3000]}, cluster={"workers": 32}))
+        with pytest.raises(memory.TooLarge, match=r"raise the limit \(ulimit -v or -d\) or give it: fred run --memory-limit-gb N"):
+            memory.check_fits(scenario)
+
+
+LIMITED = """
+import resource, sys
+from fred.runs import memory
+from fred.tools.cli import main
+memory._map_libraries()  # JAX and pyarrow map ~2.5 GB of address space they never fill: what this machine maps, plus 1 GB
+resource.setrlimit(resource.RLIMIT_AS, (int(memory._status_bytes("VmSize") + 1e9), resource.RLIM_INFINITY))
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_an_allocation_that_fails_is_one_line_exit_1_and_the_run_so_far_is_recorded_as_failed(tmp_path):
+    # It was a JaxRuntimeError traceback: "INTERNAL: ... Out of memory allocating 1744320000 bytes".
+    # The flag's 100 GB lets the run past the estimate; the address-space limit then fails the
+    # per-example gradients' 1 GB allocation, the first step's.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny(model={"kind": "mlp", "hidden": [2000, 2000]}, cluster={"workers": 2})))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", LIMITED, "run", str(path), "--out", str(out), "--quiet", "--memory-limit-gb", "100"],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("fred: out of memory at 0") and "(Out of memory allocating " in line, line
+    scenario = validate(yaml.safe_load(path.read_text()))
+    estimated = memory.estimate(scenario, memory.data_shape(scenario))
+    assert f"fred estimated the run at about {memory._gb(estimated.total)}, and 100 GB is the limit set" in line
+    assert "fred run --memory-limit-gb N" in line and line.endswith(f"the run so far is recorded as failed in {out}")
+    recorded = fred.load_run(out)
+    assert (recorded.summary["status"], recorded.summary["stop_reason"]) == ("failed", "out_of_memory")
+    assert recorded.summary["failure"] in line and recorded.events["kind"].iloc[-1] == "failed"
+    assert recorded.summary["updates"] == len(recorded.updates["update"].unique()) and recorded.metrics["sim_time_s"].iloc[0] == 0
+
+
+def test_an_allocation_that_fails_while_the_run_is_built_is_one_line_and_exit_1(tmp_path, capsys, monkeypatch):
+    def unable(*args, **kwargs):
+        raise MemoryError("Unable to allocate 745. GiB for an array with shape (100000, 1000000) and data type float64")
+
+    monkeypatch.setattr(fred.runs.runner, "build", unable)
+    assert run_cli(tmp_path, tiny()) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fred: out of memory while loading the data and building the model (Unable to allocate 745. GiB")
+    assert "fred estimated the run at about " in err and "--memory-limit-gb N" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()

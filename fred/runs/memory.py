@@ -37,6 +37,20 @@ class TooLarge(ValueError):
     """A run whose memory estimate exceeds the limit: refused before anything is built."""
 
 
+class OutOfMemory(MemoryError):
+    """An allocation failed before a run had begun (loading its data, building its model): the
+    message says where, what fred had estimated, the limit and the fixes."""
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What :func:`check_fits` found: the estimate, in bytes, and the limit it was held to."""
+
+    estimate: float
+    limit: float
+    source: str
+
+
 @dataclass(frozen=True)
 class Shape:
     """What the data set is, as far as memory goes: examples, one example's shape, outputs."""
@@ -188,7 +202,61 @@ def memory_limit() -> tuple[float, str]:
     cgroup = _cgroup_room()
     if cgroup is not None and cgroup < available:
         available, source = cgroup, "left under this container's memory limit (cgroup memory.max)"
-    return available, source
+    for room, said in _rlimit_rooms():
+        if room < available:
+            available, source = room, said
+    return max(available, 0.0), source
+
+
+RUNNING_RESERVE = 0.5 * GB  # address space a run maps beyond its libraries' (threads' stacks and malloc arenas; measured ~0.25 GB)
+RLIMITS = (  # (resource name, /proc/self/status field it is held to, how people set it)
+    ("RLIMIT_AS", "VmSize", "address-space limit (ulimit -v, RLIMIT_AS)"),
+    ("RLIMIT_DATA", "VmData", "data-size limit (ulimit -d, RLIMIT_DATA)"),
+)
+
+
+def _rlimit_rooms() -> list[tuple[float, str]]:
+    """What is left under this process's address-space and data-size limits, if any is set.
+
+    These count address space mapped, not memory used: JAX's CPU backend and pyarrow's allocator
+    map about 1 GB each that they may never fill (with JAX 0.4-0.6 and pyarrow's mimalloc), so
+    both are brought up first, as the run would, and what the process then holds is left out."""
+    import resource
+
+    limited = [(resource.getrlimit(getattr(resource, name))[0], field, said) for name, field, said in RLIMITS]
+    limited = [(soft, field, said) for soft, field, said in limited if soft != resource.RLIM_INFINITY]
+    if not limited:
+        return []
+    _map_libraries()
+    rooms = []
+    for soft, field, said in limited:
+        held = _status_bytes(field)
+        if held is None:
+            continue
+        rooms.append((soft - held - RUNNING_RESERVE,
+                      f"left under this process's {said} of {_gb(soft)}, after the {_gb(held)} it holds (JAX, "
+                      f"pyarrow and Python mapped) and {_gb(RUNNING_RESERVE)} for a run's threads"))
+    return rooms
+
+
+def _map_libraries() -> None:
+    """Map what every run maps anyway (JAX's CPU backend, pyarrow's memory pool), so that the
+    room measured under an address-space limit is the room the run will have."""
+    import jax
+    import pyarrow
+
+    jax.devices("cpu")
+    pyarrow.allocate_buffer(1)
+
+
+def _status_bytes(field: str) -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _meminfo_available() -> float | None:
@@ -210,16 +278,17 @@ def _cgroup_room() -> float | None:
         return None
 
 
-def check_fits(scenario: Scenario) -> None:
-    """Refuse a run whose memory estimate exceeds the limit, before it loads or compiles anything."""
+def check_fits(scenario: Scenario) -> Fit | None:
+    """Refuse a run whose memory estimate exceeds the limit, before it loads or compiles anything;
+    what was found, for the message of an allocation that fails anyway (None: nothing estimated)."""
     shape = data_shape(scenario)
     model = scenario.model
     if shape is None or (model.kind == "cnn" and (len(shape.feature_shape) != 3 or model.kernel_size > max(shape.feature_shape[:2]))):
-        return  # building it says what is wrong
+        return None  # building it says what is wrong
     found = estimate(scenario, shape)
     limit, source = memory_limit()
     if found.total <= limit:
-        return
+        return Fit(found.total, limit, source)
     parts = ", ".join(f"{what} {_gb(b)}" for what, b in found.parts if b >= 0.01 * found.total)
     if isinstance(model, PythonModel) and not any(what == "evaluation" for what, _ in found.parts):
         parts += "; not counting the model's activations, which fred could not trace"
@@ -227,12 +296,51 @@ def check_fits(scenario: Scenario) -> None:
     if found.parts[0][1] < 0.5 * found.total:
         per_example = sum(b for what, b in found.parts if what.startswith("per-example"))
         fixes = "give fewer workers or a smaller model" + (", or strategy.reduction: fast" if per_example > 0.25 * found.total else "")
+    raise_limit = "raise the limit" + (" (ulimit -v or -d) or give it" if "ulimit" in source else "")
     raise TooLarge(
         f"out of memory: this run would hold about {_gb(found.total)} (a model of {found.params:,} parameters, "
         f"{_gb(found.params * FLOAT)} a copy; {parts}), and {_gb(limit)} is {source}; {fixes}. On a machine "
-        f"that has more, raise the limit: fred run --memory-limit-gb N, or {ENV}=N"
+        f"that has more, {raise_limit}: fred run --memory-limit-gb N, or {ENV}=N"
     )
 
 
 def _gb(count: float) -> str:
     return f"{count / GB:.3g} GB"
+
+
+def allocation_failed(err: BaseException) -> bool:
+    """Whether ``err`` is an allocation that failed: numpy's MemoryError, or XLA's ``Out of memory
+    allocating N bytes`` (an INTERNAL error) or RESOURCE_EXHAUSTED, raised wherever JAX computes."""
+    if isinstance(err, MemoryError):
+        return True
+    text = str(err)
+    return type(err).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and (
+        "out of memory" in text.lower() or "RESOURCE_EXHAUSTED" in text or "bad_alloc" in text)
+
+
+def out_of_memory(err: BaseException, fit: Fit | None, where: str) -> str:
+    """One line for an allocation that failed ``where``: what failed, the estimate and the limit
+    it was held to, and what to do."""
+    said = f"out of memory {where} ({_allocation(err)})"
+    if fit is None:
+        return (f"{said}; fred could not estimate this run's memory beforehand: give fewer workers, a smaller model "
+                f"or a smaller data set")
+    said += f": fred estimated the run at about {_gb(fit.estimate)}, and {_gb(fit.limit)} is {fit.source}"
+    if fit.source.startswith("the limit set"):
+        return (f"{said}, perhaps more than this process can have: give the memory it really has, fred run "
+                f"--memory-limit-gb N (or {ENV}=N), so that a run estimated not to fit is refused before it starts; "
+                f"or give fewer workers or a smaller model")
+    return (f"{said}; the run needed more than the estimate: give fewer workers or a smaller model, or run it "
+            f"where more memory is free (fred run --memory-limit-gb N sets the limit estimates are held to)")
+
+
+def _allocation(err: BaseException) -> str:
+    """What failed, in a few words: XLA's line naming the bytes, without its "Error dispatching
+    computation:" prefixes, or numpy's message."""
+    text = str(err).strip() or type(err).__name__
+    for line in text.splitlines():
+        if "out of memory" in line.lower() or "RESOURCE_EXHAUSTED" in line or "bad_alloc" in line:
+            text = line
+            break
+    start = text.lower().find("out of memory")
+    return (text[start:] if start > 0 else text.splitlines()[0]).strip().rstrip(".")[:200]
