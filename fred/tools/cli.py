@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from fred.runs import interrupt  # os, signal and threading only, like paths
 from fred.runs.paths import (  # os and pathlib only: the heavy libraries load in main, where Ctrl-C is taken
+    NoSpace,
+    full_disk,
     output_file,
     write_whole,
 )
@@ -83,7 +85,11 @@ def _ended(err: BaseException, args: argparse.Namespace | None) -> int | None:
     if isinstance(err, BrokenPipeError):  # `fred compare ... | head` closed the pipe: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python flushes at exit
         return 141  # what a shell reports for a command ended by SIGPIPE
-    if isinstance(err, OSError):  # a read-only folder, a full disk: the machine's answer, not a bug
+    if isinstance(err, OSError) and full_disk(err) is not None:  # the machine's state, not bad input: 1, not 2
+        said = err.strerror if isinstance(err, NoSpace) else f"{full_disk(err)}{f' writing {err.filename}' if err.filename else ''}"
+        print(f"fred: {said}" + ("" if isinstance(err, NoSpace) else "; free some space there or write elsewhere"), file=sys.stderr)
+        return 1
+    if isinstance(err, OSError):  # a read-only folder: the machine's answer, not a bug
         print(f"fred: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
     from fred.runs.memory import OutOfMemory, allocation_failed
