@@ -205,3 +205,56 @@ def test_an_allocation_that_fails_while_the_run_is_built_is_one_line_and_exit_1(
     assert err.startswith("fred: out of memory while loading the data and building the model (Unable to allocate 745. GiB")
     assert "fred estimated the run at about " in err and "--memory-limit-gb N" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_compiling_a_long_run_of_one_unit_layers_is_in_the_estimate_and_refused_with_the_fix(monkeypatch):
+    # 50 hidden layers of 1 unit (asgd_straggler) held 3.9 GB and compiled for over a minute: XLA's
+    # gradient program grows with the square of such a run; under a 4 GB address-space limit it
+    # aborted in XLA with std::bad_alloc. 50 layers of 64 units compile in a second.
+    from pathlib import Path
+
+    from fred.scenario.loading import load_scenario
+
+    straggler = Path(__file__).resolve().parents[1] / "scenarios" / "baselines" / "asgd_straggler.yaml"
+    deep = load_scenario(straggler, ["model.hidden=" + str([1] * 50)])
+    assert memory.unit_runs(deep.model) == [50] and memory.backward_copies(deep) == 4  # 8 workers x 32 rows: 4 chunks of 64
+    assert memory.gradient_program_size(deep) == 4 * (130 * 51 + 220 + 21 * 50**2)  # XLA made 232,081 of it
+    monkeypatch.setenv(memory.ENV, "2")
+    with pytest.raises(memory.TooLarge) as refused:
+        memory.check_fits(deep)
+    said = str(refused.value)
+    assert "compiling the gradient program (about 237,400 XLA instructions) 3.55 GB" in said
+    assert "give hidden layers of at least 2 units, or fewer of 1 unit in a row" in said and "strategy.reduction: fast" in said
+    wide = load_scenario(straggler, ["model.hidden=" + str([64] * 50)])
+    assert memory.check_fits(wide).estimate < 1e9
+    split = load_scenario(straggler, ["model.hidden=[1, 1, 8, 1, 1, 1]", "strategy.reduction=fast", "data.batch_size=4"])
+    assert memory.unit_runs(split.model) == [2, 3] and memory.backward_copies(split) == 1
+
+
+DUMPED = """
+import sys, fred
+from tests.conftest import tiny
+from fred.runs import memory
+for hidden in ([16] + [1] * 8 + [16], [16] * 10):
+    print(memory.gradient_program_size(fred.run(tiny(model={"kind": "mlp", "hidden": hidden}, data={"batch_size": 32},
+                                                     stop={"max_updates": 2})).scenario))
+"""
+
+
+@pytest.mark.slow  # two runs compiled with XLA's dump: ~15 s. Re-run it when the gradient program changes.
+def test_the_gradient_programs_xla_makes_are_as_large_as_the_estimate_says(tmp_path):
+    # What the compile estimate rests on, measured: the largest programs two runs compile (their
+    # gradient calls: 4 workers x 32 rows, two 64-row chunks) counted in XLA's optimised HLO.
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path / 'hlo'} --xla_dump_hlo_as_text", "FRED_JAX_CACHE": "off"}
+    done = subprocess.run([sys.executable, "-c", DUMPED], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    estimated = sorted(map(int, done.stdout.split()))
+    made = sorted(p.read_text().count(" = ") for p in (tmp_path / "hlo").glob("*after_optimizations.txt"))[-2:]
+    assert estimated == [2 * (130 * 11 + 220), 2 * (130 * 11 + 220 + 21 * 8**2)]
+    assert made == pytest.approx(estimated, rel=0.15), (made, estimated)

@@ -25,7 +25,8 @@ import numpy as np
 
 from fred.numerics.gradients import CHUNK_ROWS, eval_chunk_rows
 from fred.numerics.models import activation_width, layer_sizes, python_sizes
-from fred.scenario.schema import ArraysData, DigitsData, MNISTData, PythonModel, Scenario, SyntheticData
+from fred.scenario.schema import ArraysData, CNNModel, DigitsData, MLPModel, MNISTData, PythonModel, Scenario, SyntheticData
+from fred.simulation.engine import MAX_EXACT_ROWS
 
 ENV = "FRED_MEMORY_LIMIT_GB"
 GB = 1e9
@@ -161,7 +162,60 @@ def estimate(scenario: Scenario, shape: Shape) -> Estimate:
         width = _width(scenario, shape)
         if width:
             parts.append(("evaluation", eval_chunk_rows(width) * width * FLOAT * 4))
+        instructions = gradient_program_size(scenario)
+        if instructions:
+            parts.append((f"compiling the gradient program (about {instructions:,} XLA instructions)", compile_bytes(instructions)))
     return Estimate(sum(b for _, b in parts), parts, p)
+
+
+# The largest program a run compiles is its gradient call's, and what compiling it holds grows with
+# the program XLA makes of it (measured on CPU, JAX 0.6, docs/scenarios.md#memory): about
+# HLO_PER_LAYER instructions a layer and HLO_BASE more, for every copy of the per-example backward
+# pass the call holds (the exact reduction unrolls one per CHUNK_ROWS-row chunk: 4 in a call of 256
+# rows), and HLO_PER_UNIT_RUN x k^2 more for each run of k consecutive hidden layers of one unit:
+# XLA turns their products into elementwise chains and copies each chain into every fusion of
+# the backward pass that reads it. 50 such layers in 4 copies made 232,081 instructions and held
+# 3.4 GB for 45 s of compiling; 30 layers of 64 units in 4 copies, 16,365 and 0.11 GB.
+HLO_PER_LAYER, HLO_BASE, HLO_PER_UNIT_RUN = 130, 220, 21
+COMPILE_BYTES_PER_INSTRUCTION = 8500  # measured 7-9 kB up to 58,000 instructions, then more a larger program's:
+COMPILE_GROWTH_FROM, COMPILE_GROWTH_POWER = 58_000, 0.4  # 15 kB each at 232,000
+
+
+def gradient_program_size(scenario: Scenario) -> int:
+    """About how many instructions XLA's optimised gradient program of the run has (0 for a
+    python model, whose layers fred cannot see)."""
+    model = scenario.model
+    if isinstance(model, PythonModel):
+        return 0
+    layers = 1 + (len(model.hidden) if isinstance(model, MLPModel) else 0) + (len(model.channels) + 1 if isinstance(model, CNNModel) else 0)
+    one = HLO_PER_LAYER * layers + HLO_BASE + HLO_PER_UNIT_RUN * sum(k * k for k in unit_runs(model))
+    return one * backward_copies(scenario)
+
+
+def unit_runs(model: object) -> list[int]:
+    """The lengths of the runs of consecutive hidden layers of one unit."""
+    runs, k = [], 0
+    for width in [*(model.hidden if isinstance(model, MLPModel) else []), 0]:
+        if width == 1:
+            k += 1
+        elif k:
+            runs, k = [*runs, k], 0
+    return runs
+
+
+def backward_copies(scenario: Scenario) -> int:
+    """Copies of the per-example backward pass in the largest gradient call: one per chunk of an
+    exact call (which serves up to MAX_EXACT_ROWS rows' workers at once), one for a fast call."""
+    if scenario.strategy.reduction != "exact":
+        return 1
+    batch = scenario.data.batch_size
+    rows = min(scenario.cluster.workers, max(1, MAX_EXACT_ROWS // batch)) * batch
+    return -(-rows // CHUNK_ROWS)
+
+
+def compile_bytes(instructions: int) -> float:
+    """What compiling a program of ``instructions`` holds at its peak, roughly."""
+    return COMPILE_BYTES_PER_INSTRUCTION * instructions * max(1.0, instructions / COMPILE_GROWTH_FROM) ** COMPILE_GROWTH_POWER
 
 
 def optimizer_state_copies(scenario: Scenario) -> int:
@@ -293,7 +347,14 @@ def check_fits(scenario: Scenario) -> Fit | None:
     if isinstance(model, PythonModel) and not any(what == "evaluation" for what, _ in found.parts):
         parts += "; not counting the model's activations, which fred could not trace"
     fixes = "make the data set smaller"
-    if found.parts[0][1] < 0.5 * found.total:
+    compiling = sum(b for what, b in found.parts if what.startswith("compiling"))
+    if compiling > 0.5 * found.total:
+        runs = unit_runs(model)
+        fixes = ("give hidden layers of at least 2 units, or fewer of 1 unit in a row (a run of k layers of 1 unit compiles "
+                 "to a program that grows as k squared), or fewer layers" if runs and max(runs) >= 10 else "give fewer layers")
+        if backward_copies(scenario) > 1:
+            fixes += f", or strategy.reduction: fast (one copy of the backward pass in the program, not one per {CHUNK_ROWS} rows of a call)"
+    elif found.parts[0][1] < 0.5 * found.total:
         per_example = sum(b for what, b in found.parts if what.startswith("per-example"))
         fixes = "give fewer workers or a smaller model" + (", or strategy.reduction: fast" if per_example > 0.25 * found.total else "")
     raise_limit = "raise the limit" + (" (ulimit -v or -d) or give it" if "ulimit" in source else "")
