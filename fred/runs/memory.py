@@ -169,7 +169,7 @@ def estimate(scenario: Scenario, shape: Shape) -> Estimate:
 
 
 # The largest program a run compiles is its gradient call's, and what compiling it holds grows with
-# the program XLA makes of it (measured on CPU, JAX 0.6, docs/scenarios.md#memory): about
+# the program XLA makes of it (measured on CPU with JAX 0.10, docs/scenarios.md#memory): about
 # HLO_PER_LAYER instructions a layer and HLO_BASE more, for every copy of the per-example backward
 # pass the call holds (the exact reduction unrolls one per CHUNK_ROWS-row chunk: 4 in a call of 256
 # rows), and HLO_PER_UNIT_RUN x k^2 more for each run of k consecutive hidden layers of one unit:
