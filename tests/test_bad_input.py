@@ -143,6 +143,20 @@ def test_malformed_files_are_refused_with_a_short_message(text, tmp_path, capsys
          "faults.message_loss.probability: got 0.999999999; at most 0.99"),
         ({"strategy": {"name": "grouped_hybrid", "probe_s": 1e300}}, "strategy.probe_s is 1e+300 s: the probe alone is 4e+302 steps"),
         ({"strategy": {"name": "grouped_hybrid", "probe_iterations": 10**9}}, "strategy.probe_iterations is 1000000000: up to 4e+09 steps"),
+        # A step or a message of inf s (an overflow) or longer than 1e9 s: the run stalled, waiting for it
+        ({"strategy": {"name": "pipe_sgd"}, "cluster": {"speed": {0: 5e-324}}},
+         "cluster.speed.0 is 4.94e-324: worker 0's steps would take inf s (0.01 s / 4.94e-324), more than the 1e+09 simulated "
+         "seconds (about 32 years) one step or message may take (the run would wait for it for ever): give a speed of at least 1e-11"),
+        ({"cluster": {"speed_changes": [{"worker": 1, "at_s": 1.0, "speed": 1e-12}]}},
+         "cluster.speed_changes.0.speed is 1e-12: worker 1's steps would take 1e+10 s"),
+        ({"cluster": {"stragglers": [{"worker": 1, "slow_factor": 1e300}]}},
+         "cluster.stragglers.0.slow_factor is 1e+300: worker 1's steps would take 1e+298 s (0.01 s x the slow factors)"),
+        ({"cluster": {"compute": {"step_time_s": None, "device_flops": 1e-300, "flops_per_example": 1e6}}},
+         "cluster.compute.device_flops is 1e-300: a step at speed 1 would take 8e+306 s"),
+        ({"network": {"bandwidth_bps": 5e-324}, "workload": {"param_bytes": 1000}},
+         "network.bandwidth_bps is 4.94e-324: a message of 1,000 bytes would take inf s at 4.94e-324 bytes/s"),
+        ({"network": {"efficiency": 1e-320}}, "network.efficiency is 1e-320: one byte would take inf s"),
+        ({"network": {"latency_s": 1e308}}, "network.latency_s is 1e+308: every message would wait that long"),
     ],
 )
 def test_values_that_passed_validation_and_then_hung_or_crashed_are_refused(override, needle, tmp_path, capsys):

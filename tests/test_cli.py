@@ -91,8 +91,10 @@ def test_a_failure_while_writing_leaves_no_directory_that_looks_complete(tmp_pat
 
     monkeypatch.setattr(np, "savez", broken)
     out = tmp_path / "run"
-    assert main(["run", str(write(tmp_path, tiny())), "--out", str(out), "--quiet"]) == 2
-    assert capsys.readouterr().err == "fred: No space left on device: params.npz\n"  # one line, no traceback
+    assert main(["run", str(write(tmp_path, tiny())), "--out", str(out), "--quiet"]) == 1  # the machine, not bad input
+    err = capsys.readouterr().err
+    assert err.startswith(f"fred: no space left on the device: the run directory run was not written to {tmp_path} (it needs")
+    assert len(err.splitlines()) == 1  # one line, no traceback
     assert not out.exists() and not is_complete(out)
     assert list(tmp_path.glob(".run*")) == []
 

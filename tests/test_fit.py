@@ -246,3 +246,57 @@ def test_a_scenario_includes_the_profile_and_its_own_values_win(tmp_path):
         (tmp_path / "s.yaml").write_text(yaml.safe_dump({**data, "include": include}))
         with pytest.raises(ScenarioError, match=words):
             load_scenario(tmp_path / "s.yaml")
+
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "docs" / "examples" / "fit"
+
+
+def _page_blocks() -> list[tuple[str, str]]:
+    """docs/fit.md's fenced blocks, as (language, text)."""
+    import re
+
+    return re.findall(r"```(\w+)\n(.*?)```", (ROOT / "docs" / "fit.md").read_text(), re.S)
+
+
+@pytest.fixture
+def example(tmp_path, monkeypatch) -> Path:
+    """A copy of docs/examples/fit/, the working directory."""
+    import shutil
+
+    folder = shutil.copytree(EXAMPLE, tmp_path / "fit", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.chdir(folder)
+    return folder
+
+
+def test_the_fit_pages_walkthrough_runs_as_printed_and_prints_what_the_page_shows(example, capsys):
+    # The page's measured.csv and scenarios were not shipped: its commands could not be run.
+    import shlex
+
+    blocks = _page_blocks()
+    [csv_text] = [text for lang, text in blocks if lang == "text" and text.startswith("scenario,measured_s\n")]
+    assert csv_text == (example / "measured.csv").read_text()
+    at = next(i for i, (lang, text) in enumerate(blocks) if lang == "bash" and text.startswith("fred fit measured.csv"))
+    command, (_, printed) = shlex.split(blocks[at][1]), blocks[at + 1]
+    assert main(command[1:]) == 0
+    assert capsys.readouterr().out == printed
+    [profile] = [text for lang, text in blocks if lang == "yaml" and text.startswith("# fred fit:")]
+    written = (example / "fit.yaml").read_text().splitlines()
+    shown = [line for line in profile.splitlines() if line != "#   ..."]  # the page leaves rows 2-4 out
+    assert [line for line in written if line in shown] == shown
+
+
+@pytest.mark.slow  # regenerating the measurements is a fit's worth of runs again, and so is the Python block
+def test_the_fit_examples_measurements_are_what_its_script_makes_and_the_python_block_gives_the_profile(example):
+    import runpy
+
+    shipped = (example / "measured.csv").read_text()
+    runpy.run_path(str(example / "make_measured.py"), run_name="__main__")
+    assert (example / "measured.csv").read_text() == shipped
+    [python] = [text for lang, text in _page_blocks() if lang == "python" and "from fred.tools.fit import fit" in text]
+    namespace: dict = {}
+    exec(python.split("result.values")[0], namespace)  # the lines after it are the page's answers, as comments
+    result = namespace["result"]
+    said = python.split("result.values")[1].split("# ")[1].splitlines()[0]
+    assert repr(result.values) == said
+    assert f"{result.mean_abs_error_pct(held_out=True):.2f}" == "1.42" and result.warnings == []

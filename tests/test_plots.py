@@ -143,3 +143,53 @@ def test_the_printed_table_says_never_uses_units_aligns_its_headers_and_fits_80_
         assert all(line[end - 1] != " " for line in block[2:])
     wide = readable_table(table, width=200)
     assert "" not in wide.split("\n\nsent")[0].splitlines()  # one block where it fits
+
+
+def _row_colours(png, fig, rows: int) -> list[dict[str, int]]:
+    """How many pixels of each activity's colour each row of the timeline's PNG holds, read back
+    from the file: the rows' bands found where ``bbox_inches="tight"`` put them."""
+    import matplotlib.colors
+    import matplotlib.image
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    ax = fig.axes[0]
+    top_px = fig.get_tightbbox(FigureCanvasAgg(fig).get_renderer()).padded(0.1).y1 * fig.dpi
+    pixels = matplotlib.image.imread(png)[..., :3]
+    counts = []
+    for row in range(rows):
+        (_, low), (_, high) = ax.transData.transform([(0, row - 0.45), (0, row + 0.45)])
+        band = pixels[round(top_px - high):round(top_px - low)].reshape(-1, 3)
+        counts.append({group: int(np.all(np.abs(band - matplotlib.colors.to_rgb(colour)) < 1.5 / 255, axis=1).sum())
+                       for group, colour in plots.COLOURS.items()})
+    return counts
+
+
+@pytest.mark.parametrize("scenario, window, workers", [
+    ("pipe_sgd/pipe_k1.yaml", (1.0, 2.0), 4),  # computes while its all-reduce runs, and waits for it
+    ("sgp/sgp_16.yaml", (1.0, 1.6), 16),       # waits while it sends
+])
+def test_every_activity_of_a_row_shows_in_the_png_where_activities_overlap(monkeypatch, tmp_path, scenario, window, workers):
+    # One bar per row showed only the kind drawn last: Pipe-SGD's compute lay under its
+    # all-reduce, under its wait, and its rows said "36% compute" with no compute drawn.
+    from pathlib import Path
+
+    made, save = [], plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: made.append(fig) or save(fig, out, stem))
+    path = Path(__file__).resolve().parents[1] / "scenarios" / scenario
+    result = fred.run(path, workload={"timing_only": True}, stop={"max_sim_time_s": window[1] + 0.5})
+    png, _ = plots.timeline(result, tmp_path, *window)
+    for counts in _row_colours(png, made[0], workers):
+        assert all(counts[group] > 100 for group in ("compute", "communicate", "wait")), counts
+    ax = made[0].axes[0]
+    assert f"{workers} rows whose activities overlap in time: a thin bar per activity" in ax.get_title()
+    assert any("each counted where they overlap (sums may pass 100%)" in text.get_text() for text in ax.texts)
+    shares = [text.get_text() for text in ax.texts][0]
+    assert sum(int(part.split("%")[0]) for part in shares.split(" | ")[0].split(" · ")) > 100
+
+
+def test_a_share_counts_the_time_in_which_a_row_does_that_at_all():
+    shown = pd.DataFrame({"row": [0, 0, 0], "group": ["communicate", "communicate", "compute"],
+                          "start": [0.0, 0.5, 1.0], "end": [1.0, 1.5, 2.0]})
+    assert plots._busy_s(shown[shown["group"] == "communicate"]) == 1.5  # two concurrent pushes count once
+    assert plots.split_rows(shown, 2.0) == {0: ["compute", "communicate"]}
+    assert plots.split_rows(shown.iloc[[0, 2]], 2.0) == {}  # end to end is no overlap

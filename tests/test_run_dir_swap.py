@@ -189,3 +189,46 @@ def test_the_system_call_swaps_where_libc_has_no_wrapper(tmp_path):
     call = _syscall(ctypes.CDLL(None, use_errno=True))
     assert call(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0
     assert (b / "summary.json").read_text() == "a" and not any(a.iterdir())
+
+
+def test_a_full_disk_names_the_folder_and_what_the_run_needs_exits_1_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    # It was exit 2 (bad input) and pyarrow's words alone: "fred: Error writing bytes to file.
+    # Detail: [errno 28] No space left on device". pyarrow's error carries the errno only in its text.
+    import pandas as pd
+    import yaml
+
+    from fred.tools.cli import main
+
+    def full(self, path, **kwargs):
+        raise OSError("Error writing bytes to file. Detail: [errno 28] No space left on device")
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(tiny()))
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", full)
+    assert main(["run", str(scenario), "--out", str(tmp_path / "runs" / "r"), "--quiet"]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"fred: no space left on the device: the run directory r was not written to {tmp_path / 'runs'} "
+                           "(it needs up to about ") and " free there now); free some space there or give another --out" in line
+    needs_kb = float(line.split("up to about ")[1].split(" kB")[0])
+    assert 20 < needs_kb < 1000  # a tiny run's records: tens of kB
+    assert list((tmp_path / "runs").iterdir()) == []  # no run directory, no hidden partial copy
+
+
+def test_a_file_size_limit_reached_while_writing_the_run_is_said_and_exits_1(tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(tiny()))
+    # The limit is set in the child, not by a preexec_fn: forking this process (JAX's threads) can deadlock.
+    limited = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (3000, resource.RLIM_INFINITY)); "
+               "sys.argv[0] = 'fred'; runpy.run_module('fred', run_name='__main__')")  # 3 kB: a table is larger
+    env = {**os.environ, "FRED_JAX_CACHE": "off", "PYTHONDONTWRITEBYTECODE": "1"}  # no other file written under the limit
+    done = subprocess.run([sys.executable, "-c", limited, "run", str(scenario), "--out", str(tmp_path / "r"), "--quiet"],
+                          env=env, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"fred: a file would exceed this process's file-size limit (ulimit -f): the run directory r "
+                                  f"was not written to {tmp_path}") and "raise the limit (ulimit -f) or give another --out" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fred.numerics.gradients import CALL_LEAF_BYTES, CHUNK_ROWS, eval_chunk_rows
+from fred.numerics.gradients import CALL_LEAF_BYTES, CALL_ROWS, CHUNK_ROWS, PROGRAM_EQUATIONS, eval_chunk_rows
 from fred.numerics.models import activation_width, layer_sizes, python_sizes
-from fred.scenario.schema import ArraysData, DigitsData, MNISTData, PythonModel, Scenario, SyntheticData
+from fred.scenario.schema import ArraysData, CNNModel, DigitsData, MLPModel, MNISTData, PythonModel, Scenario, SyntheticData
 
 ENV = "FRED_MEMORY_LIMIT_GB"
 GB = 1e9
@@ -35,6 +35,20 @@ PER_EXAMPLE_ROWS = 4 * CHUNK_ROWS  # per-example gradients of one call held at o
 
 class TooLarge(ValueError):
     """A run whose memory estimate exceeds the limit: refused before anything is built."""
+
+
+class OutOfMemory(MemoryError):
+    """An allocation failed before a run had begun (loading its data, building its model): the
+    message says where, what fred had estimated, the limit and the fixes."""
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What :func:`check_fits` found: the estimate, in bytes, and the limit it was held to."""
+
+    estimate: float
+    limit: float
+    source: str
 
 
 @dataclass(frozen=True)
@@ -145,6 +159,9 @@ def estimate(scenario: Scenario, shape: Shape) -> Estimate:
         width = _width(scenario, shape)
         if width:
             parts.append(("evaluation", eval_chunk_rows(width) * width * FLOAT * 4))
+        instructions = gradient_program_size(scenario)
+        if instructions:
+            parts.append((f"compiling the gradient program (about {instructions:,} XLA instructions)", compile_bytes(instructions)))
     return Estimate(sum(b for _, b in parts), parts, p)
 
 
@@ -160,6 +177,75 @@ def _exact_leaves(scenario: Scenario, params: int) -> tuple[str, float]:
     tiles = rows // tile
     held = min(tiles * params, max(CALL_LEAF_BYTES, batch // tile * params))
     return f"tile gradients of {held // params:,.0f} tiles of {tile} rows", held
+
+
+# The largest program a run compiles is its gradient call's, and what compiling it holds grows with
+# the program XLA makes of it (measured on CPU with JAX 0.10, docs/scenarios.md#memory): about
+# HLO_PER_LAYER instructions a layer and HLO_BASE more, for every copy of the per-example backward
+# pass the call holds (the exact reduction unrolls one per CHUNK_ROWS-row chunk: 4 in a call of 256
+# rows), and HLO_PER_UNIT_RUN x k^2 more for each run of k consecutive hidden layers of one unit:
+# XLA turns their products into elementwise chains and copies each chain into every fusion of
+# the backward pass that reads it. 50 such layers in 4 copies made 232,081 instructions and held
+# 3.4 GB for 45 s of compiling; 30 layers of 64 units in 4 copies, 16,365 and 0.11 GB.
+HLO_PER_LAYER, HLO_BASE, HLO_PER_UNIT_RUN = 130, 220, 21
+COMPILE_BYTES_PER_INSTRUCTION = 8500  # measured 7-9 kB up to 58,000 instructions, then more a larger program's:
+COMPILE_GROWTH_FROM, COMPILE_GROWTH_POWER = 58_000, 0.4  # 15 kB each at 232,000
+
+
+def gradient_program_size(scenario: Scenario) -> int:
+    """About how many instructions XLA's optimised gradient program of the run has (0 for a
+    python model, whose layers fred cannot see)."""
+    model = scenario.model
+    if isinstance(model, PythonModel):
+        return 0
+    layers = 1 + (len(model.hidden) if isinstance(model, MLPModel) else 0) + (len(model.channels) + 1 if isinstance(model, CNNModel) else 0)
+    one = HLO_PER_LAYER * layers + HLO_BASE + HLO_PER_UNIT_RUN * sum(k * k for k in unit_runs(model))
+    return one * backward_copies(scenario)
+
+
+def unit_runs(model: object) -> list[int]:
+    """The lengths of the runs of consecutive hidden layers of one unit."""
+    runs, k = [], 0
+    for width in [*(model.hidden if isinstance(model, MLPModel) else []), 0]:
+        if width == 1:
+            k += 1
+        elif k:
+            runs, k = [*runs, k], 0
+    return runs
+
+
+def backward_copies(scenario: Scenario) -> int:
+    """Copies of the backward pass in the largest gradient program: with per-example leaves one
+    per CHUNK_ROWS-row chunk of a call (which serves up to CALL_ROWS rows' workers at once); with
+    tiles one per tile in a program (Numerics.tiles_per_program: a power of two whose tiles' jaxpr
+    equations stay under PROGRAM_EQUATIONS); one for a fast call."""
+    if scenario.strategy.reduction != "exact":
+        return 1
+    batch, tile = scenario.data.batch_size, scenario.strategy.exact_tile
+    rows = min(scenario.cluster.workers, max(1, CALL_ROWS // batch)) * batch
+    if tile == 1:
+        return -(-rows // CHUNK_ROWS)
+    most = CALL_ROWS // tile
+    equations = tile_equations(scenario.model)
+    if equations:
+        most = min(most, max(1, PROGRAM_EQUATIONS // equations))
+    return min(rows // tile, 1 << (most.bit_length() - 1))
+
+
+def tile_equations(model: object) -> int:
+    """Jaxpr equations of one tile's gradient (what Numerics.tiles_per_program counts), for the
+    dense and convolutional models: counted for JAX 0.10, 49 + 21 a hidden layer and 68 + 25 a
+    convolution; 0 for the others (not known here)."""
+    if isinstance(model, MLPModel):
+        return 49 + 21 * len(model.hidden)
+    if isinstance(model, CNNModel):
+        return 68 + 25 * len(model.channels)
+    return 0
+
+
+def compile_bytes(instructions: int) -> float:
+    """What compiling a program of ``instructions`` holds at its peak, roughly."""
+    return COMPILE_BYTES_PER_INSTRUCTION * instructions * max(1.0, instructions / COMPILE_GROWTH_FROM) ** COMPILE_GROWTH_POWER
 
 
 def optimizer_state_copies(scenario: Scenario) -> int:
@@ -200,7 +286,61 @@ def memory_limit() -> tuple[float, str]:
     cgroup = _cgroup_room()
     if cgroup is not None and cgroup < available:
         available, source = cgroup, "left under this container's memory limit (cgroup memory.max)"
-    return available, source
+    for room, said in _rlimit_rooms():
+        if room < available:
+            available, source = room, said
+    return max(available, 0.0), source
+
+
+RUNNING_RESERVE = 0.5 * GB  # address space a run maps beyond its libraries' (threads' stacks and malloc arenas; measured ~0.25 GB)
+RLIMITS = (  # (resource name, /proc/self/status field it is held to, how people set it)
+    ("RLIMIT_AS", "VmSize", "address-space limit (ulimit -v, RLIMIT_AS)"),
+    ("RLIMIT_DATA", "VmData", "data-size limit (ulimit -d, RLIMIT_DATA)"),
+)
+
+
+def _rlimit_rooms() -> list[tuple[float, str]]:
+    """What is left under this process's address-space and data-size limits, if any is set.
+
+    These count address space mapped, not memory used: JAX's CPU backend and pyarrow's allocator
+    map about 1 GB each that they may never fill (with JAX 0.4-0.6 and pyarrow's mimalloc), so
+    both are brought up first, as the run would, and what the process then holds is left out."""
+    import resource
+
+    limited = [(resource.getrlimit(getattr(resource, name))[0], field, said) for name, field, said in RLIMITS]
+    limited = [(soft, field, said) for soft, field, said in limited if soft != resource.RLIM_INFINITY]
+    if not limited:
+        return []
+    _map_libraries()
+    rooms = []
+    for soft, field, said in limited:
+        held = _status_bytes(field)
+        if held is None:
+            continue
+        rooms.append((soft - held - RUNNING_RESERVE,
+                      f"left under this process's {said} of {_gb(soft)}, after the {_gb(held)} it holds (JAX, "
+                      f"pyarrow and Python mapped) and {_gb(RUNNING_RESERVE)} for a run's threads"))
+    return rooms
+
+
+def _map_libraries() -> None:
+    """Map what every run maps anyway (JAX's CPU backend, pyarrow's memory pool), so that the
+    room measured under an address-space limit is the room the run will have."""
+    import jax
+    import pyarrow
+
+    jax.devices("cpu")
+    pyarrow.allocate_buffer(1)
+
+
+def _status_bytes(field: str) -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _meminfo_available() -> float | None:
@@ -222,29 +362,76 @@ def _cgroup_room() -> float | None:
         return None
 
 
-def check_fits(scenario: Scenario) -> None:
-    """Refuse a run whose memory estimate exceeds the limit, before it loads or compiles anything."""
+def check_fits(scenario: Scenario) -> Fit | None:
+    """Refuse a run whose memory estimate exceeds the limit, before it loads or compiles anything;
+    what was found, for the message of an allocation that fails anyway (None: nothing estimated)."""
     shape = data_shape(scenario)
     model = scenario.model
     if shape is None or (model.kind == "cnn" and (len(shape.feature_shape) != 3 or model.kernel_size > max(shape.feature_shape[:2]))):
-        return  # building it says what is wrong
+        return None  # building it says what is wrong
     found = estimate(scenario, shape)
     limit, source = memory_limit()
     if found.total <= limit:
-        return
+        return Fit(found.total, limit, source)
     parts = ", ".join(f"{what} {_gb(b)}" for what, b in found.parts if b >= 0.01 * found.total)
     if isinstance(model, PythonModel) and not any(what == "evaluation" for what, _ in found.parts):
         parts += "; not counting the model's activations, which fred could not trace"
     fixes = "make the data set smaller"
-    if found.parts[0][1] < 0.5 * found.total:
+    compiling = sum(b for what, b in found.parts if what.startswith("compiling"))
+    if compiling > 0.5 * found.total:
+        runs = unit_runs(model)
+        fixes = ("give hidden layers of at least 2 units, or fewer of 1 unit in a row (a run of k layers of 1 unit compiles "
+                 "to a program that grows as k squared), or fewer layers" if runs and max(runs) >= 10 else "give fewer layers")
+        if backward_copies(scenario) > 1:
+            fixes += ", or strategy.reduction: fast (one copy of the backward pass in the program, not one per leaf chunk or tile)"
+    elif found.parts[0][1] < 0.5 * found.total:
         leaves = sum(b for what, b in found.parts if what.startswith(("per-example", "tile gradients")))
         fixes = "give fewer workers or a smaller model" + (", or strategy.reduction: fast" if leaves > 0.25 * found.total else "")
+    raise_limit = "raise the limit" + (" (ulimit -v or -d) or give it" if "ulimit" in source else "")
     raise TooLarge(
         f"out of memory: this run would hold about {_gb(found.total)} (a model of {found.params:,} parameters, "
         f"{_gb(found.params * FLOAT)} a copy; {parts}), and {_gb(limit)} is {source}; {fixes}. On a machine "
-        f"that has more, raise the limit: fred run --memory-limit-gb N, or {ENV}=N"
+        f"that has more, {raise_limit}: fred run --memory-limit-gb N, or {ENV}=N"
     )
 
 
 def _gb(count: float) -> str:
     return f"{count / GB:.3g} GB"
+
+
+def allocation_failed(err: BaseException) -> bool:
+    """Whether ``err`` is an allocation that failed: numpy's MemoryError, or XLA's ``Out of memory
+    allocating N bytes`` (an INTERNAL error) or RESOURCE_EXHAUSTED, raised wherever JAX computes."""
+    if isinstance(err, MemoryError):
+        return True
+    text = str(err)
+    return type(err).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and (
+        "out of memory" in text.lower() or "RESOURCE_EXHAUSTED" in text or "bad_alloc" in text)
+
+
+def out_of_memory(err: BaseException, fit: Fit | None, where: str) -> str:
+    """One line for an allocation that failed ``where``: what failed, the estimate and the limit
+    it was held to, and what to do."""
+    said = f"out of memory {where} ({_allocation(err)})"
+    if fit is None:
+        return (f"{said}; fred could not estimate this run's memory beforehand: give fewer workers, a smaller model "
+                f"or a smaller data set")
+    said += f": fred estimated the run at about {_gb(fit.estimate)}, and {_gb(fit.limit)} is {fit.source}"
+    if fit.source.startswith("the limit set"):
+        return (f"{said}, perhaps more than this process can have: give the memory it really has, fred run "
+                f"--memory-limit-gb N (or {ENV}=N), so that a run estimated not to fit is refused before it starts; "
+                f"or give fewer workers or a smaller model")
+    return (f"{said}; the run needed more than the estimate: give fewer workers or a smaller model, or run it "
+            f"where more memory is free (fred run --memory-limit-gb N sets the limit estimates are held to)")
+
+
+def _allocation(err: BaseException) -> str:
+    """What failed, in a few words: XLA's line naming the bytes, without its "Error dispatching
+    computation:" prefixes, or numpy's message."""
+    text = str(err).strip() or type(err).__name__
+    for line in text.splitlines():
+        if "out of memory" in line.lower() or "RESOURCE_EXHAUSTED" in line or "bad_alloc" in line:
+            text = line
+            break
+    start = text.lower().find("out of memory")
+    return (text[start:] if start > 0 else text.splitlines()[0]).strip().rstrip(".")[:200]

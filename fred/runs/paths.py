@@ -6,7 +6,9 @@ has run (its work would otherwise be lost at the end), and never by a traceback.
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -136,3 +138,45 @@ def _check_writable(directory: Path, option: str) -> None:
         tempfile.TemporaryDirectory(prefix=".fred-check-", dir=directory).cleanup()
     except OSError as err:
         raise ValueError(f"cannot write in {directory} ({err.strerror or err}): give another {option}") from None
+
+
+FULL = {  # what fills up, by errno: the disk, the user's quota, the process's file-size limit
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EFBIG: "a file would exceed this process's file-size limit (ulimit -f)",
+}
+
+
+class NoSpace(OSError):
+    """An output could not be written because its disk, quota or file-size limit is full; the
+    message says which folder, about how much the output needs, and what to do."""
+
+
+def full_disk(err: OSError) -> str | None:
+    """What filled up, when ``err`` says a write found the disk, the quota or the file-size limit
+    full; None for any other error. pyarrow's errors carry the errno only in their text
+    (``Error writing bytes to file. Detail: [errno 28] No space left on device``)."""
+    if err.errno in FULL:
+        return FULL[err.errno]
+    text = str(err).lower()
+    return next((said for code, said in FULL.items() if f"[errno {code}]" in text or os.strerror(code).lower() in text), None)
+
+
+def no_space(err: OSError, folder: Path, what: str, needs_bytes: float) -> NoSpace:
+    """The error for ``what`` (an output to go in ``folder``) not written for ``err``'s full disk."""
+    said = full_disk(err) or "the disk is full"
+    try:
+        free = f", {_size(shutil.disk_usage(folder).free)} free there now"
+    except OSError:
+        free = ""
+    fix = ("raise the limit (ulimit -f) or give" if err.errno == errno.EFBIG or "ulimit -f" in said
+           else "free some space there or give")
+    return NoSpace(err.errno or errno.ENOSPC,
+                   f"{said}: {what} was not written to {folder} (it needs up to about {_size(needs_bytes)}{free}); {fix} another --out")
+
+
+def _size(count: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g} {unit}"
+    return f"{count:.0f} bytes"

@@ -28,7 +28,7 @@ import yaml
 from fred.numerics.models import Params
 from fred.numerics.tape import write as write_tape
 from fred.runs.exchange import UNSUPPORTED, exchange
-from fred.runs.paths import RUN_FILES, check_out
+from fred.runs.paths import RUN_FILES, check_out, full_disk, no_space
 from fred.simulation.engine import Contribution
 
 EVENT_DTYPES = {"start_s": "float64", "end_s": "float64", "entity": "string", "kind": "string", "bytes": "float64", "peer": "string"}
@@ -143,9 +143,23 @@ def write_run_dir(
     try:
         _write_files(tmp, scenario, summary, tables, params, tape)
         _replace_dir(tmp, out)
+    except OSError as err:
+        if full_disk(err) is None:
+            raise
+        raise no_space(err, out.parent, f"the run directory {out.name}", _needs_bytes(tables, params, tape)) from None
     finally:  # Ctrl-C or a failed rename included: leave nothing behind (once swapped, tmp holds the run replaced)
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _needs_bytes(tables: dict[str, pd.DataFrame], params: Params, tape: tuple[dict[str, Any], dict[str, np.ndarray]] | None) -> float:
+    """About what a run directory takes on disk: its tables as held in memory (Parquet's
+    compression makes them smaller), its parameters and its tape's arrays as stored."""
+    held = sum(float(table.memory_usage(index=False, deep=True).sum()) for table in tables.values())
+    held += sum(np.asarray(leaf).nbytes for leaf in params.values())
+    if tape is not None:
+        held += sum(np.asarray(array).nbytes for array in tape[1].values())
+    return held + 64 * 1024  # scenario.yaml, summary.json and the files' headers
 
 
 def _write_files(

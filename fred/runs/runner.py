@@ -27,7 +27,7 @@ from fred.numerics.models import Model, Params, build_model, param_count
 from fred.numerics.tape import ResumeMismatch, Tape, digest, document, resolved
 from fred.runs.host import cpu_isa
 from fred.runs.interrupt import StopRequest, between_steps
-from fred.runs.memory import check_fits
+from fred.runs.memory import Fit, OutOfMemory, allocation_failed, check_fits, out_of_memory
 from fred.runs.records import METRIC_COLUMNS, Recorder, params_sha256
 from fred.runs.staleness import staleness
 from fred.scenario import registry, workloads
@@ -444,8 +444,13 @@ def _execute(
     scenario: Scenario, progress: Progress | None, checkpointer: Checkpointer | None, resume: Saved | None, wall_start: float,
     interrupt: StopRequest,
 ) -> RunResult:
-    check_fits(scenario)  # before loading data or compiling: what does not fit is refused at no cost
-    built = build(scenario)
+    fit = check_fits(scenario)  # before loading data or compiling: what does not fit is refused at no cost
+    try:
+        built = build(scenario)
+    except Exception as err:  # noqa: BLE001 - numpy's MemoryError, XLA's runtime error: an allocation failed
+        if not allocation_failed(err):
+            raise
+        raise OutOfMemory(out_of_memory(err, fit, "while loading the data and building the model")) from None
     interrupt.check()
     recorder = Recorder()
     built.sim.tracers.append(recorder.on_event)
@@ -455,16 +460,38 @@ def _execute(
         controller = _Controller(built, params_fn, recorder, progress, tape, checkpointer, resume)
         built.sim.update_hooks.append(controller.on_update)
         built.sim.compute_hooks.append(controller.on_compute)
-        end_s = controller.drive(interrupt)
-        controller.evaluate(end_s)
-        final = {} if scenario.workload.timing_only else params_fn()
-        recorded = document(tape, tape.codes(final))
-    params = jax.tree.map(np.asarray, resolved(final))
+        try:
+            end_s = controller.drive(interrupt)
+            controller.evaluate(end_s)
+            final = {} if scenario.workload.timing_only else params_fn()
+            recorded = document(tape, tape.codes(final))
+            params = jax.tree.map(np.asarray, resolved(final))
+        except Exception as err:  # noqa: BLE001 - as above
+            if not allocation_failed(err):
+                raise
+            return _ran_out_of_memory(scenario, built, controller, err, fit, time.perf_counter() - wall_start)
     tables = recorder.tables(end_s)
     wall_s = time.perf_counter() - wall_start + (resume.wall_s if resume is not None else 0.0)  # a resumed run: all of it
     summary = _summary(scenario, built, controller, tables, params, end_s, wall_s)
     summary["tape_sha256"] = digest(*recorded)
     return RunResult(scenario, summary, tables["metrics"], tables["updates"], tables["events"], params, tape=recorded)
+
+
+def _ran_out_of_memory(
+    scenario: Scenario, built: Built, controller: _Controller, err: BaseException, fit: Fit | None, wall_s: float,
+) -> RunResult:
+    """The run as far as it went when an allocation failed, recorded as failed (``stop_reason:
+    out_of_memory``, the ``failure`` saying what failed, the estimate and the limit), without
+    final parameters or tape: making them would allocate again."""
+    end_s = built.sim.now
+    updates = controller.recorder.update_count
+    built.sim.failure = None  # this is what ended the run, whatever failed before in the same step
+    built.sim.fail(out_of_memory(err, fit, f"at {end_s:.6g} s of simulated time, after {updates:,} updates"))
+    controller.status, controller.stop_reason = "failed", "out_of_memory"
+    tables = controller.recorder.tables(end_s)
+    summary = _summary(scenario, built, controller, tables, {}, end_s, wall_s)
+    summary["tape_sha256"] = None
+    return RunResult(scenario, summary, tables["metrics"], tables["updates"], tables["events"], {})
 
 
 def _summary(
@@ -478,7 +505,7 @@ def _summary(
 ) -> dict[str, Any]:
     metrics, events, updates = tables["metrics"], tables["events"], tables["updates"]
     kinds = _EventKinds(events)
-    last = metrics.iloc[-1]
+    last = metrics.iloc[-1] if len(metrics) else {"eval_loss": math.nan, "eval_accuracy": math.nan}  # none: out of memory at the first
     return {
         "name": scenario.name,
         "status": controller.status,
@@ -499,7 +526,7 @@ def _summary(
         "mean_staleness": _num(updates["staleness"].mean()) if len(updates) else None,
         "max_staleness": int(updates["staleness"].max()) if len(updates) else None,
         **built.sim.report,
-        "params_sha256": None if scenario.workload.timing_only else params_sha256(params),
+        "params_sha256": None if scenario.workload.timing_only or not params else params_sha256(params),
         "scenario_sha256": scenario.digest(),
         "wall_time_s": round(wall_s, 3),
         "eval_wall_s": round(controller.eval_wall_s, 3),

@@ -818,6 +818,7 @@ class Scenario(Section):
             raise ValueError(f"workload.bucket_bytes: strategy {self.strategy.name!r} does not all-reduce gradients as "
                              f"the backward pass makes them; drop bucket_bytes or use {buckets}")
         _check_faults(self)
+        _check_durations(self)
         _check_cadences(self)
         if self.workload.timing_only:
             _check_timing_only(self)
@@ -896,6 +897,90 @@ def _fastest_step(scenario: Scenario) -> tuple[float, str]:
     shrink = math.exp(-4 * jitter.sigma) if jitter.kind == "lognormal" else 1.0  # 1 draw in 30,000 is shorter
     step_s, field = min((step_s, field) for w in range(scenario.cluster.workers) for _, step_s, field in speed_spans(scenario, w))
     return step_s * shrink, field
+
+
+MAX_ACTIVITY_S = 1e9  # one step or one message, in simulated seconds (about 32 years): longer is a typo in a speed or a rate
+
+
+def _check_durations(scenario: Scenario) -> None:
+    """Refuse a speed, a rate or a time that makes one step or one message last more than
+    MAX_ACTIVITY_S: ``speed: {0: 5e-324}`` made a step of inf s, and the run stalled waiting for it."""
+    cluster, network = scenario.cluster, scenario.network
+    compute = cluster.compute
+    flops = scenario.workload.resolved_flops_per_example() or compute.flops_per_example
+    timed_by_flops = flops is not None and compute.device_flops is not None
+    base_s = base_step_time_s(scenario)
+    if not base_s <= MAX_ACTIVITY_S:
+        if timed_by_flops:
+            least = flops * scenario.data.batch_size / MAX_ACTIVITY_S
+            _too_long("cluster.compute.device_flops", compute.device_flops, f"a step at speed 1 would take {base_s:.3g} s "
+                      f"({flops:.3g} FLOPs x {scenario.data.batch_size} examples / device_flops)", f"give at least {least:.3g}")
+        _too_long("cluster.compute.step_time_s", base_s, "a step at speed 1 would take that long", f"give at most {MAX_ACTIVITY_S:g}")
+    times = [("cluster.compute.host_overhead_s", compute.host_overhead_s), ("cluster.random_straggle.delay_s", cluster.random_straggle.delay_s),
+             *((f"cluster.stragglers.{i}.delay_s", s.delay_s) for i, s in enumerate(cluster.stragglers))]
+    for field, seconds in times:
+        if not seconds <= MAX_ACTIVITY_S:
+            _too_long(field, seconds, "every step it delays would take that long", f"give at most {MAX_ACTIVITY_S:g}")
+    _check_steps(scenario, base_s)
+    _check_messages(scenario)
+
+
+def _check_steps(scenario: Scenario, base_s: float) -> None:
+    """Each worker's steps at each of its speeds (stragglers' slow factors included) last at most MAX_ACTIVITY_S."""
+    cluster = scenario.cluster
+    named = sorted(set(cluster.speed) | {s.worker for s in cluster.stragglers} | {c.worker for c in cluster.speed_changes})
+    for worker in named:
+        slow_s, slowed_by = base_s, None
+        for i, straggler in enumerate(cluster.stragglers):
+            if straggler.worker == worker:
+                slow_s, slowed_by = slow_s * straggler.slow_factor, i
+        if not slow_s <= MAX_ACTIVITY_S:
+            factor = cluster.stragglers[slowed_by].slow_factor  # type: ignore[index]
+            _too_long(f"cluster.stragglers.{slowed_by}.slow_factor", factor, f"worker {worker}'s steps would take {slow_s:.3g} s "
+                      f"({base_s:.3g} s x the slow factors)", f"give at most {MAX_ACTIVITY_S / (slow_s / factor):.3g}")
+        speeds = [(f"cluster.speed.{worker}", cluster.speed[worker])] if worker in cluster.speed else []
+        speeds += [(f"cluster.speed_changes.{i}.speed", c.speed) for i, c in enumerate(cluster.speed_changes) if c.worker == worker]
+        for field, speed in speeds:
+            step_s = slow_s / speed
+            if not step_s <= MAX_ACTIVITY_S:
+                _too_long(field, speed, f"worker {worker}'s steps would take {step_s:.3g} s ({slow_s:.3g} s / {speed:.3g})",
+                          f"give a speed of at least {slow_s / MAX_ACTIVITY_S:.3g}")
+
+
+def _check_messages(scenario: Scenario) -> None:
+    """A message over each link (the model's bytes, or one byte where the model's size is not known
+    before it is built) lasts at most MAX_ACTIVITY_S: latency, transfer and reduction each."""
+    network = scenario.network
+    known = scenario.workload.resolved_param_bytes()
+    nbytes = known or 1
+    message = f"a message of {nbytes:,} bytes" if known else "one byte"
+    links = [("network", network, network.efficiency / network.oversubscription), ("network.intra_node", network.intra_node, 1.0)]
+    if network.server is not None:
+        links.append(("network.server", network.server, network.efficiency))
+    for where, link, share in links:
+        if not link.latency_s <= MAX_ACTIVITY_S:
+            _too_long(f"{where}.latency_s", link.latency_s, "every message would wait that long", f"give at most {MAX_ACTIVITY_S:g}")
+        transfer_s = nbytes / link.bandwidth_bps / share
+        if not transfer_s <= MAX_ACTIVITY_S:
+            rate = f"{link.bandwidth_bps:.3g} bytes/s" + (f" x {share:.3g} (efficiency / oversubscription)" if share != 1 else "")
+            if nbytes / link.bandwidth_bps <= MAX_ACTIVITY_S:  # the line rate would do: the transport's share is what is off
+                field, value = ("network.efficiency", network.efficiency) if nbytes / link.bandwidth_bps / network.efficiency \
+                    > MAX_ACTIVITY_S else ("network.oversubscription", network.oversubscription)
+                fix = (f"give at least {nbytes / link.bandwidth_bps * network.oversubscription / MAX_ACTIVITY_S:.3g}"
+                       if field.endswith("efficiency") else f"give at most {MAX_ACTIVITY_S / (nbytes / link.bandwidth_bps / network.efficiency):.3g}")
+            else:
+                field, value, fix = f"{where}.bandwidth_bps", link.bandwidth_bps, f"give at least {nbytes / share / MAX_ACTIVITY_S:.3g}"
+            _too_long(field, value, f"{message} would take {transfer_s:.3g} s at {rate}", fix)
+    if not network.sync_s <= MAX_ACTIVITY_S:
+        _too_long("network.sync_s", network.sync_s, "every all-reduce would wait that long", f"give at most {MAX_ACTIVITY_S:g}")
+    if not nbytes * network.reduce_s_per_byte <= MAX_ACTIVITY_S:
+        _too_long("network.reduce_s_per_byte", network.reduce_s_per_byte,
+                  f"reducing {message} would take {nbytes * network.reduce_s_per_byte:.3g} s", f"give at most {MAX_ACTIVITY_S / nbytes:.3g}")
+
+
+def _too_long(field: str, value: float, what: str, fix: str) -> None:
+    raise ValueError(f"{field} is {value:.3g}: {what}, more than the {MAX_ACTIVITY_S:g} simulated seconds (about 32 "
+                     f"years) one step or message may take (the run would wait for it for ever): {fix}")
 
 
 def _check_cadences(scenario: Scenario) -> None:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from fred.runs import interrupt  # os, signal and threading only, like paths
 from fred.runs.paths import (  # os and pathlib only: the heavy libraries load in main, where Ctrl-C is taken
+    NoSpace,
+    full_disk,
     output_file,
     write_whole,
 )
@@ -83,12 +85,22 @@ def _ended(err: BaseException, args: argparse.Namespace | None) -> int | None:
     if isinstance(err, BrokenPipeError):  # `fred compare ... | head` closed the pipe: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python flushes at exit
         return 141  # what a shell reports for a command ended by SIGPIPE
-    if isinstance(err, OSError):  # a read-only folder, a full disk: the machine's answer, not a bug
+    if isinstance(err, OSError) and full_disk(err) is not None:  # the machine's state, not bad input: 1, not 2
+        said = err.strerror if isinstance(err, NoSpace) else f"{full_disk(err)}{f' writing {err.filename}' if err.filename else ''}"
+        print(f"fred: {said}" + ("" if isinstance(err, NoSpace) else "; free some space there or write elsewhere"), file=sys.stderr)
+        return 1
+    if isinstance(err, OSError):  # a read-only folder: the machine's answer, not a bug
         print(f"fred: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
-    if isinstance(err, MemoryError):  # numpy's "Unable to allocate 745. GiB": the scenario, not a bug
-        print(f"fred: out of memory ({err}); make the data set or the model smaller", file=sys.stderr)
-        return 2
+    from fred.runs.memory import OutOfMemory, allocation_failed
+
+    if isinstance(err, OutOfMemory):  # it says the estimate, the limit and the fixes
+        print(f"fred: {err}", file=sys.stderr)
+        return 1
+    if allocation_failed(err):  # numpy's "Unable to allocate 745. GiB", XLA's "Out of memory allocating": not a bug, nor bad input
+        print(f"fred: out of memory ({_readable(str(err), lines=1)}); make the data set or the model smaller, "
+              "or give the memory this machine has with --memory-limit-gb N", file=sys.stderr)
+        return 1
     return None
 
 
@@ -403,7 +415,14 @@ def _run(args: argparse.Namespace) -> int:
         result = run(scenario, out=out, progress=progress, checkpoint_every_s=args.checkpoint_every_s)
     if not args.quiet:
         _print_summary(result.summary, out)
-    return 0 if result.summary["status"] in ("completed", "diverged") else 1
+    return _status(result.summary, out)
+
+
+def _status(summary: dict, out: Path) -> int:
+    """A finished run's exit status; a run that ran out of memory says so, on stderr, in one line."""
+    if summary.get("stop_reason") == "out_of_memory":
+        print(f"fred: {summary['failure']}; the run so far is recorded as failed in {out}", file=sys.stderr)
+    return 0 if summary["status"] in ("completed", "diverged") else 1
 
 
 def _stop_says(args: argparse.Namespace, out: Path) -> None:
@@ -431,7 +450,7 @@ def _resume(args: argparse.Namespace) -> int:
         how = "fast-forwarded to its checkpoint" if slow is None else f"ran from the start ({slow})"
         print(f"resumed: {how}", file=sys.stderr)
         _print_summary(result.summary, Path(args.resume))
-    return 0 if result.summary["status"] in ("completed", "diverged") else 1
+    return _status(result.summary, Path(args.resume))
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -186,24 +186,28 @@ def timeline(
     between ``start_s`` and ``end_s`` (default: the whole run).
 
     Up to ``max_events`` events in the window are drawn one by one, each at least a pixel wide;
-    beyond that each row shows, per pixel column, the share of time in each activity. Each row
-    says its shares and its mean compute step; a worker whose steps are much longer is marked.
+    beyond that each row shows, per pixel column, the share of time in each activity. A row whose
+    activities overlap in time is split into a thin bar per activity, so that every one shows.
+    Each row says its shares of the window and its mean compute step; a worker whose steps are
+    much longer is marked.
     """
     start_s, end_s = timeline_window(result.events, start_s, end_s)
     entities = _entities(result.events)
     shown = _in_window(result.events, entities, start_s, end_s)
+    split = split_rows(shown, end_s - start_s)
     fig = Figure(figsize=(10, 0.35 * len(entities) + 2.0))
     ax = fig.subplots()
     ax.set_xlim(start_s, end_s)
     columns = _pixel_columns(fig, ax)
     aggregated = len(shown) > max_events
     if aggregated:
-        _draw_shares(ax, shown, np.linspace(start_s, end_s, columns + 1))
+        _draw_shares(ax, shown, np.linspace(start_s, end_s, columns + 1), split)
     else:
-        _draw_bars(ax, shown, (end_s - start_s) / columns)
+        _draw_bars(ax, shown, (end_s - start_s) / columns, split)
     ax.set(yticks=range(len(entities)), yticklabels=entities, ylim=(-0.6, len(entities) - 0.4), xlabel="simulated time (s)")
-    _annotate_rows(ax, shown, end_s - start_s)
-    ax.set_title(f"{_label(result)}\n{_subtitle(result.events, shown, start_s, end_s, aggregated, columns)}", fontsize=10)
+    _annotate_rows(ax, shown, end_s - start_s, bool(split))
+    subtitle = _subtitle(result.events, shown, start_s, end_s, aggregated, columns, len(split))
+    ax.set_title(f"{_label(result)}\n{subtitle}", fontsize=10)
     _legend(fig, ax, shown)
     return _save(fig, out, "timeline")
 
@@ -263,7 +267,49 @@ def _pixel_columns(fig, ax) -> int:
     return max(1, int(ax.get_position().width * fig.get_figwidth() * fig.dpi))
 
 
-def _draw_bars(ax, shown: pd.DataFrame, pixel_s: float) -> None:
+def _merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the spans ``[starts, ends)`` as disjoint spans in time order (spans without
+    duration dropped): the time in which at least one of them is going on."""
+    keep = ends > starts
+    order = np.argsort(starts[keep], kind="stable")
+    starts, ends = starts[keep][order], ends[keep][order]
+    if not len(starts):
+        return starts, ends
+    reach = np.maximum.accumulate(ends)
+    first = np.flatnonzero(np.concatenate([[True], starts[1:] > reach[:-1]]))
+    return starts[first], np.maximum.reduceat(ends, first)
+
+
+def _busy_s(spans: pd.DataFrame) -> float:
+    """Seconds in which at least one of ``spans`` is going on (two concurrent pushes count once)."""
+    starts, ends = _merged(spans["start"].to_numpy(dtype=float), spans["end"].to_numpy(dtype=float))
+    return float((ends - starts).sum())
+
+
+def split_rows(shown: pd.DataFrame, window_s: float) -> dict[int, list[str]]:
+    """The rows in which activities of different kinds overlap in time (Pipe-SGD computes while
+    its all-reduce runs and waits for it; HPSGD trains while it synchronises), each with the
+    kinds it has: such a row is drawn as a thin bar per kind, one above the other, since one bar
+    would show only the kind drawn last."""
+    split = {}
+    for row, mine in shown.groupby("row"):
+        apart = sum(_busy_s(spans) for _, spans in mine.groupby("group"))
+        if apart - _busy_s(mine) > 1e-9 * window_s:
+            split[int(row)] = [g for g in COLOURS if (mine["group"] == g).any()]
+    return split
+
+
+def _lane(row: int, group: str, split: dict[int, list[str]]) -> tuple[float, float]:
+    """Bottom and height of ``group``'s bar in ``row``: the whole row, or in a split row its
+    kind's lane (compute on top), a little apart from the next."""
+    if row not in split:
+        return row - 0.4, 0.8
+    kinds = split[row]
+    height = 0.8 / len(kinds)
+    return row + 0.4 - (kinds.index(group) + 1) * height + 0.05 * height, 0.9 * height
+
+
+def _draw_bars(ax, shown: pd.DataFrame, pixel_s: float, split: dict[int, list[str]]) -> None:
     """Each event its own bar, at least a pixel wide: a 60 µs push in a 2 s run is otherwise
     narrower than a pixel, and is not drawn at all."""
     for row, mine in shown.groupby("row"):
@@ -271,29 +317,37 @@ def _draw_bars(ax, shown: pd.DataFrame, pixel_s: float) -> None:
             picked = mine[mine["group"] == group]
             start, width = picked["start"].to_numpy(), (picked["end"] - picked["start"]).to_numpy()
             spans = np.column_stack([start[width > 0], np.maximum(width[width > 0], pixel_s)])
+            bottom, height = _lane(row, group, split) if len(picked) else (0.0, 0.0)
             if len(spans):
                 # no edges: each span's 1-px outline painted a long run's many short pushes over its compute
-                ax.broken_barh(spans, (row - 0.4, 0.8), color=COLOURS[group], linewidth=0)
-            _draw_instants(ax, start[width == 0], row, group)
+                ax.broken_barh(spans, (bottom, height), color=COLOURS[group], linewidth=0)
+            _draw_instants(ax, start[width == 0], bottom + height / 2, group, row in split)
 
 
-def _draw_instants(ax, times: np.ndarray, row: int, group: str) -> None:
+def _draw_instants(ax, times: np.ndarray, y: float, group: str, thin: bool = False) -> None:
     """Events without duration (a crash; every event on the logical clock): a tick, not a bar."""
     if len(times):
-        ax.plot(times, np.full(len(times), row), linestyle="none", marker="|", markersize=9, color=COLOURS[group])
+        ax.plot(times, np.full(len(times), y), linestyle="none", marker="|", markersize=4 if thin else 9,
+                color=COLOURS[group])
 
 
-def _draw_shares(ax, shown: pd.DataFrame, edges: np.ndarray) -> None:
-    """Each row as stacked shares per pixel column: the part of the column's time spent in each
-    activity, compute at the bottom. Overlapping activities (HPSGD trains while it synchronises)
-    are scaled to fit the row."""
+def _draw_shares(ax, shown: pd.DataFrame, edges: np.ndarray, split: dict[int, list[str]]) -> None:
+    """Each row as shares per pixel column: the part of the column's time spent in each activity
+    (two concurrent pushes count once), stacked with compute at the bottom; in a split row each
+    kind fills its own lane to its share."""
     seconds = np.diff(edges)
     for row, mine in shown.groupby("row"):
         spans = {g: mine[mine["group"] == g] for g in COLOURS}
-        shares = {g: _covered(spans[g]["start"].to_numpy(), spans[g]["end"].to_numpy(), edges) / seconds for g in COLOURS}
-        scale = np.maximum(1.0, sum(shares.values()))
+        shares = {g: _covered(*_merged(spans[g]["start"].to_numpy(dtype=float), spans[g]["end"].to_numpy(dtype=float)),
+                              edges) / seconds for g in COLOURS}
+        scale = np.maximum(1.0, sum(shares.values()))  # only rounding takes an unsplit row's sum past 1
         bottom = np.zeros(len(seconds))
         for group, share in shares.items():
+            if row in split:
+                if share.any():
+                    low, height = _lane(row, group, split)
+                    ax.fill_between(edges, low, _stepped(low + height * share), step="post", color=COLOURS[group], linewidth=0)
+                continue
             top = bottom + share / scale
             if share.any():
                 ax.fill_between(edges, _stepped(row - 0.4 + 0.8 * bottom), _stepped(row - 0.4 + 0.8 * top),
@@ -302,7 +356,9 @@ def _draw_shares(ax, shown: pd.DataFrame, edges: np.ndarray) -> None:
         for group, picked in spans.items():  # one tick per column that has any, not one per event
             instants = picked.loc[picked["start"] == picked["end"], "start"].to_numpy()
             at = np.unique(np.searchsorted(edges, instants, side="right").clip(1, len(seconds)))
-            _draw_instants(ax, (edges[at - 1] + edges[at]) / 2, row, group)
+            if len(at):
+                low, height = _lane(row, group, split)
+                _draw_instants(ax, (edges[at - 1] + edges[at]) / 2, low + height / 2, group, row in split)
 
 
 def _stepped(values: np.ndarray) -> np.ndarray:
@@ -328,10 +384,13 @@ SLOW = 1.5  # a mean compute step this many times the workers' median marks a st
 SHARES = (("compute", "compute"), ("communicate", "comm"), ("wait", "wait"))  # said beside each row, as named there
 
 
-def _annotate_rows(ax, shown: pd.DataFrame, window_s: float) -> None:
+def _annotate_rows(ax, shown: pd.DataFrame, window_s: float, overlapping: bool) -> None:
     """Beside each row, its share of the window in each activity and its mean compute step;
-    a row whose steps are much longer than the median is marked, label and all."""
-    durations = (shown["end"] - shown["start"]).groupby([shown["row"], shown["group"]]).sum()
+    a row whose steps are much longer than the median is marked, label and all. A share is the
+    part of the window in which the row does that at all (two concurrent pushes count once);
+    where activities overlap, each counts, and the shares may add up to more than 100 %, which
+    a heading over them says."""
+    durations = {key: _busy_s(spans) for key, spans in shown.groupby(["row", "group"])}
     computes = shown[shown["step"] & (shown["length"] > 0)].groupby("row")["length"]
     steps, counts = computes.mean(), computes.size()
     median = float(steps.median()) if len(steps) else math.nan
@@ -347,6 +406,10 @@ def _annotate_rows(ax, shown: pd.DataFrame, window_s: float) -> None:
                 text += f", {steps[row] / median:.1f}× the median"
                 label.set(fontweight="bold", color="#B22222")
         ax.text(1.01, row, text, transform=at, va="center", fontsize=7)
+    heading = "share of the window spent in each activity"
+    if overlapping:
+        heading += ",\neach counted where they overlap (sums may pass 100%)"
+    ax.text(1.01, 1.01, heading, transform=ax.transAxes, va="bottom", fontsize=7, style="italic")
 
 
 def _events_without_duration(count: int) -> str:
@@ -360,15 +423,22 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
-def _subtitle(events: pd.DataFrame, shown: pd.DataFrame, start_s: float, end_s: float, aggregated: bool, columns: int) -> str:
-    """What the chart shows of the run: the window, and how the events in it are drawn."""
+def _subtitle(events: pd.DataFrame, shown: pd.DataFrame, start_s: float, end_s: float, aggregated: bool, columns: int,
+              split: int) -> str:
+    """What the chart shows of the run: the window, how the events in it are drawn, and how many
+    rows are split because their activities overlap."""
     last = float(events["end_s"].max()) if len(events) else 0.0
     window = f"{start_s:.4g} to {end_s:.4g} s of {last:.4g} s" if (start_s, end_s) != (0.0, last) else f"the whole run, {last:.4g} s"
     if aggregated:
-        return (f"{window}: {len(shown):,} events, too many to draw one by one, aggregated:\n"
-                f"each row stacks the share of each {_duration((end_s - start_s) / columns)} column spent in each activity")
-    return (f"{window}: {len(shown):,} events; a bar narrower than a pixel is drawn one pixel wide\n"
-            "(the shares beside the rows are exact)")
+        text = (f"{window}: {len(shown):,} events, too many to draw one by one, aggregated:\n"
+                f"each row shows, per {_duration((end_s - start_s) / columns)} column, the share of it spent in each activity")
+    else:
+        text = (f"{window}: {len(shown):,} events; a bar narrower than a pixel is drawn one pixel wide\n"
+                "(the shares beside the rows are exact)")
+    if split:
+        rows = "1 row whose activities overlap" if split == 1 else f"{split} rows whose activities overlap"
+        text += f"\n{rows} in time: a thin bar per activity, one above the other"
+    return text
 
 
 def _legend(fig, ax, shown: pd.DataFrame) -> None:
