@@ -108,6 +108,21 @@ def test_easgd_pulls_every_worker_toward_the_center_it_evaluates(easgd_installed
     assert result.updates["staleness"].max() >= 1  # the exchanges interleave: asynchronous, not in lock-step
 
 
+def test_a_run_names_the_distribution_and_version_that_provided_its_strategy(easgd_installed, tmp_path):
+    from fred.tools.replay import replay
+
+    made = fred.run(easgd_scenario(), out=tmp_path / "run").summary
+    assert (made["strategy_distribution"], made["strategy_version"]) == ("fred-easgd", "1.0")
+    own = fred.run(tiny(stop={"max_updates": 2})).summary
+    assert (own["strategy_distribution"], own["strategy_version"]) == ("fred", fred.__version__)
+    assert replay(tmp_path / "run").notes == []
+    # a run made with another version of the plug-in: the replay says so
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    (tmp_path / "run" / "summary.json").write_text(json.dumps({**summary, "strategy_version": "0.9"}))
+    assert replay(tmp_path / "run").notes == [
+        "the run's strategy came from fred-easgd 0.9 and this is fred-easgd 1.0: its recorded functions may compute differently"]
+
+
 def test_a_plugin_imported_before_the_registry_looks_is_still_its_distributions(easgd_installed):
     import fred_easgd  # noqa: F401 - registers easgd at once, as an in-tree module would
 

@@ -468,6 +468,7 @@ def _summary(
         "stop_reason": controller.stop_reason,
         "failure": built.sim.failure,
         "strategy": scenario.strategy.name,
+        **_provider(scenario.strategy.name),
         "workers": scenario.cluster.workers,
         "seed": scenario.seed,
         "sim_time_s": float(end_s),
@@ -490,6 +491,12 @@ def _summary(
         "jax_version": jax.__version__,
         "cpu_isa": cpu_isa(),
     }
+
+
+def _provider(name: str) -> dict[str, str | None]:
+    """The distribution and version that provided the strategy: a plug-in's, or fred's own."""
+    distribution, version = registry.provider(registry.get(name), __version__)
+    return {"strategy_distribution": distribution, "strategy_version": version}
 
 
 def _push_fetch_counters(kinds: _EventKinds) -> dict[str, float | int]:

@@ -41,6 +41,16 @@ class Strategy(NamedTuple):
     summary: str
     timing_only: bool = False
     source: str = ""  # the module that registered it, or the distribution and entry point of a plug-in
+    distribution: str | None = None  # a plug-in's distribution (its module, if it has none); None: fred's own
+    version: str | None = None  # that distribution's version
+
+
+def provider(strategy: Strategy, fred_version: str) -> tuple[str, str | None]:
+    """Who provided ``strategy``, as a run's summary records it: a plug-in's distribution and
+    version, or ``("fred", fred_version)`` for fred's own strategies."""
+    if strategy.distribution is None:
+        return "fred", fred_version
+    return strategy.distribution, strategy.version
 
 
 _REGISTRY: dict[str, Strategy] = {}
@@ -103,7 +113,7 @@ def _load_entry_point(entry: EntryPoint) -> None:
         _PROBLEMS[entry.name] = (f"strategy plug-in {source} registered no strategy {entry.name!r} (it registered "
                                  f"{made}); name the entry point as its strategy config's name")
     for strategy in staged:
-        _add_plugin(strategy._replace(source=source))
+        _add_plugin(strategy._replace(source=source, distribution=package, version=dist.version if dist is not None else None))
 
 
 def _add_plugin(strategy: Strategy) -> None:
