@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pandas as pd
@@ -213,6 +214,56 @@ def test_fred_sweep_starts_ray_here_and_stops_it(scenario, tmp_path, capsys, mon
     assert main(args) == 0
     assert len(pd.read_parquet(out)) == 2 and "2 run, 0 reused" in capsys.readouterr().out
     assert not ray.is_initialized()
+
+
+class FakeRay:
+    """The calls of Ray that fred.tools.sweep_ray makes, each task run at once in this process but with
+    the environment of a worker Ray started earlier: the driver's FRED_MEMORY_LIMIT_GB is not in it."""
+
+    def __init__(self):
+        self.started, self.seen = False, []
+
+    def is_initialized(self):
+        return self.started
+
+    def init(self):
+        self.started = True
+
+    def shutdown(self):
+        self.started = False
+
+    def remote(self, function):
+        def task(*args):
+            driver = os.environ.pop("FRED_MEMORY_LIMIT_GB", None)
+            try:
+                return function(*args)
+            finally:
+                self.seen.append(os.environ.get("FRED_MEMORY_LIMIT_GB"))
+                if driver is not None:
+                    os.environ["FRED_MEMORY_LIMIT_GB"] = driver
+
+        return types.SimpleNamespace(remote=task)  # the "reference" is the run directory itself
+
+    def wait(self, refs, num_returns):
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref):
+        return ref
+
+    def cancel(self, ref):
+        pass
+
+
+def test_ray_tasks_run_under_the_drivers_memory_limit(scenario, tmp_path, capsys, monkeypatch):
+    fake = FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.delenv("FRED_MEMORY_LIMIT_GB", raising=False)
+    base = ["sweep", str(scenario), "--grid", "seed=5", "--executor", "ray", "--runs", str(tmp_path / "runs")]
+    assert main([*base, "--memory-limit-gb", "1e-6", "--out", str(tmp_path / "a.parquet")]) == 2
+    assert "out of memory: this run would hold about" in capsys.readouterr().err
+    assert fake.seen == [None]  # the task's limit was the task's alone: the worker's environment is as it was
+    assert main([*base, "--out", str(tmp_path / "b.parquet")]) == 0  # no limit given: the worker's own
+    assert len(pd.read_parquet(tmp_path / "b.parquet")) == 1 and not fake.started
 
 
 def test_an_unknown_executor_is_named_with_the_choices(scenario, tmp_path):
