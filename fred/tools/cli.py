@@ -384,7 +384,7 @@ def _run(args: argparse.Namespace) -> int:
 
             saved = checkpoint_dir(args.resume) / "scenario.yaml"
             if saved.is_file():
-                _refuse_user_code([validate(read_yaml(saved), str(saved))], str(saved))
+                _refuse_user_code([validate(read_yaml(saved, own=True), str(saved))], str(saved))
         return _resume(args)
     if not args.scenario:
         raise ValueError("fred run needs a scenario file, or --resume RUN_DIR")
