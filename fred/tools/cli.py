@@ -141,6 +141,7 @@ def entry() -> None:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     if code in STOPPED:
+        interrupt.release_semaphores()  # what the skipped shutdown would have done
         os._exit(code)
     interrupt.finished()
     sys.exit(code)
