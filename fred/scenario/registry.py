@@ -57,6 +57,7 @@ _REGISTRY: dict[str, Strategy] = {}
 _PROBLEMS: dict[str, str] = {}  # a name left out -> why (a plug-in that failed, a name defined twice)
 _DEFINERS: dict[str, list[str]] = {}  # a name defined more than once -> where, in loading order
 _plugin_state: dict[str, Any] = {"loaded": False, "staged": None}  # staged: a plug-in's strategies as it loads
+_PLUGIN_PACKAGES: set[str] = set()  # the top-level modules of the plug-ins that loaded (plugin_packages)
 
 
 def register(config: type[BaseModel], timing_only: bool = False) -> Callable[[Start], Start]:
@@ -105,6 +106,7 @@ def _load_entry_point(entry: EntryPoint) -> None:
         return
     finally:
         _plugin_state["staged"] = None
+    _PLUGIN_PACKAGES.add(entry.module.split(".")[0])
     earlier = _REGISTRY.get(entry.name)
     if not staged and earlier is not None and (earlier.source + ".").startswith(entry.module + "."):
         staged = [_REGISTRY.pop(entry.name)]  # its module was imported before the registry looked for plug-ins
@@ -126,6 +128,13 @@ def _add_plugin(strategy: Strategy) -> None:
     sources.append(strategy.source)
     _PROBLEMS[name] = (f"strategy {name!r} is defined {len(sources)} times, by {' and by '.join(sources)}; "
                        "uninstall all but one, or rename a strategy (its config's name and its entry point)")
+
+
+def plugin_packages() -> frozenset[str]:
+    """The top-level packages of the installed plug-ins that loaded (each entry point's module's):
+    where a plug-in's own recorded numerics live, which replay may import by name."""
+    _load_plugins()
+    return frozenset(_PLUGIN_PACKAGES)
 
 
 def problems() -> list[str]:
