@@ -171,7 +171,8 @@ def _worker_setup(sweep: int) -> None:
     ever, ~440 MB each.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # one pending is discarded: ignored
+    if hasattr(signal, "pthread_sigmask"):  # POSIX
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # one pending is discarded: ignored
     # The sweep's pid comes from the sweep: asked here, after the imports, it was already 1
     # when the sweep died that soon.
     threading.Thread(target=_end_with, args=(sweep,), daemon=True, name="fred-end-with-sweep").start()
@@ -207,6 +208,8 @@ def _submit(pool: cf.ProcessPoolExecutor, item: tuple[dict[str, Any], str]) -> c
     """``pool.submit`` of one run, with SIGINT blocked meanwhile: a worker process the pool starts
     here starts with it blocked (a signal mask passes through fork and exec) until
     :func:`_worker_setup` ignores it. A Ctrl-C in these instants reaches the sweep as they end."""
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX: no masks to inherit
+        return pool.submit(run_one, *item)
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         return pool.submit(run_one, *item)
