@@ -30,7 +30,7 @@ def test_fred_run_writes_a_complete_run_directory(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == sorted([*FILES, "tape.npz"])
     summary = json.loads((out / "summary.json").read_text())
     for key in ["status", "strategy", "workers", "sim_time_s", "updates", "final_eval_loss", "final_eval_accuracy",
-                "bytes_sent", "params_sha256", "wall_time_s", "fred_version"]:
+                "bytes_sent", "params_sha256", "wall_time_s", "fred_version", "strategy_distribution", "strategy_version"]:
         assert key in summary
     assert yaml.safe_load((out / "scenario.yaml").read_text())["network"]["latency_s"] == 5e-5  # resolved
     printed = capsys.readouterr().out

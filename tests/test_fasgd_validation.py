@@ -31,15 +31,16 @@ def test_the_quick_section_judges_each_claim_from_runs_it_made(tmp_path, monkeyp
     monkeypatch.setattr(module, "record", lambda *args: computed.append(args[1:4]) or original(*args))
     page = module.section(quick=True)
     assert page.startswith("## ")
-    for heading in ["### Claim: FASGD converges faster", "### Claim: FASGD's lead", "### Claim: B-FASGD"]:
+    for heading in ["### Claim: FASGD converges faster", "### Claim: FASGD's lead", "### Does FASGD's zero start",
+                    "### Claim: B-FASGD"]:
         assert heading in page
     plan = module.QUICK
-    # every method was run on both clocks at every scale: nothing is read from a file
+    # every method, the bias-corrected FASGD too, was run on both clocks at every scale: nothing is read from a file
     assert {(m, n, c) for m, n, c in computed if m != "bfasgd"} == {
-        (m, n, c) for m in module.METHODS for n in plan.clients for c in module.CLOCKS}
+        (m, n, c) for m in module.TUNED for n in plan.clients for c in module.CLOCKS}
     # one chosen rate per method and clock, each from its own grid
     lr_rows = [r for r in rows(page, "the winner is in bold:") if r[0] in module.CLOCKS]
-    assert len(lr_rows) == len(module.METHODS) * len(module.CLOCKS)
+    assert len(lr_rows) == len(module.TUNED) * len(module.CLOCKS)
     for clock, _, chosen, grid, place in lr_rows:
         assert f"**{chosen}:" in grid and place in {"inside", "on the low edge", "on the high edge"}
     # the comparison: a number (or 'diverged') per method, clock and scale, and a verdict per row
@@ -49,6 +50,13 @@ def test_the_quick_section_judges_each_claim_from_runs_it_made(tmp_path, monkeyp
         assert all(re.match(r"^(\d|diverged)", cell) for cell in row[3:8]), row
         assert "final:" in row[8] and "over the run:" in row[8]
     assert re.search(r"Simulated clock: \*\*[a-z ]+\*\*", page) and re.search(r"Logical clock: \*\*[a-z ]+\*\*", page)
+    # the corrected FASGD: a row per clock and scale, judged against SASGD and against FASGD as published
+    corrected = rows(page, "The same seeds, measures and spread rule:")
+    assert len(corrected) == len(module.CLOCKS) * len(plan.clients)
+    for row in corrected:
+        assert all(re.match(r"^(\d|diverged)", cell) for cell in row[2:8]), row
+        assert row[9] in {"corrected lower", "uncorrected lower", "tie"}
+    assert re.search(r"\*\*Does the zero start explain the claims not reproducing\?\*\* \*\*(Yes|In part|No)\*\*", page)
     assert "÷" in page and "python scenarios/fasgd/validation.py" in page
 
 

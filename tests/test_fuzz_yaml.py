@@ -223,6 +223,31 @@ def test_a_file_over_the_size_bound_is_refused_unread(tmp_path, capsys):
     assert time.monotonic() - start < 10
 
 
+def test_a_runs_own_scenario_over_the_size_bound_still_loads_replays_and_resumes(tmp_path, monkeypatch):
+    # A scenario under the bound that includes a file under it resolves to more than the bound,
+    # and the run's own scenario.yaml (the resolved one) was refused on the way back in: the run
+    # could not be loaded, replayed or resumed. (Here the bound is 4 kB, the files a few kB.)
+    import fred
+    from fred.runs.api import load_run
+    from fred.scenario import yaml_reading
+    from fred.tools.replay import replay
+
+    monkeypatch.setattr(yaml_reading, "MAX_FILE_BYTES", 4096)
+    changes = [{"worker": i % 4, "at_s": 1000.5 + i, "speed": 1.0} for i in range(80)]  # after the run's end
+    (tmp_path / "speeds.yaml").write_text(yaml.safe_dump({"cluster": {"speed_changes": changes}}, default_flow_style=True))
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**tiny(stop={"max_updates": 6}), "include": ["speeds.yaml"]}))
+    made = fred.run(tmp_path / "s.yaml", out=tmp_path / "run")
+    own = tmp_path / "run" / "scenario.yaml"
+    sizes = [(tmp_path / name).stat().st_size for name in ("s.yaml", "speeds.yaml", "run/scenario.yaml")]
+    assert max(sizes[:2]) <= 4096 < sizes[2], sizes
+    assert len(load_run(tmp_path / "run").scenario.cluster.speed_changes) == 80
+    assert replay(tmp_path / "run").passed
+    (tmp_path / "again.checkpoint").mkdir()  # killed before its first checkpoint: resumed from the start
+    (tmp_path / "again.checkpoint" / "scenario.yaml").write_text(own.read_text())
+    assert main(["run", "--resume", str(tmp_path / "again"), "--no-user-code", "--quiet"]) == 0
+    assert load_run(tmp_path / "again").summary["params_sha256"] == made.summary["params_sha256"]
+
+
 @pytest.mark.parametrize("argv, says", [
     (["run", "S", "--out", ""], "--out is ''"),
     (["run", ""], "the scenario file is ''"),

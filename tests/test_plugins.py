@@ -10,6 +10,7 @@ left as it was, where an install would add EASGD to every later test session's s
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 import os
 import shutil
@@ -20,15 +21,17 @@ from pathlib import Path
 import pytest
 
 import fred
+from fred.runs import checkpoint
 from fred.scenario import registry
 from fred.scenario.loading import ScenarioError, validate
 from fred.tools.cli import main
 from tests import test_contract as contract
+from tests.test_resume import Once, same_run  # (imported here: it lists the strategies as it loads)
 from tests.conftest import tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "fred-easgd"
-PLUGIN_MODULES = ("fred_easgd", "broken_plugin", "asgd_again", "easgd_again", "misnamed")
+PLUGIN_MODULES = ("fred_easgd", "broken_plugin", "asgd_again", "easgd_again", "misnamed", "sign_sgd")
 
 
 def install_fake(site: Path, dist: str, entry_points: dict[str, str], modules: dict[str, str] | None = None) -> None:
@@ -51,6 +54,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(registry, "_PROBLEMS", {})
     monkeypatch.setattr(registry, "_DEFINERS", {})
     monkeypatch.setattr(registry, "_plugin_state", {"loaded": False, "staged": None})
+    monkeypatch.setattr(registry, "_PLUGIN_PACKAGES", set())
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path
     for module in [m for m in sys.modules if m.split(".")[0] in PLUGIN_MODULES]:
@@ -106,6 +110,21 @@ def test_easgd_pulls_every_worker_toward_the_center_it_evaluates(easgd_installed
     loss = result.metrics["eval_loss"]
     assert loss.iloc[-1] < 0.8 * loss.iloc[0]
     assert result.updates["staleness"].max() >= 1  # the exchanges interleave: asynchronous, not in lock-step
+
+
+def test_a_run_names_the_distribution_and_version_that_provided_its_strategy(easgd_installed, tmp_path):
+    from fred.tools.replay import replay
+
+    made = fred.run(easgd_scenario(), out=tmp_path / "run").summary
+    assert (made["strategy_distribution"], made["strategy_version"]) == ("fred-easgd", "1.0")
+    own = fred.run(tiny(stop={"max_updates": 2})).summary
+    assert (own["strategy_distribution"], own["strategy_version"]) == ("fred", fred.__version__)
+    assert replay(tmp_path / "run").notes == []
+    # a run made with another version of the plug-in: the replay says so
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    (tmp_path / "run" / "summary.json").write_text(json.dumps({**summary, "strategy_version": "0.9"}))
+    assert replay(tmp_path / "run").notes == [
+        "the run's strategy came from fred-easgd 0.9 and this is fred-easgd 1.0: its recorded functions may compute differently"]
 
 
 def test_a_plugin_imported_before_the_registry_looks_is_still_its_distributions(easgd_installed):
@@ -168,6 +187,84 @@ def test_an_entry_point_named_unlike_its_strategy_is_named(site):
         "'elastic' (it registered 'elastic_sgd'); name the entry point as its strategy config's name"
     ]
     assert "elastic_sgd" in registry.names()
+
+
+SIGN_SGD = '''
+"""signSGD with momentum on one worker: its step is the plug-in's own recorded function."""
+
+import functools
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from pydantic import Field
+
+from fred.numerics.tape import op
+from fred.scenario.registry import register
+from fred.scenario.schema import StrategyConfig
+
+
+class SignSGD(StrategyConfig):
+    name: Literal["signsgd"] = "signsgd"
+    lr: float = Field(default=0.01, gt=0)
+
+
+class State(NamedTuple):  # on the tape as "sign_sgd:State": replay builds it again
+    params: Any
+    velocity: Any
+
+
+@functools.cache
+def step(lr: float):
+    @op("sign_sgd:step", (lr,))
+    @jax.jit
+    def one(state, grad, count):
+        velocity = jax.tree.map(lambda v, g: 0.9 * v + g / count, state.velocity, grad)
+        return State(jax.tree.map(lambda p, v: p - lr * jnp.sign(v), state.params, velocity), velocity)
+
+    return one
+
+
+@register(SignSGD)
+def start(sim, config):
+    one, now = step(config.lr), {}
+    now["state"] = State(sim.init_params, jax.tree.map(jnp.zeros_like, sim.init_params))
+
+    def worker(w):
+        version = 0
+        while True:
+            g = yield from sim.compute(w, now["state"].params)
+            now["state"] = one(now["state"], g.grad, g.count)
+            sim.applied([(w.index, version)], version)
+            version += 1
+
+    sim.process(worker(sim.workers[0]))
+    return lambda: now["state"].params
+'''
+
+
+def test_a_plugins_own_recorded_functions_run_replay_and_resume(site, tmp_path):
+    from fred.numerics import tape
+    from fred.runs.runner import execute
+    from fred.tools.replay import replay
+
+    install_fake(site, "sign-sgd", {"signsgd": "sign_sgd"}, {"sign_sgd": SIGN_SGD})
+    data = tiny(strategy={"name": "signsgd"}, cluster={"workers": 1}, stop={"max_updates": 30})
+    made = fred.run(data, out=tmp_path / "run")
+    recorded = tape.parse(*tape.read(tmp_path / "run" / "tape.npz")[:2])
+    assert sum(call.name == "sign_sgd:step" for call in recorded.calls) == 30
+    report = replay(tmp_path / "run")  # imports sign_sgd by the name on the tape, and its State too
+    assert report.passed and report.leaves["equal"].all()
+    # a checkpoint halfway: the resumed run fast-forwards through the plug-in's calls, then computes
+    scenario = validate(data)
+    (tmp_path / "ckpt").mkdir()
+    execute(scenario, checkpointer=Once(tmp_path / "ckpt", 20, scenario.digest(), clock=itertools.count().__next__))
+    saved = checkpoint.load(tmp_path / "ckpt")
+    assert saved.steps == 20 and saved.values
+    same_run(execute(scenario, resume=saved), made)
+    # a module that is neither fred's nor an installed plug-in's is still never imported
+    with pytest.raises(ValueError, match="'json:dumps', outside fred, strategies and the installed strategy plug-ins"):
+        tape.resolve("json:dumps")
 
 
 @pytest.mark.slow

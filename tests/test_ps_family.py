@@ -76,31 +76,57 @@ def test_a_batch_short_of_c_after_a_crash_is_scaled_by_its_own_size(aware):
 @pytest.mark.parametrize("statistic", ["std", "abs"])
 @pytest.mark.parametrize("aware", [True, False])
 @pytest.mark.parametrize("c", [1, 3])
-def test_fasgd_rule_matches_a_numpy_reference(statistic, aware, c):
+@pytest.mark.parametrize("corrected", [False, True])
+def test_fasgd_rule_matches_a_numpy_reference(statistic, aware, c, corrected):
     gamma, beta, eps = 0.8, 0.7, 1e-3
     batches = fixed_batches(2, 6, c) + fixed_batches(5, 2, max(c - 1, 1))  # and short batches, as after a crash
     params = start_params()
     n = {k: np.zeros(s, np.float64) for k, s in SHAPES.items()}
     b = {k: np.zeros(s, np.float64) for k, s in SHAPES.items()}
     v = {k: np.zeros(s, np.float64) for k, s in SHAPES.items()}
+    t = 0  # gradients seen
+    # Adam's correction of an average of t values started at zero; without it, the paper's form
+    unbias = (lambda x, w: x / (1 - w**t)) if corrected else (lambda x, w: x)
     for grads, staleness in batches:
         step = {k: np.zeros(s) for k, s in SHAPES.items()}
         for g, tau in zip(grads, staleness):
             scale = 1.0 / (len(grads) * (tau + 1)) if aware else 1.0 / len(grads)
+            t += 1
             for k in SHAPES:
                 mean = g[k] / 4
                 if statistic == "abs":
                     v[k] = gamma * v[k] + (1 - gamma) * np.abs(mean)
-                    step[k] += mean / (v[k] + eps) * scale
+                    step[k] += mean / (unbias(v[k], gamma) + eps) * scale
                 else:
                     n[k] = gamma * n[k] + (1 - gamma) * mean**2
                     b[k] = gamma * b[k] + (1 - gamma) * mean
-                    v[k] = beta * v[k] + (1 - beta) * np.sqrt(np.maximum(n[k] - b[k] ** 2, 0) + eps)
-                    step[k] += mean / v[k] * scale
+                    spread = unbias(n[k], gamma) - unbias(b[k], gamma) ** 2
+                    v[k] = beta * v[k] + (1 - beta) * np.sqrt(np.maximum(spread, 0) + eps)
+                    step[k] += mean / unbias(v[k], beta) * scale
         params = {k: params[k] - LR * step[k] for k in SHAPES}
-    got = run_rule(fasgd_rule(sgd(LR), aware, statistic, gamma, beta, eps), batches)
+    got = run_rule(fasgd_rule(sgd(LR), aware, statistic, gamma, beta, eps, corrected), batches)
     for k in SHAPES:
         np.testing.assert_allclose(got[k], params[k], rtol=1e-4, atol=1e-6)
+
+
+def test_the_bias_correction_makes_the_first_step_the_one_a_settled_statistic_would_give():
+    # Started at zero, the paper's abs statistic after one gradient is (1 - gamma) |g|: the first
+    # step is 1 / (1 - gamma) = 10 times sign(g). Corrected, it is |g|: one step of sign(g).
+    g = {k: np.full(s, 0.5, np.float32) for k, s in SHAPES.items()}
+    batches = [([{k: 4 * x for k, x in g.items()}], [0])]
+    for corrected, size in [(False, 10.0), (True, 1.0)]:
+        got = run_rule(fasgd_rule(sgd(1.0), True, "abs", 0.9, 0.9, 1e-12, corrected), batches)
+        for k in SHAPES:
+            np.testing.assert_allclose(start_params()[k] - got[k], size, rtol=1e-5)
+
+
+def test_a_corrected_run_replays_and_differs_from_the_papers_form(tmp_path):
+    from fred.tools.replay import replay
+
+    paper = fred.run(tiny(strategy={"name": "bfasgd", "c_fetch": 0.1}))
+    corrected = fred.run(tiny(strategy={"name": "bfasgd", "c_fetch": 0.1, "bias_correction": True}), out=tmp_path / "run")
+    assert corrected.summary["params_sha256"] != paper.summary["params_sha256"]
+    assert replay(tmp_path / "run").passed
 
 
 def sha(**overrides) -> str:

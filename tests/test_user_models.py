@@ -282,6 +282,24 @@ def test_no_user_code_refuses_run_and_sweep_before_anything_runs(module_dir, tmp
     assert "killed.checkpoint/scenario.yaml: model.factory" in capsys.readouterr().err
 
 
+def test_no_user_code_refuses_a_compared_scenario_before_anything_runs_and_reads_finished_runs(module_dir, tmp_path, capsys):
+    plain, coded = tmp_path / "plain.yaml", tmp_path / "coded.yaml"
+    plain.write_text(yaml.safe_dump(tiny(stop={"max_updates": 4}, eval={"every_updates": 2})))
+    coded.write_text(yaml.safe_dump(scenario(STYLES["functions"])))
+    args = ["compare", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "cmp"), "--no-user-code"]
+    # the refused file comes last: nothing is run for the one before it either
+    assert main([*args, str(plain), str(coded), "--seeds", "2"]) == 2
+    assert capsys.readouterr().err == (f"fred: {coded}: model.factory 'fred_test_user_models:functions' would be imported "
+                                       "and run, and --no-user-code refuses user code; leave --no-user-code out only if "
+                                       "you trust that code\n")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "cmp").exists()
+    # a finished run of user code is only read: its table and plots, no import
+    fred.run(scenario(STYLES["functions"], stop={"max_updates": 4}), out=tmp_path / "made")
+    sys.modules.pop(MODULE, None)
+    assert main([*args, str(plain), str(tmp_path / "made")]) == 0
+    assert MODULE not in sys.modules and (tmp_path / "cmp" / "comparison.csv").is_file()
+
+
 @pytest.mark.slow
 def test_the_bring_your_own_tutorial_runs_as_written(tmp_path):
     """Every file and command of docs/bring-your-own.md, in a fresh folder, as a reader would."""

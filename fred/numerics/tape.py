@@ -36,6 +36,8 @@ from typing import Any, Callable, NamedTuple, Sequence, TypeVar
 import jax
 import numpy as np
 
+from fred.scenario import registry
+
 F = TypeVar("F", bound=Callable[..., Any])
 _ACTIVE: contextvars.ContextVar[Tape | None] = contextvars.ContextVar("fred_tape", default=None)
 _flatten = jax.tree_util.default_registry.flatten  # jax.tree.flatten without its two Python wrappers: a tape flattens twice a call
@@ -72,7 +74,8 @@ def refs(codes: Sequence[Code]) -> list[int]:
 def op(name: str, key: tuple[Any, ...] | None = None) -> Callable[[F], F]:
     """Record calls of the decorated function on the active tape.
 
-    ``name`` is ``"module:attribute"``. Without ``key`` the attribute is the function
+    ``name`` is ``"module:attribute"``, a module of fred, of ``strategies`` or of a strategy
+    plug-in's package (:func:`resolve`). Without ``key`` the attribute is the function
     itself; with ``key`` it is a factory that, called with ``*key`` (JSON values),
     returns the function again (for functions built per hyper-parameter set).
     """
@@ -112,7 +115,8 @@ def _check_resolves(name: str, key: tuple[Any, ...] | None) -> None:
     except (ValueError, ImportError, AttributeError) as err:
         raise TypeError(
             f"fred.numerics.tape.op({name!r}) cannot be found by replay ({err}): name the decorated function "
-            "'module:attribute' of a module in fred or strategies, at module level"
+            "'module:attribute' of a module in fred, strategies or the package of an installed strategy plug-in "
+            "(the module its fred.strategies entry point names, or one inside it), at module level"
         ) from None
     if not callable(target):
         kind = "a factory (it has a key)" if key is not None else "the function"
@@ -529,7 +533,7 @@ def _codes(codes: list[Any]) -> tuple[Code, ...]:
     return tuple((c[0],) if isinstance(c, list) else c for c in codes)
 
 
-# Pytree nodes are written as tagged JSON; named tuples only from fred's own modules,
+# Pytree nodes are written as tagged JSON; named tuples only from the modules resolve allows,
 # so reading a tape never imports or runs anything else.
 def encode(tree: Any) -> Any:
     if isinstance(tree, _Slot):
@@ -564,10 +568,14 @@ def decode(node: Any) -> Any:
 
 
 def resolve(name: str) -> Any:
-    """``"module:attribute"`` of fred or its strategies (nothing else is ever imported)."""
+    """``"module:attribute"`` of fred, its strategies, or the package of an installed strategy
+    plug-in (whose ``fred.strategies`` entry point names that package or a module in it, and
+    which the registry imports anyway): nothing else is ever imported."""
     module, _, attribute = name.partition(":")
-    if module.split(".")[0] not in ("fred", "strategies"):
-        raise ValueError(f"the tape names {name!r}, outside fred and strategies")
+    top = module.split(".")[0]
+    if top not in ("fred", "strategies") and top not in registry.plugin_packages():
+        raise ValueError(f"the tape names {name!r}, outside fred, strategies and the installed strategy plug-ins: "
+                         f"install the plug-in whose package is {top!r} (the run's summary.json names its distribution)")
     target: Any = importlib.import_module(module)
     for part in attribute.split("."):
         target = getattr(target, part)

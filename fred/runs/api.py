@@ -102,7 +102,7 @@ def resume(
         stale = (f"{run_dir} is a finished run, and {path} the checkpoint of an unfinished one that would replace it: "
                  f"delete {path} to keep the finished run, or move {run_dir} away to finish the checkpointed one")
         raise ScenarioError([stale], str(run_dir))
-    scenario = validate(read_yaml(path / "scenario.yaml"), str(path / "scenario.yaml"))
+    scenario = validate(read_yaml(path / "scenario.yaml", own=True), str(path / "scenario.yaml"))
     check_fits(scenario)
     checkpointer = _checkpointer(scenario, Path(run_dir), checkpoint_every_s) if checkpoint_every_s is not None else None
     saved, reason = _load_checkpoint(path, scenario)
@@ -188,7 +188,7 @@ def load_run(path: str | Path | None, tables: bool = True) -> RunResult:
     missing = missing_files(path)
     if missing:
         raise ScenarioError([f"{path} is not a complete run directory: it has no {', '.join(missing)}"], str(path))
-    scenario = validate(read_yaml(path / "scenario.yaml"), str(path / "scenario.yaml"))
+    scenario = validate(read_yaml(path / "scenario.yaml", own=True), str(path / "scenario.yaml"))
     return RunResult(
         scenario=scenario,
         summary=_summary(path / "summary.json"),

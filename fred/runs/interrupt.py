@@ -182,7 +182,44 @@ def _end_now(signum: int, frame: object | None = None) -> NoReturn:
         os.write(sys.stderr.fileno(), (line + "\n").encode(errors="replace"))
     except (OSError, ValueError):  # stderr closed: the status still says it
         pass
+    release_semaphores()
     os._exit(STATUS.get(signum, 128 + signum))
+
+
+RELEASE_S = 1.0  # the most the end of the process waits for the semaphores' removal
+
+
+def release_semaphores() -> None:
+    """Remove the named semaphores multiprocessing made in this process, as its exit handler does
+    at Python's shutdown, which a stopped command skips: left to the end of the process they were
+    removed by the resource tracker, which warned of "leaked semaphore objects" (a sweep's pool
+    holds five). Removing a name leaves the semaphore working for whoever has it open.
+
+    In a thread of its own, waited for :data:`RELEASE_S` at most: telling the tracker takes its
+    lock, which the thread a signal handler interrupted may hold; the process then ends anyway.
+    """
+    if "multiprocessing.synchronize" not in sys.modules:  # no semaphore was made: nothing to do, no thread
+        return
+    try:
+        helper = threading.Thread(target=_unlink_semaphores, daemon=True, name="fred-release-semaphores")
+        helper.start()
+    except RuntimeError:  # no new thread at interpreter shutdown: the tracker removes them
+        return
+    helper.join(RELEASE_S)
+
+
+def _unlink_semaphores() -> None:
+    util, synchronize = sys.modules.get("multiprocessing.util"), sys.modules.get("multiprocessing.synchronize")
+    registry = getattr(util, "_finalizer_registry", None)  # private: Python has no public way
+    cleanup = getattr(getattr(synchronize, "SemLock", None), "_cleanup", None)
+    if registry is None or cleanup is None:  # no semaphore was made (or another Python): nothing to do
+        return
+    for finalizer in list(registry.values()):
+        if getattr(finalizer, "_callback", None) is cleanup:
+            try:
+                finalizer()  # unlinks the name and tells the tracker; runs once
+            except Exception:  # noqa: BLE001 - the process ends anyway; the tracker removes what is left
+                pass
 
 
 def _keep_dropped_stops(previous: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -338,51 +338,48 @@ class _Controller:
         with fewer_collections():
             return self._steps(max_s, every_s, next_eval_s, evals, interrupt)
 
-    def _quiet_steps(self, env: simpy.Environment, sim: Simulation, interrupt: StopRequest, bound_s: float) -> None:
-        """Take the steps after one that nothing between steps acts on: no stop, failure, signal,
-        checkpoint or fast-forward, and the next event by ``bound_s`` (no evaluation or time limit
-        before it). The checks here are those the loop makes, cheaper per step (most runs' steps)."""
-        if self.checkpointer is not None or self.resume is not None:
-            return
-        step, peek = env.step, env.peek
-        while self.stop_reason is None and sim.failure is None and interrupt.signum is None and not interrupt.forced:
-            upcoming = peek()
-            if upcoming > bound_s or upcoming == math.inf:
-                return
-            self.steps += 1  # the step before, counted as after_step counts it
-            step()
-
     def _steps(self, max_s: float, every_s: float | None, next_eval_s: float, evals: int, interrupt: StopRequest) -> float:
         env, sim = self.built.sim.env, self.built.sim
+        step, peek = env.step, env.peek
+        plain = self.checkpointer is None  # with no checkpoint to keep (nor a resume), a step is only counted after it
+        bound_s = min(next_eval_s, max_s)  # the next evaluation or the time limit: an event past it is acted on
         while self.stop_reason is None:
-            interrupt.check()
-            if sim.failure is not None:
-                self.status, self.stop_reason = "failed", "failed"
-                return env.now
-            upcoming = env.peek()
-            if upcoming == math.inf:  # nothing will happen again: the stop can never be reached, not even max_sim_time_s
-                self.status, self.stop_reason = "stalled", "no_events"
-                return env.now
-            # An evaluation at t sees every update applied at t, as the end's evaluation does:
-            # it waits until the events at t are done.
-            while next_eval_s < upcoming and next_eval_s <= max_s and self.stop_reason is None:
-                interrupt.check()  # up to 100,000 evaluations between two steps: a stop is not kept waiting
-                if evals > MAX_CADENCE_EVENTS:  # a long wait the scenario did not show (validation bounds the rest)
-                    sim.fail(f"eval.every_s is {every_s} s: {evals - 1:,} evaluations by {next_eval_s:.6g} s, the most "
-                             "a run makes; give a larger eval.every_s, or eval.every_updates")
-                    break
-                self.evaluate(next_eval_s)
-                evals += 1
-                next_eval_s = eval_time_s(every_s, evals)  # type: ignore[arg-type]
-            if sim.failure is not None:
+            upcoming = peek()
+            # Most steps have nothing to act on before them: no signal, no failure, no evaluation or
+            # time limit before the next event. Every check below would pass, and is skipped (the
+            # attribute reads of this line are the loop's whole cost per step then).
+            if not (upcoming <= bound_s and upcoming != math.inf and sim.failure is None and interrupt.signum is None
+                    and not interrupt.forced):
+                interrupt.check()
+                if sim.failure is not None:
+                    self.status, self.stop_reason = "failed", "failed"
+                    return env.now
+                if upcoming == math.inf:  # nothing will happen again: the stop can never be reached, not even max_sim_time_s
+                    self.status, self.stop_reason = "stalled", "no_events"
+                    return env.now
+                # An evaluation at t sees every update applied at t, as the end's evaluation does:
+                # it waits until the events at t are done.
+                while next_eval_s < upcoming and next_eval_s <= max_s and self.stop_reason is None:
+                    interrupt.check()  # up to 100,000 evaluations between two steps: a stop is not kept waiting
+                    if evals > MAX_CADENCE_EVENTS:  # a long wait the scenario did not show (validation bounds the rest)
+                        sim.fail(f"eval.every_s is {every_s} s: {evals - 1:,} evaluations by {next_eval_s:.6g} s, the most "
+                                 "a run makes; give a larger eval.every_s, or eval.every_updates")
+                        break
+                    self.evaluate(next_eval_s)
+                    evals += 1
+                    next_eval_s = eval_time_s(every_s, evals)  # type: ignore[arg-type]
+                bound_s = min(next_eval_s, max_s)
+                if sim.failure is not None:
+                    continue
+                if self.stop_reason is not None:  # that evaluation stopped the run: it ends there, not before
+                    return max(env.now, self._last_eval[0])  # type: ignore[index]
+                if upcoming > max_s:
+                    self.stop_reason = "max_sim_time_s"
+                    return max_s
+            step()
+            if plain and self.resume is None and interrupt.signum is None and not interrupt.forced:
+                self.steps += 1  # all that after_step would do
                 continue
-            if self.stop_reason is not None:  # that evaluation stopped the run: it ends there, not before
-                return max(env.now, self._last_eval[0])  # type: ignore[index]
-            if upcoming > max_s:
-                self.stop_reason = "max_sim_time_s"
-                return max_s
-            env.step()
-            self._quiet_steps(env, sim, interrupt, min(next_eval_s, max_s))
             # A first Ctrl-C or SIGTERM only asks, so the step is whole: it is counted and kept in a
             # last checkpoint before the run stops, and a resume loses nothing. A second one
             # interrupts at once and may have cut the step (SimPy holds the error in the process
@@ -512,6 +509,7 @@ def _summary(
         "stop_reason": controller.stop_reason,
         "failure": built.sim.failure,
         "strategy": scenario.strategy.name,
+        **_provider(scenario.strategy.name),
         "workers": scenario.cluster.workers,
         "seed": scenario.seed,
         "sim_time_s": float(end_s),
@@ -539,6 +537,12 @@ def _summary(
 
 # The summary's keys measured in real time: the only ones that differ between two runs of one scenario.
 WALL_CLOCK_KEYS = ("wall_time_s", "eval_wall_s")
+
+
+def _provider(name: str) -> dict[str, str | None]:
+    """The distribution and version that provided the strategy: a plug-in's, or fred's own."""
+    distribution, version = registry.provider(registry.get(name), __version__)
+    return {"strategy_distribution": distribution, "strategy_version": version}
 
 
 def _push_fetch_counters(kinds: _EventKinds) -> dict[str, float | int]:

@@ -46,11 +46,15 @@ def _cut(line: str) -> str:
     return line if len(line) <= MAX_LINE else f"{line[: MAX_LINE - 1]}… ({len(line):,} characters)"
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
+def read_yaml(path: str | Path, own: bool = False) -> dict[str, Any]:
     """Parse a scenario file with the safe loader (no tags, no code, no includes), bounded:
-    a regular file, not too large, not too deep, few aliases (:mod:`fred.scenario.yaml_reading`)."""
+    a regular file, not too large, not too deep, few aliases (:mod:`fred.scenario.yaml_reading`).
+
+    ``own``: a file fred wrote (a run's or a checkpoint's resolved ``scenario.yaml``), whose size
+    is the resolved scenario's, included files and all: not held to the size limit.
+    """
     try:
-        text = read_text(path)
+        text = read_text(path, bounded=not own)
     except ValueError as err:
         raise ScenarioError([str(err)], str(path)) from None
     try:

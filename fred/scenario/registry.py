@@ -41,12 +41,23 @@ class Strategy(NamedTuple):
     summary: str
     timing_only: bool = False
     source: str = ""  # the module that registered it, or the distribution and entry point of a plug-in
+    distribution: str | None = None  # a plug-in's distribution (its module, if it has none); None: fred's own
+    version: str | None = None  # that distribution's version
+
+
+def provider(strategy: Strategy, fred_version: str) -> tuple[str, str | None]:
+    """Who provided ``strategy``, as a run's summary records it: a plug-in's distribution and
+    version, or ``("fred", fred_version)`` for fred's own strategies."""
+    if strategy.distribution is None:
+        return "fred", fred_version
+    return strategy.distribution, strategy.version
 
 
 _REGISTRY: dict[str, Strategy] = {}
 _PROBLEMS: dict[str, str] = {}  # a name left out -> why (a plug-in that failed, a name defined twice)
 _DEFINERS: dict[str, list[str]] = {}  # a name defined more than once -> where, in loading order
 _plugin_state: dict[str, Any] = {"loaded": False, "staged": None}  # staged: a plug-in's strategies as it loads
+_PLUGIN_PACKAGES: set[str] = set()  # the top-level modules of the plug-ins that loaded (plugin_packages)
 
 
 def register(config: type[BaseModel], timing_only: bool = False) -> Callable[[Start], Start]:
@@ -95,6 +106,7 @@ def _load_entry_point(entry: EntryPoint) -> None:
         return
     finally:
         _plugin_state["staged"] = None
+    _PLUGIN_PACKAGES.add(entry.module.split(".")[0])
     earlier = _REGISTRY.get(entry.name)
     if not staged and earlier is not None and (earlier.source + ".").startswith(entry.module + "."):
         staged = [_REGISTRY.pop(entry.name)]  # its module was imported before the registry looked for plug-ins
@@ -103,7 +115,7 @@ def _load_entry_point(entry: EntryPoint) -> None:
         _PROBLEMS[entry.name] = (f"strategy plug-in {source} registered no strategy {entry.name!r} (it registered "
                                  f"{made}); name the entry point as its strategy config's name")
     for strategy in staged:
-        _add_plugin(strategy._replace(source=source))
+        _add_plugin(strategy._replace(source=source, distribution=package, version=dist.version if dist is not None else None))
 
 
 def _add_plugin(strategy: Strategy) -> None:
@@ -116,6 +128,13 @@ def _add_plugin(strategy: Strategy) -> None:
     sources.append(strategy.source)
     _PROBLEMS[name] = (f"strategy {name!r} is defined {len(sources)} times, by {' and by '.join(sources)}; "
                        "uninstall all but one, or rename a strategy (its config's name and its entry point)")
+
+
+def plugin_packages() -> frozenset[str]:
+    """The top-level packages of the installed plug-ins that loaded (each entry point's module's):
+    where a plug-in's own recorded numerics live, which replay may import by name."""
+    _load_plugins()
+    return frozenset(_PLUGIN_PACKAGES)
 
 
 def problems() -> list[str]:

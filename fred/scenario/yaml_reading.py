@@ -3,7 +3,9 @@ may ask of it, so that a mistake or a hostile file gets a message, never a hang 
 
 - A file must be a regular file of at most :data:`MAX_FILE_BYTES`: a FIFO, a device or a
   socket blocked the reader for ever; PyYAML reads about 50 kB a second, so a larger file
-  is minutes of parsing.
+  is minutes of parsing. fred's own files (a run's or a checkpoint's resolved
+  ``scenario.yaml``) have no size limit: a scenario under the limit, with up to 16 included
+  files under it too, resolves to more, and its run must still resume, replay and load.
 - Lists and mappings nest at most :data:`MAX_DEPTH` deep: the reader recurses once per
   level, and 1,000 levels ended in a ``RecursionError``.
 - Aliases (``*name``) may repeat at most :data:`MAX_ALIAS_VALUES` values in all, counted as
@@ -49,9 +51,9 @@ def yaml_problem(err: yaml.YAMLError) -> str:
     return f"YAML syntax error at {at}{getattr(err, 'problem', None) or err}"
 
 
-def read_text(path: str | Path) -> str:
+def read_text(path: str | Path, bounded: bool = True) -> str:
     """The UTF-8 text of ``path``; a ``ValueError`` saying what is wrong with the file where it
-    is missing, a directory, not a regular file, too large or not UTF-8.
+    is missing, a directory, not a regular file, too large (when ``bounded``) or not UTF-8.
 
     It is opened without blocking and checked before it is read: opening a FIFO for reading
     waits for a writer, and reading a device such as ``/dev/zero`` never ends.
@@ -73,8 +75,8 @@ def read_text(path: str | Path) -> str:
         kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
         raise ValueError(f"{path} is {kind}, not a regular file; save the YAML to a file and give that")
     with os.fdopen(fd, "rb") as file:
-        data = file.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
+        data = file.read(MAX_FILE_BYTES + 1) if bounded else file.read()
+    if bounded and len(data) > MAX_FILE_BYTES:
         raise ValueError(f"{path} is over {MAX_FILE_BYTES >> 20} MiB, and a scenario or a profile is a few kB (the "
                          "reader would take minutes); give long lists by name where the field allows it (topology: ring)")
     try:

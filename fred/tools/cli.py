@@ -153,6 +153,7 @@ def entry() -> None:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     if code in STOPPED:
+        interrupt.release_semaphores()  # what the skipped shutdown would have done
         os._exit(code)
     interrupt.finished()
     sys.exit(code)
@@ -286,6 +287,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="a row and a curve for each run; without it, runs that differ only by their seed are one row "
                            "(mean ± sd over the seeds) and one curve (their mean, in a band from the least to the greatest)")
     cmp_.add_argument("--memory-limit-gb", type=float, metavar="N", help=MEMORY_HELP)
+    cmp_.add_argument("--no-user-code", action="store_true",
+                      help=NO_USER_CODE_HELP + "; finished runs and sweep tables are only read, never run")
     cmp_.set_defaults(handler=_compare)
     plot = sub.add_parser("plot", help="loss curves, staleness histogram and per-worker timeline of one run")
     plot.add_argument("run_dir")
@@ -394,7 +397,7 @@ def _run(args: argparse.Namespace) -> int:
 
             saved = checkpoint_dir(args.resume) / "scenario.yaml"
             if saved.is_file():
-                _refuse_user_code([validate(read_yaml(saved), str(saved))], str(saved))
+                _refuse_user_code([validate(read_yaml(saved, own=True), str(saved))], str(saved))
         return _resume(args)
     if not args.scenario:
         raise ValueError("fred run needs a scenario file, or --resume RUN_DIR")
@@ -459,6 +462,12 @@ def _compare(args: argparse.Namespace) -> int:
 
     show = sys.stderr.isatty()  # a bar for each scenario that has to be run
     seeds = parse_seeds(args.seeds) if args.seeds is not None else None
+    if args.no_user_code:  # every scenario file, as each of its runs would be, before any runs
+        from fred.scenario.loading import load_scenario
+        from fred.tools.compare import scenario_files
+
+        for item in scenario_files(args.items):
+            _refuse_user_code([load_scenario(item, args.sets, seed) for seed in seeds or [None]], item)
     table, ran = compare(args.items, Path(args.out), Path(args.runs), args.target_loss, lambda s: _progress(s, show), args.sets,
                          seeds, args.per_seed)
     print(readable_table(table, shutil.get_terminal_size().columns))

@@ -41,10 +41,8 @@ def gather(
     results, origins, ran = [], [], 0
     for item in items:
         path = Path(item)
-        if path.is_dir():
-            loaded = [load_run(path)]
-        elif path.suffix == ".parquet":
-            loaded = sweep_runs(path)
+        if _is_finished(path):
+            loaded = [load_run(path)] if path.is_dir() else sweep_runs(path)
         else:
             loaded = []
             for seed in seeds or [None]:
@@ -62,10 +60,20 @@ def gather(
     return results, ran
 
 
+def _is_finished(path: Path) -> bool:
+    """Whether an item is runs already made (a run directory, a sweep's table), read and never run."""
+    return path.is_dir() or path.suffix == ".parquet"
+
+
+def scenario_files(items: Sequence[str]) -> list[str]:
+    """The items :func:`gather` runs (unless a finished run of them exists): the scenario files."""
+    return [item for item in items if not _is_finished(Path(item))]
+
+
 def _refuse_sets_on_runs(items: list[str], sets: list[str] | None, seeds: list[int] | None = None) -> None:
     """A finished run's scenario is the one it ran: overrides cannot apply to it, and comparing it
     unchanged beside overridden scenarios would compare what was not asked for."""
-    finished = [item for item in items if Path(item).is_dir() or Path(item).suffix == ".parquet"]
+    finished = [item for item in items if _is_finished(Path(item))]
     for flag, given in (("--set", sets), ("--seeds", seeds)):
         if given and finished:
             raise ValueError(f"{flag} applies to scenario files, and {finished[0]} is a finished run (or a sweep's runs): "

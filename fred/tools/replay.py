@@ -28,7 +28,9 @@ from fred.numerics.models import Params
 from fred.numerics.tape import Call, Recorded
 from fred.runs.api import load_run, rerun_hint
 from fred.runs.host import cpu_isa
+from fred._version import __version__
 from fred.runs.runner import _model_and_numerics
+from fred.scenario import registry
 from fred.scenario.schema import Scenario
 from fred.tools.calibrate import device_for
 
@@ -117,9 +119,22 @@ def _notes(summary: dict[str, Any], made_on: str, backend: str, check: str) -> l
             f"the run was made on a {summary['cpu_isa']} CPU and this is {cpu_isa()}: XLA compiles for the CPU "
             "it runs on, so bits are promised only for the same instruction set (use --check close)"
         )
+    recorded = (summary.get("strategy_distribution"), summary.get("strategy_version"))
+    installed = _installed_provider(summary.get("strategy"))
+    if recorded[0] is not None and installed is not None and installed != recorded:
+        notes.append(f"the run's strategy came from {' '.join(filter(None, recorded))} and this is "
+                     f"{' '.join(filter(None, installed))}: its recorded functions may compute differently")
     if check == "bitwise" and backend != made_on:
         notes.append(f"the run was computed on {made_on}; a bitwise check on {backend} is not expected to pass (use --check close)")
     return notes
+
+
+def _installed_provider(name: Any) -> tuple[str, str | None] | None:
+    """Who provides the strategy ``name`` here (None: nobody, or no name)."""
+    try:
+        return registry.provider(registry.get(name), __version__) if isinstance(name, str) else None
+    except ValueError:
+        return None
 
 
 def _read_tape(run_dir: Path, summary: dict[str, Any]) -> Recorded:

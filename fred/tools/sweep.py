@@ -163,11 +163,16 @@ def _worker_setup(sweep: int) -> None:
     """In a worker process: ignore Ctrl-C, and end when the sweep does.
 
     Ctrl-C goes to the whole process group, and only the sweep decides what it stops (a
-    worker's own KeyboardInterrupt could land in cleanup code and be dropped). A sweep killed
-    outright (SIGKILL, or SIGTERM from ``timeout`` or a job scheduler) cannot stop its workers:
-    they finished their run, then waited for work for ever, ~440 MB each.
+    worker's own KeyboardInterrupt could land in cleanup code and be dropped). The worker
+    started with SIGINT blocked (:func:`_submit`), so one that came while it imported fred and
+    JAX, seconds on a loaded machine, is dropped here, not printed as a traceback from the
+    middle of an import. A sweep killed outright (SIGKILL, or SIGTERM from ``timeout`` or a
+    job scheduler) cannot stop its workers: they finished their run, then waited for work for
+    ever, ~440 MB each.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # POSIX
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # one pending is discarded: ignored
     # The sweep's pid comes from the sweep: asked here, after the imports, it was already 1
     # when the sweep died that soon.
     threading.Thread(target=_end_with, args=(sweep,), daemon=True, name="fred-end-with-sweep").start()
@@ -188,7 +193,7 @@ def _in_turn(pool: cf.ProcessPoolExecutor, todo: Todo, jobs: int, done: Done, ru
     ``running`` holds the submitted runs not yet told to ``done``, in ``todo``'s order."""
     queued = enumerate(todo)
     for place, item in itertools.islice(queued, jobs):
-        running[pool.submit(run_one, *item)] = place
+        running[_submit(pool, item)] = place
     while running:
         finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
         for future in sorted(finished, key=running.__getitem__):  # runs that end together: in todo's order
@@ -196,7 +201,20 @@ def _in_turn(pool: cf.ProcessPoolExecutor, todo: Todo, jobs: int, done: Done, ru
             done(future.result())
             following = next(queued, None)
             if following is not None:
-                running[pool.submit(run_one, *following[1])] = following[0]
+                running[_submit(pool, following[1])] = following[0]
+
+
+def _submit(pool: cf.ProcessPoolExecutor, item: tuple[dict[str, Any], str]) -> cf.Future:
+    """``pool.submit`` of one run, with SIGINT blocked meanwhile: a worker process the pool starts
+    here starts with it blocked (a signal mask passes through fork and exec) until
+    :func:`_worker_setup` ignores it. A Ctrl-C in these instants reaches the sweep as they end."""
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX: no masks to inherit
+        return pool.submit(run_one, *item)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return pool.submit(run_one, *item)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _tell_finished(running: dict[cf.Future, int], done: Done) -> None:

@@ -5,15 +5,21 @@ Imported only when chosen, so Ray stays an optional extra (``pip install -e ".[r
 ``ray job submit``) and otherwise starts Ray on this machine for the sweep's duration; a Ray
 the caller has already started (a notebook, a test) is used as it is and left running.
 Each task makes one run exactly as the local executor does, so the run directories, and
-the table gathered from them, are the same.
+the table gathered from them, are the same, under the same memory limit: the driver's
+``FRED_MEMORY_LIMIT_GB`` (``--memory-limit-gb``) goes with each task, as local worker
+processes inherit it, since a Ray worker, on this node or another, was started with an
+environment of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
+from fred.runs.memory import ENV as MEMORY_LIMIT
 from fred.tools.sweep_jobs import Done, Todo, run_one
 
 
@@ -28,11 +34,30 @@ def _import_ray() -> Any:
     return ray
 
 
-def _run_in(cwd: str, resolved: dict[str, Any], out: str) -> str:
+def _run_in(cwd: str, resolved: dict[str, Any], out: str, memory_limit: str | None = None) -> str:
     # a worker on another node starts in a directory of its own; relative paths (runs/, a
     # data file) must mean what they mean to the driver, as they do for local processes
     os.chdir(cwd)
-    return run_one(resolved, out)
+    with _limited(memory_limit):
+        return run_one(resolved, out)
+
+
+@contextlib.contextmanager
+def _limited(memory_limit: str | None) -> Iterator[None]:
+    """The driver's memory limit, if it set one, for this task only: a Ray worker runs the tasks of
+    later sweeps too. Without one the worker's own environment decides (a node's own limit)."""
+    if memory_limit is None:
+        yield
+        return
+    before = os.environ.get(MEMORY_LIMIT)
+    os.environ[MEMORY_LIMIT] = memory_limit
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(MEMORY_LIMIT, None)
+        else:
+            os.environ[MEMORY_LIMIT] = before
 
 
 def run_all(todo: Todo, done: Done = lambda out: None) -> None:
@@ -49,7 +74,8 @@ def run_all(todo: Todo, done: Done = lambda out: None) -> None:
             ray.init()
     try:
         task = ray.remote(_run_in)
-        waiting = [task.remote(os.getcwd(), resolved, out) for resolved, out in todo]
+        limit = os.environ.get(MEMORY_LIMIT)  # what local worker processes inherit
+        waiting = [task.remote(os.getcwd(), resolved, out, limit) for resolved, out in todo]
         try:
             while waiting:
                 ready, waiting = ray.wait(waiting, num_returns=1)
