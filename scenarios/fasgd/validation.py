@@ -32,6 +32,10 @@ from fred.runs.api import resolve
 
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / "validation_runs.json"
+# The exact reduction's leaves are single examples (exact_tile: 1), as when these runs were recorded
+# (the 64-client scenarios' batch of 2 is one tile of their own exact_tile: 2): tiles of 8 rows sum the
+# same gradients by another tree (other last bits, the same algorithms).
+PER_EXAMPLE = 1
 METHODS = ["asgd", "sasgd", "fasgd"]  # the paper's
 CORRECTED = "fasgd_bc"  # FASGD with bias-corrected statistics: not the paper's, a check of its zero start
 TUNED = [*METHODS, CORRECTED]  # each gets its own rate per clock, and the comparison's runs
@@ -78,7 +82,7 @@ class Runs:
         shipped, fields = VARIANTS.get(method, (method, {}))
         strategy = {**fields, **strategy}
         scenario = resolve(HERE / f"{shipped}_{clients}.yaml", seed=seed,
-                           strategy={"lr": lr, "clock": clock, **strategy},
+                           strategy={"lr": lr, "clock": clock, "exact_tile": PER_EXAMPLE, **strategy},
                            stop={"max_updates": self.plan.updates}, eval={"every_updates": self.plan.eval_every})
         key = scenario.digest()
         if key not in self.stored:
@@ -515,9 +519,11 @@ def _section(plan: Plan, cache: Path | None, rerun: bool) -> str:
         "",
         ("Reproduce: `python scenarios/fasgd/validation.py` (prints this section from "
         "`scenarios/fasgd/validation_runs.json`, running only runs whose resolved scenario is not in it), "
-        "`--rerun` to recompute every run. One run by hand, e.g. "
+        "`--rerun` to recompute every run. Every run sums per-example gradients (`strategy.exact_tile: 1`). "
+        "One run by hand, e.g. "
         f"`fred run scenarios/fasgd/fasgd_{top}.yaml --seed {plan.seeds[0]} --set strategy.clock=logical "
-        f"--set strategy.lr={tuned['logical']['fasgd'].lr:g} --set stop.max_updates={plan.updates}`."),
+        f"--set strategy.lr={tuned['logical']['fasgd'].lr:g} --set strategy.exact_tile={PER_EXAMPLE} "
+        f"--set stop.max_updates={plan.updates}`."),
         "",
     ]
     return "\n".join(lines)

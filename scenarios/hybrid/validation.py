@@ -35,6 +35,9 @@ from fred.runs.api import resolve
 
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / "validation_runs.json"
+# The exact reduction's leaves are single examples (exact_tile: 1), as when these runs were recorded:
+# tiles of 8 rows sum the same gradients by another tree (other last bits, the same algorithms).
+PER_EXAMPLE = 1
 GOSSIP: dict[str, Any] = {  # 8 gossiping nodes on the same digits MLP, no slowed worker
     "name": "gossip-order",
     "model": {"kind": "mlp", "hidden": [64], "activation": "relu"},
@@ -91,7 +94,8 @@ class Runs:
 
     def get(self, method: str, lr: float, seed: int, setting: Setting) -> dict[str, Any]:
         base, strategy = METHODS[method]
-        scenario = resolve(HERE / base if isinstance(base, str) else base, seed=seed, strategy={"lr": lr, **strategy},
+        scenario = resolve(HERE / base if isinstance(base, str) else base, seed=seed,
+                           strategy={"lr": lr, "exact_tile": PER_EXAMPLE, **strategy},
                            stop={"max_sim_time_s": setting.horizon_s}, eval={"every_s": setting.eval_every_s})
         key = scenario.digest()
         if key not in self.used:
@@ -360,7 +364,8 @@ def section(quick: bool = False, rerun: bool = False) -> str:
     lines += [
         "",
         (f"Reproduce: `python scenarios/hybrid/validation.py --rerun` ({len(runs.used)} runs; without `--rerun` "
-         "they are read from `scenarios/hybrid/validation_runs.json`, keyed by each resolved scenario)."),
+         "they are read from `scenarios/hybrid/validation_runs.json`, keyed by each resolved scenario). Every run "
+         "sums per-example gradients (`strategy.exact_tile: 1`)."),
         "",
     ]
     return "\n".join(lines)
