@@ -16,7 +16,7 @@ import pytest
 import fred
 from fred.numerics import rng
 from fred.numerics.data import load_dataset
-from fred.numerics.gradients import Numerics, parts_of, sum_grads
+from fred.numerics.gradients import GradSum, Numerics, parts_of, sum_grads
 from fred.numerics.models import build_model
 from fred.scenario.loading import ScenarioError, validate
 from fred.scenario.schema import CNNModel, DataConfig, MLPModel
@@ -36,7 +36,7 @@ def _setup(kind: str, tile: int = TILE):
 def _leaves(numerics: Numerics, ds, params, rows: np.ndarray) -> list[list[bytes]]:
     """Each tile's stored (loss, gradient) as bytes, computed by one program over ``rows``."""
     x_all, y_all, zero = numerics._on_device(ds)
-    losses, grads = numerics._piece(params, x_all, y_all, rows, zero)
+    losses, grads = numerics._piece(params, x_all, y_all, rows, zero, None)
     leaves = [np.asarray(losses), *map(np.asarray, jax.tree.leaves(grads))]
     return [[leaf[k].tobytes() for leaf in leaves] for k in range(len(losses))]
 
@@ -105,3 +105,43 @@ def test_tiles_and_per_example_leaves_are_different_trees_over_the_same_gradient
     one, eight = (np.asarray(runs[t].metrics["eval_loss"]) for t in (1, 8))
     np.testing.assert_allclose(one, eight, rtol=1e-4)
     assert runs[1].summary["params_sha256"] != runs[8].summary["params_sha256"]
+
+
+# ----------------------------------------------------------------------------- several parameter versions in one call
+@pytest.fixture
+def one_version_a_call(monkeypatch):
+    """Calls at one parameter version each, as before tiles could mix them."""
+    monkeypatch.setattr(Numerics, "batches_parameters", property(lambda self: False))
+
+
+def _jittery(name: str) -> dict:
+    return tiny(strategy={"name": name}, cluster={"workers": 4, "jitter": {"kind": "lognormal", "sigma": 0.3}},
+                stop={"max_updates": 12})
+
+
+MIXED = ["asgd", "local_sgd", "sgp", "pipe_sgd"]  # workers computing at once on versions of their own
+
+
+@pytest.fixture(scope="module")
+def mixed_runs():
+    return {name: fred.run(_jittery(name)) for name in MIXED}
+
+
+@pytest.mark.parametrize("name", MIXED)
+def test_gradients_at_several_versions_computed_together_are_each_ones_own_bits(name, mixed_runs, one_version_a_call):
+    together, apart = mixed_runs[name], fred.run(_jittery(name))
+    assert together.summary["params_sha256"] == apart.summary["params_sha256"]
+    assert len(together.tape[0]["calls"]) < len(apart.tape[0]["calls"]), "fewer calls: versions share them"
+
+
+def test_a_sum_of_parts_that_only_look_like_whole_calls_is_summed_part_by_part():
+    """Rows 0 of one call and 1..3 of another are not a whole call: summing every row of the first
+    (what Pipe-SGD's all-reduce did once calls mixed versions) added gradients of other versions."""
+    ds, numerics, params = _setup("mlp")
+    rows = rng.stream(5, "rows").choice(len(ds.y_train), size=4 * TILE)
+    other = jax.tree.map(lambda p: p * 0.5, params)
+    mine = parts_of(numerics.gradients(params, ds, rows, 4), 4, TILE)
+    theirs = parts_of(numerics.gradients(other, ds, rows, 4), 4, TILE)
+    mixed = [theirs[0], *mine[1:]]
+    expected = sum_grads([GradSum(p.grad, p.loss, p.count) for p in mixed])
+    assert _bytes([sum_grads(mixed)]) == _bytes([expected])

@@ -258,7 +258,7 @@ def _whole_calls(parts: Sequence[GradSum]) -> list[Stacked] | None:
     calls: list[Stacked] = []
     expected = 0
     for part in parts:
-        if part.source is None or part.row != expected:
+        if part.source is None or part.row != expected or (expected and part.source.stacked is not calls[-1]):
             return None
         if expected == 0:
             calls.append(part.source.stacked)
@@ -403,7 +403,8 @@ def _leaf_sums(chunks: list[tuple[jax.Array, Params]], zero: jax.Array, leaves: 
     return _concatenated_block_sums(chunks, leaves, blocks)
 
 
-def _stored_chunks(per_example, params: Params, xs: jax.Array, ys: jax.Array, zero: jax.Array) -> list[tuple[jax.Array, Params]]:
+def _stored_chunks(per_example, params: Params, xs: jax.Array, ys: jax.Array, zero: jax.Array,
+                   owners: None = None) -> list[tuple[jax.Array, Params]]:
     """Per-example (loss, gradient) of ``CHUNK_ROWS``-row chunks, each value as a call would store it:
     the leaves of ``exact_tile: 1``.
 
@@ -420,18 +421,21 @@ def _stored_chunks(per_example, params: Params, xs: jax.Array, ys: jax.Array, ze
     ]
 
 
-def _stored_tiles(tile_grad, tile: int, params: Params, xs: jax.Array, ys: jax.Array, zero: jax.Array) -> list[tuple[jax.Array, Params]]:
-    """The (loss, gradient) sums of each ``tile``-row tile of ``xs``, as one chunk of stored leaves.
+def _stored_tiles(tile_grad, tile: int, params: Params | tuple[Params, ...], xs: jax.Array, ys: jax.Array,
+                  zero: jax.Array, owners: tuple[int, ...] | None = None) -> list[tuple[jax.Array, Params]]:
+    """The (loss, gradient) sums of each ``tile``-row tile of ``xs``, as one chunk of stored leaves;
+    with ``owners``, tile ``k`` at the parameters ``params[owners[k]]``.
 
     Each tile is its own batched gradient, written out once per tile in the program (not a vmap
     over tiles, and not a loop: XLA compiles a vmap differently as it grows, and on CPU runs a
     convolution's gradient inside a loop body an order of magnitude slower). A tile's values are
     then the same bits in a program of one tile or of many (``tests/test_tiles.py``), so which
-    call computed a tile never changes it.
+    call computed a tile never changes it; nor which parameters the program's other tiles were at.
     """
+    at = (lambda k: params) if owners is None else (lambda k: params[owners[k]])
     tiles = [
-        _as_stored(tile_grad(params, xs[i : i + tile], ys[i : i + tile]), zero)
-        for i in range(0, xs.shape[0], tile)
+        _as_stored(tile_grad(at(k), xs[i : i + tile], ys[i : i + tile]), zero)
+        for k, i in enumerate(range(0, xs.shape[0], tile))
     ]
     return [jax.tree.map(lambda *leaf: jnp.stack(leaf), *tiles)]
 
@@ -510,16 +514,19 @@ def _stacked(stack: bool, losses: list[jax.Array], grads: list[Params], *cover: 
 
 
 def _exact_gathered(leaves_of, stack: bool, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array,
-                    zero: jax.Array, leaves: int, blocks: int, starts: tuple[int, ...] | None):
+                    zero: jax.Array, leaves: int, blocks: int, starts: tuple[int, ...] | None,
+                    owners: tuple[int, ...] | None):
     """The exact sums of the training rows ``rows`` (gathered inside the call): their leaves
-    (``leaves_of``: per-example chunks or tiles), then :func:`_leaf_sums`."""
-    chunks = leaves_of(params, x_all[rows], y_all[rows], zero)
+    (``leaves_of``: per-example chunks or tiles, tile k at ``params[owners[k]]`` when given), then
+    :func:`_leaf_sums`."""
+    chunks = leaves_of(params, x_all[rows], y_all[rows], zero, owners)
     return _stacked(stack, *_leaf_sums(chunks, zero, leaves, blocks, starts))
 
 
-def _piece_leaves(leaves_of, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array, zero: jax.Array):
+def _piece_leaves(leaves_of, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array, zero: jax.Array,
+                  owners: tuple[int, ...] | None):
     """The stored leaves of the rows ``rows``: one piece of a call too large for one program."""
-    [chunk] = leaves_of(params, x_all[rows], y_all[rows], zero)
+    [chunk] = leaves_of(params, x_all[rows], y_all[rows], zero, owners)
     return chunk
 
 
@@ -573,10 +580,10 @@ class Numerics:
         else:
             leaves_of = functools.partial(_stored_tiles, self._tile_grad, self.tile)
         self._exact_at = {
-            stack: jax.jit(functools.partial(_exact_gathered, leaves_of, stack), static_argnums=(5, 6, 7))
+            stack: jax.jit(functools.partial(_exact_gathered, leaves_of, stack), static_argnums=(5, 6, 7, 8))
             for stack in (False, True)
         }
-        self._piece = jax.jit(functools.partial(_piece_leaves, leaves_of))
+        self._piece = jax.jit(functools.partial(_piece_leaves, leaves_of), static_argnums=(5,))
         self._pieces_at = {
             stack: jax.jit(functools.partial(_pieces_summed, stack), static_argnums=(2, 3, 4)) for stack in (False, True)
         }
@@ -608,18 +615,34 @@ class Numerics:
         return np.asarray(workers, np.int64) * leaves
 
     def gradients(
-        self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int, starts: Sequence[int] | None = None
+        self, params: Params | tuple[Params, ...], dataset: Dataset, rows: np.ndarray, shards: int,
+        starts: Sequence[int] | None = None, owners: Sequence[int] | None = None,
     ) -> list[GradSum] | Stacked:
         """What a run records as one gradient call: :meth:`shard_sums_of` for one shard,
         the same sums as one :class:`Stacked` for several (fewer arrays to make and track).
         With ``starts`` (:meth:`starts`) it also returns the sums of each shard's cover, in a
-        :class:`Stacked` whatever the shards (:func:`parts_of` hands them out)."""
+        :class:`Stacked` whatever the shards (:func:`parts_of` hands them out). With ``owners``
+        (only where :attr:`batches_parameters`), ``params`` is a tuple and shard ``i``'s gradient
+        is at ``params[owners[i]]``: the same bits as a call of its own."""
+        if owners is not None:  # shards at several parameters are never summed whole: no stacked rows to split
+            per_shard = len(rows) // shards // self.tile
+            tiles = tuple(int(o) for o in owners for _ in range(per_shard))
+            if starts is not None:
+                return self._call(params, dataset, rows, shards, stack=True, starts=_placed(starts, per_shard), owners=tiles)
+            losses, grads = self._call(params, dataset, rows, shards, stack=False, owners=tiles)
+            return _grad_sums(losses, grads, len(rows) // shards)
         if starts is not None and self.reduction == "exact":
             placed = _placed(starts, len(rows) // shards // self.tile)
             return self._call(params, dataset, rows, shards, stack=True, starts=placed)
         if shards == 1:
             return self.shard_sums_of(params, dataset, rows, 1)
         return self._call(params, dataset, rows, shards, stack=True)
+
+    @property
+    def batches_parameters(self) -> bool:
+        """Whether one call may compute gradients at several parameter versions with each one's
+        own bits (tiles: each is its own written-out gradient, whatever parameters it reads)."""
+        return self.reduction == "exact" and self.tile > 1
 
     def workers_per_call(self, batch: int, workers: int) -> int:
         """How many workers' batches on the same parameters one gradient call serves: fast, all
@@ -655,7 +678,7 @@ class Numerics:
         return self._most_tiles[key]
 
     def _call(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int, stack: bool,
-              starts: tuple[int, ...] | None = None):
+              starts: tuple[int, ...] | None = None, owners: tuple[int, ...] | None = None):
         x_all, y_all, zero = self._on_device(dataset)
         if self.reduction == "fast":
             return self._fast_at[stack](params, x_all, y_all, rows.reshape(shards, -1), shards)
@@ -663,13 +686,13 @@ class Numerics:
             pad = (-len(rows)) % CHUNK_ROWS
             if pad:  # padding rows are real examples (row 0) whose gradients are dropped
                 rows = np.concatenate([rows, np.zeros(pad, rows.dtype)])
-            return self._exact_at[stack](params, x_all, y_all, rows, zero, len(rows) - pad, shards, starts)
+            return self._exact_at[stack](params, x_all, y_all, rows, zero, len(rows) - pad, shards, starts, None)
         leaves = len(rows) // self.tile
-        most = self.tiles_per_program(params, dataset)
+        most = self.tiles_per_program(params if owners is None else params[0], dataset)
         if leaves <= most:
-            return self._exact_at[stack](params, x_all, y_all, rows, zero, leaves, shards, starts)
-        step = most * self.tile
-        pieces = [self._piece(params, x_all, y_all, rows[i : i + step], zero) for i in range(0, len(rows), step)]
+            return self._exact_at[stack](params, x_all, y_all, rows, zero, leaves, shards, starts, owners)
+        pieces = [self._piece(params, x_all, y_all, rows[k * self.tile : (k + most) * self.tile], zero,
+                              None if owners is None else owners[k : k + most]) for k in range(0, leaves, most)]
         return self._pieces_at[stack](pieces, zero, leaves, shards, starts)
 
     def _on_device(self, dataset: Dataset) -> tuple[jax.Array, jax.Array, jax.Array]:

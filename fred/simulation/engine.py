@@ -80,14 +80,15 @@ NO_PAYLOAD: Any = object()  # send()'s default: a transfer that delivers nothing
 
 
 class _GradientRequest:
-    __slots__ = ("params", "rows", "worker", "result", "duration_s")
+    __slots__ = ("params", "rows", "worker", "result", "duration_s", "seq")
 
-    def __init__(self, params: Params, rows: np.ndarray, worker: int):
+    def __init__(self, params: Params, rows: np.ndarray, worker: int, seq: int):
         self.params, self.rows, self.worker, self.result, self.duration_s = params, rows, worker, None, 0.0
+        self.seq = seq  # the order requests were made in: ties of one worker keep it
 
 
-def _by_worker(req: _GradientRequest) -> int:
-    return req.worker
+def _by_worker(req: _GradientRequest) -> tuple[int, int]:
+    return req.worker, req.seq
 
 
 class GradientService:
@@ -99,7 +100,10 @@ class GradientService:
     of up to :meth:`Numerics.workers_per_call` workers). With the exact reduction every
     leaf of the summation tree (an example's gradient, or a tile's) is the same bits in
     whichever call computed it, so batched and unbatched results are the same bits
-    (docs/determinism.md).
+    (docs/determinism.md). With tiles (:attr:`Numerics.batches_parameters`) a call also
+    serves the requests made on other parameters (ASGD's, Local SGD's or a gossip's workers
+    computing at once on versions of their own), each tile at its own request's parameters:
+    fewer, larger calls, the same bits.
     """
 
     def __init__(self, numerics: Numerics, dataset: Dataset):
@@ -109,11 +113,14 @@ class GradientService:
         self._pending: dict[tuple[int, int], list[_GradientRequest]] = {}
         # On the numerics tape as "gradients": replay rebuilds it from the run's scenario.
         self._gradients = op("gradients")(
-            lambda params, rows, shards, starts=None: numerics.gradients(params, dataset, rows, shards, starts)
+            lambda params, rows, shards, starts=None, owners=None: numerics.gradients(params, dataset, rows, shards,
+                                                                                      starts, owners)
         )
+        self._made = 0  # requests made: their order breaks ties
 
     def request(self, params: Params, rows: np.ndarray, worker: int = 0) -> _GradientRequest:
-        req = _GradientRequest(params, rows, worker)
+        req = _GradientRequest(params, rows, worker, self._made)
+        self._made += 1
         self._pending.setdefault((id(params), len(rows)), []).append(req)
         return req
 
@@ -131,17 +138,39 @@ class GradientService:
             self._flush_like(req)
         return req.result
 
+    def _take(self, first: _GradientRequest) -> list[_GradientRequest]:
+        """The requests one flush serves: those on ``first``'s parameters, and with tiles every
+        request of its batch size."""
+        batch = len(first.rows)
+        keys = [(id(first.params), batch)]
+        if self.numerics.batches_parameters:
+            keys = [key for key in self._pending if key[1] == batch]  # any order: sorted by worker after
+        return [req for key in keys for req in self._pending.pop(key)]
+
+    def _call(self, group: list[_GradientRequest], rows: np.ndarray, starts: np.ndarray | None) -> Any:
+        """One recorded gradient call for ``group``: at their one set of parameters, or at each
+        request's own (``owners``: which of the distinct sets, in the order they first come)."""
+        ids: list[int] = []
+        params: list[Params] = []
+        for req in group:
+            if id(req.params) not in ids:
+                ids.append(id(req.params))
+                params.append(req.params)
+        if len(params) == 1:
+            return self._gradients(params[0], rows, len(group), starts)
+        return self._gradients(tuple(params), rows, len(group), starts, tuple(ids.index(id(r.params)) for r in group))
+
     def _flush_like(self, first: _GradientRequest) -> None:
         # In worker order (a stable sort: ties keep request order), as all-reduces sum: one of
         # whole calls then adds the stacked rows where they are (numerics.sum_grads). Which
         # call serves a worker never changes its bits.
-        same = sorted(self._pending.pop((id(first.params), len(first.rows))), key=_by_worker)
+        same = sorted(self._take(first), key=_by_worker)
         per_call = self.numerics.workers_per_call(len(first.rows), len(same))
         for start in range(0, len(same), per_call):
             group = same[start : start + per_call]
             rows = np.concatenate([r.rows for r in group])
             starts = self.numerics.starts([r.worker for r in group], len(first.rows))  # None: not needed
-            result = self._gradients(first.params, rows, len(group), starts)
+            result = self._call(group, rows, starts)
             for req, part in zip(group, parts_of(result, len(group), len(first.rows), starts, self.numerics.tile)):
                 req.result = part
             tape = active_tape()
