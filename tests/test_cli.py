@@ -68,9 +68,12 @@ def test_a_missing_file_is_an_error_not_a_traceback(tmp_path, capsys):
 
 
 def test_missing_mnist_files_are_reported_cleanly(tmp_path, capsys):
-    path = write(tmp_path, tiny(data={"source": {"kind": "mnist", "path": str(tmp_path / "mnist")}}))
+    path = write(tmp_path, tiny(data={"source": {"kind": "mnist", "path": "mnist"}}))
     assert main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
-    assert "mnist" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith(f"fred: {path}: 1 problem\n  - data.source.path: {tmp_path / 'mnist'} does not exist "
+                          f"('mnist' taken from {tmp_path}); give a folder of MNIST IDX files or one .npz file")
+    assert not (tmp_path / "o").exists()
 
 
 def test_fred_list_prints_the_registry(capsys):

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from fred.scenario import registry
 from fred.scenario.profiles import read_profile
-from fred.scenario.schema import Scenario
+from fred.scenario.schema import Scenario, absolute_path
 from fred.scenario.yaml_reading import (
     NumbersLoader,
     Refused,
@@ -158,12 +158,19 @@ MAX_INCLUDES = 16
 
 
 def include_profiles(data: dict[str, Any], base_dir: Path, source: str = "scenario") -> dict[str, Any]:
-    """Merge the files of ``include:`` under the scenario, and replace ``cluster.compute.profile:
-    FILE`` by the measured ``step_time_s`` in FILE.
+    """Merge the files of ``include:`` under the scenario, replace ``cluster.compute.profile:
+    FILE`` by the measured ``step_time_s`` in FILE, and make every other path absolute
+    (:func:`absolute_paths`).
 
-    A relative FILE is found next to the scenario file (or the working directory).
+    A relative path is taken from ``base_dir``: the scenario file's folder (the working
+    directory for a scenario built in Python).
     """
+    base_dir = base_dir.absolute()  # a missing file is named by the path looked at, whatever the working directory
     data = _included(data, base_dir, source)
+    missing = missing_files(data, base_dir)
+    if missing:  # said now, in the scenario's words, not after JAX has loaded and the run has begun
+        raise ScenarioError(missing, source)
+    data = absolute_paths(data, base_dir)
     compute = data.get("cluster", {}).get("compute") if isinstance(data.get("cluster"), dict) else None
     if not isinstance(compute, dict) or "profile" not in compute:
         return data
@@ -180,6 +187,47 @@ def include_profiles(data: dict[str, Any], base_dir: Path, source: str = "scenar
     out = copy.deepcopy(data)
     out["cluster"]["compute"] = {k: v for k, v in compute.items() if k != "profile"} | {"step_time_s": step_time_s}
     return out
+
+
+PATHS = ("data.source.path", "data.source.eval_path")  # the files a scenario names, besides include and profile
+
+
+def absolute_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """``data`` with its data files' paths and ``model.code_dir`` (where a python model's module
+    is looked for; ``base_dir`` itself by default) absolute, taken from ``base_dir``: the
+    resolved scenario, and a run directory's copy of it, name the same files from anywhere."""
+    out = copy.deepcopy(data)
+    model = out.get("model")
+    if isinstance(model, dict) and model.get("kind") == "python" and model.get("code_dir") is None:
+        model["code_dir"] = str(base_dir)
+    for path in (*PATHS, "model.code_dir"):
+        value = get_path(out, path)
+        if isinstance(value, str) and value.strip():  # anything else is left for validation to refuse, named
+            set_path(out, path, absolute_path(value, base_dir))
+    return out
+
+
+DATA_FILES = {  # what a data source's path names, for a missing one
+    "mnist": "a folder of MNIST IDX files or one .npz file",
+    "arrays": "an .npz file, a folder of .npy files, a .parquet file, or a folder written by datasets' save_to_disk",
+}
+
+
+def missing_files(data: dict[str, Any], base_dir: Path) -> list[str]:
+    """A problem for each data file ``data`` names that is not there, with the absolute path
+    looked at and, for a relative path, the folder it was taken from."""
+    source = get_path(data, "data.source")
+    what = DATA_FILES.get(source.get("kind")) if isinstance(source, dict) else None
+    problems = []
+    for path in PATHS if what else ():
+        given = get_path(data, path)
+        if not isinstance(given, str) or not given.strip():
+            continue  # not a path: validation names it
+        looked = absolute_path(given, base_dir)
+        if not Path(looked).exists():
+            taken = "" if Path(given).expanduser().is_absolute() else f" ({given!r} taken from {base_dir})"
+            problems.append(f"{path}: {looked} does not exist{taken}; give {what}")
+    return problems
 
 
 def _included(data: dict[str, Any], base_dir: Path, source: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import types
 import typing
@@ -95,6 +96,20 @@ class CNNModel(Section):
     _layers = field_validator("channels")(_few_layers)
 
 
+def absolute_path(value: str, base_dir: str | os.PathLike[str] | None = None) -> str:
+    """``value`` (``~`` expanded) as an absolute path: a relative one is taken from ``base_dir``, the
+    scenario file's folder, or without one (a scenario built in Python) from the working directory.
+    The resolved scenario holds it so, and a run directory's copy finds the same file from anywhere."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"got {value!r}; give a path")
+    path = os.path.expanduser(value)
+    return os.path.abspath(os.path.join(base_dir, path) if base_dir is not None else path)
+
+
+def _absolute(value: str | None) -> str | None:
+    return None if value is None else absolute_path(value)
+
+
 IMPORT_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 LOSSES = ("cross_entropy", "mse")
 
@@ -108,6 +123,11 @@ class PythonModel(Section):
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the factory")
     loss: str | None = Field(default=None, description="cross_entropy, mse, or 'package.module:function' "
                                                         "(default: cross_entropy for class labels, mse for regression)")
+    code_dir: str = Field(default_factory=os.getcwd, description="the folder searched last (after installed packages "
+                          "and PYTHONPATH) for the modules of factory and loss; default: the scenario file's folder "
+                          "(the working directory for a scenario built in Python); a relative one is taken from there")
+
+    _code_dir_absolute = field_validator("code_dir")(_absolute)
 
     @field_validator("factory")
     @classmethod
@@ -126,6 +146,7 @@ class PythonModel(Section):
 
 def _is_import_path(value: str) -> bool:
     return re.fullmatch(IMPORT_PATH, value) is not None
+
 
 
 ModelConfig = Annotated[Union[LogisticModel, MLPModel, CNNModel, PythonModel], Field(discriminator="kind")]
@@ -147,7 +168,10 @@ class SyntheticData(Section):
 
 class MNISTData(Section):
     kind: Literal["mnist"] = "mnist"
-    path: str = Field(description="a directory of IDX files (optionally .gz) or one .npz file")
+    path: str = Field(description="a directory of IDX files (optionally .gz) or one .npz file; a relative path is "
+                      "taken from the scenario file's folder")
+
+    _path_absolute = field_validator("path")(_absolute)
 
 
 class ArraysData(Section):
@@ -164,6 +188,8 @@ class ArraysData(Section):
     task: Literal["classification", "regression"] = "classification"
     classes: Annotated[int, Field(ge=2)] | None = Field(
         default=None, description="number of classes (default: the largest label + 1)")
+
+    _paths_absolute = field_validator("path", "eval_path")(_absolute)
 
     @model_validator(mode="after")
     def _classes_with_classification(self) -> "ArraysData":
