@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import types
 import typing
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from fred.scenario import registry
 from fred.scenario.profiles import read_profile
-from fred.scenario.schema import Scenario, absolute_path
+from fred.scenario.schema import Scenario, StrategyConfig, absolute_path
 from fred.scenario.yaml_reading import (
     NumbersLoader,
     Refused,
@@ -146,12 +147,42 @@ def validate(data: dict[str, Any], source: str = "scenario") -> Scenario:
         raise ScenarioError(_merged([_describe(e, data) for e in err.errors()]), source) from None
 
 
-def load_scenario(path: str | Path, sets: list[str] | None = None, seed: int | None = None) -> Scenario:
-    """Read, override and validate a scenario file."""
-    data = apply_overrides(read_yaml(path), list(sets or []))
+def load_scenario(path: str | Path, sets: list[str] | None = None, seed: int | None = None,
+                  typed: list[str] | None = None) -> Scenario:
+    """Read, override and validate a scenario file; a problem with a field of ``typed`` (by
+    default ``sets``: the ``--set`` options the user typed) is said to be that option's."""
+    sets = list(sets or [])
+    data = apply_overrides(read_yaml(path), sets)
     if seed is not None:
         data["seed"] = seed
-    return validate(include_profiles(data, Path(path).parent, str(path)), str(path))
+    with blaming_sets(sets if typed is None else typed):
+        return validate(include_profiles(data, Path(path).parent, str(path)), str(path))
+
+
+@contextlib.contextmanager
+def blaming_sets(sets: list[str]) -> Iterator[None]:
+    """Problems with a field a ``--set`` gave are said to be that ``--set``'s, not the file's
+    (``--set stategy.lr=0.1: stategy: unknown key``); the message's head says which were."""
+    try:
+        yield
+    except ScenarioError as err:
+        lines = [_blamed(problem, sets) for problem in err.problems]
+        ours = sum(line.startswith("--set ") and not problem.startswith("--set ") for line, problem in zip(lines, err.problems))
+        source = err.source if not ours else "--set" if ours == len(lines) else f"{err.source} and --set"
+        raise ScenarioError(lines, source) from None
+
+
+def _blamed(problem: str, sets: list[str]) -> str:
+    """``problem`` headed by the ``--set`` that gave its field, if one did (the last one that did)."""
+    field = problem.split(": ", 1)[0]
+    if " " in field or not field:
+        return problem
+    for item in reversed(sets):
+        path = item.partition("=")[0].strip()
+        if path == field or path.startswith(field + ".") or field.startswith(path + "."):
+            said = item if len(item) <= 100 else f"{item[:99]}…"
+            return f"--set {said}: {problem.removeprefix(field + ': ') if path == field else problem}"
+    return problem
 
 
 MAX_INCLUDES = 16
@@ -280,7 +311,11 @@ def _describe(error: dict[str, Any], data: dict[str, Any]) -> _Problem:
     if kind == "extra_forbidden":
         allowed = sorted(model_at.model_fields) if model_at else []
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else "."
+        elsewhere = _elsewhere(str(loc[-1]), ".".join(str(p) for p in loc[:-1]))
+        if elsewhere:  # the key exactly, in another section: likelier than a misspelling of a key here
+            hint = f"; {elsewhere}" + (f" (or did you mean {close[0]!r}?)" if close else ".")
+        else:
+            hint = f"; did you mean {close[0]!r}?" if close else "."
         return _Problem(where, f"{where}: unknown key{hint} Allowed here: {', '.join(allowed)}", "", branch)
     if kind == "missing":
         return _Problem(where, f"{where}: missing; this field is required", "", branch)
@@ -295,6 +330,54 @@ def _describe(error: dict[str, Any], data: dict[str, Any]) -> _Problem:
     if kind in ("value_error", "assertion_error") or "input" not in error or isinstance(error["input"], dict):
         return _Problem(where, f"{where}: ", message, branch)
     return _Problem(where, f"{where}: got {shown(error['input'])}; ", message, branch)
+
+
+def _elsewhere(key: str, section: str) -> str:
+    """Where else in the schema ``key`` is a key (``momentum`` under ``strategy.optimizer``), said
+    as a hint, or ``""``: a key put in the wrong section is not a misspelling."""
+    places = [(path, note) for path, note in _key_index().get(key, []) if path != section or note]
+    if not places:
+        return ""
+    shown_places = [f"{path} ({note})" if note else path for path, note in places[:3]]
+    more = f" and {len(places) - 3} more" if len(places) > 3 else ""
+    return f"{key} is a key of {', '.join(shown_places)}{more}"
+
+
+def _key_index() -> dict[str, list[tuple[str, str]]]:
+    """Every key of the schema: the sections it belongs to, each with a note where only some
+    kinds of the section have it (``kind cnn``, ``strategy local_sgd``). Built on each use: a
+    plug-in registered later is in it."""
+    index: dict[str, list[tuple[str, str]]] = {}
+    _index_section([Scenario], "", index)  # strategy: StrategyConfig's own keys, optimizer and lr_schedule
+    strategies = registry.all_strategies()
+    owners: dict[str, list[str]] = {}
+    for strategy in strategies:
+        for key in strategy.config.model_fields:
+            if key not in StrategyConfig.model_fields:
+                owners.setdefault(key, []).append(strategy.name)
+    for key, names in owners.items():
+        more = " and others" if len(names) > 3 else ""
+        index.setdefault(key, []).append(("strategy", "" if len(names) == len(strategies) else f"name {', '.join(names[:3])}{more}"))
+    return {key: list(dict.fromkeys(places)) for key, places in index.items()}
+
+
+def _index_section(options: list[type[BaseModel]], section: str, index: dict[str, list[tuple[str, str]]]) -> None:
+    """Index the keys of a section that is one of ``options`` (the kinds of a union, or one model)."""
+    kinds: dict[str, list[str]] = {}
+    for option in options:
+        for key in option.model_fields:
+            kinds.setdefault(key, []).append(str(_tag(option) or ""))
+    for key, having in kinds.items():
+        note = f"kind {', '.join(having)}" if len(having) < len(options) and all(having) else ""
+        index.setdefault(key, []).append((section or "the top level", note))
+    for option in options:
+        for key, field in option.model_fields.items():
+            annotation, items = field.annotation, ""
+            while typing.get_origin(annotation) in (list, dict):  # a list or mapping of sections: each item is one
+                annotation, items = typing.get_args(annotation)[-1], items + ".<i>"
+            inner = _models(annotation)
+            if inner:
+                _index_section(inner, f"{section}.{key}{items}" if section else f"{key}{items}", index)
 
 
 def _walk(loc: tuple, data: Any) -> tuple[list, type[BaseModel] | None, bool]:

@@ -23,7 +23,15 @@ import yaml
 from fred.numerics import rng
 from fred.runs.paths import output_file, write_whole
 from fred.runs.runner import build
-from fred.scenario.loading import ScenarioError, apply_overrides, include_profiles, load_scenario, validate, yaml_value
+from fred.scenario.loading import (
+    ScenarioError,
+    apply_overrides,
+    blaming_sets,
+    include_profiles,
+    load_scenario,
+    validate,
+    yaml_value,
+)
 from fred.scenario.schema import ModelConfig, Scenario
 
 # What ``fred calibrate`` times without a scenario file: fred's defaults (digits, an MLP with
@@ -55,8 +63,9 @@ def calibration_scenario(
     if reduction is not None:
         overrides.append(f"strategy.reduction={reduction}")
     if path is not None:
-        return load_scenario(path, overrides)
-    return validate(include_profiles(apply_overrides(DEFAULTS, overrides), Path.cwd()), "fred calibrate")
+        return load_scenario(path, overrides, typed=list(sets or []))
+    with blaming_sets(list(sets or [])):
+        return validate(include_profiles(apply_overrides(DEFAULTS, overrides), Path.cwd()), "fred calibrate")
 
 
 def _model_section(spec: str) -> dict[str, Any]:

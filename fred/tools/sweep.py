@@ -30,6 +30,7 @@ from fred.runs.runner import RunResult
 from fred.scenario.loading import (
     ScenarioError,
     apply_overrides,
+    blaming_sets,
     get_path,
     include_profiles,
     read_yaml,
@@ -260,7 +261,8 @@ def sweep(
         raise ValueError(f"--jobs {jobs}: give 1 or more runs at once")
     runs_root = runs_folder(runs_root)  # a link or a file there: refused before anything runs
     base = apply_overrides(read_yaml(scenario_path), list(sets))
-    combos = expand(base, grid, str(scenario_path), Path(scenario_path).parent)
+    with blaming_sets(list(sets)):
+        combos = expand(base, grid, str(scenario_path), Path(scenario_path).parent)
     todo: Todo = []
     labels: dict[str, str] = {}
     reused: dict[str, RunResult] = {}  # read once here, not again for the table
