@@ -89,7 +89,23 @@ def device_for(backend: str) -> jax.Device:
         return jax.devices(backend)[0]
     except RuntimeError:
         seen = sorted({d.platform for d in jax.devices()})
-        raise ValueError(f"no {backend} backend here; JAX sees: {', '.join(seen)}") from None
+        raise ValueError(f"no {backend} backend here; JAX sees: {', '.join(seen)}. {install_hint(backend)}") from None
+
+
+JAX_INSTALL = "https://docs.jax.dev/en/latest/installation.html"
+
+
+def install_hint(backend: str) -> str:
+    """How to get a JAX that has ``backend``, as JAX's installation guide says, at this JAX's
+    version (another version may compute other bits, on the CPU too)."""
+    version = jax.__version__
+    nvidia = (f'for an NVIDIA GPU, pip install "jax[cuda13]=={version}" (a CUDA 13 driver; "jax[cuda12]=={version}" '
+              "for CUDA 12)")
+    amd = f'for an AMD GPU, pip install "jax[rocm7-local]=={version}" (ROCm 7 installed)'
+    ways = {"gpu": [nvidia, amd], "cuda": [nvidia], "rocm": [amd],
+            "tpu": [f'on a Cloud TPU VM, pip install "jax[tpu]=={version}"']}.get(backend.lower(), [])
+    said = "; ".join(ways)
+    return f"To get one: {said}; see {JAX_INSTALL}" if said else f"See {JAX_INSTALL} for the JAX builds with other backends"
 
 
 def measure(scenario: Scenario, backend: str = "cpu", repeats: int = 20, warmup: int = 3) -> dict[str, Any]:
