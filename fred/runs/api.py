@@ -16,6 +16,7 @@ from fred.numerics.tape import NeedsValue, ResumeMismatch, read_outside_tape
 from fred.runs import checkpoint
 from fred.runs.checkpoint import Checkpointer, Saved, checkpoint_dir
 from fred.runs.memory import check_fits
+from fred.runs.work import check_evaluations
 from fred.runs.paths import check_out
 from fred.runs.records import EVENT_DTYPES, METRIC_DTYPES, UPDATE_DTYPES, is_complete, missing_files, write_run_dir
 from fred.runs.runner import Progress, RunResult, execute
@@ -66,6 +67,7 @@ def run(
     if out is not None:  # before the run, not after it: a refused path would lose the run too
         check_out(out)
     check_fits(resolved)  # before a checkpoint folder is made: a refused run writes nothing
+    check_evaluations(resolved)
     checkpointer = None
     if checkpoint_every_s is not None:
         if out is None:
@@ -104,6 +106,7 @@ def resume(
         raise ScenarioError([stale], str(run_dir))
     scenario = validate(read_yaml(path / "scenario.yaml"), str(path / "scenario.yaml"))
     check_fits(scenario)
+    check_evaluations(scenario)
     checkpointer = _checkpointer(scenario, Path(run_dir), checkpoint_every_s) if checkpoint_every_s is not None else None
     saved, reason = _load_checkpoint(path, scenario)
     result = None

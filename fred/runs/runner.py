@@ -28,6 +28,7 @@ from fred.numerics.tape import ResumeMismatch, Tape, digest, document, resolved
 from fred.runs.host import cpu_isa
 from fred.runs.interrupt import StopRequest, between_steps
 from fred.runs.memory import check_fits
+from fred.runs.work import EvaluationBudget, check_evaluations
 from fred.runs.records import METRIC_COLUMNS, Recorder, params_sha256
 from fred.runs.staleness import staleness
 from fred.scenario import registry, workloads
@@ -225,8 +226,12 @@ class _Controller:
         self._last_eval: tuple[float, int] | None = None
         self._last_loss = math.nan
         self._progress_every = max(1, (self.stop_cfg.max_updates or 20000) // 200)
+        rows = len(built.dataset.y_eval)
+        self.budget = None if self.timing_only else EvaluationBudget(rows, param_count(built.sim.init_params))
 
     def on_compute(self, grad: GradSum) -> None:
+        if self.budget is not None:
+            self.budget.trained_on(grad.count)
         self._train.append((*grad.loss_ref(), grad.count))
         if len(self._train) >= 2 * FOLD_LOSSES:
             self._fold()
@@ -260,6 +265,8 @@ class _Controller:
             return
         self._last_eval = (at_s, count)
         loss, accuracy, train_loss = self._restored(at_s, count) if self._restoring is not None else self._measure()
+        if self.budget is not None and self.budget.evaluated_once():  # evaluating far more than training: ends here
+            self.built.sim.fail(self.budget.failure(self.built.scenario))
         self._train.clear()
         self._train_sum, self._train_examples = 0, 0
         self.recorder.on_metric(at_s, loss, accuracy, train_loss)
@@ -339,16 +346,16 @@ class _Controller:
         env, sim = self.built.sim.env, self.built.sim
         while self.stop_reason is None:
             interrupt.check()
-            if sim.failure is not None:
+            if sim.failure is not None:  # an evaluation's failure comes at its time, ahead of the clock
                 self.status, self.stop_reason = "failed", "failed"
-                return env.now
+                return max(env.now, self._last_eval[0]) if self._last_eval is not None else env.now
             upcoming = env.peek()
             if upcoming == math.inf:  # nothing will happen again: the stop can never be reached, not even max_sim_time_s
                 self.status, self.stop_reason = "stalled", "no_events"
                 return env.now
             # An evaluation at t sees every update applied at t, as the end's evaluation does:
             # it waits until the events at t are done.
-            while next_eval_s < upcoming and next_eval_s <= max_s and self.stop_reason is None:
+            while next_eval_s < upcoming and next_eval_s <= max_s and self.stop_reason is None and sim.failure is None:
                 interrupt.check()  # up to 100,000 evaluations between two steps: a stop is not kept waiting
                 if evals > MAX_CADENCE_EVENTS:  # a long wait the scenario did not show (validation bounds the rest)
                     sim.fail(f"eval.every_s is {every_s} s: {evals - 1:,} evaluations by {next_eval_s:.6g} s, the most "
@@ -428,6 +435,7 @@ def _execute(
     interrupt: StopRequest,
 ) -> RunResult:
     check_fits(scenario)  # before loading data or compiling: what does not fit is refused at no cost
+    check_evaluations(scenario)  # and evaluations that would cost far more than the training
     built = build(scenario)
     interrupt.check()
     recorder = Recorder()

@@ -174,14 +174,17 @@ def blaming_sets(sets: list[str]) -> Iterator[None]:
 
 def _blamed(problem: str, sets: list[str]) -> str:
     """``problem`` headed by the ``--set`` that gave its field, if one did (the last one that did)."""
-    field = problem.split(": ", 1)[0]
+    field, _, rest = problem.partition(": ")
+    said_as = problem
+    if field == "scenario":  # a check across sections ("scenario: stop.max_updates is 5: ..."): the field it names
+        field, said_as = rest.split(" ", 1)[0].rstrip(":"), rest
     if " " in field or not field:
         return problem
     for item in reversed(sets):
         path = item.partition("=")[0].strip()
         if path == field or path.startswith(field + ".") or field.startswith(path + "."):
-            said = item if len(item) <= 100 else f"{item[:99]}…"
-            return f"--set {said}: {problem.removeprefix(field + ': ') if path == field else problem}"
+            item = item if len(item) <= 100 else f"{item[:99]}…"
+            return f"--set {item}: {said_as.removeprefix(field + ': ') if path == field else said_as}"
     return problem
 
 

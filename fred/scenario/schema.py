@@ -14,7 +14,7 @@ import os
 import re
 import types
 import typing
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -681,6 +681,14 @@ def _schedule_by_kind(value: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- strategy
+class GradientSteps(NamedTuple):
+    """What a number of updates costs a strategy in gradient steps: the bounds on a run's work
+    count them (:func:`_check_work`), and a refusal says what to lower."""
+
+    steps: float  # gradient steps of all workers together, the updates' own (steps in flight aside)
+    fix: str = ""  # besides a smaller stop.max_updates, what makes an update take fewer ("a smaller strategy.sync_every")
+
+
 class StrategyConfig(Section):
     """Base of every strategy's hyper-parameters; each strategy module subclasses it."""
 
@@ -741,6 +749,17 @@ class StrategyConfig(Section):
         gradient; a strategy keeping a replica per worker holds more): the memory estimate's."""
         return 2
 
+    def gradient_steps(self, scenario: "Scenario", updates: int) -> GradientSteps:
+        """The gradient steps all workers together take for the run to make ``updates`` updates,
+        as ``stop.max_updates`` counts them (one per gradient for ASGD, ``n`` a round for SSGD,
+        ``n * sync_every`` for Local SGD, a pipeline's fill besides), with what else to lower
+        when they are too many. Every strategy answers it: validation bounds a run's work with it
+        (``stop.max_updates: 5`` of Local SGD with ``sync_every: 1e9`` computed for ever), and
+        the shortest time the updates can take (steps / workers x the fastest step)."""
+        raise NotImplementedError(
+            f"strategy {self.name!r} does not say how many gradient steps its updates take: its config needs a "
+            "gradient_steps(scenario, updates) method (docs/strategy-contract.md)")
+
 
 def _validate_strategy(value: Any) -> StrategyConfig:
     if isinstance(value, StrategyConfig):
@@ -776,7 +795,7 @@ def _check_timing_only(scenario: Scenario) -> None:
 
 
 # ----------------------------------------------------------------------------- scenario
-MAX_NAME_BYTES = 100  # with "-<hash>", ".partial-<host>-<pid>" or ".checkpoint", a run directory's name stays under 255
+MAX_NAME_BYTES = 100  # with "-s<seed>-<hash>", ".partial-<host>-<pid>" or ".checkpoint", a run directory's name stays under 255
 
 
 class Scenario(Section):
@@ -891,12 +910,45 @@ def worker_steps(scenario: Scenario, until_s: float) -> float:
     return total
 
 
-def _fastest_step(scenario: Scenario) -> tuple[float, str]:
+def fastest_step(scenario: Scenario) -> tuple[float, str]:
     """The shortest step any worker takes (jitter's rare short draws allowed for), and what set it."""
     jitter = scenario.cluster.jitter
     shrink = math.exp(-4 * jitter.sigma) if jitter.kind == "lognormal" else 1.0  # 1 draw in 30,000 is shorter
     step_s, field = min((step_s, field) for w in range(scenario.cluster.workers) for _, step_s, field in speed_spans(scenario, w))
     return step_s * shrink, field
+
+
+class Work(NamedTuple):
+    """How much a run computes, as validation bounds it: it ends at ``stop.max_sim_time_s`` or once
+    its ``stop.max_updates`` are made, whichever comes first, so it computes the fewer steps."""
+
+    by_time: float  # gradient steps the workers can take in max_sim_time_s (inf without it)
+    by_updates: float  # gradient steps the strategy's max_updates take (inf without it)
+    fix: str  # what else makes an update take fewer steps, as the strategy says
+    at_least_s: float  # the simulated time the run lasts at least: max_sim_time_s, or its updates' steps side by side
+
+    @property
+    def steps(self) -> float:
+        return min(self.by_time, self.by_updates)
+
+
+def run_work(scenario: Scenario) -> Work:
+    """The scenario's :class:`Work`, steps counted as the strategy counts them."""
+    end_s, updates = scenario.stop.max_sim_time_s, scenario.stop.max_updates
+    by_time = worker_steps(scenario, end_s) if end_s is not None else math.inf
+    by_updates, fix = update_steps(scenario) if updates is not None else (math.inf, "")
+    step_s, _ = fastest_step(scenario)
+    at_least_s = min(end_s if end_s is not None else math.inf, by_updates / scenario.cluster.workers * step_s)
+    return Work(by_time, by_updates, fix, at_least_s)
+
+
+def update_steps(scenario: Scenario) -> GradientSteps:
+    """The gradient steps ``stop.max_updates`` takes, as the strategy counts them."""
+    assert scenario.stop.max_updates is not None
+    try:
+        return scenario.strategy.gradient_steps(scenario, scenario.stop.max_updates)
+    except NotImplementedError as err:  # a plug-in written before strategies said it: named, not a traceback
+        raise ValueError(str(err)) from None
 
 
 def _check_cadences(scenario: Scenario) -> None:
@@ -909,16 +961,18 @@ def _check_cadences(scenario: Scenario) -> None:
             if step_s < from_s * CLOCK_RESOLUTION:
                 raise ValueError(f"{field}: worker {worker}'s steps from {from_s} s take {step_s:.3g} s, too short to move "
                                  f"a clock at {from_s} s (its resolution there is {from_s * 2.0**-52:.3g} s): give a smaller speed")
-    if end_s is not None and updates is None:  # only the simulated time stops the run: every step in it is made
-        steps = worker_steps(scenario, end_s)
-        if steps > MAX_STEPS:
-            step_s, field = _fastest_step(scenario)
-            raise ValueError(f"stop.max_sim_time_s is {end_s} s: {n} worker{'s' * (n > 1)} take{'s' * (n == 1)} {steps:.3g} steps in it (the fastest "
-                             f"{step_s:.3g} s, from {field}); at most {MAX_STEPS:,}: give a shorter max_sim_time_s, "
-                             "slower steps, or stop.max_updates")
-    # The run lasts end_s, or at least max_updates updates of steps made side by side, whichever is shorter.
-    step_s, _ = _fastest_step(scenario)
-    at_least_s = min(end_s if end_s is not None else math.inf, updates * step_s / n if updates is not None else math.inf)
+    by_time, by_updates, fix, at_least_s = run_work(scenario)
+    step_s, field = fastest_step(scenario)
+    if min(by_time, by_updates) > MAX_STEPS:
+        if by_time <= by_updates:
+            workers = f"{n} worker{'s' * (n > 1)} take{'s' * (n == 1)}"
+            raise ValueError(f"stop.max_sim_time_s is {end_s} s: {workers} {by_time:.3g} steps in it (the fastest {step_s:.3g} s, "
+                             f"from {field}); at most {MAX_STEPS:,}: give a shorter max_sim_time_s, slower steps, or "
+                             + ("a smaller stop.max_updates" if updates is not None else "stop.max_updates"))
+        fixes = ["a smaller stop.max_updates", *([fix] if fix else []),
+                 "a shorter stop.max_sim_time_s" if end_s is not None else "stop.max_sim_time_s"]
+        raise ValueError(f"stop.max_updates is {updates}: strategy {scenario.strategy.name} takes {by_updates:.3g} gradient steps "
+                         f"of {n} worker{'s' * (n > 1)} for them; at most {MAX_STEPS:,}: give {', '.join(fixes[:-1])} or {fixes[-1]}")
     server = scenario.faults.server_crash
     for field, every_s in [("eval.every_s", scenario.eval.every_s),
                            ("faults.server_crash.checkpoint_every_s", server.checkpoint_every_s if server else None)]:
