@@ -41,7 +41,8 @@ def test_the_default_run_directory_is_named_by_the_resolved_scenario(tmp_path, m
     monkeypatch.chdir(tmp_path)
     assert main(["run", str(write(tmp_path, tiny())), "--quiet"]) == 0
     [run_dir] = (tmp_path / "runs").iterdir()
-    assert run_dir.name.startswith("tiny-") and len(run_dir.name) == len("tiny-") + 8
+    digest = json.loads((run_dir / "summary.json").read_text())["scenario_sha256"]
+    assert run_dir.name == f"tiny-s7-{digest[:8]}"  # its seed in sight: the runs of --seeds 3 tell apart
 
 
 def test_set_and_seed_override_the_file(tmp_path):

@@ -39,16 +39,25 @@ def resolve(scenario: Scenario | dict[str, Any] | str | Path, **overrides: Any) 
 
 
 def default_run_dir(scenario: Scenario, root: str | Path = "runs") -> Path:
+    """``root/<name>-s<seed>-<first 8 hex of the scenario's SHA-256>``: the seed in sight, so that
+    the runs of ``--seeds 3`` tell apart by name (a seed of over 20 digits is cut; the hash differs)."""
+    return Path(root) / f"{scenario.name}-s{str(scenario.seed)[:20]}-{scenario.digest()[:8]}"
+
+
+def earlier_run_dir(scenario: Scenario, root: str | Path = "runs") -> Path:
+    """Where a run of this scenario was written before run directories named their seed."""
     return Path(root) / f"{scenario.name}-{scenario.digest()[:8]}"
 
 
 def finished_run(scenario: Scenario, runs_root: str | Path = "runs") -> RunResult | None:
-    """The complete run of exactly this resolved scenario under ``runs_root``, if there is one."""
-    out = default_run_dir(scenario, runs_root)
-    if not is_complete(out):
-        return None
-    done = load_run(out)
-    return done if done.summary.get("scenario_sha256") == scenario.digest() else None
+    """The complete run of exactly this resolved scenario under ``runs_root``, if there is one:
+    in its directory, or in the one an earlier fred named without the seed."""
+    for out in (default_run_dir(scenario, runs_root), earlier_run_dir(scenario, runs_root)):
+        if is_complete(out):
+            done = load_run(out)
+            if done.summary.get("scenario_sha256") == scenario.digest():
+                return done
+    return None
 
 
 def run(

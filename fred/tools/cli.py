@@ -246,7 +246,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run one scenario and write its run directory")
     run.add_argument("scenario", nargs="?", help="scenario YAML file (not with --resume)")
-    run.add_argument("--out", help="run directory (default: runs/<name>-<hash of the resolved scenario>); "
+    run.add_argument("--out", help="run directory (default: runs/<name>-s<seed>-<hash of the resolved scenario>); "
                      "it replaces an earlier run there, never other files")
     run.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
                      help="override a scenario field, e.g. --set cluster.workers=16 (repeatable)")
