@@ -223,7 +223,7 @@ def test_plot_and_trace_commands(tmp_path, capsys):
     assert main(["trace", str(out), "-o", str(tmp_path / "t.json")]) == 0
     slices = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e["ph"] != "M"]
     rows, twice = len(result.events), int((result.events["peer"] != "").sum())
-    assert f"{rows} events, of which {twice} transfers drawn twice" in capsys.readouterr().out  # it said "N events" of N + twice slices
+    assert f"{rows} events, of which {twice} transfers are drawn twice" in capsys.readouterr().out  # it said "N events" of N + twice slices
     assert len(slices) == rows + twice > rows
 
 
