@@ -344,7 +344,26 @@ def test_a_comparison_of_many_runs_keeps_them_apart_and_its_histograms_in_rows(m
     staleness_histograms(runs, tmp_path)
     visible = [ax for ax in shown[-1].axes if ax.get_visible()]
     width, height = shown[-1].get_size_inches()
-    assert len(visible) == 23 and width <= 4 * 3.5 and height == pytest.approx(6 * 3.2)
+    assert len(visible) == 23 and width == pytest.approx(3 * 5.0) and height == pytest.approx(8 * 3.6)
+
+
+def test_one_runs_staleness_histogram_is_as_wide_as_its_timeline_and_its_text_readable(tmp_path, monkeypatch):
+    # It was 340 x 290 px, with 8-point text, beside a timeline of 1,100 px.
+    import struct
+
+    from fred.tools import plots
+
+    result = fred.run(tiny(), out=tmp_path / "run")
+    [staleness_png, _] = staleness_histograms([result], tmp_path)
+    [timeline_png, _] = timeline(result, tmp_path)
+    widths = [struct.unpack(">II", path.read_bytes()[16:24])[0] for path in (staleness_png, timeline_png)]
+    assert widths[0] >= 0.85 * widths[1] and widths[0] >= 900, widths
+    shown = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
+    staleness_histograms([result], tmp_path)
+    ax = shown[0].axes[0]
+    sizes = [ax.title.get_fontsize(), ax.xaxis.label.get_fontsize(), *(t.get_fontsize() for t in ax.texts)]
+    assert min(sizes) >= 10, sizes
 
 
 def test_a_timeline_with_more_events_than_it_draws_aggregates_all_of_them_says_so_and_draws_no_edges(monkeypatch, tmp_path):
