@@ -70,7 +70,8 @@ def test_compare_reuses_finished_runs(tmp_path):
     table, ran = compare(paths, tmp_path / "out", tmp_path / "runs", target_loss=2.0)
     assert ran == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
-        ["comparison.csv"] + [f"{s}.{e}" for s in ("loss_vs_time", "loss_vs_updates", "staleness") for e in ("png", "svg")]
+        ["comparison.csv"] + [f"{s}.{e}" for s in ("loss_vs_time", "loss_vs_updates", "loss_vs_examples", "staleness")
+                              for e in ("png", "svg")]
     )
     run_dirs = sorted((tmp_path / "runs").iterdir())
     table, ran = compare([str(d) for d in run_dirs], tmp_path / "out2", tmp_path / "runs")
@@ -415,3 +416,22 @@ def test_plot_names_a_summary_field_it_needs_and_lacks_as_compare_does(tmp_path,
             f"run its scenario again with this fred (fred run {made / 'scenario.yaml'}) and plot the new run\n")
         assert not (made / "plots").exists()  # refused before any figure
         assert main(["trace", str(made), "-o", str(tmp_path / "t.json")]) == 0  # the trace reads no summary field
+
+
+def test_loss_against_examples_puts_an_ssgd_round_and_asgd_gradients_on_one_axis(tmp_path, monkeypatch):
+    # loss_vs_updates puts an SSGD round of 4 gradients and one ASGD gradient at the same x
+    from fred.tools import examples_curves, plots
+
+    ssgd, asgd = (fred.run(tiny(strategy={"name": name})) for name in ("ssgd", "asgd"))
+    batch, workers = 8, 4
+    done = examples_curves.with_examples(ssgd)
+    assert done["examples"].tolist() == [u * workers * batch for u in done["updates"]]
+    done = examples_curves.with_examples(asgd)
+    assert (done["examples"] >= done["updates"] * batch).all() and done["examples"].iloc[-1] < 2 * 12 * batch
+    shown = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append((stem, fig)) or [])
+    examples_curves.loss_vs_examples([ssgd, asgd], tmp_path, target_loss=2.0)
+    [(stem, fig)] = shown
+    ax = fig.axes[0]
+    assert stem == "loss_vs_examples" and ax.get_xlabel() == "examples computed (gradient steps of all workers × batch size)"
+    assert ax.lines[0].get_xdata().max() == 12 * workers * batch  # SSGD's 12 rounds: 4 times ASGD's 12 updates' examples

@@ -187,7 +187,7 @@ def test_the_plots_draw_a_group_as_its_mean_in_a_band_and_say_so(made, tmp_path,
     monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append((stem, fig)) or [])
     compare(paths, tmp_path / "cmp", root / "runs", target_loss=2.2, seeds=SEEDS)
     figures = dict(shown)
-    for stem in ("loss_vs_time", "loss_vs_updates"):
+    for stem in ("loss_vs_time", "loss_vs_updates", "loss_vs_examples"):
         ax = figures[stem].axes[0]
         legend = [text.get_text() for text in ax.get_legend().get_texts()]
         assert legend == ["asgd (asgd, 4 workers): mean of 3 seeds", "ssgd (ssgd, 4 workers): mean of 3 seeds",

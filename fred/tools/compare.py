@@ -18,6 +18,7 @@ from fred.runs.paths import output_dir, runs_folder, write_whole
 from fred.runs.runner import RunResult
 from fred.scenario.loading import load_scenario
 from fred.scenario.schema import Scenario
+from fred.tools.examples_curves import loss_vs_examples
 from fred.tools.formats import byte_unit, bytes_, plus_minus, seconds
 from fred.tools.plots import loss_curves, staleness_histograms
 from fred.tools.seeds import SeedGroup, aggregated, by_seed, seed_table
@@ -199,6 +200,7 @@ def compare(
     table, shown = comparison_table(results, target_loss, per_seed)
     write_whole(out / "comparison.csv", lambda partial: table.to_csv(partial, index=False))  # an earlier table or this one, whole
     loss_curves(shown, out, target_loss)
+    loss_vs_examples(shown, out, target_loss)  # one x axis for updates that are not alike (an SSGD round, an ASGD gradient)
     staleness_histograms(shown, out)
     return table, ran
 
@@ -347,7 +349,9 @@ def _rows(block: list[Column]) -> list[str]:
 def _notes(columns: list[Column]) -> list[str]:
     """What the table's words and units mean, said once under it, where it uses them."""
     cells = {cell for _, column, _ in columns for cell in column}
-    notes = ["sent: bytes on the network, in decimal units (1 MB = 10^6 bytes, 1 GB = 10^9)"]
+    notes = ["updates: model updates as each strategy makes them (an SSGD round of n workers' gradients is one, and so "
+             "is one ASGD gradient); the plot loss_vs_examples compares runs by the examples they computed instead",
+             "sent: bytes on the network, in decimal units (1 MB = 10^6 bytes, 1 GB = 10^9)"]
     if any(header == "seeds" for header, _, _ in columns):
         notes.append("seeds: runs that differ only by their seed, as one row; a ± b: the mean over the seeds ± their "
                      "standard deviation (sample, n - 1); a number alone is the same for every seed")
