@@ -156,7 +156,7 @@ def test_malformed_files_are_refused_with_a_short_message(text, tmp_path, capsys
          "stop.max_updates, slower steps against the all-reduce"),
         ({"eval": {"every_s": 1e-5, "every_updates": None}, "stop": {"max_sim_time_s": 0.5, "max_updates": None}},
          "eval.every_s: at least 50,000 evaluations of 359 rows by a model of 1,210 parameters cost about 1.02e+12 "
-         "multiply-adds, 175,916 times the run's training; give a larger eval.every_s or fewer data.eval_examples"),
+         "multiply-adds, 1,687 times the run's training; give a larger eval.every_s or fewer data.eval_examples"),
     ],
 )
 def test_values_that_passed_validation_and_then_hung_or_crashed_are_refused(override, needle, tmp_path, capsys):

@@ -4,8 +4,8 @@ large a model each one computes.
 100,000 evaluations pass the bound on their number (``eval.every_s``; see the scenario
 reference), yet of a digits MLP every 10⁻⁶ simulated seconds they took minutes: about 2 ms each,
 most of it the cost of an evaluation whatever its size. An evaluation costs, in multiply-adds,
-its rows times the model's parameters, and :data:`EVAL_FIXED` more; training costs three times
-that (forward and backward) for each example of each gradient step. A run whose evaluations
+its rows times the model's parameters, and :data:`EVAL_FIXED` more; a gradient step three
+times that (forward and backward) for each of its examples, and :data:`TRAIN_FIXED` more. A run whose evaluations
 cost more than :data:`MAX_EVAL_WORK` **and** more than :data:`EVAL_RATIO` times its training is
 refused before it starts (:func:`check_evaluations`, from the fewest evaluations the scenario
 can make) or, when it only turns out so as it runs (evaluations every few microseconds while a
@@ -25,11 +25,17 @@ EVAL_FIXED = 2e7  # an evaluation's cost besides its arithmetic (dispatch, recor
 MAX_EVAL_WORK = 5e11  # multiply-adds all of a run's evaluations may cost before the ratio is asked: about a minute
 EVAL_RATIO = 10  # ... past which they may cost at most this many times the run's training
 TRAIN_FACTOR = 3  # a gradient costs a forward and a backward pass: about 3 forward passes
+TRAIN_FIXED = 3e6  # a gradient step's cost besides its arithmetic (its call, the simulation): ~0.3 ms, as multiply-adds
 
 
 def evaluation_cost(rows: int, params: int) -> float:
     """Multiply-adds of one evaluation of ``rows`` examples by a model of ``params`` parameters."""
     return rows * params + EVAL_FIXED
+
+
+def step_cost(examples: int, params: int) -> float:
+    """Multiply-adds of one gradient step on ``examples`` examples by a model of ``params`` parameters."""
+    return examples * params * TRAIN_FACTOR + TRAIN_FIXED
 
 
 def too_costly(evaluated: float, trained: float) -> bool:
@@ -46,14 +52,19 @@ def eval_rows(scenario: Scenario, examples: int) -> int:
 
 
 def fewest_evaluations(scenario: Scenario) -> float:
-    """The fewest evaluations the run makes (its first and last aside): every ``eval.every_s`` of
-    the shortest time it lasts, or every ``eval.every_updates`` of its ``stop.max_updates``."""
-    every_s, every_updates = scenario.eval.every_s, scenario.eval.every_updates
+    """The fewest evaluations a run that reaches its stop makes (its first and last aside): every
+    ``eval.every_s`` of the shortest time it lasts, or every ``eval.every_updates`` of its
+    ``stop.max_updates`` when no time stop can come first. None are counted on where a
+    ``stop.target_eval_loss`` may end it at any evaluation (the run's own budget still holds)."""
+    stop, every_s, every_updates = scenario.stop, scenario.eval.every_s, scenario.eval.every_updates
+    if stop.target_eval_loss is not None:
+        return 0.0
     if every_s is not None:
         at_least_s = run_work(scenario).at_least_s
         return at_least_s / every_s if math.isfinite(at_least_s) else 0.0
-    updates = scenario.stop.max_updates
-    return updates // every_updates if updates is not None and every_updates else 0.0
+    if stop.max_updates is None or stop.max_sim_time_s is not None or not every_updates:
+        return 0.0  # a run stopped by its time makes however many updates fit in it
+    return stop.max_updates // every_updates
 
 
 def check_evaluations(scenario: Scenario) -> None:
@@ -67,7 +78,7 @@ def check_evaluations(scenario: Scenario) -> None:
     rows = eval_rows(scenario, shape.examples)
     evaluations = fewest_evaluations(scenario)
     evaluated = evaluations * evaluation_cost(rows, params)
-    trained = run_work(scenario).steps * scenario.data.batch_size * params * TRAIN_FACTOR
+    trained = run_work(scenario).steps * step_cost(scenario.data.batch_size, params)
     if too_costly(evaluated, trained):
         field = "eval.every_s" if scenario.eval.every_s is not None else "eval.every_updates"
         raise ValueError(
@@ -92,7 +103,7 @@ class EvaluationBudget:
         self.evaluations = 0
 
     def trained_on(self, examples: int) -> None:
-        self.trained += examples * self.params * TRAIN_FACTOR
+        self.trained += step_cost(examples, self.params)
 
     def evaluated_once(self) -> bool:
         """Count an evaluation; whether the run's evaluations are now past the bound."""

@@ -348,7 +348,7 @@ def _elsewhere(key: str, section: str) -> str:
 
 def _key_index() -> dict[str, list[tuple[str, str]]]:
     """Every key of the schema: the sections it belongs to, each with a note where only some
-    kinds of the section have it (``kind cnn``, ``strategy local_sgd``). Built on each use: a
+    kinds of the section have it (``kind cnn``, ``name local_sgd``). Built on each use: a
     plug-in registered later is in it."""
     index: dict[str, list[tuple[str, str]]] = {}
     _index_section([Scenario], "", index)  # strategy: StrategyConfig's own keys, optimizer and lr_schedule
