@@ -76,9 +76,9 @@ def test_a_missing_file_names_the_absolute_path_looked_at(project, monkeypatch):
     monkeypatch.chdir(project.parent)
     with pytest.raises(ScenarioError) as refused:
         load_scenario("mine/mine.yaml", ["data.source.eval_path=held.npz"])
-    assert refused.value.problems == [
-        f"data.source.eval_path: {project / 'held.npz'} does not exist ('held.npz' taken from {project}); give an .npz "
-        "file, a folder of .npy files, a .parquet file, or a folder written by datasets' save_to_disk"]
+    assert refused.value.problems == [  # a --set value is taken from the scenario's folder too, and the --set is named
+        f"--set data.source.eval_path=held.npz: {project / 'held.npz'} does not exist ('held.npz' taken from {project}); "
+        "give an .npz file, a folder of .npy files, a .parquet file, or a folder written by datasets' save_to_disk"]
 
 
 def test_a_missing_module_names_the_folder_looked_in(project, monkeypatch, capsys):
@@ -112,3 +112,9 @@ def test_included_files_and_profiles_missing_are_named_absolutely(project, monke
         load_scenario("mine/mine.yaml", ["include=fit.yaml"])
     with pytest.raises(ScenarioError, match=f"cluster.compute.profile: no such file: {project / 'p.yaml'}"):
         load_scenario("mine/mine.yaml", ["cluster.compute={profile: p.yaml}"])
+
+
+def test_a_missing_scenario_file_is_named_by_its_absolute_path(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "mine/nope.yaml"]) == 2
+    assert f"no such file: {tmp_path / 'mine' / 'nope.yaml'}" in capsys.readouterr().err
