@@ -36,7 +36,7 @@ from fred.numerics.models import Params
 from fred.numerics.optim import make_sum_step, optimizer_for
 from fred.numerics.tape import op
 from fred.scenario.registry import register
-from fred.scenario.schema import StrategyConfig
+from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
 from fred.simulation.engine import Simulation, Worker
 
 
@@ -52,6 +52,9 @@ class ADPSGD(StrategyConfig):
 
     def model_copies_per_worker(self) -> int:
         return 4  # a replica per worker, its gradient, and the copies it sends and receives
+
+    def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
+        return GradientSteps(updates)  # a node's gradient applied to its own model is an update
 
 
 @op("strategies.adpsgd:pair_average")

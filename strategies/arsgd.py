@@ -16,7 +16,7 @@ from pydantic import Field
 
 from fred.numerics.optim import make_sum_step, optimizer_for
 from fred.scenario.registry import register
-from fred.scenario.schema import StrategyConfig
+from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
 from fred.simulation.engine import Simulation
 from strategies.ssgd import ALLREDUCE_FAULTS, run_allreduce_sgd
 
@@ -31,6 +31,9 @@ class ARSGD(StrategyConfig):
 
     def buckets_gradients(self) -> bool:
         return True
+
+    def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
+        return GradientSteps(updates * scenario.cluster.workers)  # an iteration: every worker's gradient
 
 
 @register(ARSGD, timing_only=True)

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from fred.numerics.optim import optimizer_for
 from fred.scenario.registry import register
-from fred.scenario.schema import StrategyConfig
+from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
 from fred.simulation.engine import Simulation
 from strategies.sasgd import PS_FAULTS, run_parameter_server, sasgd_rule
 
@@ -31,6 +31,9 @@ class ASGD(StrategyConfig):
 
     def fault_support(self) -> frozenset[str]:
         return PS_FAULTS
+
+    def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
+        return GradientSteps(updates)  # the server applies each gradient as it comes
 
 
 @register(ASGD, timing_only=True)

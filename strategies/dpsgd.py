@@ -36,7 +36,7 @@ from typing import Literal
 from pydantic import Field
 
 from fred.scenario.registry import register
-from fred.scenario.schema import Scenario, StrategyConfig
+from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
 from fred.simulation.engine import Simulation
 from strategies.sgp import SGP, Order, run_push_sum
 
@@ -68,6 +68,9 @@ class DPSGD(StrategyConfig):
 
     def model_copies_per_worker(self) -> int:
         return 4  # a replica per worker, its gradient, and the copies it sends and receives
+
+    def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
+        return GradientSteps(updates)  # a node's step (its gradient and its average) is an update
 
 
 def ring_mixing(n: int):

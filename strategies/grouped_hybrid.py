@@ -45,7 +45,7 @@ from pydantic import Field, model_validator
 from fred.numerics.gradients import GradSum
 from fred.numerics.optim import optimizer_for
 from fred.scenario.registry import register
-from fred.scenario.schema import MAX_STEPS, Scenario, StrategyConfig, worker_steps
+from fred.scenario.schema import MAX_STEPS, GradientSteps, Scenario, StrategyConfig, worker_steps
 from fred.simulation.engine import Contribution, Simulation, Worker
 from fred.simulation.server import ParameterServer
 from strategies.sasgd import sasgd_rule
@@ -99,6 +99,18 @@ class GroupedHybrid(StrategyConfig):
 
     def probe_limit(self) -> int | None:
         return self.probe_iterations if self.probe_iterations is not None or self.probe_s is not None else 10
+
+    def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
+        # the probe's steps first (they make no update unless kept), then a group's update is one step of each
+        # member: at least the smallest group's size
+        n = scenario.cluster.workers
+        if self.probe_s is not None:
+            probe = worker_steps(scenario, min(self.probe_s, scenario.stop.max_sim_time_s or math.inf))
+        else:
+            probe = n * (self.probe_limit() or 0)
+        size = self.group_size or 3
+        smallest = max(n // self.groups, 1) if self.groups is not None else min(size, n % size or size)
+        return GradientSteps(probe + updates * smallest, "a shorter probe (strategy.probe_s or probe_iterations)")
 
 
 def make_groups(step_s: list[float], config: GroupedHybrid, workers: list[int] | None = None) -> list[list[int]]:

@@ -53,7 +53,7 @@ from fred.numerics.gradients import GradSum, sum_grads
 from fred.numerics.models import Params
 from fred.numerics.optim import OptState, make_sum_step, optimizer_for
 from fred.scenario.registry import register
-from fred.scenario.schema import StrategyConfig
+from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig, speed_spans
 from fred.simulation.engine import Simulation, Worker
 
 
@@ -80,6 +80,28 @@ class HPSGD(StrategyConfig):
 
     def model_copies_per_worker(self) -> int:
         return 4  # a replica per worker, its gradient, and the copies it sends and receives
+
+    def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
+        # There is no gamma: Pt steps for as long as Ps all-reduces, so a round is one step, and as many more
+        # as fit in the all-reduce. U updates take U + 1 rounds (the update is one synchronisation behind).
+        workers = range(scenario.cluster.workers)
+        step_s = min(step_s for w in workers for _, step_s, _ in speed_spans(scenario, w))  # jitter aside: steps on average
+        per_round = 1 + allreduce_s_at_least(scenario) / step_s
+        return GradientSteps((updates + 1) * per_round * scenario.cluster.workers,
+                             "slower steps against the all-reduce (Pt steps while Ps all-reduces)")
+
+
+def allreduce_s_at_least(scenario: Scenario) -> float:
+    """The shortest a ring all-reduce of the workload's message can take, ``2 (p - 1) alpha +
+    2 (p - 1) / p  n beta`` over the fastest link the cluster has, contention and the
+    reduction's cost aside (a message of unknown size counts as none)."""
+    p = scenario.cluster.workers
+    network = scenario.network
+    links = [(network.latency_s, network.bandwidth_bps * network.efficiency)]
+    if scenario.cluster.devices_per_node * scenario.cluster.workers_per_device > 1:
+        links.append((network.intra_node.latency_s, network.intra_node.bandwidth_bps))
+    alpha, bandwidth = min(a for a, _ in links), max(b for _, b in links)
+    return 2 * (p - 1) * alpha + 2 * (p - 1) / p * (scenario.workload.resolved_param_bytes() or 0) / bandwidth
 
 
 @dataclass

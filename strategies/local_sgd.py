@@ -20,7 +20,7 @@ from fred.numerics.gradients import divide
 from fred.numerics.models import Params
 from fred.numerics.optim import make_sum_step, optimizer_for
 from fred.scenario.registry import register
-from fred.scenario.schema import StrategyConfig
+from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
 from fred.simulation.engine import Simulation, Worker
 
 
@@ -32,6 +32,10 @@ class LocalSGD(StrategyConfig):
 
     def model_copies_per_worker(self) -> int:
         return 4  # a replica per worker, its gradient, and the copies it sends and receives
+
+    def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
+        # an update is an averaging round: sync_every local steps of every worker
+        return GradientSteps(updates * self.sync_every * scenario.cluster.workers, "a smaller strategy.sync_every")
 
 
 @register(LocalSGD, timing_only=True)

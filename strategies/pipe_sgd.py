@@ -36,7 +36,7 @@ from fred.numerics.compression import Scheme, roundtrip, wire_bytes
 from fred.numerics.gradients import GradSum
 from fred.numerics.optim import make_sum_step, optimizer_for
 from fred.scenario.registry import register
-from fred.scenario.schema import StrategyConfig
+from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
 from fred.simulation.engine import Simulation, Worker
 
 
@@ -54,6 +54,10 @@ class PipeSGD(StrategyConfig):
         "every_hop: also decompress, add and recompress at each reduce-scatter step of the ring"
     )
     update_s: float = Field(default=0.0, ge=0, description="l_up: time to apply one update")
+
+    def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
+        # every worker computes k + 1 iterations before the first update (the pipeline's fill), then one an update
+        return GradientSteps((updates + self.staleness) * scenario.cluster.workers, "a smaller strategy.staleness")
 
 
 def ring_codec_s(p: int, raw_bytes: float, s_per_byte: float) -> float:

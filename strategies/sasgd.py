@@ -30,7 +30,7 @@ from fred.numerics.models import Params
 from fred.numerics.optim import GradientTransformation, make_step, make_sum_step, optimizer_for
 from fred.numerics.tape import op
 from fred.scenario.registry import register
-from fred.scenario.schema import Scenario, StrategyConfig
+from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
 from fred.simulation.dispatch import LogicalClock
 from fred.simulation.engine import Contribution, Simulation, Worker
 from fred.simulation.server import ParameterServer
@@ -55,6 +55,10 @@ class SASGD(StrategyConfig):
     def gradients_per_update(self, workers: int) -> int:
         """The server's batch ``c = floor(n / n_soft)``."""
         return max(workers // (self.n_soft or workers), 1)
+
+    def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
+        c = self.gradients_per_update(scenario.cluster.workers)
+        return GradientSteps(updates * c, "a larger strategy.n_soft" if c > 1 else "")
 
 
 PS_FAULTS = frozenset({"rejoin", "server_crash"})

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from fred.numerics.optim import make_sum_step, optimizer_for
 from fred.scenario.registry import register
-from fred.scenario.schema import Scenario, StrategyConfig
+from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
 from fred.simulation.engine import Simulation, Worker
 
 
@@ -21,6 +21,9 @@ class SGD(StrategyConfig):
     name: Literal["sgd"] = "sgd"
     applies_optimizer = True
     lr: float = Field(default=0.1, gt=0)
+
+    def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
+        return GradientSteps(updates)  # one gradient, one update
 
     def check(self, scenario: Scenario) -> None:
         if scenario.cluster.workers != 1:

@@ -40,7 +40,7 @@ from fred.numerics.models import Params
 from fred.numerics.optim import OptState, make_sum_step, optimizer_for
 from fred.numerics.tape import op
 from fred.scenario.registry import register
-from fred.scenario.schema import Scenario, StrategyConfig
+from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
 from fred.simulation.engine import Simulation, Worker
 
 Matrix = list[list[float]]
@@ -57,6 +57,9 @@ class SGP(StrategyConfig):
 
     def model_copies_per_worker(self) -> int:
         return 4  # a replica per worker, its gradient, and the copies it sends and receives
+
+    def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
+        return GradientSteps(updates)  # a node's step (its gradient and its mix) is an update
 
     @field_validator("topology")
     @classmethod

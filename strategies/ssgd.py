@@ -18,7 +18,7 @@ from pydantic import Field
 
 from fred.numerics.optim import make_sum_step, optimizer_for
 from fred.scenario.registry import register
-from fred.scenario.schema import StrategyConfig
+from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
 from fred.simulation.engine import Simulation, Worker
 from strategies.sasgd import PS_FAULTS, run_parameter_server, sasgd_rule
 
@@ -36,6 +36,9 @@ class SSGD(StrategyConfig):
 
     def buckets_gradients(self) -> bool:
         return self.aggregation == "allreduce"
+
+    def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
+        return GradientSteps(updates * scenario.cluster.workers)  # a round: every worker's gradient
 
 
 @register(SSGD, timing_only=True)

@@ -70,7 +70,8 @@ def test_compare_reuses_finished_runs(tmp_path):
     table, ran = compare(paths, tmp_path / "out", tmp_path / "runs", target_loss=2.0)
     assert ran == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
-        ["comparison.csv"] + [f"{s}.{e}" for s in ("loss_vs_time", "loss_vs_updates", "staleness") for e in ("png", "svg")]
+        ["comparison.csv"] + [f"{s}.{e}" for s in ("loss_vs_time", "loss_vs_updates", "loss_vs_examples", "staleness")
+                              for e in ("png", "svg")]
     )
     run_dirs = sorted((tmp_path / "runs").iterdir())
     table, ran = compare([str(d) for d in run_dirs], tmp_path / "out2", tmp_path / "runs")
@@ -223,7 +224,7 @@ def test_plot_and_trace_commands(tmp_path, capsys):
     assert main(["trace", str(out), "-o", str(tmp_path / "t.json")]) == 0
     slices = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e["ph"] != "M"]
     rows, twice = len(result.events), int((result.events["peer"] != "").sum())
-    assert f"{rows} events, of which {twice} transfers drawn twice" in capsys.readouterr().out  # it said "N events" of N + twice slices
+    assert f"{rows} events, of which {twice} transfers are drawn twice" in capsys.readouterr().out  # it said "N events" of N + twice slices
     assert len(slices) == rows + twice > rows
 
 
@@ -345,7 +346,26 @@ def test_a_comparison_of_many_runs_keeps_them_apart_and_its_histograms_in_rows(m
     staleness_histograms(runs, tmp_path)
     visible = [ax for ax in shown[-1].axes if ax.get_visible()]
     width, height = shown[-1].get_size_inches()
-    assert len(visible) == 23 and width <= 4 * 3.5 and height == pytest.approx(6 * 3.2)
+    assert len(visible) == 23 and width == pytest.approx(3 * 5.0) and height == pytest.approx(8 * 3.6)
+
+
+def test_one_runs_staleness_histogram_is_as_wide_as_its_timeline_and_its_text_readable(tmp_path, monkeypatch):
+    # It was 340 x 290 px, with 8-point text, beside a timeline of 1,100 px.
+    import struct
+
+    from fred.tools import plots
+
+    result = fred.run(tiny(), out=tmp_path / "run")
+    [staleness_png, _] = staleness_histograms([result], tmp_path)
+    [timeline_png, _] = timeline(result, tmp_path)
+    widths = [struct.unpack(">II", path.read_bytes()[16:24])[0] for path in (staleness_png, timeline_png)]
+    assert widths[0] >= 0.85 * widths[1] and widths[0] >= 900, widths
+    shown = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
+    staleness_histograms([result], tmp_path)
+    ax = shown[0].axes[0]
+    sizes = [ax.title.get_fontsize(), ax.xaxis.label.get_fontsize(), *(t.get_fontsize() for t in ax.texts)]
+    assert min(sizes) >= 10, sizes
 
 
 def test_a_timeline_with_more_events_than_it_draws_aggregates_all_of_them_says_so_and_draws_no_edges(monkeypatch, tmp_path):
@@ -397,3 +417,22 @@ def test_plot_names_a_summary_field_it_needs_and_lacks_as_compare_does(tmp_path,
             f"run its scenario again with this fred (fred run {made / 'scenario.yaml'}) and plot the new run\n")
         assert not (made / "plots").exists()  # refused before any figure
         assert main(["trace", str(made), "-o", str(tmp_path / "t.json")]) == 0  # the trace reads no summary field
+
+
+def test_loss_against_examples_puts_an_ssgd_round_and_asgd_gradients_on_one_axis(tmp_path, monkeypatch):
+    # loss_vs_updates puts an SSGD round of 4 gradients and one ASGD gradient at the same x
+    from fred.tools import examples_curves, plots
+
+    ssgd, asgd = (fred.run(tiny(strategy={"name": name})) for name in ("ssgd", "asgd"))
+    batch, workers = 8, 4
+    done = examples_curves.with_examples(ssgd)
+    assert done["examples"].tolist() == [u * workers * batch for u in done["updates"]]
+    done = examples_curves.with_examples(asgd)
+    assert (done["examples"] >= done["updates"] * batch).all() and done["examples"].iloc[-1] < 2 * 12 * batch
+    shown = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append((stem, fig)) or [])
+    examples_curves.loss_vs_examples([ssgd, asgd], tmp_path, target_loss=2.0)
+    [(stem, fig)] = shown
+    ax = fig.axes[0]
+    assert stem == "loss_vs_examples" and ax.get_xlabel() == "examples computed (gradient steps of all workers × batch size)"
+    assert ax.lines[0].get_xdata().max() == 12 * workers * batch  # SSGD's 12 rounds: 4 times ASGD's 12 updates' examples

@@ -134,7 +134,7 @@ def test_malformed_files_are_refused_with_a_short_message(text, tmp_path, capsys
         ({"eval": {"every_s": 1e-9, "every_updates": None}},
          "eval.every_s is 1e-09 s: at least 3e+07 times in the run, whose stop.max_updates 12 take 0.03 s or more"),
         ({"strategy": {"name": "ssgd", "aggregation": "ps"}, "faults": {"server_crash": {"checkpoint_every_s": 1e-9, "crashes": [{"at_s": 1, "restart_s": 1}]}}},
-         "faults.server_crash.checkpoint_every_s is 1e-09 s: at least 3e+07 times"),
+         "faults.server_crash.checkpoint_every_s is 1e-09 s: at least 1.2e+08 times"),  # SSGD: a round is 4 steps
         ({"cluster": {"speed": {0: 1e20}}, "stop": {"max_sim_time_s": 1.0, "max_updates": None}},
          "stop.max_sim_time_s is 1.0 s: 4 workers take 1e+22 steps in it (the fastest 1e-22 s, from cluster.speed.0)"),
         ({"cluster": {"speed_changes": [{"worker": 1, "at_s": 100.0, "speed": 1e20}]}},
@@ -157,6 +157,20 @@ def test_malformed_files_are_refused_with_a_short_message(text, tmp_path, capsys
          "network.bandwidth_bps is 4.94e-324: a message of 1,000 bytes would take inf s at 4.94e-324 bytes/s"),
         ({"network": {"efficiency": 1e-320}}, "network.efficiency is 1e-320: one byte would take inf s"),
         ({"network": {"latency_s": 1e308}}, "network.latency_s is 1e+308: every message would wait that long"),
+        # An independent fuzz of mostly valid scenarios found these running for minutes or for ever:
+        ({"strategy": {"name": "local_sgd", "sync_every": 10**9}, "stop": {"max_updates": 5}},
+         "stop.max_updates is 5: strategy local_sgd takes 2e+10 gradient steps of 4 workers for them; at most 100,000,000: "
+         "give a smaller stop.max_updates, a smaller strategy.sync_every or stop.max_sim_time_s"),
+        ({"strategy": {"name": "pipe_sgd", "staleness": 10**9}, "stop": {"max_updates": 5}},
+         "strategy pipe_sgd takes 4e+09 gradient steps of 4 workers for them; at most 100,000,000: give a smaller "
+         "stop.max_updates, a smaller strategy.staleness or stop.max_sim_time_s"),
+        ({"strategy": {"name": "hpsgd"}, "workload": {"param_bytes": 170_051_880}, "stop": {"max_updates": 5},
+          "cluster": {"compute": {"step_time_s": None, "device_flops": 8.8e12, "flops_per_example": 1.5e-20}}},
+         "strategy hpsgd takes 3.6e+32 gradient steps of 4 workers for them; at most 100,000,000: give a smaller "
+         "stop.max_updates, slower steps against the all-reduce"),
+        ({"eval": {"every_s": 1e-5, "every_updates": None}, "stop": {"max_sim_time_s": 0.5, "max_updates": None}},
+         "eval.every_s: at least 50,000 evaluations of 359 rows by a model of 1,210 parameters cost about 1.02e+12 "
+         "multiply-adds, 1,687 times the run's training; give a larger eval.every_s or fewer data.eval_examples"),
     ],
 )
 def test_values_that_passed_validation_and_then_hung_or_crashed_are_refused(override, needle, tmp_path, capsys):

@@ -65,7 +65,10 @@ def test_an_absent_backend_is_a_clear_error(tmp_path, capsys):
     scenario = tmp_path / "s.yaml"
     scenario.write_text(yaml.safe_dump(tiny()))
     assert main(["calibrate", str(scenario), "--backend", "gpu", "-o", str(tmp_path / "p.yaml")]) == 2
-    assert "no gpu backend here" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no gpu backend here" in err
+    assert f'pip install "jax[cuda13]=={jax.__version__}"' in err and f'"jax[cuda12]=={jax.__version__}"' in err
+    assert "https://docs.jax.dev/en/latest/installation.html" in err
 
 
 def test_calibrate_takes_a_model_and_batch_without_a_scenario(tmp_path):

@@ -41,7 +41,8 @@ def test_the_default_run_directory_is_named_by_the_resolved_scenario(tmp_path, m
     monkeypatch.chdir(tmp_path)
     assert main(["run", str(write(tmp_path, tiny())), "--quiet"]) == 0
     [run_dir] = (tmp_path / "runs").iterdir()
-    assert run_dir.name.startswith("tiny-") and len(run_dir.name) == len("tiny-") + 8
+    digest = json.loads((run_dir / "summary.json").read_text())["scenario_sha256"]
+    assert run_dir.name == f"tiny-s7-{digest[:8]}"  # its seed in sight: the runs of --seeds 3 tell apart
 
 
 def test_set_and_seed_override_the_file(tmp_path):
@@ -68,9 +69,12 @@ def test_a_missing_file_is_an_error_not_a_traceback(tmp_path, capsys):
 
 
 def test_missing_mnist_files_are_reported_cleanly(tmp_path, capsys):
-    path = write(tmp_path, tiny(data={"source": {"kind": "mnist", "path": str(tmp_path / "mnist")}}))
+    path = write(tmp_path, tiny(data={"source": {"kind": "mnist", "path": "mnist"}}))
     assert main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
-    assert "mnist" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith(f"fred: {path}: 1 problem\n  - data.source.path: {tmp_path / 'mnist'} does not exist "
+                          f"('mnist' taken from {tmp_path}); give a folder of MNIST IDX files or one .npz file")
+    assert not (tmp_path / "o").exists()
 
 
 def test_fred_list_prints_the_registry(capsys):

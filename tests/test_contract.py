@@ -22,6 +22,8 @@ import strategies
 from fred.runs.records import EVENT_COLUMNS, METRIC_COLUMNS, UPDATE_COLUMNS
 from fred.runs.runner import WALL_CLOCK_KEYS
 from fred.scenario import registry
+from fred.scenario.loading import merge
+from fred.scenario.schema import GradientSteps, StrategyConfig
 from tests.conftest import cluster_for, tiny
 
 
@@ -108,6 +110,51 @@ def test_every_strategy_leaves_complete_consistent_records(twice):
     assert set(updates["worker"]) <= set(range(result.summary["workers"]))
 
 
+def steps_agree(result: fred.RunResult) -> None:
+    """The gradient steps the strategy says its updates take (what bounds a run's work, and the
+    shortest time its updates can last) are what it computed for them, within a factor of 2 and
+    a step of each worker (in flight at the stop, or not yet made by a worker the jitter slowed)."""
+    scenario, n = result.scenario, result.summary["workers"]
+    declared = scenario.strategy.gradient_steps(scenario, result.summary["updates"]).steps
+    made = int(result.events["kind"].isin(["compute", "probe"]).sum())  # a grouped-hybrid probe's steps are timed alike
+    assert made / 2 - n <= declared <= 2 * made + n, (declared, made)
+
+
+def test_every_strategy_says_how_many_gradient_steps_its_updates_take(twice):
+    name, result, _ = twice
+    assert type(result.scenario.strategy).gradient_steps is not StrategyConfig.gradient_steps, (
+        f"{name} answers gradient_steps only with StrategyConfig's refusal")
+    steps_agree(result)
+
+
+MANY_STEPS = {  # settings that make an update take many gradient steps, declared through the strategy's config
+    "local_sgd": {"strategy": {"sync_every": 6}},
+    "pipe_sgd": {"strategy": {"staleness": 20}},
+    "sasgd": {"strategy": {"n_soft": 1}},
+    "grouped_hybrid": {"strategy": {"probe_iterations": 30, "group_size": 2}},
+    "hpsgd": {"workload": {"param_bytes": 25_000_000}},  # a 30 ms all-reduce: Pt steps three times in one
+}
+
+
+@pytest.mark.parametrize("name", MANY_STEPS)
+def test_settings_that_make_an_update_take_many_steps_are_counted(name):
+    steps_agree(fred.run(merge(contract_scenario(name), MANY_STEPS[name])))
+
+
+def test_a_strategy_that_does_not_say_its_steps_is_refused_naming_the_method(monkeypatch):
+    from typing import Literal
+
+    from fred.scenario.loading import ScenarioError, validate
+
+    class Silent(StrategyConfig):
+        name: Literal["silent"] = "silent"
+
+    monkeypatch.setitem(registry._REGISTRY, "silent", registry.get("asgd")._replace(name="silent", config=Silent))
+    with pytest.raises(ScenarioError, match=r"strategy 'silent' does not say how many gradient steps its updates take: "
+                                            r"its config needs a gradient_steps\(scenario, updates\) method"):
+        validate(tiny(strategy={"name": "silent"}))
+
+
 def test_a_second_strategy_of_the_same_name_is_refused_naming_both_modules():
     config = registry.config_class("asgd")
     with pytest.raises(ValueError, match=r"'asgd' is registered twice, by strategies.asgd and by (tests.)?test_contract;"):
@@ -136,6 +183,9 @@ def test_a_strategy_without_lr_gets_the_tiny_scenario_without_it(monkeypatch):
     class NoLr(StrategyConfig):
         name: Literal["no_lr"] = "no_lr"
         inner_lr: float = 0.1
+
+        def gradient_steps(self, scenario, updates):
+            return GradientSteps(updates)
 
     monkeypatch.setitem(registry._REGISTRY, "no_lr", registry.get("asgd")._replace(name="no_lr", config=NoLr))
     assert validate(tiny(strategy={"name": "no_lr"})).strategy == NoLr()

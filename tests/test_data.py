@@ -188,7 +188,7 @@ def test_a_missing_mnist_file_is_named_in_the_error(tmp_path: Path) -> None:
 
 def test_a_missing_mnist_path_is_named_in_the_error(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
-    with pytest.raises(FileNotFoundError, match="nowhere"):
+    with pytest.raises(FileNotFoundError, match=f"^data.source.path: {missing} does not exist; expected a directory"):
         load_dataset(DataConfig(source=MNISTData(path=str(missing))), rng(0))
 
 
@@ -278,7 +278,7 @@ def test_degenerate_npz_data_is_refused_naming_the_file(tmp_path: Path, arrays: 
     np.savez(path, **arrays)
     with pytest.raises(ValueError) as refused:
         load_dataset(DataConfig(source=MNISTData(path=str(path))), rng(0))
-    assert str(refused.value).startswith(f"{path}: ") and message in str(refused.value)
+    assert str(refused.value).startswith(f"data.source.path: {path}: ") and message in str(refused.value)
 
 
 def test_idx_images_of_no_pixels_are_refused_naming_the_file(tmp_path: Path) -> None:

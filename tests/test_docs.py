@@ -83,3 +83,14 @@ def test_every_test_the_reliability_page_names_exists():
     assert len(named) >= 20
     missing = [f"{file}::{test}" for file, test in named if f"def {test}(" not in (ROOT / file).read_text()]
     assert not missing
+
+
+def test_the_docs_extra_has_what_mkdocs_serve_needs_and_the_readme_says_so():
+    # mkdocs came only with [test]: serving the site meant installing the test suite's tools.
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert [r.split(">")[0] for r in extras["docs"]] == ["mkdocs-material"]  # mkdocs itself comes with it
+    assert "name: material" in (ROOT / "mkdocs.yml").read_text()  # the theme the extra brings
+    for page in ("README.md", "docs/index.md"):
+        assert 'pip install -e ".[docs]" && mkdocs serve' in (ROOT / page).read_text()

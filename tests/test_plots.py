@@ -12,7 +12,8 @@ import pytest
 import fred
 from fred.tools import plots
 from fred.tools.cli import main
-from fred.tools.compare import readable_bytes, readable_table
+from fred.tools.compare import readable_table
+from fred.tools.formats import bytes_ as readable_bytes
 from tests.conftest import tiny
 
 

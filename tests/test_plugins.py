@@ -92,6 +92,7 @@ def test_easgd_keeps_the_strategy_contract(easgd_installed):
     contract.test_every_strategy_runs_to_its_stop_condition(twice)
     contract.test_every_strategy_is_deterministic(twice)
     contract.test_every_strategy_leaves_complete_consistent_records(twice)
+    contract.test_every_strategy_says_how_many_gradient_steps_its_updates_take(twice)
     again = subprocess.run(
         [sys.executable, "-c", "import json, fred; from tests.test_contract import fingerprint; "
          f"print(json.dumps(fingerprint(fred.run({easgd_scenario()!r}))))"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from fred.scenario.loading import ScenarioError, apply_overrides, load_scenario, validate
 from fred.scenario.schema import Scenario
@@ -35,6 +36,60 @@ def test_a_misspelt_key_gets_a_did_you_mean():
 def test_a_misspelt_strategy_hyper_parameter_is_found_in_the_strategy_section():
     [message] = problems(tiny(strategy={"name": "ssgd", "agregation": "ps"}))
     assert "strategy.agregation" in message and "'aggregation'" in message
+
+
+@pytest.mark.parametrize(
+    ("section", "hint"),
+    [
+        ({"strategy": {"name": "asgd", "momentum": 0.9}},
+         "strategy.momentum: unknown key; momentum is a key of strategy.optimizer (kind sgd). Allowed here: clock, lr,"),
+        ({"strategy": {"name": "asgd", "sync_every": 4}},
+         "strategy.sync_every: unknown key; sync_every is a key of strategy (name local_sgd). Allowed here:"),
+        ({"network": {"workers": 4}}, "network.workers: unknown key; workers is a key of cluster. Allowed here:"),
+        ({"cluster": {"latency_s": 1e-3}},
+         "cluster.latency_s: unknown key; latency_s is a key of network, network.intra_node, network.server. Allowed"),
+        ({"model": {"kind": "mlp", "channels": [4]}}, "model.channels: unknown key; channels is a key of model (kind cnn)."),
+        ({"cluster": {"seed": 3}},
+         "cluster.seed: unknown key; seed is a key of the top level (or did you mean 'speed'?) Allowed here:"),
+    ],
+    ids=["optimizer", "another strategy", "cluster", "network", "another model kind", "top level"],
+)
+def test_a_key_in_the_wrong_section_is_told_where_it_belongs(section, hint):
+    data = tiny()
+    data.update({k: {**data.get(k, {}), **v} if k != "model" else v for k, v in section.items()})
+    [message] = problems(data)
+    assert message.startswith(hint), message
+
+
+def test_a_key_nowhere_in_the_schema_gets_no_such_hint():
+    [message] = problems(tiny(cluster={"wrokers": 3}))
+    assert message.startswith("cluster.wrokers: unknown key; did you mean 'workers'? Allowed here:")
+    [message] = problems(tiny(cluster={"zzz": 3}))
+    assert message.startswith("cluster.zzz: unknown key. Allowed here:")
+
+
+def test_problems_from_set_are_said_to_be_the_sets(tmp_path):
+    path = tmp_path / "q.yaml"
+    path.write_text(yaml.safe_dump(tiny()))
+    with pytest.raises(ScenarioError) as refused:
+        load_scenario(path, ["stategy.lr=0.1", "cluster.workers=-1"])
+    assert str(refused.value).splitlines()[0] == "--set: 2 problems"
+    assert refused.value.problems == [
+        "--set cluster.workers=-1: got -1; Input should be greater than or equal to 1",
+        "--set stategy.lr=0.1: stategy: unknown key; did you mean 'strategy'? Allowed here: cluster, data, eval, faults, "
+        "model, name, network, seed, stop, strategy, workload",
+    ]
+
+
+def test_a_file_and_a_set_each_get_their_own_problems(tmp_path):
+    path = tmp_path / "q.yaml"
+    path.write_text(yaml.safe_dump(tiny(data={"batch_size": 0})))
+    with pytest.raises(ScenarioError) as refused:
+        load_scenario(path, ["strategy.momentum=0.9"])
+    assert str(refused.value).splitlines()[0] == f"{path} and --set: 2 problems"
+    [file_problem, set_problem] = sorted(refused.value.problems, key=lambda p: p.startswith("--set"))
+    assert file_problem.startswith("data.batch_size: got 0;")
+    assert set_problem.startswith("--set strategy.momentum=0.9: unknown key; momentum is a key of strategy.optimizer")
 
 
 def test_an_unknown_strategy_suggests_the_closest_name():

@@ -14,7 +14,8 @@ import yaml
 import fred
 from fred.tools import plots
 from fred.tools.cli import main
-from fred.tools.compare import _with_sd, compare, readable_table
+from fred.tools.compare import compare, readable_table
+from fred.tools.formats import plus_minus
 from fred.tools.seeds import AVERAGED, band, by_seed, mean_sd, parse_seeds
 from tests.conftest import tiny
 
@@ -71,7 +72,7 @@ def test_the_table_shows_mean_plus_minus_sd_and_how_many_seeds(made, tmp_path):
     header, first = text.splitlines()[1], text.splitlines()[2]
     assert "seeds" in header and first.split()[:5] == ["asgd", "asgd", "4", "3", "completed"]
     mean, sd = table["final_loss"][0], table["final_loss_sd"][0]
-    assert _with_sd(mean, sd, str) in first and " ± " in first
+    assert plus_minus(mean, sd, str) in first and " ± " in first
     assert "mean over the seeds ± their standard deviation (sample, n - 1)" in " ".join(text.split())
 
 
@@ -84,7 +85,7 @@ def test_the_table_shows_mean_plus_minus_sd_and_how_many_seeds(made, tmp_path):
     (0.25, float("nan"), "same"),          # one seed
 ])  # fmt: skip
 def test_a_mean_is_shown_to_the_precision_of_its_sd(mean, sd, shown):
-    assert _with_sd(mean, sd, lambda v: "same") == shown
+    assert plus_minus(mean, sd, lambda v: "same") == shown
 
 
 def test_a_number_only_some_seeds_have_is_averaged_over_those_and_says_how_many():
@@ -158,10 +159,10 @@ def test_a_sweep_over_seeds_is_compared_as_one_row_per_combination(made, tmp_pat
     assert main(["sweep", str(scenario), "--grid", "strategy.lr=0.1,0.05", "--seeds", "3", "--runs", runs, "--out", str(table)]) == 0
     swept = pd.read_parquet(table)
     assert list(swept["grid"]) == [f"strategy.lr={lr}, seed={s}" for lr in (0.1, 0.05) for s in SEEDS]
-    assert "3 run, 3 reused" in capsys.readouterr().out
+    assert "6 combinations: 3 made, 3 reused" in capsys.readouterr().out
     assert main(["compare", str(table), "--runs", runs, "--out", str(tmp_path / "cmp")]) == 0
     printed = capsys.readouterr().out
-    assert "asgd (strategy.lr=0.1)" in printed and "0 run(s) made, 6 reused" in printed
+    assert "asgd (strategy.lr=0.1)" in printed and "0 runs made, 6 reused" in printed
     written = pd.read_csv(tmp_path / "cmp" / "comparison.csv")
     expected = swept.groupby("strategy.lr", sort=False)["final_eval_loss"].agg(["mean", "std"])
     assert written["final_loss"].tolist() == pytest.approx(expected["mean"].tolist())
@@ -186,7 +187,7 @@ def test_the_plots_draw_a_group_as_its_mean_in_a_band_and_say_so(made, tmp_path,
     monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append((stem, fig)) or [])
     compare(paths, tmp_path / "cmp", root / "runs", target_loss=2.2, seeds=SEEDS)
     figures = dict(shown)
-    for stem in ("loss_vs_time", "loss_vs_updates"):
+    for stem in ("loss_vs_time", "loss_vs_updates", "loss_vs_examples"):
         ax = figures[stem].axes[0]
         legend = [text.get_text() for text in ax.get_legend().get_texts()]
         assert legend == ["asgd (asgd, 4 workers): mean of 3 seeds", "ssgd (ssgd, 4 workers): mean of 3 seeds",

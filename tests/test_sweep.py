@@ -164,7 +164,25 @@ def test_fred_sweep_writes_the_table(scenario, tmp_path, capsys):
     out = tmp_path / "sweep.parquet"
     args = ["sweep", str(scenario), "--grid", "seed=5,6", "--runs", str(tmp_path / "runs"), "--out", str(out)]
     assert main(args) == 0
-    assert len(pd.read_parquet(out)) == 2 and "2 run, 0 reused" in capsys.readouterr().out
+    assert len(pd.read_parquet(out)) == 2 and "2 combinations: 2 made, 0 reused" in capsys.readouterr().out
+
+
+def test_fred_sweep_prints_the_table_fred_compare_prints_of_it(scenario, tmp_path, capsys):
+    # The averaged table came only from fred compare sweep.parquet; the sweep printed a count.
+    out = tmp_path / "sweep.parquet"
+    args = ["sweep", str(scenario), "--grid", "strategy.lr=0.03,0.1", "--seeds", "2", "--runs", str(tmp_path / "runs"),
+            "--out", str(out)]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "tiny (strategy.lr=0.03)" in printed and "tiny (strategy.lr=0.1)" in printed and " ± " in printed
+    assert "seeds: runs that differ only by their seed, as one row" in " ".join(printed.split())
+    assert printed.rstrip().endswith(f"4 combinations: 4 made, 0 reused; table in {out} (fred compare {out} plots it)")
+    assert main(["compare", str(out), "--out", str(tmp_path / "cmp")]) == 0
+    compared = capsys.readouterr().out
+    assert compared.split("\n\n")[:2] == printed.split("\n\n")[:2]  # the same rows, the same numbers
+    assert main([*args, "--per-seed"]) == 0
+    per_seed = capsys.readouterr().out
+    assert "tiny (strategy.lr=0.1, seed=1)" in per_seed and "4 combinations: 0 made, 4 reused" in per_seed
 
 
 def test_set_fixes_a_field_in_every_run_and_each_finished_run_is_told(scenario, tmp_path, capsys):
@@ -234,7 +252,7 @@ def test_fred_sweep_starts_ray_here_and_stops_it(scenario, tmp_path, capsys, mon
     out = tmp_path / "sweep.parquet"
     args = ["sweep", str(scenario), "--grid", "seed=5,6", "--executor", "ray", "--runs", str(tmp_path / "runs"), "--out", str(out)]
     assert main(args) == 0
-    assert len(pd.read_parquet(out)) == 2 and "2 run, 0 reused" in capsys.readouterr().out
+    assert len(pd.read_parquet(out)) == 2 and "2 combinations: 2 made, 0 reused" in capsys.readouterr().out
     assert not ray.is_initialized()
 
 
@@ -347,7 +365,7 @@ def test_a_damaged_run_in_the_runs_folder_is_named_with_how_to_recompute_it(scen
     assert f"{second} is in the sweep's runs folder but is not a finished run (no summary.json); delete {second}" in capsys.readouterr().err
     shutil.rmtree(second)
     assert main(argv) == 0
-    assert "2 run, 0 reused" in capsys.readouterr().out
+    assert "2 combinations: 2 made, 0 reused" in capsys.readouterr().out
 
 
 def test_a_summary_that_is_json_but_not_an_object_is_a_damaged_run_the_sweep_names(scenario, tmp_path, capsys):

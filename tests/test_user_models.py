@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -161,13 +162,15 @@ def test_each_style_trains_on_digits_over_named_float32_parameters(style, style_
 def test_each_style_gives_the_same_bits_in_a_fresh_process(style_runs, module_dir, tmp_path):
     files = []
     for style, model in STYLES.items():
-        path = tmp_path / f"{style}.yaml"
+        path = module_dir / f"{style}.yaml"
         path.write_text(yaml.safe_dump(scenario(model, strategy={"name": "ssgd"})))
         files.append(str(path))
     script = ("import json, sys, fred; "
               "print(json.dumps([fred.run(f).summary['params_sha256'] for f in sys.argv[1:]]))")
-    # The module is found in the folder the process runs in, as a user's would be.
-    out = subprocess.run([sys.executable, "-c", script, *files], cwd=module_dir, check=True, capture_output=True, text=True)
+    # The module is found in the scenario's folder, as a user's would be, from any working directory;
+    # the process runs this checkout's fred.
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", script, *files], cwd=tmp_path, check=True, capture_output=True, text=True, env=env)
     there = json.loads(out.stdout.strip().splitlines()[-1])
     assert there == [style_runs[style].summary["params_sha256"] for style in STYLES]
 

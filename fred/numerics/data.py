@@ -79,7 +79,10 @@ def load_dataset(cfg: DataConfig, rng: np.random.Generator) -> Dataset:
         classes = source.classes if source.task == "classification" else 0
         dataset = _split(x, y, cfg.eval_fraction, rng, source.task, classes)
     elif isinstance(source, MNISTData):
-        dataset = _load_mnist(source, cfg.eval_fraction, rng)
+        try:
+            dataset = _load_mnist(source, cfg.eval_fraction, rng)
+        except (FileNotFoundError, ValueError) as err:  # named by its field, as the arrays source's are
+            raise type(err)(f"data.source.path: {err}") from None
     elif isinstance(source, ArraysData):
         dataset = _load_arrays(source, cfg.eval_fraction, rng)
     else:  # pragma: no cover - the scenario schema admits no other source
@@ -192,7 +195,7 @@ def _load_mnist(cfg: MNISTData, eval_fraction: float, rng: np.random.Generator) 
         train, test = _read_npz(path)
     else:
         raise FileNotFoundError(
-            f"MNIST path {path} does not exist; expected a directory of IDX files "
+            f"{path} does not exist; expected a directory of MNIST IDX files "
             f"(train-images-idx3-ubyte, train-labels-idx1-ubyte, optionally .gz) or one .npz file"
         )
     if len(train[0]) < (2 if test is None else 1):  # a split needs one example on each side

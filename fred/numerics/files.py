@@ -37,7 +37,7 @@ def read_arrays(cfg: ArraysData) -> tuple[Pair, Pair | None, int]:
     train = _pair(cfg, Path(cfg.path).expanduser(), "data.source.path")
     held = _pair(cfg, Path(cfg.eval_path).expanduser(), "data.source.eval_path") if cfg.eval_path else None
     if held is None and len(train[0]) < 2:
-        raise ValueError(f"data.source.path: {cfg.path} holds {len(train[0])} example(s); give at least 2 (one is held "
+        raise ValueError(f"data.source.path: {cfg.path} holds {len(train[0])} example{'s' * (len(train[0]) != 1)}; give at least 2 (one is held "
                          "out for evaluation), or the eval set in data.source.eval_path")
     if held is not None and held[0].shape[1:] != train[0].shape[1:]:
         raise ValueError(f"data.source.eval_path: its examples are of shape {held[0].shape[1:]} but the training "
@@ -123,7 +123,7 @@ def _classes(cfg: ArraysData, train: Pair, held: Pair | None) -> int:
         out = np.flatnonzero((y < 0) | (y >= classes))
         if len(out):
             given = f"classes is {classes}" if cfg.classes is not None else f"{classes} classes"
-            raise ValueError(f"{field}: {len(out):,} label(s) in {cfg.y!r} are outside 0..{classes - 1} ({given}; rows "
+            raise ValueError(f"{field}: {len(out):,} label{'s' * (len(out) != 1)} in {cfg.y!r} {'are' if len(out) != 1 else 'is'} outside 0..{classes - 1} ({given}; rows "
                              f"{_list(out)} hold {_list(y[out])}); renumber the classes from 0, or set data.source.classes")
     return classes
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-import os
 import sys
 from typing import Any, Callable, NamedTuple
 
@@ -47,16 +46,18 @@ def names_user_code(scenario: Scenario) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- importing
-def import_object(path: str, field: str) -> Any:
-    """The object at ``'package.module:attribute'``; the current folder is searched last,
-    so a module next to the scenario imports as ``python -m`` would import it."""
+def import_object(path: str, field: str, code_dir: str) -> Any:
+    """The object at ``'package.module:attribute'``; ``code_dir`` (the scenario's folder) is
+    searched last, so a module next to the scenario imports wherever fred runs."""
     module_name, _, attribute = path.partition(":")
     try:
-        module = _import(module_name)
+        module = _import(module_name, code_dir)
     except ModuleNotFoundError as err:
+        top = module_name.split(".")[0]
         raise UserCodeError(
-            f"{field}: cannot import {module_name!r} ({err}); install its package, run fred from the folder "
-            f"that holds {module_name.split('.')[0]}.py, or add that folder to PYTHONPATH") from None
+            f"{field}: cannot import {module_name!r} ({err}); looked in the installed packages, PYTHONPATH and "
+            f"{code_dir} (model.code_dir): put {top}.py there, set model.code_dir to the folder that holds it, or "
+            "install its package") from None
     except Exception as err:  # the user's module failed while importing: its error, named
         raise UserCodeError(f"{field}: importing {module_name!r} raised {type(err).__name__}: {err}") from None
     found: Any = module
@@ -68,14 +69,13 @@ def import_object(path: str, field: str) -> Any:
     return found
 
 
-def _import(name: str) -> Any:
+def _import(name: str, code_dir: str) -> Any:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as err:
-        here = os.getcwd()
-        if err.name != name.split(".")[0] or here in sys.path:
+        if err.name != name.split(".")[0] or code_dir in sys.path:
             raise
-        sys.path.append(here)  # last: a file here never shadows an installed package
+        sys.path.append(code_dir)  # last: a file there never shadows an installed package
         return importlib.import_module(name)
 
 
@@ -215,7 +215,7 @@ def _signature(factory: Callable) -> str:
 
 def checked_factory(cfg: PythonModel) -> Callable:
     """The factory ``cfg`` names, if it can be called."""
-    factory = import_object(cfg.factory, "model.factory")
+    factory = import_object(cfg.factory, "model.factory", cfg.code_dir)
     if not callable(factory):
         raise UserCodeError(f"model.factory: {cfg.factory} is {_what(factory)}, not a function; name a function "
                             f"that returns {STYLES}")
@@ -257,7 +257,7 @@ def loss_function(cfg: PythonModel) -> Callable[[jax.Array, jax.Array], jax.Arra
         return cross_entropy
     if cfg.loss == "mse":
         return mse
-    loss = import_object(cfg.loss, "model.loss")
+    loss = import_object(cfg.loss, "model.loss", cfg.code_dir)
     if not callable(loss):
         raise UserCodeError(f"model.loss: {cfg.loss} is {_what(loss)}, not a function; name a function "
                             "loss(outputs, label) -> a number, for one example")

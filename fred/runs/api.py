@@ -16,6 +16,7 @@ from fred.numerics.tape import NeedsValue, ResumeMismatch, read_outside_tape
 from fred.runs import checkpoint
 from fred.runs.checkpoint import Checkpointer, Saved, checkpoint_dir
 from fred.runs.memory import check_fits
+from fred.runs.work import check_evaluations
 from fred.runs.paths import check_out
 from fred.runs.records import EVENT_DTYPES, METRIC_DTYPES, UPDATE_DTYPES, is_complete, missing_files, write_run_dir
 from fred.runs.runner import Progress, RunResult, execute
@@ -38,16 +39,25 @@ def resolve(scenario: Scenario | dict[str, Any] | str | Path, **overrides: Any) 
 
 
 def default_run_dir(scenario: Scenario, root: str | Path = "runs") -> Path:
+    """``root/<name>-s<seed>-<first 8 hex of the scenario's SHA-256>``: the seed in sight, so that
+    the runs of ``--seeds 3`` tell apart by name (a seed of over 20 digits is cut; the hash differs)."""
+    return Path(root) / f"{scenario.name}-s{str(scenario.seed)[:20]}-{scenario.digest()[:8]}"
+
+
+def earlier_run_dir(scenario: Scenario, root: str | Path = "runs") -> Path:
+    """Where a run of this scenario was written before run directories named their seed."""
     return Path(root) / f"{scenario.name}-{scenario.digest()[:8]}"
 
 
 def finished_run(scenario: Scenario, runs_root: str | Path = "runs") -> RunResult | None:
-    """The complete run of exactly this resolved scenario under ``runs_root``, if there is one."""
-    out = default_run_dir(scenario, runs_root)
-    if not is_complete(out):
-        return None
-    done = load_run(out)
-    return done if done.summary.get("scenario_sha256") == scenario.digest() else None
+    """The complete run of exactly this resolved scenario under ``runs_root``, if there is one:
+    in its directory, or in the one an earlier fred named without the seed."""
+    for out in (default_run_dir(scenario, runs_root), earlier_run_dir(scenario, runs_root)):
+        if is_complete(out):
+            done = load_run(out)
+            if done.summary.get("scenario_sha256") == scenario.digest():
+                return done
+    return None
 
 
 def run(
@@ -66,6 +76,7 @@ def run(
     if out is not None:  # before the run, not after it: a refused path would lose the run too
         check_out(out)
     check_fits(resolved)  # before a checkpoint folder is made: a refused run writes nothing
+    check_evaluations(resolved)
     checkpointer = None
     if checkpoint_every_s is not None:
         if out is None:
@@ -104,6 +115,7 @@ def resume(
         raise ScenarioError([stale], str(run_dir))
     scenario = validate(read_yaml(path / "scenario.yaml", own=True), str(path / "scenario.yaml"))
     check_fits(scenario)
+    check_evaluations(scenario)
     checkpointer = _checkpointer(scenario, Path(run_dir), checkpoint_every_s) if checkpoint_every_s is not None else None
     saved, reason = _load_checkpoint(path, scenario)
     result = None

@@ -28,6 +28,7 @@ from fred.numerics.tape import ResumeMismatch, Tape, digest, document, resolved
 from fred.runs.host import cpu_isa
 from fred.runs.interrupt import StopRequest, between_steps
 from fred.runs.memory import Fit, OutOfMemory, allocation_failed, check_fits, out_of_memory
+from fred.runs.work import EvaluationBudget, check_evaluations
 from fred.runs.records import METRIC_COLUMNS, Recorder, params_sha256
 from fred.runs.staleness import staleness
 from fred.scenario import registry, workloads
@@ -239,8 +240,12 @@ class _Controller:
         self.eval_wall_s = 0.0  # wall seconds this process spent evaluating (reported apart from training)
         self._last_loss = math.nan
         self._progress_every = max(1, (self.stop_cfg.max_updates or 20000) // 200)
+        rows = len(built.dataset.y_eval)
+        self.budget = None if self.timing_only else EvaluationBudget(rows, param_count(built.sim.init_params))
 
     def on_compute(self, grad: GradSum) -> None:
+        if self.budget is not None:
+            self.budget.trained_on(grad.count)
         self._train.append((*grad.loss_ref(), grad.count))
         if len(self._train) >= 2 * FOLD_LOSSES:
             self._fold()
@@ -274,6 +279,8 @@ class _Controller:
             return
         self._last_eval = (at_s, count)
         loss, accuracy, train_loss = self._restored(at_s, count) if self._restoring is not None else self._measure()
+        if self.budget is not None and self.budget.evaluated_once():  # evaluating far more than training: ends here
+            self.built.sim.fail(self.budget.failure(self.built.scenario))
         self._train.clear()
         self._train_sum, self._train_examples = 0, 0
         self.recorder.on_metric(at_s, loss, accuracy, train_loss)
@@ -351,15 +358,15 @@ class _Controller:
             if not (upcoming <= bound_s and upcoming != math.inf and sim.failure is None and interrupt.signum is None
                     and not interrupt.forced):
                 interrupt.check()
-                if sim.failure is not None:
+                if sim.failure is not None:  # an evaluation's failure comes at its time, ahead of the clock
                     self.status, self.stop_reason = "failed", "failed"
-                    return env.now
+                    return max(env.now, self._last_eval[0]) if self._last_eval is not None else env.now
                 if upcoming == math.inf:  # nothing will happen again: the stop can never be reached, not even max_sim_time_s
                     self.status, self.stop_reason = "stalled", "no_events"
                     return env.now
                 # An evaluation at t sees every update applied at t, as the end's evaluation does:
                 # it waits until the events at t are done.
-                while next_eval_s < upcoming and next_eval_s <= max_s and self.stop_reason is None:
+                while next_eval_s < upcoming and next_eval_s <= max_s and self.stop_reason is None and sim.failure is None:
                     interrupt.check()  # up to 100,000 evaluations between two steps: a stop is not kept waiting
                     if evals > MAX_CADENCE_EVENTS:  # a long wait the scenario did not show (validation bounds the rest)
                         sim.fail(f"eval.every_s is {every_s} s: {evals - 1:,} evaluations by {next_eval_s:.6g} s, the most "
@@ -442,6 +449,7 @@ def _execute(
     interrupt: StopRequest,
 ) -> RunResult:
     fit = check_fits(scenario)  # before loading data or compiling: what does not fit is refused at no cost
+    check_evaluations(scenario)  # and evaluations that would cost far more than the training
     try:
         built = build(scenario)
     except Exception as err:  # noqa: BLE001 - numpy's MemoryError, XLA's runtime error: an allocation failed

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import types
 import typing
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from fred.scenario import registry
 from fred.scenario.profiles import read_profile
-from fred.scenario.schema import Scenario
+from fred.scenario.schema import Scenario, StrategyConfig, absolute_path
 from fred.scenario.yaml_reading import (
     NumbersLoader,
     Refused,
@@ -150,24 +151,64 @@ def validate(data: dict[str, Any], source: str = "scenario") -> Scenario:
         raise ScenarioError(_merged([_describe(e, data) for e in err.errors()]), source) from None
 
 
-def load_scenario(path: str | Path, sets: list[str] | None = None, seed: int | None = None) -> Scenario:
-    """Read, override and validate a scenario file."""
-    data = apply_overrides(read_yaml(path), list(sets or []))
+def load_scenario(path: str | Path, sets: list[str] | None = None, seed: int | None = None,
+                  typed: list[str] | None = None) -> Scenario:
+    """Read, override and validate a scenario file; a problem with a field of ``typed`` (by
+    default ``sets``: the ``--set`` options the user typed) is said to be that option's."""
+    sets = list(sets or [])
+    data = apply_overrides(read_yaml(path), sets)
     if seed is not None:
         data["seed"] = seed
-    return validate(include_profiles(data, Path(path).parent, str(path)), str(path))
+    with blaming_sets(sets if typed is None else typed):
+        return validate(include_profiles(data, Path(path).parent, str(path)), str(path))
+
+
+@contextlib.contextmanager
+def blaming_sets(sets: list[str]) -> Iterator[None]:
+    """Problems with a field a ``--set`` gave are said to be that ``--set``'s, not the file's
+    (``--set stategy.lr=0.1: stategy: unknown key``); the message's head says which were."""
+    try:
+        yield
+    except ScenarioError as err:
+        lines = [_blamed(problem, sets) for problem in err.problems]
+        ours = sum(line.startswith("--set ") and not problem.startswith("--set ") for line, problem in zip(lines, err.problems))
+        source = err.source if not ours else "--set" if ours == len(lines) else f"{err.source} and --set"
+        raise ScenarioError(lines, source) from None
+
+
+def _blamed(problem: str, sets: list[str]) -> str:
+    """``problem`` headed by the ``--set`` that gave its field, if one did (the last one that did)."""
+    field, _, rest = problem.partition(": ")
+    said_as = problem
+    if field == "scenario":  # a check across sections ("scenario: stop.max_updates is 5: ..."): the field it names
+        field, said_as = rest.split(" ", 1)[0].rstrip(":"), rest
+    if " " in field or not field:
+        return problem
+    for item in reversed(sets):
+        path = item.partition("=")[0].strip()
+        if path == field or path.startswith(field + ".") or field.startswith(path + "."):
+            item = item if len(item) <= 100 else f"{item[:99]}…"
+            return f"--set {item}: {said_as.removeprefix(field + ': ') if path == field else said_as}"
+    return problem
 
 
 MAX_INCLUDES = 16
 
 
 def include_profiles(data: dict[str, Any], base_dir: Path, source: str = "scenario") -> dict[str, Any]:
-    """Merge the files of ``include:`` under the scenario, and replace ``cluster.compute.profile:
-    FILE`` by the measured ``step_time_s`` in FILE.
+    """Merge the files of ``include:`` under the scenario, replace ``cluster.compute.profile:
+    FILE`` by the measured ``step_time_s`` in FILE, and make every other path absolute
+    (:func:`absolute_paths`).
 
-    A relative FILE is found next to the scenario file (or the working directory).
+    A relative path is taken from ``base_dir``: the scenario file's folder (the working
+    directory for a scenario built in Python).
     """
+    base_dir = base_dir.absolute()  # a missing file is named by the path looked at, whatever the working directory
     data = _included(data, base_dir, source)
+    missing = missing_files(data, base_dir)
+    if missing:  # said now, in the scenario's words, not after JAX has loaded and the run has begun
+        raise ScenarioError(missing, source)
+    data = absolute_paths(data, base_dir)
     compute = data.get("cluster", {}).get("compute") if isinstance(data.get("cluster"), dict) else None
     if not isinstance(compute, dict) or "profile" not in compute:
         return data
@@ -184,6 +225,47 @@ def include_profiles(data: dict[str, Any], base_dir: Path, source: str = "scenar
     out = copy.deepcopy(data)
     out["cluster"]["compute"] = {k: v for k, v in compute.items() if k != "profile"} | {"step_time_s": step_time_s}
     return out
+
+
+PATHS = ("data.source.path", "data.source.eval_path")  # the files a scenario names, besides include and profile
+
+
+def absolute_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """``data`` with its data files' paths and ``model.code_dir`` (where a python model's module
+    is looked for; ``base_dir`` itself by default) absolute, taken from ``base_dir``: the
+    resolved scenario, and a run directory's copy of it, name the same files from anywhere."""
+    out = copy.deepcopy(data)
+    model = out.get("model")
+    if isinstance(model, dict) and model.get("kind") == "python" and model.get("code_dir") is None:
+        model["code_dir"] = str(base_dir)
+    for path in (*PATHS, "model.code_dir"):
+        value = get_path(out, path)
+        if isinstance(value, str) and value.strip():  # anything else is left for validation to refuse, named
+            set_path(out, path, absolute_path(value, base_dir))
+    return out
+
+
+DATA_FILES = {  # what a data source's path names, for a missing one
+    "mnist": "a folder of MNIST IDX files or one .npz file",
+    "arrays": "an .npz file, a folder of .npy files, a .parquet file, or a folder written by datasets' save_to_disk",
+}
+
+
+def missing_files(data: dict[str, Any], base_dir: Path) -> list[str]:
+    """A problem for each data file ``data`` names that is not there, with the absolute path
+    looked at and, for a relative path, the folder it was taken from."""
+    source = get_path(data, "data.source")
+    what = DATA_FILES.get(source.get("kind")) if isinstance(source, dict) else None
+    problems = []
+    for path in PATHS if what else ():
+        given = get_path(data, path)
+        if not isinstance(given, str) or not given.strip():
+            continue  # not a path: validation names it
+        looked = absolute_path(given, base_dir)
+        if not Path(looked).exists():
+            taken = "" if Path(given).expanduser().is_absolute() else f" ({given!r} taken from {base_dir})"
+            problems.append(f"{path}: {looked} does not exist{taken}; give {what}")
+    return problems
 
 
 def _included(data: dict[str, Any], base_dir: Path, source: str) -> dict[str, Any]:
@@ -236,7 +318,11 @@ def _describe(error: dict[str, Any], data: dict[str, Any]) -> _Problem:
     if kind == "extra_forbidden":
         allowed = sorted(model_at.model_fields) if model_at else []
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else "."
+        elsewhere = _elsewhere(str(loc[-1]), ".".join(str(p) for p in loc[:-1]))
+        if elsewhere:  # the key exactly, in another section: likelier than a misspelling of a key here
+            hint = f"; {elsewhere}" + (f" (or did you mean {close[0]!r}?)" if close else ".")
+        else:
+            hint = f"; did you mean {close[0]!r}?" if close else "."
         return _Problem(where, f"{where}: unknown key{hint} Allowed here: {', '.join(allowed)}", "", branch)
     if kind == "missing":
         return _Problem(where, f"{where}: missing; this field is required", "", branch)
@@ -251,6 +337,54 @@ def _describe(error: dict[str, Any], data: dict[str, Any]) -> _Problem:
     if kind in ("value_error", "assertion_error") or "input" not in error or isinstance(error["input"], dict):
         return _Problem(where, f"{where}: ", message, branch)
     return _Problem(where, f"{where}: got {shown(error['input'])}; ", message, branch)
+
+
+def _elsewhere(key: str, section: str) -> str:
+    """Where else in the schema ``key`` is a key (``momentum`` under ``strategy.optimizer``), said
+    as a hint, or ``""``: a key put in the wrong section is not a misspelling."""
+    places = [(path, note) for path, note in _key_index().get(key, []) if path != section or note]
+    if not places:
+        return ""
+    shown_places = [f"{path} ({note})" if note else path for path, note in places[:3]]
+    more = f" and {len(places) - 3} more" if len(places) > 3 else ""
+    return f"{key} is a key of {', '.join(shown_places)}{more}"
+
+
+def _key_index() -> dict[str, list[tuple[str, str]]]:
+    """Every key of the schema: the sections it belongs to, each with a note where only some
+    kinds of the section have it (``kind cnn``, ``name local_sgd``). Built on each use: a
+    plug-in registered later is in it."""
+    index: dict[str, list[tuple[str, str]]] = {}
+    _index_section([Scenario], "", index)  # strategy: StrategyConfig's own keys, optimizer and lr_schedule
+    strategies = registry.all_strategies()
+    owners: dict[str, list[str]] = {}
+    for strategy in strategies:
+        for key in strategy.config.model_fields:
+            if key not in StrategyConfig.model_fields:
+                owners.setdefault(key, []).append(strategy.name)
+    for key, names in owners.items():
+        more = " and others" if len(names) > 3 else ""
+        index.setdefault(key, []).append(("strategy", "" if len(names) == len(strategies) else f"name {', '.join(names[:3])}{more}"))
+    return {key: list(dict.fromkeys(places)) for key, places in index.items()}
+
+
+def _index_section(options: list[type[BaseModel]], section: str, index: dict[str, list[tuple[str, str]]]) -> None:
+    """Index the keys of a section that is one of ``options`` (the kinds of a union, or one model)."""
+    kinds: dict[str, list[str]] = {}
+    for option in options:
+        for key in option.model_fields:
+            kinds.setdefault(key, []).append(str(_tag(option) or ""))
+    for key, having in kinds.items():
+        note = f"kind {', '.join(having)}" if len(having) < len(options) and all(having) else ""
+        index.setdefault(key, []).append((section or "the top level", note))
+    for option in options:
+        for key, field in option.model_fields.items():
+            annotation, items = field.annotation, ""
+            while typing.get_origin(annotation) in (list, dict):  # a list or mapping of sections: each item is one
+                annotation, items = typing.get_args(annotation)[-1], items + ".<i>"
+            inner = _models(annotation)
+            if inner:
+                _index_section(inner, f"{section}.{key}{items}" if section else f"{key}{items}", index)
 
 
 def _walk(loc: tuple, data: Any) -> tuple[list, type[BaseModel] | None, bool]:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import types
 import typing
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -95,6 +96,20 @@ class CNNModel(Section):
     _layers = field_validator("channels")(_few_layers)
 
 
+def absolute_path(value: str, base_dir: str | os.PathLike[str] | None = None) -> str:
+    """``value`` (``~`` expanded) as an absolute path: a relative one is taken from ``base_dir``, the
+    scenario file's folder, or without one (a scenario built in Python) from the working directory.
+    The resolved scenario holds it so, and a run directory's copy finds the same file from anywhere."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"got {value!r}; give a path")
+    path = os.path.expanduser(value)
+    return os.path.abspath(os.path.join(base_dir, path) if base_dir is not None else path)
+
+
+def _absolute(value: str | None) -> str | None:
+    return None if value is None else absolute_path(value)
+
+
 IMPORT_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 LOSSES = ("cross_entropy", "mse")
 
@@ -108,6 +123,11 @@ class PythonModel(Section):
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the factory")
     loss: str | None = Field(default=None, description="cross_entropy, mse, or 'package.module:function' "
                                                         "(default: cross_entropy for class labels, mse for regression)")
+    code_dir: str = Field(default_factory=os.getcwd, description="the folder searched last (after installed packages "
+                          "and PYTHONPATH) for the modules of factory and loss; default: the scenario file's folder "
+                          "(the working directory for a scenario built in Python); a relative one is taken from there")
+
+    _code_dir_absolute = field_validator("code_dir")(_absolute)
 
     @field_validator("factory")
     @classmethod
@@ -126,6 +146,7 @@ class PythonModel(Section):
 
 def _is_import_path(value: str) -> bool:
     return re.fullmatch(IMPORT_PATH, value) is not None
+
 
 
 ModelConfig = Annotated[Union[LogisticModel, MLPModel, CNNModel, PythonModel], Field(discriminator="kind")]
@@ -147,7 +168,10 @@ class SyntheticData(Section):
 
 class MNISTData(Section):
     kind: Literal["mnist"] = "mnist"
-    path: str = Field(description="a directory of IDX files (optionally .gz) or one .npz file")
+    path: str = Field(description="a directory of IDX files (optionally .gz) or one .npz file; a relative path is "
+                      "taken from the scenario file's folder")
+
+    _path_absolute = field_validator("path")(_absolute)
 
 
 class ArraysData(Section):
@@ -164,6 +188,8 @@ class ArraysData(Section):
     task: Literal["classification", "regression"] = "classification"
     classes: Annotated[int, Field(ge=2)] | None = Field(
         default=None, description="number of classes (default: the largest label + 1)")
+
+    _paths_absolute = field_validator("path", "eval_path")(_absolute)
 
     @model_validator(mode="after")
     def _classes_with_classification(self) -> "ArraysData":
@@ -659,6 +685,14 @@ DEFAULT_TILE_ROWS = 8  # rows per tile of the exact reduction (docs/determinism.
 MAX_TILE_ROWS = 256
 
 
+class GradientSteps(NamedTuple):
+    """What a number of updates costs a strategy in gradient steps: the bounds on a run's work
+    count them (:func:`_check_work`), and a refusal says what to lower."""
+
+    steps: float  # gradient steps of all workers together, the updates' own (steps in flight aside)
+    fix: str = ""  # besides a smaller stop.max_updates, what makes an update take fewer ("a smaller strategy.sync_every")
+
+
 class StrategyConfig(Section):
     """Base of every strategy's hyper-parameters; each strategy module subclasses it."""
 
@@ -724,6 +758,17 @@ class StrategyConfig(Section):
         gradient; a strategy keeping a replica per worker holds more): the memory estimate's."""
         return 2
 
+    def gradient_steps(self, scenario: "Scenario", updates: int) -> GradientSteps:
+        """The gradient steps all workers together take for the run to make ``updates`` updates,
+        as ``stop.max_updates`` counts them (one per gradient for ASGD, ``n`` a round for SSGD,
+        ``n * sync_every`` for Local SGD, a pipeline's fill besides), with what else to lower
+        when they are too many. Every strategy answers it: validation bounds a run's work with it
+        (``stop.max_updates: 5`` of Local SGD with ``sync_every: 1e9`` computed for ever), and
+        the shortest time the updates can take (steps / workers x the fastest step)."""
+        raise NotImplementedError(
+            f"strategy {self.name!r} does not say how many gradient steps its updates take: its config needs a "
+            "gradient_steps(scenario, updates) method (docs/strategy-contract.md)")
+
 
 def _validate_strategy(value: Any) -> StrategyConfig:
     if isinstance(value, StrategyConfig):
@@ -774,7 +819,7 @@ def _check_timing_only(scenario: Scenario) -> None:
 
 
 # ----------------------------------------------------------------------------- scenario
-MAX_NAME_BYTES = 100  # with "-<hash>", ".partial-<host>-<pid>" or ".checkpoint", a run directory's name stays under 255
+MAX_NAME_BYTES = 100  # with "-s<seed>-<hash>", ".partial-<host>-<pid>" or ".checkpoint", a run directory's name stays under 255
 
 
 class Scenario(Section):
@@ -891,7 +936,7 @@ def worker_steps(scenario: Scenario, until_s: float) -> float:
     return total
 
 
-def _fastest_step(scenario: Scenario) -> tuple[float, str]:
+def fastest_step(scenario: Scenario) -> tuple[float, str]:
     """The shortest step any worker takes (jitter's rare short draws allowed for), and what set it."""
     jitter = scenario.cluster.jitter
     shrink = math.exp(-4 * jitter.sigma) if jitter.kind == "lognormal" else 1.0  # 1 draw in 30,000 is shorter
@@ -983,6 +1028,39 @@ def _too_long(field: str, value: float, what: str, fix: str) -> None:
                      f"years) one step or message may take (the run would wait for it for ever): {fix}")
 
 
+class Work(NamedTuple):
+    """How much a run computes, as validation bounds it: it ends at ``stop.max_sim_time_s`` or once
+    its ``stop.max_updates`` are made, whichever comes first, so it computes the fewer steps."""
+
+    by_time: float  # gradient steps the workers can take in max_sim_time_s (inf without it)
+    by_updates: float  # gradient steps the strategy's max_updates take (inf without it)
+    fix: str  # what else makes an update take fewer steps, as the strategy says
+    at_least_s: float  # the simulated time the run lasts at least: max_sim_time_s, or its updates' steps side by side
+
+    @property
+    def steps(self) -> float:
+        return min(self.by_time, self.by_updates)
+
+
+def run_work(scenario: Scenario) -> Work:
+    """The scenario's :class:`Work`, steps counted as the strategy counts them."""
+    end_s, updates = scenario.stop.max_sim_time_s, scenario.stop.max_updates
+    by_time = worker_steps(scenario, end_s) if end_s is not None else math.inf
+    by_updates, fix = update_steps(scenario) if updates is not None else (math.inf, "")
+    step_s, _ = fastest_step(scenario)
+    at_least_s = min(end_s if end_s is not None else math.inf, by_updates / scenario.cluster.workers * step_s)
+    return Work(by_time, by_updates, fix, at_least_s)
+
+
+def update_steps(scenario: Scenario) -> GradientSteps:
+    """The gradient steps ``stop.max_updates`` takes, as the strategy counts them."""
+    assert scenario.stop.max_updates is not None
+    try:
+        return scenario.strategy.gradient_steps(scenario, scenario.stop.max_updates)
+    except NotImplementedError as err:  # a plug-in written before strategies said it: named, not a traceback
+        raise ValueError(str(err)) from None
+
+
 def _check_cadences(scenario: Scenario) -> None:
     """Refuse what would take a run for ever: 1e-20 s evaluations or server checkpoints, steps of
     1e-22 s (a speed of 1e20), and steps too short to move the clock."""
@@ -993,16 +1071,18 @@ def _check_cadences(scenario: Scenario) -> None:
             if step_s < from_s * CLOCK_RESOLUTION:
                 raise ValueError(f"{field}: worker {worker}'s steps from {from_s} s take {step_s:.3g} s, too short to move "
                                  f"a clock at {from_s} s (its resolution there is {from_s * 2.0**-52:.3g} s): give a smaller speed")
-    if end_s is not None and updates is None:  # only the simulated time stops the run: every step in it is made
-        steps = worker_steps(scenario, end_s)
-        if steps > MAX_STEPS:
-            step_s, field = _fastest_step(scenario)
-            raise ValueError(f"stop.max_sim_time_s is {end_s} s: {n} worker{'s' * (n > 1)} take{'s' * (n == 1)} {steps:.3g} steps in it (the fastest "
-                             f"{step_s:.3g} s, from {field}); at most {MAX_STEPS:,}: give a shorter max_sim_time_s, "
-                             "slower steps, or stop.max_updates")
-    # The run lasts end_s, or at least max_updates updates of steps made side by side, whichever is shorter.
-    step_s, _ = _fastest_step(scenario)
-    at_least_s = min(end_s if end_s is not None else math.inf, updates * step_s / n if updates is not None else math.inf)
+    by_time, by_updates, fix, at_least_s = run_work(scenario)
+    step_s, field = fastest_step(scenario)
+    if min(by_time, by_updates) > MAX_STEPS:
+        if by_time <= by_updates:
+            workers = f"{n} worker{'s' * (n > 1)} take{'s' * (n == 1)}"
+            raise ValueError(f"stop.max_sim_time_s is {end_s} s: {workers} {by_time:.3g} steps in it (the fastest {step_s:.3g} s, "
+                             f"from {field}); at most {MAX_STEPS:,}: give a shorter max_sim_time_s, slower steps, or "
+                             + ("a smaller stop.max_updates" if updates is not None else "stop.max_updates"))
+        fixes = ["a smaller stop.max_updates", *([fix] if fix else []),
+                 "a shorter stop.max_sim_time_s" if end_s is not None else "stop.max_sim_time_s"]
+        raise ValueError(f"stop.max_updates is {updates}: strategy {scenario.strategy.name} takes {by_updates:.3g} gradient steps "
+                         f"of {n} worker{'s' * (n > 1)} for them; at most {MAX_STEPS:,}: give {', '.join(fixes[:-1])} or {fixes[-1]}")
     server = scenario.faults.server_crash
     for field, every_s in [("eval.every_s", scenario.eval.every_s),
                            ("faults.server_crash.checkpoint_every_s", server.checkpoint_every_s if server else None)]:

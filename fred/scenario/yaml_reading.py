@@ -61,8 +61,8 @@ def read_text(path: str | Path, bounded: bool = True) -> str:
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise ValueError(f"no such file: {path}") from None
+    except FileNotFoundError:  # named by the path looked at, whatever folder it was given from
+        raise ValueError(f"no such file: {os.path.abspath(path)}") from None
     except IsADirectoryError:  # Windows; elsewhere a directory opens and fstat tells
         raise ValueError(f"{path} is a directory; give a .yaml file") from None
     except OSError as err:  # a name too long, no permission, a loop of links

@@ -23,7 +23,15 @@ import yaml
 from fred.numerics import rng
 from fred.runs.paths import output_file, write_whole
 from fred.runs.runner import build
-from fred.scenario.loading import ScenarioError, apply_overrides, include_profiles, load_scenario, validate, yaml_value
+from fred.scenario.loading import (
+    ScenarioError,
+    apply_overrides,
+    blaming_sets,
+    include_profiles,
+    load_scenario,
+    validate,
+    yaml_value,
+)
 from fred.scenario.schema import ModelConfig, Scenario
 
 # What ``fred calibrate`` times without a scenario file: fred's defaults (digits, an MLP with
@@ -55,8 +63,9 @@ def calibration_scenario(
     if reduction is not None:
         overrides.append(f"strategy.reduction={reduction}")
     if path is not None:
-        return load_scenario(path, overrides)
-    return validate(include_profiles(apply_overrides(DEFAULTS, overrides), Path.cwd()), "fred calibrate")
+        return load_scenario(path, overrides, typed=list(sets or []))
+    with blaming_sets(list(sets or [])):
+        return validate(include_profiles(apply_overrides(DEFAULTS, overrides), Path.cwd()), "fred calibrate")
 
 
 def _model_section(spec: str) -> dict[str, Any]:
@@ -80,7 +89,23 @@ def device_for(backend: str) -> jax.Device:
         return jax.devices(backend)[0]
     except RuntimeError:
         seen = sorted({d.platform for d in jax.devices()})
-        raise ValueError(f"no {backend} backend here; JAX sees: {', '.join(seen)}") from None
+        raise ValueError(f"no {backend} backend here; JAX sees: {', '.join(seen)}. {install_hint(backend)}") from None
+
+
+JAX_INSTALL = "https://docs.jax.dev/en/latest/installation.html"
+
+
+def install_hint(backend: str) -> str:
+    """How to get a JAX that has ``backend``, as JAX's installation guide says, at this JAX's
+    version (another version may compute other bits, on the CPU too)."""
+    version = jax.__version__
+    nvidia = (f'for an NVIDIA GPU, pip install "jax[cuda13]=={version}" (a CUDA 13 driver; "jax[cuda12]=={version}" '
+              "for CUDA 12)")
+    amd = f'for an AMD GPU, pip install "jax[rocm7-local]=={version}" (ROCm 7 installed)'
+    ways = {"gpu": [nvidia, amd], "cuda": [nvidia], "rocm": [amd],
+            "tpu": [f'on a Cloud TPU VM, pip install "jax[tpu]=={version}"']}.get(backend.lower(), [])
+    said = "; ".join(ways)
+    return f"To get one: {said}; see {JAX_INSTALL}" if said else f"See {JAX_INSTALL} for the JAX builds with other backends"
 
 
 def measure(scenario: Scenario, backend: str = "cpu", repeats: int = 20, warmup: int = 3) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from fred.runs import interrupt  # os, signal and threading only, like paths
 from fred.runs.paths import (  # os and pathlib only: the heavy libraries load in main, where Ctrl-C is taken
@@ -259,7 +259,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run one scenario and write its run directory")
     run.add_argument("scenario", nargs="?", help="scenario YAML file (not with --resume)")
-    run.add_argument("--out", help="run directory (default: runs/<name>-<hash of the resolved scenario>); "
+    run.add_argument("--out", help="run directory (default: runs/<name>-s<seed>-<hash of the resolved scenario>); "
                      "it replaces an earlier run there, never other files")
     run.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
                      help="override a scenario field, e.g. --set cluster.workers=16 (repeatable)")
@@ -339,6 +339,9 @@ def _parser() -> argparse.ArgumentParser:
                          "or a Ray started here (needs pip install -e \".[ray]\" in fred's checkout)")
     sw.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
     sw.add_argument("--out", default="sweep.parquet", help="the gathered table (default: sweep.parquet)")
+    sw.add_argument("--per-seed", action="store_true",
+                    help="print a row for each run; without it, runs that differ only by their seed are one row "
+                         "(mean ± sd over the seeds), as fred compare prints them")
     sw.add_argument("--memory-limit-gb", type=float, metavar="N", help=MEMORY_HELP)
     sw.add_argument("--no-user-code", action="store_true", help=NO_USER_CODE_HELP)
     sw.set_defaults(handler=_sweep)
@@ -458,6 +461,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from fred.tools.compare import compare, readable_table
+    from fred.tools.formats import count
     from fred.tools.seeds import parse_seeds
 
     show = sys.stderr.isatty()  # a bar for each scenario that has to be run
@@ -472,7 +476,7 @@ def _compare(args: argparse.Namespace) -> int:
                          seeds, args.per_seed)
     print(readable_table(table, shutil.get_terminal_size().columns))
     runs = int(table["n_seeds"].sum()) if "n_seeds" in table.columns else len(table)
-    print(f"\n{ran} run(s) made, {runs - ran} reused; table and plots in {args.out}/")
+    print(f"\n{count(ran, 'run')} made, {runs - ran:,} reused; table and plots in {args.out}/")
     return 0
 
 
@@ -494,6 +498,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from fred.tools.formats import count, seconds
     from fred.tools.replay import replay
 
     timings = output_file(args.timings, "timings.csv", (args.run_dir,)) if args.timings else None  # fail at once
@@ -505,10 +510,10 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     grads = report.gradients
     warm = grads[~grads["compiled"]]
-    print(f"replayed {report.replayed_calls} of {report.recorded_calls} recorded calls on {report.device} "
-          f"in {report.wall_s:.2f} s (calls the final parameters do not depend on are skipped)")
+    print(f"replayed {report.replayed_calls:,} of {count(report.recorded_calls, 'recorded call')} on {report.device} "
+          f"in {seconds(report.wall_s)} (calls the final parameters do not depend on are skipped)")
     if len(warm):
-        print(f"{len(grads)} gradient calls: real median {warm['real_s'].median() * 1e3:.3f} ms "
+        print(f"{count(len(grads), 'gradient call')}: real median {warm['real_s'].median() * 1e3:.3f} ms "
               f"(p90 {warm['real_s'].quantile(0.9) * 1e3:.3f}; first call of each shape, with compilation, left out), "
               f"simulated median {warm['simulated_s'].median() * 1e3:.3f} ms per worker step")
     floats = lambda x: f"{x:.3g}"  # noqa: E731
@@ -526,6 +531,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    from fred.tools.compare import comparison_table, readable_table, sweep_runs
+    from fred.tools.formats import count
     from fred.tools.seeds import parse_seeds
     from fred.tools.sweep import parse_grid, sweep, with_seeds
 
@@ -543,7 +550,11 @@ def _sweep(args: argparse.Namespace) -> int:
         _refuse_user_code([scenario for _, scenario in combos], args.scenario)
     table, ran = sweep(args.scenario, grid, Path(args.runs), args.jobs, args.executor, args.sets, progress)
     write_whole(out, lambda partial: table.to_parquet(partial, index=False))  # a Ctrl-C now leaves the earlier table whole
-    print(f"{len(table)} combinations: {ran} run, {len(table) - ran} reused; table in {out}")
+    args.done = True  # the runs and the table are written: a Ctrl-C now only cuts the printing short
+    readable, _ = comparison_table(sweep_runs(out), per_seed=args.per_seed)  # fred compare's table: seeds averaged
+    print(readable_table(readable, shutil.get_terminal_size().columns))
+    print(f"\n{count(len(table), 'combination')}: {ran:,} made, {len(table) - ran:,} reused; table in {out} "
+          f"(fred compare {out} plots it)")
     return 0
 
 
@@ -566,6 +577,7 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _trace(args: argparse.Namespace) -> int:
     from fred.runs.api import load_run
+    from fred.tools.formats import count
     from fred.tools.trace import write_trace
 
     result = load_run(args.run_dir)
@@ -573,8 +585,9 @@ def _trace(args: argparse.Namespace) -> int:
     args.writing = f"{output} is written whole or not at all"  # for the message after a Ctrl-C
     path = write_trace(result.events, output)
     linked = int((result.events["peer"].fillna("") != "").sum())
-    print(f"{path}: {len(result.events)} events, of which {linked} transfers drawn twice (on their sender's track and their "
-          "link's); open it in https://ui.perfetto.dev or chrome://tracing")
+    twice = (f", of which {count(linked, 'transfer')} {'is' if linked == 1 else 'are'} drawn twice (on the sender's track "
+             "and the link's)") if linked else ", no transfers among them"
+    print(f"{path}: {count(len(result.events), 'event')}{twice}; open it in https://ui.perfetto.dev or chrome://tracing")
     return 0
 
 
@@ -645,10 +658,19 @@ class _count_bar:
 
 
 def _print_summary(summary: dict, out: Path) -> None:
+    """The summary's main fields, each number as every command writes it (summary.json keeps them raw)."""
+    from fred.tools import formats
+
+    shown: dict[str, Callable[[Any], str]] = {
+        "workers": lambda v: f"{v:,}", "updates": lambda v: f"{v:,}", "sim_time_s": formats.seconds,
+        "wall_time_s": formats.seconds, "bytes_sent": formats.bytes_, "final_eval_loss": formats.number,
+        "final_eval_accuracy": formats.percent, "mean_staleness": lambda v: formats.number(v, 3),
+    }
     width = max(len(k) for k in SUMMARY_KEYS)
     for key in SUMMARY_KEYS:
         value = summary.get(key)
-        text = f"{value:.6g}" if isinstance(value, float) else str(value)
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        text = shown[key](value) if key in shown and numeric else "-" if value is None else str(value)
         print(f"{key:<{width}}  {text}")
     print(f"{'run directory':<{width}}  {out}")
 

@@ -18,6 +18,8 @@ from fred.runs.paths import output_dir, runs_folder, write_whole
 from fred.runs.runner import RunResult
 from fred.scenario.loading import load_scenario
 from fred.scenario.schema import Scenario
+from fred.tools.examples_curves import loss_vs_examples
+from fred.tools.formats import byte_unit, bytes_, plus_minus, seconds
 from fred.tools.plots import loss_curves, staleness_histograms
 from fred.tools.seeds import SeedGroup, aggregated, by_seed, seed_table
 from fred.tools.seeds import flat as scenario_fields
@@ -203,32 +205,24 @@ def compare(
     runs_root = runs_folder(runs_root)
     out = output_dir(out)  # before running anything: a refused path would lose the runs' summary
     results, ran = gather(items, runs_root, watch, sets, seeds)
-    groups = [] if per_seed else by_seed(results)
-    shown: Sequence[RunResult | SeedGroup] = results
-    if aggregated(groups):
-        _name_apart(groups, [group.flat for group in groups])
-        table, shown = seed_table(groups, target_loss), groups
-    else:
-        table = pd.DataFrame([summary_row(r, target_loss) for r in results])
+    table, shown = comparison_table(results, target_loss, per_seed)
     write_whole(out / "comparison.csv", lambda partial: table.to_csv(partial, index=False))  # an earlier table or this one, whole
     loss_curves(shown, out, target_loss)
+    loss_vs_examples(shown, out, target_loss)  # one x axis for updates that are not alike (an SSGD round, an ASGD gradient)
     staleness_histograms(shown, out)
     return table, ran
 
 
-def readable_bytes(count: float) -> str:
-    """A byte count in decimal units, three significant digits: 1.4e9 as '1.4 GB'."""
-    if not math.isfinite(count):
-        return "-"
-    unit, scale = _byte_unit(count)
-    return f"{count / scale:.3g} {unit}" if scale > 1 else f"{count:.0f} B"
-
-
-def _byte_unit(count: float) -> tuple[str, float]:
-    for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(count) >= scale:
-            return unit, scale
-    return "B", 1.0
+def comparison_table(
+    results: list[RunResult], target_loss: float | None = None, per_seed: bool = False,
+) -> tuple[pd.DataFrame, Sequence[RunResult | SeedGroup]]:
+    """The table of ``results`` (a row per run, or per group of runs that differ only by their
+    seed unless ``per_seed``), and what its rows are, for the plots."""
+    groups = [] if per_seed else by_seed(results)
+    if aggregated(groups):
+        _name_apart(groups, [group.flat for group in groups])
+        return seed_table(groups, target_loss), groups
+    return pd.DataFrame([summary_row(r, target_loss) for r in results]), results
 
 
 def readable_table(table: pd.DataFrame, width: int = 80) -> str:
@@ -262,19 +256,19 @@ def _readable_columns(table: pd.DataFrame) -> list[Column]:
         ("status", table["status"].astype(str).tolist(), False),
         ("final\nloss", [_or_dash(x, lambda v: f"{v:.4g}") for x in table["final_loss"]], True),
         ("accuracy", [_or_dash(x, lambda v: f"{v:.1%}") for x in table["final_accuracy"]], True),
-        ("sim\ntime", [_seconds(x) for x in table["sim_time_s"]], True),
+        ("sim\ntime", [seconds(x) for x in table["sim_time_s"]], True),
         ("updates", [f"{int(x):,}" for x in table["updates"]], True),
     ]
     if pd.notna(target):
         # only a timing-only run completes without a final loss; it had nothing to reach
         losses = (table["final_loss"].notna() | (table["status"] != "completed")).tolist()
         columns += [
-            (f"time to\nloss {target:g}", _reached(table["time_to_target_s"], losses, _seconds), True),
+            (f"time to\nloss {target:g}", _reached(table["time_to_target_s"], losses, seconds), True),
             (f"updates to\nloss {target:g}", _reached(table["updates_to_target"], losses, lambda v: f"{int(v):,}"), True),
         ]
     staleness = zip(table["staleness_mean"], table["staleness_p50"], table["staleness_p99"])
     return columns + [
-        ("sent", [readable_bytes(x) for x in table["bytes_sent"]], True),
+        ("sent", [bytes_(x) for x in table["bytes_sent"]], True),
         ("staleness\nmean/p50/p99", ["-" if pd.isna(m) else f"{m:.3g} / {p:g} / {q:g}" for m, p, q in staleness], True),
     ]
 
@@ -294,19 +288,19 @@ def _seed_columns(table: pd.DataFrame) -> list[Column]:
         ("status", table["status"].astype(str).tolist(), False),
         ("final\nloss", _spread(table, "final_loss", lambda v: f"{v:.4g}"), True),
         ("accuracy", _spread(table, "final_accuracy", percent, scale=0.01, unit="%"), True),
-        ("sim\ntime", _spread(table, "sim_time_s", _seconds, unit=" s"), True),
+        ("sim\ntime", _spread(table, "sim_time_s", seconds, unit=" s"), True),
         ("updates", _spread(table, "updates", count), True),
     ]
     if pd.notna(target):
         columns += [
-            (f"time to\nloss {target:g}", _spread(table, "time_to_target_s", _seconds, unit=" s", missing=losses), True),
+            (f"time to\nloss {target:g}", _spread(table, "time_to_target_s", seconds, unit=" s", missing=losses), True),
             (f"updates to\nloss {target:g}", _spread(table, "updates_to_target", count, missing=losses), True),
         ]
-    sent = [_with_sd(m, sd, readable_bytes, _byte_unit(m)[1], f" {_byte_unit(m)[0]}") if pd.notna(m) else "-"
+    sent = [plus_minus(m, sd, bytes_, byte_unit(m)[1], f" {byte_unit(m)[0]}") if pd.notna(m) else "-"
             for m, sd in zip(table["bytes_sent"], table["bytes_sent_sd"])]
     staleness = [
         "-" if pd.isna(row["staleness_mean"]) else " / ".join(
-            _with_sd(row[c], row[f"{c}_sd"], shown, sep="±") for c, shown in
+            plus_minus(row[c], row[f"{c}_sd"], shown) for c, shown in
             (("staleness_mean", lambda v: f"{v:.3g}"), ("staleness_p50", lambda v: f"{v:g}"), ("staleness_p99", lambda v: f"{v:g}")))
         for _, row in table.iterrows()
     ]
@@ -324,31 +318,13 @@ def _spread(
         if have == 0:
             cells.append("never" if missing is not None and missing[i] else "-")
             continue
-        text = _with_sd(mean, sd, alone, scale, unit)
+        text = plus_minus(mean, sd, alone, scale, unit)
         cells.append(text if have == seeds else f"{text} ({have} of {seeds})")
     return cells
 
 
-def _with_sd(mean: float, sd: float, alone: Callable[[float], str], scale: float = 1.0, unit: str = "", sep: str = " ± ") -> str:
-    """``mean ± sd`` in ``unit`` (``scale`` to one of it), the mean to the decimal place of the
-    sd's second significant digit (five significant digits at most); the mean alone, as
-    ``alone`` writes it, where the sd is 0 (the same for every seed) or NaN (one seed)."""
-    if not sd > 0:
-        return alone(mean)
-    m, s = mean / scale, sd / scale
-    places = max(0, 1 - math.floor(math.log10(s)))
-    most = max(0, 4 - math.floor(math.log10(abs(m)))) if m != 0 else places
-    spread = f"{s:,.{places}f}" if places <= most else f"{s:.2g}"
-    return f"{m:,.{min(places, most)}f}{sep}{spread}{unit}"
-
-
 def _or_dash(value: float, shown: Callable[[float], str]) -> str:
     return "-" if pd.isna(value) else shown(value)
-
-
-def _seconds(value: float) -> str:
-    """Simulated seconds without an exponent: 0.6 s, 1,800 s."""
-    return f"{value:,.0f} s" if value >= 1e4 else f"{value:.4g} s"
 
 
 def _reached(values: pd.Series, had_losses: list[bool], shown: Callable[[float], str]) -> list[str]:
@@ -381,7 +357,9 @@ def _rows(block: list[Column]) -> list[str]:
 def _notes(columns: list[Column]) -> list[str]:
     """What the table's words and units mean, said once under it, where it uses them."""
     cells = {cell for _, column, _ in columns for cell in column}
-    notes = ["sent: bytes on the network, in decimal units (1 MB = 10^6 bytes, 1 GB = 10^9)"]
+    notes = ["updates: model updates as each strategy makes them (an SSGD round of n workers' gradients is one, and so "
+             "is one ASGD gradient); the plot loss_vs_examples compares runs by the examples they computed instead",
+             "sent: bytes on the network, in decimal units (1 MB = 10^6 bytes, 1 GB = 10^9)"]
     if any(header == "seeds" for header, _, _ in columns):
         notes.append("seeds: runs that differ only by their seed, as one row; a ± b: the mean over the seeds ± their "
                      "standard deviation (sample, n - 1); a number alone is the same for every seed")

@@ -51,6 +51,7 @@ from fred.runs.paths import output_file, write_whole
 from fred.scenario import registry
 from fred.scenario.loading import ScenarioError, get_path, include_profiles, read_yaml, set_path, validate
 from fred.scenario.schema import Scenario
+from fred.tools.formats import count
 from fred.scenario.yaml_reading import read_text, shown
 
 COLUMNS = ("scenario", "measured_s")
@@ -431,7 +432,7 @@ def plan(
     if not fitted:
         raise ScenarioError(["--holdout holds out every row: none is left to fit; hold out fewer"], "--holdout")
     if len(fitted) < len(paths):
-        raise ScenarioError([f"{len(fitted)} row(s) to fit {len(paths)} constants: a least-squares fit needs at least as "
+        raise ScenarioError([f"{count(len(fitted), 'row')} to fit {count(len(paths), 'constant')}: a least-squares fit needs at least as "
                              "many rows as constants; give more measurements, hold out fewer or fit fewer constants"], "--fit")
     if iterations < 1 or warmup < 0:
         raise ValueError(f"--iterations {iterations} --warmup {warmup}: give at least 1 iteration of each worker to time "
@@ -469,7 +470,7 @@ def solve(plan: Plan, tell: Callable[[str], None] = lambda line: None) -> FitRes
         except (ScenarioError, ValueError):  # a value the scenario refuses (efficiency above 1), a failed run
             return None
 
-    tell(f"fitting {', '.join(paths)} on {len(fitted)} row(s), {len(rows) - len(fitted)} held out")
+    tell(f"fitting {', '.join(paths)} on {count(len(fitted), 'row')}, {len(rows) - len(fitted):,} held out")
     solution = least_squares(residuals, np.log(plan.start), plan.max_evals, tell)
     values = tuple(float(v) for v in np.exp(solution.x))
     result = FitResult(plan.csv_path, dict(zip(paths, plan.start)), dict(zip(paths, values)), rows,

@@ -115,16 +115,20 @@ def _line_style(i: int) -> dict[str, str]:
     return {"color": f"C{i % 10}", "linestyle": LINE_STYLES[(i // 10) % len(LINE_STYLES)]}
 
 
-HISTOGRAMS_PER_ROW = 4
+HISTOGRAMS_PER_ROW = 3
+ONE_HISTOGRAM_IN = (10.0, 4.5)  # one run's: as wide as its timeline (10 in), which it is looked at beside
+HISTOGRAM_IN = (5.0, 3.6)  # each of several runs': 3 to a row is a figure 15 in (1,500 px) wide
 
 
 def staleness_histograms(results: Sequence, out: Path) -> list[Path]:
-    """One staleness histogram per run, four to a row (one row of 190 runs' made a PNG 66,000 px wide).
-    A group of runs that differ only by seed has one: the mean count per seed, and whiskers
-    from the least to the greatest seed's."""
+    """One staleness histogram per run, three to a row (one row of 190 runs' made a PNG 66,000 px
+    wide), each large enough to read beside the timeline (at 3.5 x 3.2 in, 340 x 290 px, it was
+    not); one run's as wide as its timeline. A group of runs that differ only by seed has one:
+    the mean count per seed, and whiskers from the least to the greatest seed's."""
     columns = max(1, min(len(results), HISTOGRAMS_PER_ROW))
     rows = -(-len(results) // columns)
-    fig = Figure(figsize=(3.5 * columns, 3.2 * rows))
+    width_in, height_in = ONE_HISTOGRAM_IN if len(results) == 1 else HISTOGRAM_IN
+    fig = Figure(figsize=(width_in * columns, height_in * rows))
     axes = fig.subplots(rows, columns, squeeze=False)
     for ax in axes.flat[len(results):]:
         ax.set_visible(False)
@@ -136,7 +140,10 @@ def staleness_histograms(results: Sequence, out: Path) -> list[Path]:
         else:
             _staleness_histogram(ax, runs[0].updates["staleness"].to_numpy(dtype=float))
             title = _label(r)
-        ax.set_title(textwrap.fill(title, 45), fontsize=8)  # side by side: no overlap
+        ax.set_title(textwrap.fill(title, 60 if len(results) == 1 else 50), fontsize=11)  # side by side: no overlap
+        ax.tick_params(labelsize=10)
+        ax.xaxis.label.set_size(11)
+        ax.yaxis.label.set_size(11)
     fig.tight_layout()
     return _save(fig, out, "staleness")
 
@@ -152,7 +159,7 @@ def _staleness_histogram(ax, staleness: np.ndarray) -> None:
     top = int(staleness.max())
     ax.hist(staleness, bins=np.arange(-0.5, top + 1.5), rwidth=0.85, color=COLOURS["compute"])
     ax.set_xlim(-0.75, max(top, 4) + 0.75)  # a lone bar at 0 stays a bar, not the whole panel
-    ax.text(0.97, 0.95, f"mean {staleness.mean():.2f}\nmax {top}", transform=ax.transAxes, ha="right", va="top", fontsize=8)
+    ax.text(0.97, 0.95, f"mean {staleness.mean():.2f}\nmax {top}", transform=ax.transAxes, ha="right", va="top", fontsize=10)
 
 
 def _staleness_over_seeds(ax, per_seed: list[np.ndarray]) -> None:
@@ -173,7 +180,7 @@ def _staleness_over_seeds(ax, per_seed: list[np.ndarray]) -> None:
                 elinewidth=1, capsize=2)
     ax.set_xlim(-0.75, max(top, 4) + 0.75)
     ax.text(0.97, 0.95, f"mean {pooled.mean():.2f}\nmax {top}\nwhiskers: least to\ngreatest seed", transform=ax.transAxes,
-            ha="right", va="top", fontsize=8)
+            ha="right", va="top", fontsize=10)
 
 
 MAX_EVENTS = 20_000  # more in the window, and each row shows shares per pixel column instead of single bars

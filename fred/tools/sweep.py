@@ -1,7 +1,7 @@
 """``fred sweep``: a Cartesian grid over scenario fields, run content-addressed and resumable.
 
-Every combination is a fully resolved scenario; its run directory is named by the scenario's
-SHA-256 (``runs/<name>-<hash>``), so a sweep that was interrupted, or overlaps an earlier
+Every combination is a fully resolved scenario; its run directory is named by its seed and the
+scenario's SHA-256 (``runs/<name>-s<seed>-<hash>``), so a sweep that was interrupted, or overlaps an earlier
 one, never recomputes a finished run. The missing runs go to an executor: ``local`` (this
 machine, ``jobs`` worker processes) or ``ray`` (Ray tasks, see :mod:`fred.tools.sweep_ray`); either
 way the results gather into the same table.
@@ -30,6 +30,7 @@ from fred.runs.runner import RunResult
 from fred.scenario.loading import (
     ScenarioError,
     apply_overrides,
+    blaming_sets,
     get_path,
     include_profiles,
     read_yaml,
@@ -278,7 +279,8 @@ def sweep(
         raise ValueError(f"--jobs {jobs}: give 1 or more runs at once")
     runs_root = runs_folder(runs_root)  # a link or a file there: refused before anything runs
     base = apply_overrides(read_yaml(scenario_path), list(sets))
-    combos = expand(base, grid, str(scenario_path), Path(scenario_path).parent)
+    with blaming_sets(list(sets)):
+        combos = expand(base, grid, str(scenario_path), Path(scenario_path).parent)
     todo: Todo = []
     labels: dict[str, str] = {}
     reused: dict[str, RunResult] = {}  # read once here, not again for the table
@@ -286,7 +288,7 @@ def sweep(
         out = default_run_dir(scenario, runs_root)
         done_before = _reusable(scenario, runs_root)
         if done_before is not None:
-            reused[str(out)] = done_before
+            reused[str(out)] = done_before  # perhaps in the directory an earlier fred named (done_before.path)
         elif str(out) not in labels:
             todo.append((scenario.resolved(), str(out)))
             labels[str(out)] = grid_label(settings)
@@ -301,7 +303,7 @@ def sweep(
     rows = []
     for settings, scenario in combos:
         out = default_run_dir(scenario, runs_root)
-        summary = (reused.get(str(out)) or load_run(out)).summary
-        facts = {k: v for k, v in summary.items() if not isinstance(v, (list, dict))}
-        rows.append({**settings, **facts, "grid": grid_label(settings), "run_dir": str(out)})
+        result = reused.get(str(out)) or load_run(out)
+        facts = {k: v for k, v in result.summary.items() if not isinstance(v, (list, dict))}
+        rows.append({**settings, **facts, "grid": grid_label(settings), "run_dir": str(result.path or out)})
     return pd.DataFrame(rows), len(todo)

@@ -23,7 +23,7 @@ from pydantic import Field
 
 from fred.numerics.models import Params
 from fred.scenario.registry import register
-from fred.scenario.schema import Scenario, StrategyConfig
+from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
 from fred.simulation.engine import Simulation, Worker
 from fred.simulation.server import ParameterServer
 from strategies.sasgd import scaled_sum  # sum_k scales[k] * trees[k], a recorded op replay can rerun
@@ -53,6 +53,9 @@ class EASGD(StrategyConfig):
 
     def model_copies_per_worker(self) -> int:
         return 4  # its replica, its gradient, the center it read and the difference it sends
+
+    def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
+        return GradientSteps(updates * self.tau, "a smaller strategy.tau")  # an exchange every tau steps of a worker
 
 
 @functools.cache  # one array per set of weights: the tape keeps each constant once
