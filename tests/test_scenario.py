@@ -42,7 +42,8 @@ def test_a_misspelt_strategy_hyper_parameter_is_found_in_the_strategy_section():
     ("section", "hint"),
     [
         ({"strategy": {"name": "asgd", "momentum": 0.9}},
-         "strategy.momentum: unknown key; momentum is a key of strategy.optimizer (kind sgd). Allowed here: clock, lr,"),
+         "strategy.momentum: unknown key; momentum is a key of strategy.optimizer (kind sgd). Allowed here: clock, "
+         "exact_tile, lr,"),
         ({"strategy": {"name": "asgd", "sync_every": 4}},
          "strategy.sync_every: unknown key; sync_every is a key of strategy (name local_sgd). Allowed here:"),
         ({"network": {"workers": 4}}, "network.workers: unknown key; workers is a key of cluster. Allowed here:"),
