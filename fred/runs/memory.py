@@ -23,9 +23,27 @@ from pathlib import Path
 
 import numpy as np
 
+from fred.numerics import cifar
 from fred.numerics.gradients import CHUNK_ROWS, eval_chunk_rows
 from fred.numerics.models import activation_width, layer_sizes, python_sizes
-from fred.scenario.schema import ArraysData, DigitsData, MNISTData, PythonModel, Scenario, SyntheticData
+from fred.numerics.tokens import BYTE_VOCAB
+from fred.scenario import model_workloads
+from fred.scenario.model_workloads import IMAGE_SHAPE
+from fred.scenario.schema import (
+    ArraysData,
+    CIFAR10Data,
+    CIFAR100Data,
+    DigitsData,
+    MNISTData,
+    PythonModel,
+    ResNetModel,
+    Scenario,
+    SyntheticData,
+    SyntheticImagesData,
+    SyntheticTokensData,
+    TextData,
+    TransformerModel,
+)
 
 ENV = "FRED_MEMORY_LIMIT_GB"
 GB = 1e9
@@ -60,6 +78,14 @@ def data_shape(scenario: Scenario) -> Shape | None:
     source = scenario.data.source
     if isinstance(source, DigitsData):
         return Shape(1797, (8, 8, 1), 10, 1.0)
+    if isinstance(source, SyntheticImagesData):
+        return Shape(source.examples, IMAGE_SHAPE, source.classes, 3.0)  # the gathered templates, then the noise
+    if isinstance(source, SyntheticTokensData):  # tokens and their labels, int32: as large as the features
+        return Shape(source.examples, (source.context,), source.vocab, 3.0)
+    if isinstance(source, (CIFAR10Data, CIFAR100Data)):
+        return _cifar_shape(source)
+    if isinstance(source, TextData):
+        return _text_shape(scenario, source)
     if isinstance(source, SyntheticData):
         outputs = source.classes if source.task == "classification" else 1
         return Shape(source.examples, (source.features,), outputs, 5.0)  # float64 draws, then float32
@@ -79,6 +105,31 @@ def data_shape(scenario: Scenario) -> Shape | None:
     examples = sum(s[0] for s in shapes)
     pixels = shapes[0][1:3] if len(shapes[0]) >= 3 else (28, 28)
     return Shape(examples, (*pixels, 1), 10, 2.0)  # the file's bytes, then float32 pixels
+
+
+def _cifar_shape(source: CIFAR10Data | CIFAR100Data) -> Shape | None:
+    """The official folders' size, from the files' sizes (a batch is about 3 KiB an image);
+    None for a folder the loader will refuse."""
+    try:
+        folder = cifar.find_folder(source)
+    except FileNotFoundError:
+        return None
+    _, train, test = cifar.LAYOUTS[source.kind]
+    files = [folder / name for name in (*train, test) if (folder / name).is_file()]
+    examples = sum(f.stat().st_size for f in files) // (cifar.PIXELS + 16)  # pixels, a label, a file name
+    # the file's bytes and its pixels as uint8, then float32 (kept, with the device copy counted apart)
+    return Shape(max(examples, 1), IMAGE_SHAPE, cifar.classes(source), 1.5)
+
+
+def _text_shape(scenario: Scenario, source: TextData) -> Shape | None:
+    """A text file's windows, from its size in bytes (at least its characters)."""
+    path = Path(source.path).expanduser()
+    if not path.is_file():
+        return None
+    declared = model_workloads.declared_shape(source, scenario.model)
+    vocab = declared[1] if declared is not None else BYTE_VOCAB  # characters: at most as many as bytes' values, mostly
+    # x and y of the file's tokens: twice the features; the bytes, then the tokens, then the windows
+    return Shape(max(path.stat().st_size // source.context, 1), (source.context,), vocab, 3.0)
 
 
 def _mnist_shapes(path: Path) -> list[tuple[int, ...]] | None:
@@ -113,6 +164,9 @@ def param_count(scenario: Scenario, shape: Shape) -> int:
     model = scenario.model
     if isinstance(model, PythonModel):
         return python_sizes(model, shape.feature_shape, shape.outputs)[0]
+    if isinstance(model, (ResNetModel, TransformerModel)):
+        own = model_workloads.model_workload(model, shape.feature_shape, shape.outputs)
+        return 0 if own is None else own.param_count
     if model.kind == "cnn":
         height, width, channels = shape.feature_shape
         chans = [channels, *model.channels]
@@ -146,8 +200,17 @@ def estimate(scenario: Scenario, shape: Shape) -> Estimate:
             parts.append((f"per-example gradients of {rows:,} rows", params * rows))
         width = _width(scenario, shape)
         if width:
-            parts.append(("evaluation", eval_chunk_rows(width) * width * FLOAT * 4))
+            parts.append(("evaluation", _eval_rows(scenario, shape, width) * width * FLOAT * 4))
     return Estimate(sum(b for _, b in parts), parts, p)
+
+
+def _eval_rows(scenario: Scenario, shape: Shape, width: int) -> int:
+    """Rows of one evaluation call: a chunk, or every held-out example for a transformer (its
+    sequences are evaluated in one call: fred.numerics.models)."""
+    if not isinstance(scenario.model, TransformerModel):
+        return eval_chunk_rows(width)
+    held = max(int(round(scenario.data.eval_fraction * shape.examples)), 1)
+    return min(held, scenario.data.eval_examples or held)
 
 
 def optimizer_state_copies(scenario: Scenario) -> int:
