@@ -23,6 +23,7 @@ dict named as the layers of :func:`fred.scenario.model_workloads.resnet_layers`:
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Callable
 
@@ -47,20 +48,22 @@ def build(cfg: ResNetModel, feature_shape: tuple[int, ...], outputs: int) -> tup
     convs = _convs(cfg.width, feature_shape[2], blocks)
 
     def init(key: jax.Array) -> Params:
-        keys = jax.random.split(key, len(convs) + 1)
+        conv_key, head_key = jax.random.split(key)
+        # One draw for every convolution, cut in forward order: one random program to compile,
+        # where a draw per shape compiled a program each (seconds apiece for ResNet-20).
+        sizes = [9 * c_in * c_out for _, c_in, c_out in convs]
+        normals = jax.random.normal(conv_key, (sum(sizes),), jnp.float32)
         params: Params = {}
-        for k, (name, c_in, c_out) in zip(keys, convs):
-            w = jax.random.normal(k, (3, 3, c_in, c_out), jnp.float32) * math.sqrt(2.0 / (9 * c_in))
-            if not group and name.endswith("conv2"):
-                w = w / math.sqrt(3 * blocks)
-            params[f"{name}.w"] = w
+        for (name, c_in, c_out), start, size in zip(convs, itertools.accumulate([0, *sizes]), sizes):
+            std = math.sqrt(2.0 / (9 * c_in)) / (math.sqrt(3 * blocks) if not group and name.endswith("conv2") else 1.0)
+            params[f"{name}.w"] = normals[start : start + size].reshape(3, 3, c_in, c_out) * std
             if group:
                 norm = name[: -len("conv1")] + "norm" + name[-1]
                 params[f"{norm}.scale"] = jnp.ones((c_out,), jnp.float32)
                 params[f"{norm}.bias"] = jnp.zeros((c_out,), jnp.float32)
         c_last = 4 * cfg.width
         limit = math.sqrt(6.0 / (c_last + outputs))
-        params["fc.w"] = jax.random.uniform(keys[-1], (c_last, outputs), jnp.float32, -limit, limit)
+        params["fc.w"] = jax.random.uniform(head_key, (c_last, outputs), jnp.float32, -limit, limit)
         params["fc.b"] = jnp.zeros((outputs,), jnp.float32)
         return params
 

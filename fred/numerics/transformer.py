@@ -18,6 +18,7 @@ and shifts 0; from the key given. Parameters are a flat dict named as the layers
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Callable
 
@@ -48,15 +49,19 @@ def build(cfg: TransformerModel, feature_shape: tuple[int, ...], outputs: int) -
     shapes = _shapes(d, layers, positions, vocab)
 
     def init(key: jax.Array) -> Params:
+        # One draw for every weight, cut in forward order: one random program to compile.
+        drawn = [(name, shape) for name, shape in shapes if not name.endswith((".scale", ".b", ".bias"))]
+        sizes = [math.prod(shape) for _, shape in drawn]
+        normals = jax.random.normal(key, (sum(sizes),), jnp.float32)
         params: Params = {}
-        for k, (name, shape) in zip(jax.random.split(key, len(shapes)), shapes):
-            if name.endswith((".scale",)):
+        for (name, shape), start, size in zip(drawn, itertools.accumulate([0, *sizes]), sizes):
+            std = INIT_STD / math.sqrt(2 * layers) if name.endswith("c_proj.w") else INIT_STD
+            params[name] = normals[start : start + size].reshape(shape) * std
+        for name, shape in shapes:
+            if name.endswith(".scale"):
                 params[name] = jnp.ones(shape, jnp.float32)
             elif name.endswith((".b", ".bias")):
                 params[name] = jnp.zeros(shape, jnp.float32)
-            else:
-                std = INIT_STD / math.sqrt(2 * layers) if name.endswith("c_proj.w") else INIT_STD
-                params[name] = jax.random.normal(k, shape, jnp.float32) * std
         return params
 
     def apply(params: Params, x: jax.Array) -> jax.Array:

@@ -279,6 +279,8 @@ def check_fits(scenario: Scenario) -> None:
     model = scenario.model
     if shape is None or (model.kind == "cnn" and (len(shape.feature_shape) != 3 or model.kernel_size > max(shape.feature_shape[:2]))):
         return  # building it says what is wrong
+    if model.kind in ("resnet", "transformer") and model_workloads.model_workload(model, shape.feature_shape, shape.outputs) is None:
+        return  # data of a shape the model does not take: building it says so
     found = estimate(scenario, shape)
     limit, source = memory_limit()
     if found.total <= limit:
