@@ -239,8 +239,10 @@ def test_the_memory_estimate_counts_the_models_parameters_and_refuses_one_too_la
     scenario = validate(with_model({"kind": "resnet", "depth": 56}, data={"source": {"kind": "synthetic_images"}}))
     assert estimated_params(scenario, Shape(2000, CIFAR, 10, 3.0)) == model_workloads.model_workload(
         ResNetModel(depth=56), CIFAR, 10).param_count
-    found = estimate(scenario, Shape(2000, CIFAR, 10, 3.0))
-    assert dict(found.parts)["evaluation"] > 0
+    parts = dict(estimate(scenario, Shape(2000, CIFAR, 10, 3.0)).parts)
+    assert parts["evaluation"] > 0
+    # a step holds each example's activations for the backward pass: for a ResNet, more than its per-example gradients
+    assert parts["activations of 64 rows"] > parts["per-example gradients of 64 rows"] > 0
     huge = with_model({"kind": "transformer", "layers": 48, "d_model": 8192, "heads": 64},
                       data={"source": {"kind": "synthetic_tokens", "vocab": 50000}}, cluster={"workers": 8})
     with pytest.raises(ValueError, match=r"out of memory: .*a model of 3[0-9,]+ parameters"):

@@ -223,5 +223,15 @@ def activation_width(cfg: LogisticModel | MLPModel | CNNModel | ResNetModel | Tr
     return max(pixels * cfg.kernel_size**2 * max(chans), math.prod(feature_shape), cfg.hidden, outputs)
 
 
+def stored_floats(cfg: ModelConfig, feature_shape: tuple[int, ...], outputs: int) -> int:
+    """Floats one example's training step holds for the backward pass, for the models whose
+    activations outweigh their parameters (the ResNet, the transformer); 0 for the others."""
+    if isinstance(cfg, ResNetModel):
+        return resnet.stored_floats(cfg, feature_shape)
+    if isinstance(cfg, TransformerModel):
+        return transformer.stored_floats(cfg, feature_shape, outputs)
+    return 0
+
+
 def param_count(params: Params) -> int:
     return sum(int(v.size) for v in params.values())

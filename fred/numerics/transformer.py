@@ -116,3 +116,14 @@ def width(cfg: TransformerModel, feature_shape: tuple[int, ...], outputs: int) -
         return 0
     t, d = feature_shape[0], cfg.d_model
     return max(cfg.heads * t * t, 4 * d * t, (cfg.vocab or outputs) * t)
+
+
+def stored_floats(cfg: TransformerModel, feature_shape: tuple[int, ...], outputs: int) -> int:
+    """Floats one sequence's training step holds for its backward pass, roughly: per block the
+    residual stream's values (16 of width d_model a token) and three attention maps, then the
+    logits; scaled by 1.5, as measured on CPU."""
+    if len(feature_shape) != 1:
+        return 0
+    t, d = feature_shape[0], cfg.d_model
+    per_block = 16 * t * d + 3 * cfg.heads * t * t
+    return int(1.5 * (cfg.layers * per_block + 3 * t * (cfg.vocab or outputs)))

@@ -25,7 +25,7 @@ import numpy as np
 
 from fred.numerics import cifar
 from fred.numerics.gradients import CHUNK_ROWS, eval_chunk_rows
-from fred.numerics.models import activation_width, layer_sizes, python_sizes
+from fred.numerics.models import activation_width, layer_sizes, python_sizes, stored_floats
 from fred.numerics.tokens import BYTE_VOCAB
 from fred.scenario import model_workloads
 from fred.scenario.model_workloads import IMAGE_SHAPE
@@ -198,6 +198,9 @@ def estimate(scenario: Scenario, shape: Shape) -> Estimate:
         if scenario.strategy.reduction == "exact":
             rows = min(rows + (-rows) % CHUNK_ROWS, PER_EXAMPLE_ROWS)
             parts.append((f"per-example gradients of {rows:,} rows", params * rows))
+        stored = stored_floats(scenario.model, shape.feature_shape, shape.outputs)
+        if stored:
+            parts.append((f"activations of {rows:,} rows", rows * stored * FLOAT))
         width = _width(scenario, shape)
         if width:
             parts.append(("evaluation", _eval_rows(scenario, shape, width) * width * FLOAT * 4))
