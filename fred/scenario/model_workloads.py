@@ -12,19 +12,16 @@ pooling, softmax, residual adds and embedding lookups; a training step is 3 forw
 A CIFAR ResNet-20 (width 16, 10 classes) is 269,722 parameters and 81.1 MFLOP forward per
 32x32 image: 40.55 M multiply-adds, the "41 M FLOPs" its papers quote (they count multiply-adds).
 
-Nothing here imports the schema (which imports this): configurations are read by their
-``kind`` and fields.
+Nothing here imports the schema (which imports this): configurations, and the scenario,
+are read by their ``kind`` and fields.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fred.scenario.workloads import FLOAT32_BYTES, TRAINING_PASSES, Layer, Workload
-
-if TYPE_CHECKING:
-    from fred.scenario.schema import Scenario
 
 IMAGE_SHAPE = (32, 32, 3)  # CIFAR's, and the synthetic images'
 BYTE_VOCAB = 256
@@ -152,7 +149,7 @@ def declared_shape(source: Any, model: Any) -> tuple[tuple[int, ...], int] | Non
     return None
 
 
-def scenario_workload(scenario: Scenario) -> Workload | None:
+def scenario_workload(scenario: Any) -> Workload | None:
     """The scenario's own model's workload, when the scenario alone tells its data's shape."""
     shape = declared_shape(scenario.data.source, scenario.model)
     return None if shape is None else model_workload(scenario.model, *shape)
