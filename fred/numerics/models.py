@@ -14,8 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fred.numerics import rng, user_code
-from fred.numerics import resnet, transformer
+from fred.numerics import resnet, rng, transformer, user_code
 from fred.scenario.schema import CNNModel, LogisticModel, MLPModel, ModelConfig, PythonModel, ResNetModel, TransformerModel
 
 Params = dict[str, jax.Array]
@@ -108,8 +107,8 @@ def build_model(cfg: ModelConfig, feature_shape: tuple[int, ...], outputs: int) 
     if isinstance(cfg, ResNetModel):
         return Model(*resnet.build(cfg, feature_shape, outputs), width=resnet.width(cfg, feature_shape))
     if isinstance(cfg, TransformerModel):
-        # Evaluated in one call (width 0): the chunked evaluation counts hits per example, where a
-        # sequence's accuracy is per token.
+        # Evaluated in one call (width 0): Numerics.evaluate's chunks add up whole hits per example
+        # (int), where a sequence's are the share of its tokens predicted.
         return Model(*transformer.build(cfg, feature_shape, outputs), width=0)
     width = activation_width(cfg, feature_shape, outputs)
     if isinstance(cfg, LogisticModel):
