@@ -12,6 +12,7 @@ import pytest
 import fred
 from fred.numerics.gradients import Numerics, _example_loss
 from fred.numerics.models import build_model, param_count
+from fred.numerics.resnet import group_norm
 from fred.runs.memory import Shape, check_fits, estimate, param_count as estimated_params
 from fred.scenario import model_workloads, workloads
 from fred.scenario.loading import ScenarioError, validate
@@ -83,6 +84,15 @@ def test_resnet_outputs_one_row_of_logits_per_image_and_each_image_its_own(shape
     changed = x.copy()
     changed[3:] = 0.0
     np.testing.assert_allclose(np.asarray(jax.jit(model.apply)(params, changed))[:3], batch[:3], rtol=2e-5, atol=2e-5)
+
+
+def test_group_norm_normalises_each_examples_groups_of_channels_over_its_pixels():
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((3, 5, 4, 24)) * 3 + 2).astype(np.float32)
+    scale, bias = rng.standard_normal(24).astype(np.float32), rng.standard_normal(24).astype(np.float32)
+    g = x.astype(np.float64).reshape(3, 5, 4, 8, 3)  # gcd(8, 24) = 8 groups of 3 channels
+    centred = (g - g.mean(axis=(1, 2, 4), keepdims=True)) / np.sqrt(g.var(axis=(1, 2, 4), keepdims=True) + 1e-5)
+    np.testing.assert_allclose(np.asarray(group_norm(x, scale, bias)), centred.reshape(x.shape) * scale + bias, atol=1e-5)
 
 
 def test_resnet_without_normalisation_has_no_norm_parameters_and_starts_finite():
