@@ -76,6 +76,18 @@ def shipped_scenarios() -> list[Path]:
     return [p for p in paths if p.resolve() not in included]
 
 
+def missing_data(path: Path) -> str | None:
+    """Why the shipped scenario at ``path`` cannot run here (None if it can): the files of a data
+    set users download themselves (CIFAR-10) are not in the repository, nor fetched."""
+    from fred.scenario.loading import load_scenario
+
+    source = load_scenario(path).data.source
+    given = getattr(source, "path", None)
+    if given is None or Path(given).expanduser().exists():
+        return None
+    return f"{path.name} reads {source.kind} from {given}, which is not here (its files are the user's own)"
+
+
 def cluster_for(name: str) -> dict[str, Any]:
     """The tiny cluster ``name`` runs on."""
     return {"workers": 1} if name in ONE_WORKER else {}

@@ -70,10 +70,13 @@ def test_buckets_change_the_clock_and_not_the_numbers():
 
 
 @pytest.mark.parametrize("overrides, words", [
-    ({"workload": {"bucket_bytes": 1000}}, "needs workload.profile"),
+    ({"workload": {"bucket_bytes": 1000}, "model": {"kind": "python", "factory": "mymodels:make"}, "strategy": {"name": "arsgd"}},
+     "needs workload.profile with a python model"),
     ({"workload": {"profile": "resnet50", "bucket_bytes": 1000}, "strategy": {"name": "asgd"}}, "drop bucket_bytes or use"),
     ({"workload": {"profile": "resnet50", "bucket_bytes": 0}}, "bucket_bytes"),
 ])
 def test_buckets_without_layers_or_an_allreduce_are_refused_with_the_fix(overrides, words):
+    data = tiny(**{key: value for key, value in overrides.items() if key != "model"})
+    data["model"] = overrides.get("model", data["model"])  # a python model in place of the MLP, not merged into it
     with pytest.raises(ScenarioError, match=words):
-        fred.validate(tiny(**overrides))
+        fred.validate(data)

@@ -100,7 +100,7 @@ def test_calibrate_flags_override_a_scenario(tmp_path):
     ("flags", "message"),
     [
         (["--model", "foo"], "model.kind: got 'foo'; allowed: logistic, mlp, cnn"),
-        (["--model", "[1, 2]"], "give a kind (logistic, mlp, cnn, python) or a mapping"),
+        (["--model", "[1, 2]"], "give a kind (logistic, mlp, cnn, resnet, transformer, python) or a mapping"),
         (["--model", "{kind: mlp, hidden: [0]}"], "model.hidden.0: got 0"),
         (["--batch", "0"], "data.batch_size: got 0"),
         (["--repeats", "0"], "--repeats 0: a median needs at least 1 timed call"),

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 import fred
+from fred.numerics.models import build_model
+from fred.scenario.schema import CNNModel
 from tests.conftest import tiny
 
 
@@ -23,8 +25,10 @@ def test_each_model_reduces_the_loss_on_digits(model):
 def test_a_cnn_needs_images():
     data = tiny(data={"source": {"kind": "synthetic"}})
     data["model"] = {"kind": "cnn"}
-    with pytest.raises(ValueError, match="needs image data"):
+    with pytest.raises(fred.ScenarioError, match="model.kind cnn needs images"):  # refused as the scenario is read
         fred.run(data)
+    with pytest.raises(ValueError, match="needs image data"):  # and by the model, for data a file shapes
+        build_model(CNNModel(), (20,), 4)
 
 
 def test_synthetic_regression_trains_with_squared_error():

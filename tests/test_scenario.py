@@ -108,7 +108,7 @@ def test_every_problem_is_reported_with_its_value():
 
 @pytest.mark.parametrize("overrides, said", [
     ({"model": {"kind": "mpl"}}, "model.kind: got 'mpl'; did you mean 'mlp'? allowed: logistic, mlp, cnn"),  # pydantic's tag error
-    ({"data": {"source": {"kind": "cifar"}}}, "data.source.kind: got 'cifar'; allowed: digits, synthetic, mnist"),
+    ({"data": {"source": {"kind": "cifar"}}}, "data.source.kind: got 'cifar'; did you mean 'cifar10'? allowed: digits, synthetic,"),
     ({"seed": True}, "seed: got true; a number is needed here"),  # it said "a number or a name"
     ({"name": ""}, "name: got ''; use a plain, non-empty name"),  # it did not show the value
 ])

@@ -5,8 +5,9 @@ passed in: there is no global random state, so a scenario seed reproduces the sa
 examples, the same split, the same shards and the same batch order.
 
 Nothing is ever downloaded. The default data set (8x8 digits) ships with
-scikit-learn; MNIST, and any data set as arrays (:mod:`fred.numerics.files`), are read
-from files the user already has.
+scikit-learn; MNIST, CIFAR (:mod:`fred.numerics.cifar`), text (:mod:`fred.numerics.tokens`)
+and any data set as arrays (:mod:`fred.numerics.files`) are read from files the user
+already has; synthetic images and token sequences are generated from the seed.
 """
 
 from __future__ import annotations
@@ -23,7 +24,19 @@ from typing import Literal
 
 import numpy as np
 
-from fred.scenario.schema import ArraysData, DataConfig, DigitsData, MNISTData, SyntheticData
+from fred.numerics import cifar, tokens
+from fred.scenario.schema import (
+    ArraysData,
+    CIFAR10Data,
+    CIFAR100Data,
+    DataConfig,
+    DigitsData,
+    MNISTData,
+    SyntheticData,
+    SyntheticImagesData,
+    SyntheticTokensData,
+    TextData,
+)
 
 Task = Literal["classification", "regression"]
 
@@ -38,7 +51,10 @@ class Dataset:
     """A train/eval split of one data set.
 
     ``x_*`` are float32 with shape ``(N, *feature_shape)``; ``y_*`` are int32 class
-    labels for classification or float32 targets of shape ``(N,)`` for regression.
+    labels for classification or float32 targets of shape ``(N,)`` for regression. Token
+    sequences (next-token prediction) are int32 ``x_*`` of shape ``(N, T)`` with int32
+    labels ``y_*`` of the same shape, the next token at every position; ``num_classes``
+    is then the vocabulary's size.
     The arrays are made read-only so a shared data set cannot be altered by accident.
     (``eq=False``: element-wise array equality has no single truth value.)
     """
@@ -78,11 +94,21 @@ def load_dataset(cfg: DataConfig, rng: np.random.Generator) -> Dataset:
         x, y = _synthetic(source, rng)
         classes = source.classes if source.task == "classification" else 0
         dataset = _split(x, y, cfg.eval_fraction, rng, source.task, classes)
+    elif isinstance(source, SyntheticImagesData):
+        dataset = _split(*_synthetic_images(source, rng), cfg.eval_fraction, rng, "classification", source.classes)
+    elif isinstance(source, SyntheticTokensData):
+        x, y = tokens.synthetic_tokens(source, rng)
+        dataset = _split(x, y, cfg.eval_fraction, rng, "classification", source.vocab)
     elif isinstance(source, MNISTData):
         try:
             dataset = _load_mnist(source, cfg.eval_fraction, rng)
         except (FileNotFoundError, ValueError) as err:  # named by its field, as the arrays source's are
             raise type(err)(f"data.source.path: {err}") from None
+    elif isinstance(source, (CIFAR10Data, CIFAR100Data)):
+        dataset = _load_cifar(source, cfg.eval_fraction, rng)
+    elif isinstance(source, TextData):
+        train, held, vocab = tokens.text_split(source, cfg.eval_fraction)
+        dataset = Dataset(*train, *held, "classification", vocab)
     elif isinstance(source, ArraysData):
         dataset = _load_arrays(source, cfg.eval_fraction, rng)
     else:  # pragma: no cover - the scenario schema admits no other source
@@ -183,6 +209,45 @@ def _linear_regression(cfg: SyntheticData, rng: np.random.Generator) -> tuple[np
     x = rng.standard_normal((cfg.examples, cfg.features))
     y = x @ w + cfg.noise * rng.standard_normal(cfg.examples)
     return x.astype(np.float32), y.astype(np.float32)
+
+
+IMAGE_SIDE, IMAGE_CHANNELS, TEMPLATE_SIDE = 32, 3, 8
+
+
+def _synthetic_images(cfg: SyntheticImagesData, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """CIFAR-shaped images ``(N, 32, 32, 3)`` in [0, 1] that a convolutional model can learn.
+
+    Each class has a fixed template: 8 x 8 random colours, each a 4 x 4 block. An example is
+    its class's template moved cyclically by up to ``shift`` pixels each way, plus Gaussian
+    noise of standard deviation ``noise``, clipped to [0, 1]. Labels are balanced and shuffled.
+    """
+    scale = IMAGE_SIDE // TEMPLATE_SIDE
+    coarse = rng.random((cfg.classes, TEMPLATE_SIDE, TEMPLATE_SIDE, IMAGE_CHANNELS), dtype=np.float32)
+    templates = coarse.repeat(scale, axis=1).repeat(scale, axis=2)
+    y = rng.permutation(np.arange(cfg.examples) % cfg.classes)
+    moves = rng.integers(-cfg.shift, cfg.shift + 1, (cfg.examples, 2))
+    side = np.arange(IMAGE_SIDE)
+    rows = (side[None, :] - moves[:, :1]) % IMAGE_SIDE
+    cols = (side[None, :] - moves[:, 1:]) % IMAGE_SIDE
+    x = templates[y[:, None, None], rows[:, :, None], cols[:, None, :]]
+    x += np.float32(cfg.noise) * rng.standard_normal(x.shape, dtype=np.float32)
+    np.clip(x, 0.0, 1.0, out=x)
+    return x, y.astype(np.int32)
+
+
+# ----------------------------------------------------------------------------- cifar
+def _load_cifar(cfg: CIFAR10Data | CIFAR100Data, eval_fraction: float, rng: np.random.Generator) -> Dataset:
+    """CIFAR from its official folder; its test split is the eval set, else a held-out part of train."""
+    train, test = cifar.read(cfg)
+    n_classes = cifar.classes(cfg)
+    if test is None:
+        if len(train[0]) < 2:
+            raise ValueError(f"{cifar.find_folder(cfg)}: {len(train[0])} training images and no test file; give at least 2")
+        return _split(*train, eval_fraction, rng, "classification", n_classes)
+    if len(train[0]) == 0 or len(test[0]) == 0:
+        split = "training files hold" if len(train[0]) == 0 else "test file holds"
+        raise ValueError(f"{cifar.find_folder(cfg)}: the {split} no images; each split needs at least one")
+    return Dataset(*train, *test, "classification", n_classes)
 
 
 # ----------------------------------------------------------------------------- mnist
@@ -371,6 +436,9 @@ def shard(y: np.ndarray, workers: int, cfg: DataConfig, rng: np.random.Generator
         raise ValueError(f"need at least one worker, got {workers}")
     if n < workers:
         raise ValueError(f"cannot shard {n} training examples over {workers} workers: each needs at least one")
+    if cfg.sharding != "iid" and np.ndim(y) > 1:
+        raise ValueError(f"sharding '{cfg.sharding}' deals examples out by their class, and these labels are sequences "
+                         "(a token at every position), not one class each — use sharding 'iid'")
     if cfg.sharding != "iid" and not np.issubdtype(np.asarray(y).dtype, np.integer):
         raise ValueError(
             f"sharding '{cfg.sharding}' needs a classification data set (integer labels); "

@@ -388,6 +388,8 @@ def _example_loss(model: Model, task: str, params: Params, x: jax.Array, y: jax.
         return model.loss(out, y)
     if task == "regression":
         return 0.5 * (out[0] - y) ** 2
+    if y.ndim == 1:  # a sequence's labels, one token a position: the mean of its tokens' cross-entropies
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(out), y[:, None], axis=-1))
     return -jax.nn.log_softmax(out)[y]
 
 
@@ -711,6 +713,9 @@ class Numerics:
             return jnp.mean(jax.vmap(self.model.loss)(out, y)), self._accuracy(out, y)
         if self.task == "regression":
             return jnp.mean(0.5 * (out[:, 0] - y) ** 2), jnp.float32(jnp.nan)
+        if y.ndim == 2:  # sequences of equal length: the mean over examples of their token means is over tokens
+            loss = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(out), y[..., None], axis=-1))
+            return loss, self._accuracy(out, y)
         loss = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(out), y[:, None], axis=1))
         return loss, jnp.mean(jnp.argmax(out, axis=1) == y)
 
@@ -723,12 +728,18 @@ class Numerics:
             return jnp.sum(jnp.where(keep, jax.vmap(self.model.loss)(out, y), 0.0)), hits
         if self.task == "regression":
             return jnp.sum(jnp.where(keep, 0.5 * (out[:, 0] - y) ** 2, 0.0)), jnp.int32(0)
+        if y.ndim == 2:  # sequences: each example's mean token loss, and its share of correct tokens
+            losses = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(out), y[..., None], axis=-1)[..., 0], axis=1)
+            shares = jnp.mean(jnp.argmax(out, axis=-1) == y, axis=1)
+            return jnp.sum(jnp.where(keep, losses, 0.0)), jnp.sum(jnp.where(keep, shares, 0.0))
         losses = -jnp.take_along_axis(jax.nn.log_softmax(out), y[:, None], axis=1)[:, 0]
         return jnp.sum(jnp.where(keep, losses, 0.0)), jnp.sum(keep & (jnp.argmax(out, axis=1) == y))
 
     def _accuracy(self, out: jax.Array, y: jax.Array) -> jax.Array:
         if self.task == "regression":
             return jnp.float32(jnp.nan)
+        if y.ndim == 2:  # sequences: per token
+            return jnp.mean(jnp.argmax(out, axis=-1) == y)
         return jnp.mean(jnp.argmax(out, axis=1) == y)
 
     def evaluate(self, params: Params, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:

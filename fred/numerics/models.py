@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fred.numerics import rng, user_code
-from fred.scenario.schema import CNNModel, LogisticModel, MLPModel, PythonModel
+from fred.numerics import resnet, rng, transformer, user_code
+from fred.scenario.schema import CNNModel, LogisticModel, MLPModel, ModelConfig, PythonModel, ResNetModel, TransformerModel
 
 Params = dict[str, jax.Array]
 
@@ -100,12 +100,16 @@ def _cnn(cfg: CNNModel, feature_shape: tuple[int, ...], outputs: int) -> Model:
     return Model(init, apply)
 
 
-def build_model(
-    cfg: LogisticModel | MLPModel | CNNModel | PythonModel, feature_shape: tuple[int, ...], outputs: int
-) -> Model:
+def build_model(cfg: ModelConfig, feature_shape: tuple[int, ...], outputs: int) -> Model:
     """The model a scenario names, sized for ``feature_shape`` inputs and ``outputs`` outputs."""
     if isinstance(cfg, PythonModel):
         return _python(cfg, feature_shape, outputs)
+    if isinstance(cfg, ResNetModel):
+        return Model(*resnet.build(cfg, feature_shape, outputs), width=resnet.width(cfg, feature_shape))
+    if isinstance(cfg, TransformerModel):
+        # Evaluated in one call (width 0): Numerics.evaluate's chunks add up whole hits per example
+        # (int), where a sequence's are the share of its tokens predicted.
+        return Model(*transformer.build(cfg, feature_shape, outputs), width=0)
     width = activation_width(cfg, feature_shape, outputs)
     if isinstance(cfg, LogisticModel):
         return _mlp(layer_sizes(cfg, feature_shape, outputs), ACTIVATIONS["relu"])._replace(width=width)
@@ -203,14 +207,29 @@ def layer_sizes(cfg: LogisticModel | MLPModel, feature_shape: tuple[int, ...], o
     return [math.prod(feature_shape), *hidden, outputs]
 
 
-def activation_width(cfg: LogisticModel | MLPModel | CNNModel, feature_shape: tuple[int, ...], outputs: int) -> int:
+def activation_width(cfg: LogisticModel | MLPModel | CNNModel | ResNetModel | TransformerModel,
+                     feature_shape: tuple[int, ...], outputs: int) -> int:
     """The most floats one example's forward pass holds in a layer: what evaluation's memory
     grows with (a convolution's, its patches: kernel_size² × channels at every pixel)."""
+    if isinstance(cfg, ResNetModel):
+        return resnet.width(cfg, feature_shape)
+    if isinstance(cfg, TransformerModel):
+        return transformer.width(cfg, feature_shape, outputs)
     if not isinstance(cfg, CNNModel):
         return max(layer_sizes(cfg, feature_shape, outputs))
     pixels = math.prod(feature_shape[:-1]) if len(feature_shape) == 3 else 1
     chans = [feature_shape[-1], *cfg.channels]
     return max(pixels * cfg.kernel_size**2 * max(chans), math.prod(feature_shape), cfg.hidden, outputs)
+
+
+def stored_floats(cfg: ModelConfig, feature_shape: tuple[int, ...], outputs: int) -> int:
+    """Floats one example's training step holds for the backward pass, for the models whose
+    activations outweigh their parameters (the ResNet, the transformer); 0 for the others."""
+    if isinstance(cfg, ResNetModel):
+        return resnet.stored_floats(cfg, feature_shape)
+    if isinstance(cfg, TransformerModel):
+        return transformer.stored_floats(cfg, feature_shape, outputs)
+    return 0
 
 
 def param_count(params: Params) -> int:

@@ -23,9 +23,29 @@ from pathlib import Path
 
 import numpy as np
 
+from fred.numerics import cifar
 from fred.numerics.gradients import CALL_LEAF_BYTES, CALL_ROWS, CHUNK_ROWS, PROGRAM_EQUATIONS, eval_chunk_rows
-from fred.numerics.models import activation_width, layer_sizes, python_sizes
-from fred.scenario.schema import ArraysData, CNNModel, DigitsData, MLPModel, MNISTData, PythonModel, Scenario, SyntheticData
+from fred.numerics.models import activation_width, layer_sizes, python_sizes, stored_floats
+from fred.numerics.tokens import BYTE_VOCAB
+from fred.scenario import model_workloads
+from fred.scenario.model_workloads import IMAGE_SHAPE
+from fred.scenario.schema import (
+    ArraysData,
+    CIFAR10Data,
+    CIFAR100Data,
+    CNNModel,
+    DigitsData,
+    MLPModel,
+    MNISTData,
+    PythonModel,
+    ResNetModel,
+    Scenario,
+    SyntheticData,
+    SyntheticImagesData,
+    SyntheticTokensData,
+    TextData,
+    TransformerModel,
+)
 
 ENV = "FRED_MEMORY_LIMIT_GB"
 GB = 1e9
@@ -74,6 +94,14 @@ def data_shape(scenario: Scenario) -> Shape | None:
     source = scenario.data.source
     if isinstance(source, DigitsData):
         return Shape(1797, (8, 8, 1), 10, 1.0)
+    if isinstance(source, SyntheticImagesData):
+        return Shape(source.examples, IMAGE_SHAPE, source.classes, 3.0)  # the gathered templates, then the noise
+    if isinstance(source, SyntheticTokensData):  # tokens and their labels, int32: as large as the features
+        return Shape(source.examples, (source.context,), source.vocab, 3.0)
+    if isinstance(source, (CIFAR10Data, CIFAR100Data)):
+        return _cifar_shape(source)
+    if isinstance(source, TextData):
+        return _text_shape(scenario, source)
     if isinstance(source, SyntheticData):
         outputs = source.classes if source.task == "classification" else 1
         return Shape(source.examples, (source.features,), outputs, 5.0)  # float64 draws, then float32
@@ -93,6 +121,31 @@ def data_shape(scenario: Scenario) -> Shape | None:
     examples = sum(s[0] for s in shapes)
     pixels = shapes[0][1:3] if len(shapes[0]) >= 3 else (28, 28)
     return Shape(examples, (*pixels, 1), 10, 2.0)  # the file's bytes, then float32 pixels
+
+
+def _cifar_shape(source: CIFAR10Data | CIFAR100Data) -> Shape | None:
+    """The official folders' size, from the files' sizes (a batch is about 3 KiB an image);
+    None for a folder the loader will refuse."""
+    try:
+        folder = cifar.find_folder(source)
+    except FileNotFoundError:
+        return None
+    _, train, test = cifar.LAYOUTS[source.kind]
+    files = [folder / name for name in (*train, test) if (folder / name).is_file()]
+    examples = sum(f.stat().st_size for f in files) // (cifar.PIXELS + 16)  # pixels, a label, a file name
+    # the file's bytes and its pixels as uint8, then float32 (kept, with the device copy counted apart)
+    return Shape(max(examples, 1), IMAGE_SHAPE, cifar.classes(source), 1.5)
+
+
+def _text_shape(scenario: Scenario, source: TextData) -> Shape | None:
+    """A text file's windows, from its size in bytes (at least its characters)."""
+    path = Path(source.path).expanduser()
+    if not path.is_file():
+        return None
+    declared = model_workloads.declared_shape(source, scenario.model)
+    vocab = declared[1] if declared is not None else BYTE_VOCAB  # characters: at most as many as bytes' values, mostly
+    # x and y of the file's tokens: twice the features; the bytes, then the tokens, then the windows
+    return Shape(max(path.stat().st_size // source.context, 1), (source.context,), vocab, 3.0)
 
 
 def _mnist_shapes(path: Path) -> list[tuple[int, ...]] | None:
@@ -127,6 +180,9 @@ def param_count(scenario: Scenario, shape: Shape) -> int:
     model = scenario.model
     if isinstance(model, PythonModel):
         return python_sizes(model, shape.feature_shape, shape.outputs)[0]
+    if isinstance(model, (ResNetModel, TransformerModel)):
+        own = model_workloads.model_workload(model, shape.feature_shape, shape.outputs)
+        return 0 if own is None else own.param_count
     if model.kind == "cnn":
         height, width, channels = shape.feature_shape
         chans = [channels, *model.channels]
@@ -156,13 +212,37 @@ def estimate(scenario: Scenario, shape: Shape) -> Estimate:
             parts.append((f"optimizer state: {n:,} x {state} model copies", params * n * state))
         if scenario.strategy.reduction == "exact":
             parts.append(_exact_leaves(scenario, params))
+        stored = stored_floats(scenario.model, shape.feature_shape, shape.outputs)
+        if stored:
+            rows = program_rows(scenario)
+            parts.append((f"activations of {rows:,} rows", rows * stored * FLOAT))
         width = _width(scenario, shape)
         if width:
-            parts.append(("evaluation", eval_chunk_rows(width) * width * FLOAT * 4))
+            parts.append(("evaluation", _eval_rows(scenario, shape, width) * width * FLOAT * 4))
         instructions = gradient_program_size(scenario)
         if instructions:
             parts.append((f"compiling the gradient program (about {instructions:,} XLA instructions)", compile_bytes(instructions)))
     return Estimate(sum(b for _, b in parts), parts, p)
+
+
+def _eval_rows(scenario: Scenario, shape: Shape, width: int) -> int:
+    """Rows of one evaluation call: a chunk, or every held-out example for a transformer (its
+    sequences are evaluated in one call: fred.numerics.models)."""
+    if not isinstance(scenario.model, TransformerModel):
+        return eval_chunk_rows(width)
+    held = max(int(round(scenario.data.eval_fraction * shape.examples)), 1)
+    return min(held, scenario.data.eval_examples or held)
+
+
+def program_rows(scenario: Scenario) -> int:
+    """The rows whose activations one gradient program holds: every worker's (fast, one call for
+    all), a call's 64-row chunks of per-example gradients, or the tiles of one program."""
+    rows = scenario.cluster.workers * scenario.data.batch_size
+    if scenario.strategy.reduction != "exact":
+        return rows
+    if scenario.strategy.exact_tile == 1:
+        return min(rows + (-rows) % CHUNK_ROWS, PER_EXAMPLE_ROWS)
+    return backward_copies(scenario) * scenario.strategy.exact_tile
 
 
 def _exact_leaves(scenario: Scenario, params: int) -> tuple[str, float]:
@@ -369,6 +449,8 @@ def check_fits(scenario: Scenario) -> Fit | None:
     model = scenario.model
     if shape is None or (model.kind == "cnn" and (len(shape.feature_shape) != 3 or model.kernel_size > max(shape.feature_shape[:2]))):
         return None  # building it says what is wrong
+    if model.kind in ("resnet", "transformer") and model_workloads.model_workload(model, shape.feature_shape, shape.outputs) is None:
+        return None  # data of a shape the model does not take: building it says so
     found = estimate(scenario, shape)
     limit, source = memory_limit()
     if found.total <= limit:

@@ -31,7 +31,7 @@ from fred.runs.memory import Fit, OutOfMemory, allocation_failed, check_fits, ou
 from fred.runs.work import EvaluationBudget, check_evaluations
 from fred.runs.records import METRIC_COLUMNS, Recorder, params_sha256
 from fred.runs.staleness import staleness
-from fred.scenario import registry, workloads
+from fred.scenario import model_workloads, registry, workloads
 from fred.scenario.schema import MAX_CADENCE_EVENTS, ModelConfig, Scenario
 from fred.simulation import buckets
 from fred.simulation.compute import ComputeModel
@@ -71,12 +71,18 @@ class Built:
     numerics: Numerics
 
 
-def _buckets(scenario: Scenario, param_bytes: int) -> tuple[buckets.Bucket, ...]:
-    """The scenario's gradient buckets, in backward order (none without ``workload.bucket_bytes``)."""
+def _buckets(scenario: Scenario, param_bytes: int, feature_shape: tuple[int, ...], outputs: int) -> tuple[buckets.Bucket, ...]:
+    """The scenario's gradient buckets, in backward order (none without ``workload.bucket_bytes``),
+    cut from the profile's layers, or else from the model's own (for the data's shape)."""
     workload = scenario.workload
-    if workload.bucket_bytes is None or workload.profile is None:
+    if workload.bucket_bytes is None:
         return ()
-    return buckets.plan(workloads.load(workload.profile).layers, workload.bucket_bytes, param_bytes)
+    if workload.profile is not None:
+        return buckets.plan(workloads.load(workload.profile).layers, workload.bucket_bytes, param_bytes)
+    own = model_workloads.model_workload(scenario.model, feature_shape, outputs)
+    if own is None:  # pragma: no cover - validation refuses bucket_bytes for a python model without a profile
+        raise ValueError("workload.bucket_bytes needs workload.profile: this model's layers are not known")
+    return buckets.plan(own.layers, workload.bucket_bytes, param_bytes)
 
 
 def build(scenario: Scenario) -> Built:
@@ -101,7 +107,7 @@ def build(scenario: Scenario) -> Built:
         param_bytes=param_bytes,
         seed=seed,
         faults=scenario.faults,
-        buckets=_buckets(scenario, param_bytes),
+        buckets=_buckets(scenario, param_bytes, dataset.feature_shape, outputs),
     )
     return Built(scenario, sim, dataset, numerics)
 

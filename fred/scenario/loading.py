@@ -248,6 +248,9 @@ def absolute_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
 DATA_FILES = {  # what a data source's path names, for a missing one
     "mnist": "a folder of MNIST IDX files or one .npz file",
     "arrays": "an .npz file, a folder of .npy files, a .parquet file, or a folder written by datasets' save_to_disk",
+    "cifar10": "the cifar-10-batches-py folder CIFAR-10's python version unpacks to, or the folder holding it",
+    "cifar100": "the cifar-100-python folder CIFAR-100's python version unpacks to, or the folder holding it",
+    "text": "a text file",
 }
 
 

@@ -18,7 +18,7 @@ from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from fred.scenario import registry, workloads
+from fred.scenario import model_workloads, registry, workloads
 
 
 class Section(BaseModel):
@@ -110,6 +110,49 @@ def _absolute(value: str | None) -> str | None:
     return None if value is None else absolute_path(value)
 
 
+RESNET_DEPTHS = tuple(range(8, 111, 6))  # 6n + 2: three stages of n basic blocks of two convolutions, a first one, a head
+
+
+class ResNetModel(Section):
+    """He et al.'s CIFAR ResNet: three stages of (depth - 2) / 6 basic blocks (docs/scenarios.md)."""
+
+    kind: Literal["resnet"] = "resnet"
+    depth: int = Field(default=20, description="20, 32, 44, 56 (or any 6n + 2 from 8 to 110): convolution layers + the head")
+    width: Annotated[int, Field(ge=1, le=1024)] = Field(default=16, description="the first stage's channels (then 2x, 4x)")
+    norm: Literal["group", "none"] = Field(default="group", description="group: GroupNorm, gcd(8, channels) groups, "
+                                                                         "after every convolution; none: no normalisation")
+
+    @field_validator("depth")
+    @classmethod
+    def _six_n_plus_two(cls, value: int) -> int:
+        if value not in RESNET_DEPTHS:
+            raise ValueError(f"got {value}; a CIFAR ResNet has 6n + 2 layers (three stages of n blocks of two "
+                             "convolutions, a first convolution and the head): give 20, 32, 44 or 56 (any 6n + 2 "
+                             "from 8 to 110)")
+        return value
+
+
+class TransformerModel(Section):
+    """A small GPT-style decoder for next-token prediction (docs/scenarios.md)."""
+
+    kind: Literal["transformer"] = "transformer"
+    layers: Annotated[int, Field(ge=1, le=MAX_LAYERS)] = Field(default=2, description="decoder blocks")
+    d_model: Annotated[int, Field(ge=1, le=65536)] = Field(default=64, description="the width; the MLP's is 4 x d_model")
+    heads: Annotated[int, Field(ge=1)] = Field(default=4, description="attention heads; they divide d_model")
+    context: Annotated[int, Field(ge=1, le=65536)] | None = Field(
+        default=None, description="positions it embeds (default: the data's sequence length, which it must not be below)")
+    vocab: Annotated[int, Field(ge=2, le=10_000_000)] | None = Field(
+        default=None, description="tokens it embeds and predicts (default: the data's vocabulary)")
+
+    @model_validator(mode="after")
+    def _heads_divide_the_width(self) -> "TransformerModel":
+        if self.d_model % self.heads:
+            fits = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
+            raise ValueError(f"heads {self.heads} do not divide d_model {self.d_model}: each head takes d_model / heads "
+                             f"of the width; give heads one of {', '.join(map(str, fits))}, or another d_model")
+        return self
+
+
 IMPORT_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 LOSSES = ("cross_entropy", "mse")
 
@@ -148,8 +191,8 @@ def _is_import_path(value: str) -> bool:
     return re.fullmatch(IMPORT_PATH, value) is not None
 
 
-
-ModelConfig = Annotated[Union[LogisticModel, MLPModel, CNNModel, PythonModel], Field(discriminator="kind")]
+ModelConfig = Annotated[Union[LogisticModel, MLPModel, CNNModel, ResNetModel, TransformerModel, PythonModel],
+                        Field(discriminator="kind")]
 
 
 # ----------------------------------------------------------------------------- data
@@ -170,6 +213,62 @@ class MNISTData(Section):
     kind: Literal["mnist"] = "mnist"
     path: str = Field(description="a directory of IDX files (optionally .gz) or one .npz file; a relative path is "
                       "taken from the scenario file's folder")
+
+    _path_absolute = field_validator("path")(_absolute)
+
+
+class SyntheticImagesData(Section):
+    """CIFAR-shaped images (32 x 32 x 3) that a model can learn: a fixed random template per class,
+    shifted at random and noised per example."""
+
+    kind: Literal["synthetic_images"] = "synthetic_images"
+    examples: Annotated[int, Field(ge=2, le=10_000_000)] = 2000
+    classes: Annotated[int, Field(ge=2, le=1000)] = 10
+    noise: Annotated[float, Field(ge=0, le=10)] = Field(default=0.3, description="per-pixel Gaussian noise's standard deviation")
+    shift: Annotated[int, Field(ge=0, le=16)] = Field(default=4, description="the most pixels a template is moved each way")
+
+
+class SyntheticTokensData(Section):
+    """Token sequences from a random sparse Markov chain: each token is followed by one of
+    ``branching`` tokens of its own, so a model can bring the loss far below log(vocab)."""
+
+    kind: Literal["synthetic_tokens"] = "synthetic_tokens"
+    examples: Annotated[int, Field(ge=2, le=10_000_000)] = Field(default=2000, description="sequences")
+    vocab: Annotated[int, Field(ge=2, le=1_000_000)] = 64
+    context: Annotated[int, Field(ge=1, le=65536)] = Field(default=32, description="tokens a sequence")
+    branching: Annotated[int, Field(ge=1)] = Field(default=4, description="successors each token may have")
+
+    @model_validator(mode="after")
+    def _branching_within_vocab(self) -> "SyntheticTokensData":
+        if self.branching > self.vocab:
+            raise ValueError(f"branching {self.branching} exceeds vocab {self.vocab}: a token has at most vocab "
+                             "successors; give branching at most vocab")
+        return self
+
+
+class CIFAR10Data(Section):
+    kind: Literal["cifar10"] = "cifar10"
+    path: str = Field(description="the cifar-10-batches-py folder (data_batch_1..5, test_batch) or the folder holding it")
+
+    _path_absolute = field_validator("path")(_absolute)
+
+
+class CIFAR100Data(Section):
+    kind: Literal["cifar100"] = "cifar100"
+    path: str = Field(description="the cifar-100-python folder (train, test) or the folder holding it")
+    labels: Literal["fine", "coarse"] = Field(default="fine", description="fine: 100 classes; coarse: 20 superclasses")
+
+    _path_absolute = field_validator("path")(_absolute)
+
+
+class TextData(Section):
+    """A text file as tokens, cut into windows of ``context`` tokens, each labelled with the next ones."""
+
+    kind: Literal["text"] = "text"
+    path: str = Field(description="a text file (a relative path is taken from the scenario file's folder)")
+    level: Literal["byte", "char"] = Field(default="byte", description="byte: 256 tokens, the file's bytes; "
+                                                                       "char: one token per character it uses (UTF-8)")
+    context: Annotated[int, Field(ge=1, le=65536)] = Field(default=64, description="tokens a window")
 
     _path_absolute = field_validator("path")(_absolute)
 
@@ -198,7 +297,12 @@ class ArraysData(Section):
         return self
 
 
-DataSource = Annotated[Union[DigitsData, SyntheticData, MNISTData, ArraysData], Field(discriminator="kind")]
+DataSource = Annotated[
+    Union[DigitsData, SyntheticData, SyntheticImagesData, SyntheticTokensData, MNISTData, CIFAR10Data, CIFAR100Data,
+          TextData, ArraysData],
+    Field(discriminator="kind"),
+]
+SEQUENCE_SOURCES = ("text", "synthetic_tokens")  # labels are sequences: the next token at every position
 
 
 class DataConfig(Section):
@@ -409,17 +513,9 @@ class WorkloadConfig(Section):
     bucket_bytes: Annotated[int, Field(ge=1)] | None = Field(
         default=None,
         description="all-reduce gradients in buckets of about this many bytes, each as soon as the backward "
-        "pass has made it (PyTorch DDP's bucket_cap_mb: 25 MiB = 26214400); needs a profile with layers",
+        "pass has made it (PyTorch DDP's bucket_cap_mb: 25 MiB = 26214400); cut from the profile's layers, or "
+        "the scenario's own model's (a built-in kind)",
     )
-
-    @model_validator(mode="after")
-    def _buckets_need_layers(self) -> "WorkloadConfig":
-        if self.bucket_bytes is not None and self.profile is None:
-            raise ValueError(
-                f"bucket_bytes {self.bucket_bytes} needs workload.profile: buckets are cut from a model's "
-                f"layers, in backward order; name one of: {', '.join(workloads.names())}"
-            )
-        return self
 
     def resolved_param_bytes(self) -> int | None:
         if self.param_bytes is not None:
@@ -844,13 +940,17 @@ class Scenario(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
+        _check_model_data(self)
         compute = self.cluster.compute
         if self.workload.flops_per_example is not None and compute.device_flops is None:
             raise ValueError("workload.flops_per_example needs cluster.compute.device_flops to turn FLOPs into seconds")
         if compute.step_time_s is None and compute.device_flops is None:
             raise ValueError("cluster.compute needs step_time_s, or device_flops with flops_per_example or a workload")
-        if compute.step_time_s is None and compute.flops_per_example is None and self.workload.resolved_flops_per_example() is None:
-            raise ValueError("cluster.compute.device_flops needs flops_per_example (here or in workload)")
+        if compute.step_time_s is None and compute.flops_per_example is None and self.workload.resolved_flops_per_example() is None \
+                and model_workloads.scenario_workload(self) is None:
+            raise ValueError("cluster.compute.device_flops needs flops_per_example (here or in workload): fred derives a "
+                             "built-in model's own FLOPs only from data whose shape the scenario tells (not "
+                             f"{self._shape_unknown()}); give cluster.compute.flops_per_example or workload.profile")
         self.strategy.check(self)
         _check_tile(self)
         per_node = self.cluster.devices_per_node * self.cluster.workers_per_device
@@ -858,6 +958,10 @@ class Scenario(Section):
             raise ValueError("network.hierarchical: true reduces inside each node first, and every node here holds one "
                              "worker (cluster.devices_per_node and workers_per_device are 1); give nodes several "
                              "workers (devices_per_node: 8) or drop hierarchical")
+        if self.workload.bucket_bytes is not None and self.workload.profile is None and self.model.kind == "python":
+            raise ValueError(f"workload.bucket_bytes {self.workload.bucket_bytes} needs workload.profile with a python "
+                             "model: buckets are cut from a model's layers, in backward order, and fred knows the "
+                             f"built-in models' only; name one of: {', '.join(workloads.names())}")
         if self.workload.bucket_bytes is not None and not self.strategy.buckets_gradients():
             buckets = ", ".join(s.name for s in registry.all_strategies() if _buckets_by_default(s.config))
             raise ValueError(f"workload.bucket_bytes: strategy {self.strategy.name!r} does not all-reduce gradients as "
@@ -868,6 +972,15 @@ class Scenario(Section):
         if self.workload.timing_only:
             _check_timing_only(self)
         return self
+
+    def _shape_unknown(self) -> str:
+        """What keeps the scenario from telling its model's FLOPs (for the refusal's message)."""
+        if self.model.kind == "python":
+            return "a python model, whose layers fred does not know"
+        source = self.data.source
+        if source.kind == "text":
+            return "a text file read by character: its vocabulary is the file's; give model.vocab"
+        return f"data.source.kind {source.kind}, whose shape only its files tell"
 
     @field_validator("name")
     @classmethod
@@ -905,6 +1018,9 @@ def base_step_time_s(scenario: Scenario) -> float:
         return flops * scenario.data.batch_size / compute.device_flops
     if compute.step_time_s is not None:
         return compute.step_time_s
+    own = model_workloads.scenario_workload(scenario)  # device_flops alone: the model's own training FLOPs
+    if own is not None and compute.device_flops is not None:
+        return own.flops_per_example * scenario.data.batch_size / compute.device_flops
     raise ValueError("cluster.compute needs step_time_s, or flops_per_example with device_flops")
 
 
@@ -1095,6 +1211,38 @@ def _check_cadences(scenario: Scenario) -> None:
                          f"stop.max_updates {updates} take {at_least_s:.3g} s or more ({n} workers, steps of {step_s:.3g} s "
                          f"at the fastest); give at most {MAX_CADENCE_EVENTS:,} (every_s >= {at_least_s / MAX_CADENCE_EVENTS:.3g})"
                          + (", or eval.every_updates" if field == "eval.every_s" else ""))
+
+
+IMAGE_KINDS = ("cnn", "resnet")
+
+
+def _check_model_data(scenario: Scenario) -> None:
+    """Refuse a model that cannot take the data, as far as the scenario tells: sequence labels
+    go with the transformer alone (and iid sharding), images with the convolutional models."""
+    model, data = scenario.model, scenario.data
+    source = data.source
+    sequences = source.kind in SEQUENCE_SOURCES
+    if sequences and model.kind != "transformer":
+        raise ValueError(f"model.kind {model.kind} cannot learn data.source.kind {source.kind}: its labels are the next "
+                         "token at every position of a sequence; use model: {kind: transformer}")
+    if model.kind == "transformer" and not sequences:
+        raise ValueError(f"model.kind transformer predicts the next token of token sequences; data.source.kind "
+                         f"{source.kind} has none: use data.source.kind text or synthetic_tokens")
+    if sequences and data.sharding != "iid":
+        raise ValueError(f"data.sharding {data.sharding} deals examples out by their class, and a sequence's label is "
+                         "a token at every position, not one class; use data.sharding: iid")
+    if model.kind in IMAGE_KINDS and source.kind == "synthetic":
+        raise ValueError(f"model.kind {model.kind} needs images (H, W, C); data.source.kind synthetic gives flat feature "
+                         "vectors: use synthetic_images, cifar10, cifar100, digits or mnist")
+    if model.kind == "transformer" and model.context is not None and model.context < source.context:
+        raise ValueError(f"model.context {model.context} is shorter than the data's sequences (data.source.context "
+                         f"{source.context}): the model embeds positions up to its context; give model.context at "
+                         f"least {source.context}, or leave it out")
+    if model.kind == "transformer" and model.vocab is not None:
+        declared = model_workloads.declared_shape(source, None)
+        if declared is not None and model.vocab < declared[1]:
+            raise ValueError(f"model.vocab {model.vocab} is smaller than the data's {declared[1]} tokens: every token "
+                             f"must have an embedding; give model.vocab at least {declared[1]}, or leave it out")
 
 
 def _check_crash_order(faults: FaultsConfig) -> None:
