@@ -107,9 +107,7 @@ def build_model(cfg: ModelConfig, feature_shape: tuple[int, ...], outputs: int) 
     if isinstance(cfg, ResNetModel):
         return Model(*resnet.build(cfg, feature_shape, outputs), width=resnet.width(cfg, feature_shape))
     if isinstance(cfg, TransformerModel):
-        # Evaluated in one call (width 0): Numerics.evaluate's chunks add up whole hits per example
-        # (int), where a sequence's are the share of its tokens predicted.
-        return Model(*transformer.build(cfg, feature_shape, outputs), width=0)
+        return Model(*transformer.build(cfg, feature_shape, outputs), width=transformer.width(cfg, feature_shape, outputs))
     width = activation_width(cfg, feature_shape, outputs)
     if isinstance(cfg, LogisticModel):
         return _mlp(layer_sizes(cfg, feature_shape, outputs), ACTIVATIONS["relu"])._replace(width=width)

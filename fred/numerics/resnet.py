@@ -134,11 +134,12 @@ def _shortcut(x: jax.Array, stride: int, c_out: int) -> jax.Array:
 
 
 def width(cfg: ResNetModel, feature_shape: tuple[int, ...]) -> int:
-    """The most floats one example holds in a layer: the first stage's 3x3 patches at every pixel."""
+    """The most floats one example holds in a layer, with its GroupNorm's temporary: twice the first
+    stage's activations (XLA's convolutions do not lay out a layer's 3x3 patches)."""
     if len(feature_shape) != 3:
         return 0
     pixels = feature_shape[0] * feature_shape[1]
-    return pixels * 9 * max(cfg.width, feature_shape[2])
+    return 2 * pixels * max(cfg.width, feature_shape[2])
 
 
 STORED_PER_OUTPUT = 6  # floats a training step holds per convolution output: measured on CPU (ResNet-20, 256 rows)

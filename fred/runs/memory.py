@@ -218,20 +218,11 @@ def estimate(scenario: Scenario, shape: Shape) -> Estimate:
             parts.append((f"activations of {rows:,} rows", rows * stored * FLOAT))
         width = _width(scenario, shape)
         if width:
-            parts.append(("evaluation", _eval_rows(scenario, shape, width) * width * FLOAT * 4))
+            parts.append(("evaluation", eval_chunk_rows(width) * width * FLOAT * 4))
         instructions = gradient_program_size(scenario)
         if instructions:
             parts.append((f"compiling the gradient program (about {instructions:,} XLA instructions)", compile_bytes(instructions)))
     return Estimate(sum(b for _, b in parts), parts, p)
-
-
-def _eval_rows(scenario: Scenario, shape: Shape, width: int) -> int:
-    """Rows of one evaluation call: a chunk, or every held-out example for a transformer (its
-    sequences are evaluated in one call: fred.numerics.models)."""
-    if not isinstance(scenario.model, TransformerModel):
-        return eval_chunk_rows(width)
-    held = max(int(round(scenario.data.eval_fraction * shape.examples)), 1)
-    return min(held, scenario.data.eval_examples or held)
 
 
 def program_rows(scenario: Scenario) -> int:
