@@ -202,12 +202,15 @@ from pydantic import Field
 
 from fred.numerics.tape import op
 from fred.scenario.registry import register
-from fred.scenario.schema import StrategyConfig
+from fred.scenario.schema import GradientSteps, StrategyConfig
 
 
 class SignSGD(StrategyConfig):
     name: Literal["signsgd"] = "signsgd"
     lr: float = Field(default=0.01, gt=0)
+
+    def gradient_steps(self, scenario, updates):
+        return GradientSteps(updates)  # one worker's gradient an update
 
 
 class State(NamedTuple):  # on the tape as "sign_sgd:State": replay builds it again

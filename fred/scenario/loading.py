@@ -258,7 +258,8 @@ def missing_files(data: dict[str, Any], base_dir: Path) -> list[str]:
     """A problem for each data file ``data`` names that is not there, with the absolute path
     looked at and, for a relative path, the folder it was taken from."""
     source = get_path(data, "data.source")
-    what = DATA_FILES.get(source.get("kind")) if isinstance(source, dict) else None
+    kind = source.get("kind") if isinstance(source, dict) else None
+    what = DATA_FILES.get(kind) if isinstance(kind, str) else None  # any other kind: validation names it
     problems = []
     for path in PATHS if what else ():
         given = get_path(data, path)
