@@ -36,7 +36,7 @@ def _setup(kind: str, tile: int = TILE):
 def _leaves(numerics: Numerics, ds, params, rows: np.ndarray) -> list[list[bytes]]:
     """Each tile's stored (loss, gradient) as bytes, computed by one program over ``rows``."""
     x_all, y_all, zero = numerics._on_device(ds)
-    losses, grads = numerics._piece(params, x_all, y_all, rows, zero, None)
+    losses, grads = numerics._piece(params, x_all, y_all, rows, zero, False)
     leaves = [np.asarray(losses), *map(np.asarray, jax.tree.leaves(grads))]
     return [[leaf[k].tobytes() for leaf in leaves] for k in range(len(losses))]
 

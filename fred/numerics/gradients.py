@@ -406,7 +406,7 @@ def _leaf_sums(chunks: list[tuple[jax.Array, Params]], zero: jax.Array, leaves: 
 
 
 def _stored_chunks(per_example, params: Params, xs: jax.Array, ys: jax.Array, zero: jax.Array,
-                   owners: None = None) -> list[tuple[jax.Array, Params]]:
+                   per_tile: bool = False) -> list[tuple[jax.Array, Params]]:
     """Per-example (loss, gradient) of ``CHUNK_ROWS``-row chunks, each value as a call would store it:
     the leaves of ``exact_tile: 1``.
 
@@ -424,9 +424,9 @@ def _stored_chunks(per_example, params: Params, xs: jax.Array, ys: jax.Array, ze
 
 
 def _stored_tiles(tile_grad, tile: int, params: Params | tuple[Params, ...], xs: jax.Array, ys: jax.Array,
-                  zero: jax.Array, owners: tuple[int, ...] | None = None) -> list[tuple[jax.Array, Params]]:
+                  zero: jax.Array, per_tile: bool = False) -> list[tuple[jax.Array, Params]]:
     """The (loss, gradient) sums of each ``tile``-row tile of ``xs``, as one chunk of stored leaves;
-    with ``owners``, tile ``k`` at the parameters ``params[owners[k]]``.
+    ``per_tile``: ``params`` is a tuple, tile ``k`` at ``params[k]``.
 
     Each tile is its own batched gradient, written out once per tile in the program (not a vmap
     over tiles, and not a loop: XLA compiles a vmap differently as it grows, and on CPU runs a
@@ -434,7 +434,7 @@ def _stored_tiles(tile_grad, tile: int, params: Params | tuple[Params, ...], xs:
     then the same bits in a program of one tile or of many (``tests/test_tiles.py``), so which
     call computed a tile never changes it; nor which parameters the program's other tiles were at.
     """
-    at = (lambda k: params) if owners is None else (lambda k: params[owners[k]])
+    at = (lambda k: params[k]) if per_tile else (lambda k: params)
     tiles = [
         _as_stored(tile_grad(at(k), xs[i : i + tile], ys[i : i + tile]), zero)
         for k, i in enumerate(range(0, xs.shape[0], tile))
@@ -517,18 +517,18 @@ def _stacked(stack: bool, losses: list[jax.Array], grads: list[Params], *cover: 
 
 def _exact_gathered(leaves_of, stack: bool, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array,
                     zero: jax.Array, leaves: int, blocks: int, starts: tuple[int, ...] | None,
-                    owners: tuple[int, ...] | None):
+                    per_tile: bool):
     """The exact sums of the training rows ``rows`` (gathered inside the call): their leaves
-    (``leaves_of``: per-example chunks or tiles, tile k at ``params[owners[k]]`` when given), then
+    (``leaves_of``: per-example chunks or tiles; ``per_tile``: tile k at ``params[k]``), then
     :func:`_leaf_sums`."""
-    chunks = leaves_of(params, x_all[rows], y_all[rows], zero, owners)
+    chunks = leaves_of(params, x_all[rows], y_all[rows], zero, per_tile)
     return _stacked(stack, *_leaf_sums(chunks, zero, leaves, blocks, starts))
 
 
 def _piece_leaves(leaves_of, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array, zero: jax.Array,
-                  owners: tuple[int, ...] | None):
+                  per_tile: bool):
     """The stored leaves of the rows ``rows``: one piece of a call too large for one program."""
-    [chunk] = leaves_of(params, x_all[rows], y_all[rows], zero, owners)
+    [chunk] = leaves_of(params, x_all[rows], y_all[rows], zero, per_tile)
     return chunk
 
 
@@ -626,20 +626,20 @@ class Numerics:
 
     def gradients(
         self, params: Params | tuple[Params, ...], dataset: Dataset, rows: np.ndarray, shards: int,
-        starts: Sequence[int] | None = None, owners: Sequence[int] | None = None,
+        starts: Sequence[int] | None = None,
     ) -> list[GradSum] | Stacked:
         """What a run records as one gradient call: :meth:`shard_sums_of` for one shard,
         the same sums as one :class:`Stacked` for several (fewer arrays to make and track).
         With ``starts`` (:meth:`starts`) it also returns the sums of each shard's cover, in a
-        :class:`Stacked` whatever the shards (:func:`parts_of` hands them out). With ``owners``
-        (only where :attr:`batches_parameters`), ``params`` is a tuple and shard ``i``'s gradient
-        is at ``params[owners[i]]``: the same bits as a call of its own."""
-        if owners is not None:  # shards at several parameters are never summed whole: no stacked rows to split
+        :class:`Stacked` whatever the shards (:func:`parts_of` hands them out). ``params`` may
+        be a tuple, one set a shard (only where :attr:`batches_parameters`): each shard's
+        gradient at its own, the same bits as a call of its own."""
+        if isinstance(params, tuple):  # shards at several parameters are never summed whole: no stacked rows to split
             per_shard = len(rows) // shards // self.tile
-            tiles = tuple(int(o) for o in owners for _ in range(per_shard))
+            each = tuple(params[k // per_shard] for k in range(shards * per_shard))  # a set a tile: one program a shape
             if starts is not None:
-                return self._call(params, dataset, rows, shards, stack=True, starts=_placed(starts, per_shard), owners=tiles)
-            losses, grads = self._call(params, dataset, rows, shards, stack=False, owners=tiles)
+                return self._call(each, dataset, rows, shards, stack=True, starts=_placed(starts, per_shard), per_tile=True)
+            losses, grads = self._call(each, dataset, rows, shards, stack=False, per_tile=True)
             return _grad_sums(losses, grads, len(rows) // shards)
         if starts is not None and self.reduction == "exact":
             placed = _placed(starts, len(rows) // shards // self.tile)
@@ -688,7 +688,7 @@ class Numerics:
         return self._most_tiles[key]
 
     def _call(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int, stack: bool,
-              starts: tuple[int, ...] | None = None, owners: tuple[int, ...] | None = None):
+              starts: tuple[int, ...] | None = None, per_tile: bool = False):
         x_all, y_all, zero = self._on_device(dataset)
         if self.reduction == "fast":  # at most as many blocks a program as tiles: the same bound on compile time
             blocks, most = rows.reshape(shards, -1), self.tiles_per_program(params, dataset)
@@ -705,11 +705,11 @@ class Numerics:
                 rows = np.concatenate([rows, np.zeros(pad, rows.dtype)])
             return self._exact_at[stack](params, x_all, y_all, rows, zero, len(rows) - pad, shards, starts, None)
         leaves = len(rows) // self.tile
-        most = self.tiles_per_program(params if owners is None else params[0], dataset)
+        most = self.tiles_per_program(params[0] if per_tile else params, dataset)
         if leaves <= most:
-            return self._exact_at[stack](params, x_all, y_all, rows, zero, leaves, shards, starts, owners)
-        pieces = [self._piece(params, x_all, y_all, rows[k * self.tile : (k + most) * self.tile], zero,
-                              None if owners is None else owners[k : k + most]) for k in range(0, leaves, most)]
+            return self._exact_at[stack](params, x_all, y_all, rows, zero, leaves, shards, starts, per_tile)
+        pieces = [self._piece(params[k : k + most] if per_tile else params, x_all, y_all,
+                              rows[k * self.tile : (k + most) * self.tile], zero, per_tile) for k in range(0, leaves, most)]
         return self._pieces_at[stack](pieces, zero, leaves, shards, starts)
 
     def _on_device(self, dataset: Dataset) -> tuple[jax.Array, jax.Array, jax.Array]:

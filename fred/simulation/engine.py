@@ -113,8 +113,7 @@ class GradientService:
         self._pending: dict[tuple[int, int], list[_GradientRequest]] = {}
         # On the numerics tape as "gradients": replay rebuilds it from the run's scenario.
         self._gradients = op("gradients")(
-            lambda params, rows, shards, starts=None, owners=None: numerics.gradients(params, dataset, rows, shards,
-                                                                                      starts, owners)
+            lambda params, rows, shards, starts=None: numerics.gradients(params, dataset, rows, shards, starts)
         )
         self._made = 0  # requests made: their order breaks ties
 
@@ -149,25 +148,18 @@ class GradientService:
 
     def _call(self, group: list[_GradientRequest], rows: np.ndarray, starts: np.ndarray | None) -> Any:
         """One recorded gradient call for ``group``: at their one set of parameters, or at each
-        request's own (``owners``: which of the distinct sets, in the order they first come)."""
-        ids: list[int] = []
-        params: list[Params] = []
-        for req in group:
-            if id(req.params) not in ids:
-                ids.append(id(req.params))
-                params.append(req.params)
-        if len(params) == 1:
-            return self._gradients(params[0], rows, len(group), starts)
-        return self._gradients(tuple(params), rows, len(group), starts, tuple(ids.index(id(r.params)) for r in group))
+        request's own (a tuple, one set a request: the program depends on the call's shape only)."""
+        first = group[0].params
+        if all(req.params is first for req in group):
+            return self._gradients(first, rows, len(group), starts)
+        return self._gradients(tuple(req.params for req in group), rows, len(group), starts)
 
     def _flush_like(self, first: _GradientRequest) -> None:
         # In worker order (a stable sort: ties keep request order), as all-reduces sum: one of
         # whole calls then adds the stacked rows where they are (numerics.sum_grads). Which
         # call serves a worker never changes its bits.
         same = sorted(self._take(first), key=_by_worker)
-        per_call = self.numerics.workers_per_call(len(first.rows), len(same))
-        for start in range(0, len(same), per_call):
-            group = same[start : start + per_call]
+        for group in _calls(same, self.numerics.workers_per_call(len(first.rows), len(same))):
             rows = np.concatenate([r.rows for r in group])
             starts = self.numerics.starts([r.worker for r in group], len(first.rows))  # None: not needed
             result = self._call(group, rows, starts)
@@ -176,6 +168,20 @@ class GradientService:
             tape = active_tape()
             if tape is not None:  # replay reports real step times next to these simulated ones
                 tape.note_compute([r.duration_s for r in group])
+
+
+def _calls(requests: list[_GradientRequest], most: int) -> list[list[_GradientRequest]]:
+    """``requests`` cut into calls of at most ``most``, in order. A call at several parameter
+    versions holds a power of two of them: each call's size is a compiled program of its own, and
+    mixes of every size would compile one for each (an 8-worker ASGD run's calls: 4 sizes, not 8)."""
+    calls, start = [], 0
+    while start < len(requests):
+        call = requests[start : start + most]
+        if any(req.params is not call[0].params for req in call):
+            call = call[: 1 << (len(call).bit_length() - 1)]
+        calls.append(call)
+        start += len(call)
+    return calls
 
 
 def _sum_values(values: list[Any]) -> Any:

@@ -172,8 +172,7 @@ def _gradients(scenario: Scenario) -> Callable[..., Any]:
         scenario.model.model_dump_json(), dataset.feature_shape, outputs, dataset.task, scenario.strategy.reduction,
         scenario.strategy.exact_tile,
     )
-    return lambda params, rows, shards, starts=None, owners=None: numerics.gradients(params, dataset, rows, shards,
-                                                                                     starts, owners)
+    return lambda params, rows, shards, starts=None: numerics.gradients(params, dataset, rows, shards, starts)
 
 
 def needed(calls: list[Call], final: tuple[int, Sequence[Any]]) -> list[bool]:
