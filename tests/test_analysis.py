@@ -19,14 +19,14 @@ from fred.tools.cli import main
 from fred.tools.compare import compare, gather
 from fred.tools.plots import loss_curves, staleness_histograms, timeline
 from fred.tools.trace import trace_events
-from tests.conftest import missing_data, shipped_scenarios, tiny
+from tests.conftest import load_shipped, missing_data, shipped_scenarios, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 # Timing-only scenarios (the papers' clusters) have no losses to plot: one trained run per folder,
 # of the scenarios whose data is here (not CIFAR-10's own files). The ResNet and transformer
 # families' runs cost tens of seconds each: checked in the slow suite.
 ONE_PER_FAMILY = sorted({p.parent: p for p in shipped_scenarios()
-                         if not fred.load_scenario(p).workload.timing_only and missing_data(p) is None}.values())
+                         if not load_shipped(p).workload.timing_only and missing_data(p) is None}.values())
 HEAVY_MODELS = ("resnet", "transformer")
 
 

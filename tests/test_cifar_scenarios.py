@@ -12,12 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 import fred
 from fred.scenario.model_workloads import scenario_workload
 from fred.scenario.schema import base_step_time_s
 from fred.tools.replay import replay
-from tests.conftest import shipped_scenarios
+from tests.conftest import load_shipped, missing_data, shipped_scenarios
 from tests.test_cifar_text_data import cifar10_folder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +30,7 @@ TRANSFORMER = ROOT / "scenarios" / "text" / "transformer.yaml"
 def test_the_cifar_scenarios_are_the_four_baselines_on_resnet20_with_eight_workers_of_32():
     assert sorted(p.stem for p in REAL) == sorted(p.stem for p in QUICK) == ["asgd", "local_sgd", "sgp", "ssgd"]
     for path in REAL + QUICK:
-        scenario = fred.load_scenario(path)
+        scenario = load_shipped(path)
         model = scenario.model
         assert (model.kind, model.depth, model.width, model.norm) == ("resnet", 20, 16, "group")
         assert scenario.cluster.workers == 8 and scenario.data.batch_size % 8 == 0
@@ -37,10 +38,11 @@ def test_the_cifar_scenarios_are_the_four_baselines_on_resnet20_with_eight_worke
         assert scenario_workload(scenario).param_count == 269_722
         # timed with the model's own training FLOPs: 3 x 81.1 MFLOP an image
         assert base_step_time_s(scenario) == pytest.approx(scenario.data.batch_size * 3 * 81.1e6 / 5e12, rel=1e-3)
-    for path in REAL:
-        scenario = fred.load_scenario(path)
+    assert yaml.safe_load((REAL[0].parent / "cifar10.yaml").read_text())["data"]["source"]["path"] == "cifar-10-batches-py"
+    for path in REAL:  # the one thing a user sets, the CIFAR-10 folder, is not here
+        assert missing_data(path) and "cifar-10-batches-py does not exist" in missing_data(path)
+        scenario = load_shipped(path)
         assert (scenario.data.source.kind, scenario.data.batch_size) == ("cifar10", 32)
-        assert scenario.data.source.path == "cifar-10-batches-py"  # the one thing a user sets
         if scenario.strategy.name == "ssgd":
             assert scenario.strategy.aggregation == "allreduce"
     for path in QUICK:

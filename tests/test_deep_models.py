@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fred
-from fred.numerics.gradients import Numerics, _example_loss
+from fred.numerics.gradients import Numerics, _example_loss, eval_chunk_rows
 from fred.numerics.models import build_model, param_count
 from fred.numerics.resnet import group_norm
 from fred.runs.memory import Shape, check_fits, estimate, param_count as estimated_params
@@ -251,18 +251,19 @@ def test_the_memory_estimate_counts_the_models_parameters_and_refuses_one_too_la
         ResNetModel(depth=56), CIFAR, 10).param_count
     parts = dict(estimate(scenario, Shape(2000, CIFAR, 10, 3.0)).parts)
     assert parts["evaluation"] > 0
-    # a step holds each example's activations for the backward pass: for a ResNet, more than its per-example gradients
-    assert parts["activations of 64 rows"] > parts["per-example gradients of 64 rows"] > 0
+    # a step holds each example's activations for the backward pass: for a ResNet, more than its leaves' gradients
+    leaves = next(v for k, v in parts.items() if k.startswith("tile gradients"))
+    assert next(v for k, v in parts.items() if k.startswith("activations of")) > leaves > 0
     huge = with_model({"kind": "transformer", "layers": 48, "d_model": 8192, "heads": 64},
                       data={"source": {"kind": "synthetic_tokens", "vocab": 50000}}, cluster={"workers": 8})
     with pytest.raises(ValueError, match=r"out of memory: .*a model of 3[0-9,]+ parameters"):
         check_fits(validate(huge))
 
 
-def test_the_memory_estimate_sizes_a_transformers_whole_evaluation_in_one_call():
+def test_the_memory_estimate_sizes_a_transformers_evaluation_by_its_widest_layer():
     data = with_model({"kind": "transformer"}, data={"source": {"kind": "synthetic_tokens", "examples": 5000},
                                                      "eval_examples": 100})
     scenario = validate(data)
     parts = dict(estimate(scenario, Shape(5000, (32,), 64, 3.0)).parts)
-    width = max(4 * 32 * 32, 4 * 64 * 32, 64 * 32)
-    assert parts["evaluation"] == 100 * width * 4 * 4
+    width = max(4 * 32 * 32, 4 * 64 * 32, 64 * 32)  # attention scores, MLP, logits
+    assert parts["evaluation"] == eval_chunk_rows(width) * width * 4 * 4

@@ -15,7 +15,7 @@ import fred
 from fred.numerics.optim import build, make_sum_step, optimizer_for, sgd
 from fred.scenario.loading import validate
 from fred.tools.replay import replay
-from tests.conftest import shipped_scenarios, tiny
+from tests.conftest import load_shipped, shipped_scenarios, tiny
 
 STEPS = 12  # gossip strategies count one update per node step: 3 steps each of 4 nodes
 MOMENTUM = {"kind": "sgd", "momentum": 0.9, "nesterov": True, "weight_decay": 1e-3}
@@ -233,8 +233,6 @@ def test_a_strategy_that_does_not_declare_it_applies_the_optimizer_refuses_one()
 def test_every_shipped_scenario_keeps_plain_sgd():
     from pathlib import Path
 
-    from fred.scenario.loading import load_scenario
-
     for path in shipped_scenarios():
-        strategy = load_scenario(path).strategy
+        strategy = load_shipped(path).strategy
         assert optimizer_for(strategy).spec == ("sgd", strategy.lr), path

@@ -305,12 +305,14 @@ def backward_copies(scenario: Scenario) -> int:
 
 def tile_equations(model: object) -> int:
     """Jaxpr equations of one tile's gradient (what Numerics.tiles_per_program counts), for the
-    dense and convolutional models: counted for JAX 0.10, 49 + 21 a hidden layer and 68 + 25 a
-    convolution; 0 for the others (not known here)."""
+    dense, convolutional and residual models: counted for JAX 0.10, 49 + 21 a hidden layer, 68 + 25
+    a convolution, about 76 a ResNet layer; 0 for the others (not known here)."""
     if isinstance(model, MLPModel):
         return 49 + 21 * len(model.hidden)
     if isinstance(model, CNNModel):
         return 68 + 25 * len(model.channels)
+    if isinstance(model, ResNetModel):
+        return 76 * model.depth  # ResNet-20's tile: 1,528
     return 0
 
 
