@@ -62,6 +62,8 @@ def record(result: fred.RunResult, old: dict | None) -> dict:
     # Other platforms' hashes stay only while they describe this same trace.
     same_trace = old is not None and all(old.get(key) == now[key] for key in TRACE_KEYS)
     params = dict(old["params_sha256"]) if same_trace else {}
+    if params.get(platform_key(), summary["params_sha256"]) != summary["params_sha256"]:
+        params = {}  # this platform's bits changed, so did the numerics: the other platforms' hashes are stale
     params[platform_key()] = summary["params_sha256"]
     return {**now, "params_sha256": dict(sorted(params.items()))}
 

@@ -141,6 +141,7 @@ def measure(scenario: Scenario, backend: str = "cpu", repeats: int = 20, warmup:
         "model": scenario.model.model_dump(mode="json"),
         "batch_size": batch,
         "reduction": scenario.strategy.reduction,
+        "exact_tile": scenario.strategy.exact_tile,
     }
 
 
