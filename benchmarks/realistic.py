@@ -10,7 +10,8 @@ ResNet-20 with GroupNorm (0.27 M parameters) on synthetic CIFAR-shaped images (3
 rows), per-example leaves (``exact_tile: 1``) and ``reduction: fast``. Against:
 
 - the **per-worker loop**: one jitted fused step (gradient of a worker's 32 rows and the SGD
-  update, one program) per gradient step fred makes, on the batches fred's workers draw;
+  update, one program) per gradient step fred simulates (its compute events: Local SGD's local
+  steps too), on the batches fred's workers draw;
 - for SSGD also the **large-batch loop**: one fused step of all workers' rows per update.
 
 The *bare loop* of a case is the faster of the two. Everything is timed in turn in this one
@@ -19,8 +20,8 @@ time is ``fred.run``'s wall time less its evaluations (``eval_wall_s``, reported
 runs evaluate at their start and end only, on 256 held-out images).
 
 Peak memory: each case runs once more in a process of its own (``--memory-of``), fred or a bare
-loop, and reports its peak resident set (``ru_maxrss``): the process's whole footprint, JAX and
-the data included, as a user sees it.
+loop, and reports its peak resident set (``VmHWM``): the process's whole footprint, JAX and the
+data included, as a user sees it.
 
 Last, the verdicts table (the targets of a training loop's speed):
 
@@ -58,6 +59,7 @@ RESULTS = RESULTS_DIR / "realistic.json"
 BATCH = 32
 LR = 0.05
 STRATEGIES = ("asgd", "ssgd", "local_sgd", "sgp")
+SYNC_EVERY = 4  # Local SGD's local steps between averaging rounds
 NUMERICS = {"default": {}, "per_example": {"exact_tile": 1}, "fast": {"reduction": "fast"}}
 TARGETS = {"default": 1.3, "fast": 1.1, "memory": 1.5, "per_worker_16": 1.0}
 
@@ -69,8 +71,9 @@ def scenario(strategy: str, workers: int, numerics: str, steps: int) -> dict[str
     if strategy == "ssgd":
         strat["aggregation"] = "allreduce"
         updates = max(steps // workers, 1)
-    elif strategy == "local_sgd":
-        strat["sync_every"] = 4
+    elif strategy == "local_sgd":  # an update is an averaging round: every worker's SYNC_EVERY steps
+        strat["sync_every"] = SYNC_EVERY
+        updates = max(steps // (workers * SYNC_EVERY), 1)
     return {
         "name": f"realistic-{strategy}-{workers}-{numerics}",
         "seed": 0,
@@ -119,10 +122,16 @@ class BareLoops:
 
 
 # ----------------------------------------------------------------------------- one case
+def steps_of(result: fred.RunResult) -> int:
+    """The gradient steps a run simulated (its compute events): Local SGD's local steps too, which
+    the summary's ``gradients`` (gradients applied to the model) counts as one a round."""
+    return int((result.events["kind"] == "compute").sum())
+
+
 def case(strategy: str, workers: int, steps: int, repeats: int) -> dict[str, Any]:
     """fred with each numerics and the bare loops, timed in turn: seconds, ratios, gradients."""
     scns = {name: scenario(strategy, workers, name, steps) for name in NUMERICS}
-    gradients = {name: int(fred.run(scn).summary["gradients"]) for name, scn in scns.items()}  # also compiles
+    gradients = {name: steps_of(fred.run(scn)) for name, scn in scns.items()}  # also compiles
     bare = BareLoops(scns["default"], gradients["default"])
     loops: dict[str, Any] = {f"fred_{name}": functools.partial(fred.run, scn) for name, scn in scns.items()}
     loops["per_worker"] = functools.partial(bare.run, bare.per_worker)
@@ -160,11 +169,23 @@ def _memory_of(spec: dict[str, Any]) -> None:
         scn = scenario(spec["strategy"], spec["workers"], "default", spec["steps"])
         bare = BareLoops(scn, spec["steps"])
         bare.run(bare.large if what == "large_batch" else bare.per_worker)
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print(peak_resident_mb())
 
 
-def memory(strategy: str, workers: int, steps: int) -> dict[str, float]:
+def peak_resident_mb() -> float:
+    """This process's peak resident set (VmHWM). Not ``ru_maxrss``: on Linux a child starts with
+    its parent's at the fork, and keeps it through exec, so every child reported the benchmark's."""
+    for line in open("/proc/self/status", encoding="ascii"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def memory(strategy: str, workers: int) -> dict[str, float]:
+    """Peak RSS of each numerics and bare loop, a process each, over one step a worker (Local SGD:
+    one round): what a step holds does not grow with the steps."""
     loops = ["per_worker", *(["large_batch"] if strategy == "ssgd" else [])]
+    steps = workers * (SYNC_EVERY if strategy == "local_sgd" else 1)
     rss = {what: peak_rss_mb(strategy, workers, steps, what) for what in [*NUMERICS, *loops]}
     bare = min(rss[loop] for loop in loops)
     return {**{f"{k}_rss_mb": v for k, v in rss.items()}, "bare_rss_mb": bare,
@@ -202,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         steps = (2 if args.quick else 4) * workers  # gradient steps a case: 4 a worker (SSGD: 4 rounds)
         for strategy in STRATEGIES:
             row = case(strategy, workers, steps, args.repeats)
-            row.update(memory(strategy, workers, steps))
+            row.update(memory(strategy, workers))
             rows.append(row)
             print(f"  {workers} workers {strategy}: default/bare {row['default_over_bare']:.2f}, "
                   f"fast/bare {row['fast_over_bare']:.2f}, per-example/bare {row['per_example_over_bare']:.2f}",

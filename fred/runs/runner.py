@@ -303,7 +303,7 @@ class _Controller:
             loss, accuracy = math.nan, math.nan
         else:
             ds = self.built.dataset
-            params = resolved(self.params_fn())
+            params = jax.block_until_ready(resolved(self.params_fn()))  # training still computing is not evaluation's
             started = time.perf_counter()
             loss, accuracy = self.built.numerics.evaluate(params, ds.x_eval, ds.y_eval)
             self.eval_wall_s += time.perf_counter() - started
