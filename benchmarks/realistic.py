@@ -16,8 +16,9 @@ rows), per-example leaves (``exact_tile: 1``) and ``reduction: fast``. Against:
 
 The *bare loop* of a case is the faster of the two. Everything is timed in turn in this one
 process, best of ``--repeats`` after one untimed warm-up that pays every compilation. fred's
-time is ``fred.run``'s wall time less its evaluations (``eval_wall_s``, reported apart; the
-runs evaluate at their start and end only, on 256 held-out images).
+time is ``fred.run``'s wall time less its evaluations (``eval_wall_s``) and less building the
+run (loading the data, the model, the cluster), both reported apart; the runs evaluate at their
+start and end only, on 256 held-out images.
 
 Peak memory: each case runs once more in a process of its own (``--memory-of``), fred or a bare
 loop, and reports its peak resident set (``VmHWM``): the process's whole footprint, JAX and the
@@ -37,11 +38,14 @@ Results are printed as tables and written to ``benchmarks/results/realistic.json
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import resource
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -53,6 +57,7 @@ import fred
 from fred.numerics import rng
 from fred.numerics.data import GlobalBatchStream
 from fred.runs.api import resolve
+from fred.runs import runner
 from fred.runs.runner import build
 
 RESULTS = RESULTS_DIR / "realistic.json"
@@ -122,6 +127,28 @@ class BareLoops:
 
 
 # ----------------------------------------------------------------------------- one case
+@contextlib.contextmanager
+def built_in() -> Iterator[dict[str, float]]:
+    """The least wall seconds ``fred.runs.runner.build`` took for each scenario (by name) inside the
+    block: loading the data, building the model and the cluster, before any step (a fixed cost
+    reported apart: 0.5-1 s, a large share of a short run's)."""
+    build, seconds = runner.build, {}
+
+    def timed(scenario: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return build(scenario)
+        finally:
+            spent = time.perf_counter() - t0
+            seconds[scenario.name] = min(spent, seconds.get(scenario.name, spent))
+
+    runner.build = timed  # type: ignore[assignment]
+    try:
+        yield seconds
+    finally:
+        runner.build = build  # type: ignore[assignment]
+
+
 def steps_of(result: fred.RunResult) -> int:
     """The gradient steps a run simulated (its compute events): Local SGD's local steps too, which
     the summary's ``gradients`` (gradients applied to the model) counts as one a round."""
@@ -137,12 +164,14 @@ def case(strategy: str, workers: int, steps: int, repeats: int) -> dict[str, Any
     loops["per_worker"] = functools.partial(bare.run, bare.per_worker)
     if strategy == "ssgd":
         loops["large_batch"] = functools.partial(bare.run, bare.large)
-    best, out = best_in_turn(loops, repeats)
+    with built_in() as build_s:
+        best, out = best_in_turn(loops, repeats)
     row: dict[str, Any] = {"strategy": strategy, "workers": workers, "gradients": gradients}
     for name in NUMERICS:
         summary = out[f"fred_{name}"].summary
         row[f"{name}_eval_s"] = summary["eval_wall_s"]
-        row[f"{name}_s"] = best[f"fred_{name}"] - summary["eval_wall_s"]
+        row[f"{name}_build_s"] = build_s[f"realistic-{strategy}-{workers}-{name}"]
+        row[f"{name}_s"] = best[f"fred_{name}"] - summary["eval_wall_s"] - row[f"{name}_build_s"]
     row["per_worker_s"] = best["per_worker"]
     row["large_batch_s"] = best.get("large_batch", float("nan"))
     row["bare_s"] = min(best["per_worker"], best.get("large_batch", float("inf")))
@@ -229,12 +258,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"fast/bare {row['fast_over_bare']:.2f}, per-example/bare {row['per_example_over_bare']:.2f}",
                   file=sys.stderr, flush=True)
     print("\nResNet-20 (GroupNorm), batch 32 a worker: fred's training seconds over the bare loop's "
-          "(evaluation excluded, reported apart)")
+          "(evaluation and building the run excluded, reported apart)")
     print(table(["workers", "strategy", "grads", "bare ms/step", "default", "per-example", "fast", "default/per-worker",
-                 "eval s"],
+                 "eval s", "build s"],
                 [[r["workers"], r["strategy"], r["gradients"]["default"], r["ms_per_step_bare"], r["default_over_bare"],
-                  r["per_example_over_bare"], r["fast_over_bare"], r["default_over_per_worker"], r["default_eval_s"]]
-                 for r in rows]))
+                  r["per_example_over_bare"], r["fast_over_bare"], r["default_over_per_worker"], r["default_eval_s"],
+                  r["default_build_s"]] for r in rows]))
     print("\nPeak memory (RSS, MB) of one process running the case once")
     print(table(["workers", "strategy", "bare", "default", "per-example", "fast", "default/bare"],
                 [[r["workers"], r["strategy"], r["bare_rss_mb"], r["default_rss_mb"], r["per_example_rss_mb"],

@@ -382,8 +382,8 @@ def _grad_sums(losses: list[jax.Array], grads: list[Params], per_shard: int) -> 
     return [GradSum(g, loss, per_shard) for g, loss in zip(grads, losses)]
 
 
-def _example_loss(model: Model, task: str, params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
-    out = model.apply(params, x[None])[0]
+def _output_loss(model: Model, task: str, out: jax.Array, y: jax.Array) -> jax.Array:
+    """One example's loss from its outputs."""
     if model.loss is not None:  # the user's, or one chosen by name
         return model.loss(out, y)
     if task == "regression":
@@ -391,6 +391,18 @@ def _example_loss(model: Model, task: str, params: Params, x: jax.Array, y: jax.
     if y.ndim == 1:  # a sequence's labels, one token a position: the mean of its tokens' cross-entropies
         return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(out), y[:, None], axis=-1))
     return -jax.nn.log_softmax(out)[y]
+
+
+def _example_loss(model: Model, task: str, params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
+    """One example's loss, the model applied to it alone (what per-example gradients differentiate)."""
+    return _output_loss(model, task, model.apply(params, x[None])[0], y)
+
+
+def _batch_loss(model: Model, task: str, params: Params, xs: jax.Array, ys: jax.Array) -> jax.Array:
+    """The summed loss of a batch, the model applied to the batch at once, as a training loop does
+    (a tile's, a fast shard's: its examples' outputs are their own, Model.exact_issue)."""
+    losses = jax.vmap(functools.partial(_output_loss, model, task))(model.apply(params, xs), ys)
+    return jnp.sum(losses)
 
 
 def _leaf_sums(chunks: list[tuple[jax.Array, Params]], zero: jax.Array, leaves: int, blocks: int,
@@ -583,7 +595,7 @@ class Numerics:
         loss = functools.partial(_example_loss, model, task)
         per_example = jax.vmap(jax.value_and_grad(loss), in_axes=(None, 0, 0))
         self._per_example = jax.jit(per_example)  # one chunk alone: what the exact program must match
-        batch_loss = lambda p, x, y: jnp.sum(jax.vmap(loss, in_axes=(None, 0, 0))(p, x, y))
+        batch_loss = functools.partial(_batch_loss, model, task)
         self._tile_grad = jax.value_and_grad(batch_loss)
         if self.tile == 1:
             leaves_of = functools.partial(_stored_chunks, per_example)
