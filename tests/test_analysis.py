@@ -28,11 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ONE_PER_FAMILY = sorted({p.parent: p for p in shipped_scenarios()
                          if not load_shipped(p).workload.timing_only and missing_data(p) is None}.values())
 HEAVY_MODELS = ("resnet", "transformer")
+DEFAULT_FAMILIES = ("scenarios", "pipe_sgd")  # the quickstart and Pipe-SGD, 3 s each; the others (6-11 s) are slow
 
 
 def family_params() -> list:
-    heavy = lambda p: fred.load_scenario(p).model.kind in HEAVY_MODELS
-    return [pytest.param(p, id=p.parent.name, marks=(pytest.mark.slow,) if heavy(p) else ()) for p in ONE_PER_FAMILY]
+    slow = lambda p: fred.load_scenario(p).model.kind in HEAVY_MODELS or p.parent.name not in DEFAULT_FAMILIES
+    return [pytest.param(p, id=p.parent.name, marks=(pytest.mark.slow,) if slow(p) else ()) for p in ONE_PER_FAMILY]
 
 
 def short(path: Path) -> fred.RunResult:

@@ -59,12 +59,14 @@ def quick_run(path: Path, tmp_path: Path, check_replay: bool = True, **overrides
     return result
 
 
+@pytest.mark.slow  # 10 s on 2 cores; tests/test_resnet_exact.py runs the ResNet in the default run
 def test_the_quick_ssgd_scenario_runs(tmp_path):
     result = quick_run(ROOT / "scenarios" / "cifar" / "quick" / "ssgd.yaml", tmp_path, check_replay=False,
                        stop={"max_updates": 2})
     assert result.summary["updates"] == 2 and result.summary["param_bytes"] == 4 * 269_722
 
 
+@pytest.mark.slow  # 10 s on 2 cores; tests/test_deep_models.py trains the transformer in the default run
 def test_the_transformer_scenario_runs_and_replays(tmp_path):
     result = quick_run(TRANSFORMER, tmp_path, stop={"max_updates": 4})
     assert result.summary["updates"] == 4 and 0.0 <= result.summary["final_eval_accuracy"] <= 1.0

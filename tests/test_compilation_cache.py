@@ -70,6 +70,7 @@ print(json.dumps({"code": code, "hits": len(hits)}))
 """
 
 
+@pytest.mark.slow  # 8 s on 2 cores: two fresh processes
 def test_a_run_from_the_cache_is_the_run_a_fresh_compilation_makes(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(tiny(stop={"max_updates": 20})))

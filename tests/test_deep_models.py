@@ -194,7 +194,8 @@ def test_a_sequences_loss_is_the_mean_of_its_tokens_cross_entropies_and_accuracy
 
 # ----------------------------------------------------------------------------- through a run
 @pytest.mark.parametrize("name, model, data", [
-    ("resnet", {"kind": "resnet", "depth": 8, "width": 4}, {"source": {"kind": "digits"}, "batch_size": 8, "eval_examples": 16}),
+    pytest.param("resnet", {"kind": "resnet", "depth": 8, "width": 4}, {"source": {"kind": "digits"}, "batch_size": 8, "eval_examples": 16},
+                 marks=pytest.mark.slow),  # 11 s on 2 cores; tests/test_resnet_exact.py trains a ResNet in the default run
     ("transformer", {"kind": "transformer", "layers": 1, "d_model": 16, "heads": 2},
      {"source": {"kind": "synthetic_tokens", "examples": 64, "context": 8, "vocab": 16}, "batch_size": 8}),
 ])

@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -24,6 +26,7 @@ def rows(page: str, heading: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in table[2:]]
 
 
+@pytest.mark.slow  # 7 s on 2 cores
 def test_the_quick_section_judges_each_claim_from_runs_it_made(tmp_path, monkeypatch):
     module = validation()
     computed = []

@@ -318,6 +318,7 @@ def acts_after_its_crash(result: fred.RunResult) -> pd.DataFrame:
     return pd.concat(rows) if rows else events.iloc[:0]
 
 
+@pytest.mark.slow  # 5 s on 2 cores
 def test_pipe_sgd_with_staleness_two_on_an_uneven_cluster_runs():
     # A fast worker dropped w[t-1] while a slower one was about to read it (KeyError).
     data = {"cluster": {"workers": 2, "stragglers": [{"worker": 1, "slow_factor": 2}]},

@@ -28,6 +28,7 @@ def quick() -> str:
     return text
 
 
+@pytest.mark.slow  # the quick section's runs: 8 s on 2 cores
 def test_the_section_has_its_heading_tables_and_command(quick):
     assert quick.startswith("## ")
     assert "python scenarios/hybrid/validation.py --rerun" in quick
@@ -35,6 +36,7 @@ def test_the_section_has_its_heading_tables_and_command(quick):
         assert f"| {label} |" in quick
 
 
+@pytest.mark.slow  # the quick section's runs: 8 s on 2 cores
 def test_every_method_is_reported_as_mean_and_sd_over_three_seeds(quick):
     v = validation()
     assert len(v.QUICK.seeds) >= 3 and len(v.FULL.seeds) >= 3
@@ -45,6 +47,7 @@ def test_every_method_is_reported_as_mean_and_sd_over_three_seeds(quick):
         assert len(re.findall(r"\d+\.\d+ ± \d+\.\d+", row)) >= 3, row  # loss, accuracy, staleness at least
 
 
+@pytest.mark.slow  # the quick section's runs: 8 s on 2 cores
 def test_each_claim_gets_a_verdict_in_words_for_both_group_updates(quick):
     verdicts = [line for line in quick.splitlines() if line.startswith("- hybrid")]
     assert len(verdicts) == 2 * 2 * 3  # two learning-rate choices, two group updates, three claims

@@ -116,7 +116,7 @@ def test_a_schedule_sets_the_learning_rate_of_each_optimizer_step(schedule, rate
 
 
 # ----------------------------------------------------------------------------- exactness
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=2, deadline=None)
 @given(
     workers=st.integers(1, 5),
     batch=st.sampled_from([1, 2, 4, 8, 16]),

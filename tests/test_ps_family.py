@@ -251,6 +251,7 @@ def test_n_soft_larger_than_the_cluster_is_refused():
         fred.run(tiny(strategy={"name": "sasgd", "n_soft": 9}))
 
 
+@pytest.mark.slow  # 6 s on 2 cores; tests/test_models.py runs MNIST files end to end in the default run
 def test_the_paper_scenarios_accept_user_mnist_files(tmp_path):
     from pathlib import Path
 

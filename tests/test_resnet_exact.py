@@ -1,8 +1,8 @@
 """The exact reduction on a ResNet (GroupNorm): SSGD with n workers of batch b is SGD with batch
 n*b bit for bit, for tiles of 8 rows (odd numbers of tiles too) and for per-example leaves (odd
 batches), and a run replays bit for bit. A ResNet-8 of width 4 keeps the programs small; each
-layout still compiles programs of its own (a few seconds on 2 cores), so the default run checks
-two layouts and `pytest -m slow` draws many."""
+layout still compiles programs of its own (5-12 s on 2 cores), so the default run checks one
+layout and `pytest -m slow` the others, a replay and many draws."""
 
 from __future__ import annotations
 
@@ -43,8 +43,11 @@ def _check(workers: int, batch: int, tile: int, aggregation: str) -> None:
     assert _sha(workers, batch, tile, "ssgd", aggregation) == large, f"n={workers} b={batch} tile={tile} {aggregation}"
 
 
-@pytest.mark.parametrize(("workers", "batch", "tile", "aggregation"), [(3, 24, 8, "allreduce"), (2, 3, 1, "ps")],
-                         ids=["3x3-tiles", "2x3-examples"])
+@pytest.mark.parametrize(("workers", "batch", "tile", "aggregation"),
+                         [(2, 16, 8, "allreduce"),
+                          pytest.param(3, 24, 8, "allreduce", marks=pytest.mark.slow),  # 12 s on 2 cores
+                          pytest.param(2, 3, 1, "ps", marks=pytest.mark.slow)],  # 7 s
+                         ids=["2x2-tiles", "3x3-tiles", "2x3-examples"])
 def test_ssgd_on_a_resnet_is_sgd_with_the_large_batch(workers, batch, tile, aggregation):
     _check(workers, batch, tile, aggregation)
 
@@ -56,6 +59,7 @@ def test_ssgd_on_a_resnet_is_sgd_with_the_large_batch_many_draws(workers, tiles,
     _check(workers, 8 * tiles, 8, aggregation)
 
 
+@pytest.mark.slow  # 14 s on 2 cores; tests/test_replay.py replays every strategy in the default run
 def test_a_resnet_run_replays_bit_for_bit(tmp_path):
     scenario = resnet(cluster={"workers": 2, "jitter": {"kind": "lognormal", "sigma": 0.3}},
                       data={"batch_size": 16}, strategy={"name": "asgd", "lr": 0.05}, stop={"max_updates": 4})

@@ -325,6 +325,7 @@ def checkpointed_cli_run(tmp_path, updates: int, out, **popen) -> tuple[Path, di
     return path, env, process
 
 
+@pytest.mark.slow  # 11 s on 2 cores: a process killed and resumed; the default run resumes every strategy in process
 def test_fred_run_killed_with_sigkill_resumes_bit_identical(tmp_path):
     path, env, killed = checkpointed_cli_run(tmp_path, 3000, tmp_path / "killed")
     killed.send_signal(signal.SIGKILL)

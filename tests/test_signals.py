@@ -112,6 +112,7 @@ runner.build = build
 """
 
 
+@pytest.mark.slow  # 5 s on 2 cores
 def test_a_signal_while_native_code_holds_the_main_thread_ends_the_process_anyway(tmp_path):
     # SIGTERM during a long first compilation waited 40-120 s for it to end.
     proc, out = start(tmp_path, setup=HELD_IN_NATIVE_CODE)

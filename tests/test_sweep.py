@@ -102,6 +102,7 @@ def test_parallel_processes_give_the_same_table(scenario, tmp_path):
     assert list(serial["params_sha256"]) == list(parallel["params_sha256"])
 
 
+@pytest.mark.slow  # 4 s on 2 cores: worker processes started and stopped
 def test_ctrl_c_stops_a_parallel_sweep_and_keeps_what_finished(scenario, tmp_path):
     told: list[str] = []
 
@@ -121,6 +122,7 @@ def test_ctrl_c_stops_a_parallel_sweep_and_keeps_what_finished(scenario, tmp_pat
     assert ran == 8 - len(kept)
 
 
+@pytest.mark.slow  # 7 s on 2 cores: worker processes started and stopped
 def test_ctrl_c_twice_at_a_terminal_ends_a_parallel_sweep_at_once(tmp_path):
     # A terminal's Ctrl-C reaches the whole process group. The second one cut the pool's shutdown
     # short and the sweep hung at exit, its workers never told to stop.

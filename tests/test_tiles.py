@@ -44,9 +44,9 @@ def _leaves(numerics: Numerics, ds, params, rows: np.ndarray) -> list[list[bytes
 @pytest.mark.parametrize("kind", sorted(MODELS))
 def test_a_tiles_bits_do_not_depend_on_the_program_that_computed_it(kind):
     ds, numerics, params = _setup(kind)
-    rows = rng.stream(1, "rows").choice(len(ds.y_train), size=12 * TILE)
-    alone = [_leaves(numerics, ds, params, rows[k * TILE : (k + 1) * TILE])[0] for k in range(12)]
-    for first, count in [(0, 12), (3, 5), (7, 2), (1, 8)]:
+    rows = rng.stream(1, "rows").choice(len(ds.y_train), size=8 * TILE)
+    alone = [_leaves(numerics, ds, params, rows[k * TILE : (k + 1) * TILE])[0] for k in range(8)]
+    for first, count in [(0, 8), (3, 5), (5, 2)]:
         together = _leaves(numerics, ds, params, rows[first * TILE : (first + count) * TILE])
         assert together == alone[first : first + count], f"tiles {first}..{first + count} in one program"
 

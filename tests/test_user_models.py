@@ -159,6 +159,7 @@ def test_each_style_trains_on_digits_over_named_float32_parameters(style, style_
     assert all(np.asarray(v).dtype == np.float32 for v in result.params.values())
 
 
+@pytest.mark.slow  # 5 s on 2 cores: a fresh process; tests/test_contract.py checks every strategy in one
 def test_each_style_gives_the_same_bits_in_a_fresh_process(style_runs, module_dir, tmp_path):
     files = []
     for style, model in STYLES.items():
