@@ -46,7 +46,7 @@ from overhead import (
 )
 
 import fred
-from fred.numerics.gradients import CALL_ROWS, CHUNK_ROWS, _example_loss, stacked_sum
+from fred.numerics.gradients import CALL_ROWS, _example_loss, stacked_sum
 from fred.numerics.optim import make_sum_step, sgd
 
 RESULTS = RESULTS_DIR / "skeleton.json"
@@ -74,13 +74,8 @@ class Programs:
         self.x_all, self.y_all, self.zero = bare.numerics._on_device(bare.dataset)
 
     def gradient(self, params, rows: np.ndarray, shards: int, stack: bool):
-        """fred's gradient program on ``rows`` (``Numerics._call`` without the Python around it)."""
-        num = self.bare.numerics
-        if self.reduction == "fast":
-            return num._fast_at[stack](params, self.x_all, self.y_all, rows.reshape(shards, -1), shards)
-        pad = (-len(rows)) % CHUNK_ROWS
-        padded = np.concatenate([rows, np.zeros(pad, rows.dtype)]) if pad else rows
-        return num._exact_at[stack](params, self.x_all, self.y_all, padded, self.zero, len(rows), shards, None)
+        """fred's gradient program on ``rows`` (``Numerics._call``: the tiles or shards it cuts them into)."""
+        return self.bare.numerics._call(params, self.bare.dataset, rows, shards, stack)
 
     def fred_round(self, params, state, idx: np.ndarray, workers: int):
         """fred's SSGD round: gradient calls of up to CALL_ROWS rows (fast: one), the sum across them, the update."""
