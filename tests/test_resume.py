@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import os
@@ -30,6 +31,30 @@ from fred.scenario import registry
 from fred.scenario.loading import validate
 from fred.tools.cli import main
 from tests.conftest import READS_NUMBERS, cluster_for, tiny
+
+
+@pytest.fixture(autouse=True)
+def signals_as_python_starts():
+    """Tests here send their own process SIGINT and expect Python's KeyboardInterrupt: Python's
+    handler, SIGINT unblocked, garbage collection on and no ``fred`` command's stop pending, as a
+    fresh process has them. Under ``pytest -n`` a worker process runs other modules' tests first;
+    in one default run all nine of this module's Ctrl-C tests ran as if no signal came."""
+    from fred.runs import interrupt
+
+    handler = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    command, interrupt._command = interrupt._command, None
+    collecting = gc.isenabled()
+    gc.enable()
+    try:
+        yield
+    finally:
+        interrupt._command = command
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, handler)
+        if not collecting:
+            gc.disable()
 
 VARIANTS = {
     "ssgd_ps": {"name": "ssgd", "aggregation": "ps"},
@@ -372,8 +397,6 @@ def test_fred_run_from_python_leaves_sigterm_to_the_system(monkeypatch):
 
 def test_a_ctrl_c_during_a_checkpoints_collection_stops_the_run():
     # Raised inside a collection callback (JAX has one), Python printed and dropped it.
-    import gc
-
     from fred.runs.checkpoint import collect
 
     def interrupt(phase, info):
@@ -396,7 +419,6 @@ def ctrl_c_now():
 
 def ctrl_c_in_a_collection():
     # Raised in a collector callback (JAX has one) or a weak reference's, Python prints and drops it.
-    import gc
 
     def interrupt(phase, info):
         gc.callbacks.remove(interrupt)
