@@ -89,9 +89,9 @@ def refused_with_a_short_message(data, tmp_path, capsys):
     assert not out.exists()
 
 
-# 400 broken scenarios in the default run (a fresh draw each time); 2,500 in `pytest -m slow`
+# 100 broken scenarios in the default run (a fresh draw each time); 2,500 in `pytest -m slow`
 # (25-60 s on 2 loaded cores).
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=broken_scenarios())
 def test_a_broken_scenario_is_refused_with_a_short_message(data, tmp_path, capsys):
     refused_with_a_short_message(data, tmp_path, capsys)

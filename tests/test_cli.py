@@ -234,7 +234,7 @@ def test_the_console_script_runs_the_quickstart_shipped_with_the_repo(tmp_path):
     assert done.stderr == ""  # no progress bar when not attached to a terminal
 
 
-@pytest.mark.parametrize("delay_s", [0.5, 3.5] + [pytest.param(d, marks=pytest.mark.slow) for d in (2.0, 5.0)])
+@pytest.mark.parametrize("delay_s", [0.5] + [pytest.param(d, marks=pytest.mark.slow) for d in (2.0, 3.5, 5.0)])
 def test_a_run_killed_at_any_moment_leaves_a_complete_directory_or_none(tmp_path, delay_s):
     import signal
     import time
@@ -271,7 +271,7 @@ entry()
 """
 
 
-@pytest.mark.parametrize("command", [["list"], pytest.param(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "--quiet"],
+@pytest.mark.parametrize("command", [pytest.param(["list"], marks=pytest.mark.slow), pytest.param(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "--quiet"],
                                                                 marks=pytest.mark.slow)])
 def test_ctrl_c_while_fred_loads_its_libraries_ends_quietly_with_130(command, tmp_path):
     # Ctrl-C in a command's first second, while `import fred` loaded jax and pandas, printed a traceback.

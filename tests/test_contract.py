@@ -83,6 +83,7 @@ def test_every_strategy_is_deterministic(twice):
         pd.testing.assert_frame_equal(getattr(first, table), getattr(second, table))
 
 
+@pytest.mark.slow  # 5 s on 2 cores: every strategy again in a fresh process (tests/test_determinism.py checks one in the default run)
 def test_every_strategy_gives_the_same_bits_in_another_process(twice, in_another_process):
     # Iterating a set of names, or anything keyed on id() or hash(), passes the test above
     # and fails this one.

@@ -72,7 +72,7 @@ def test_resnet_layers_hold_the_parameters_their_names_begin():
     assert names[:3] == ["conv1", "norm1", "layer1.0.conv1"] and names[-1] == "fc"
 
 
-@pytest.mark.parametrize("shape", [SMALL, (8, 8, 1)])  # digits' shape too: the strides make 4 x 4, then 2 x 2
+@pytest.mark.parametrize("shape", [SMALL, pytest.param((8, 8, 1), marks=pytest.mark.slow)])  # digits' shape too: the strides make 4 x 4, then 2 x 2
 def test_resnet_outputs_one_row_of_logits_per_image_and_each_image_its_own(shape):
     model = build_model(ResNetModel(depth=8, width=8), shape, 10)
     params = model.init(jax.random.PRNGKey(1))
@@ -196,8 +196,9 @@ def test_a_sequences_loss_is_the_mean_of_its_tokens_cross_entropies_and_accuracy
 @pytest.mark.parametrize("name, model, data", [
     pytest.param("resnet", {"kind": "resnet", "depth": 8, "width": 4}, {"source": {"kind": "digits"}, "batch_size": 8, "eval_examples": 16},
                  marks=pytest.mark.slow),  # 11 s on 2 cores; tests/test_resnet_exact.py trains a ResNet in the default run
-    ("transformer", {"kind": "transformer", "layers": 1, "d_model": 16, "heads": 2},
-     {"source": {"kind": "synthetic_tokens", "examples": 64, "context": 8, "vocab": 16}, "batch_size": 8}),
+    pytest.param("transformer", {"kind": "transformer", "layers": 1, "d_model": 16, "heads": 2},
+                 {"source": {"kind": "synthetic_tokens", "examples": 64, "context": 8, "vocab": 16}, "batch_size": 8},
+                 marks=pytest.mark.slow),  # 9 s on 2 cores; a sequence's loss and accuracy are checked in the default run
 ])
 def test_both_models_train_alike_under_the_exact_and_the_fast_reduction(name, model, data):
     # the exact reduction's per-example gradients (vmap of grad) add up to the batch's gradient

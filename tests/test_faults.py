@@ -52,7 +52,7 @@ def runs_after(result: fred.RunResult, worker: int, time_s: float) -> pd.DataFra
 
 
 # ----------------------------------------------------------------------------- worker crash
-@pytest.mark.parametrize("name", STRATEGIES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=(pytest.mark.slow,) if n == "adpsgd" else ()) for n in STRATEGIES])  # AD-PSGD: 4 s (and its own crash test below)
 def test_a_crashed_worker_is_routed_around_after_the_timeout(name):
     worker = 0 if name in ONE_WORKER else 1
     faults = {"worker_crash": [{"worker": worker, "at_s": CRASH_AT_S}], "sync_timeout_s": TIMEOUT_S}
@@ -326,6 +326,7 @@ def test_pipe_sgd_with_staleness_two_on_an_uneven_cluster_runs():
     assert fred.run(data).summary["status"] == "completed"
 
 
+@pytest.mark.slow  # 3.5 s on 2 cores
 def test_adpsgd_survives_a_crash_while_queued_for_a_lock_and_a_dead_neighbour_sends_nothing():
     # The lock request was cancelled twice (list.remove); a neighbour that died while the
     # locks were awaited still sent its parameters.

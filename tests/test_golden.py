@@ -68,24 +68,25 @@ def record(result: fred.RunResult, old: dict | None) -> dict:
     return {**now, "params_sha256": dict(sorted(params.items()))}
 
 
-# One shipped scenario per strategy (and the quickstart) in the default run, where it costs a few
-# seconds at most; the others, the same strategies at other sizes, and HPSGD's and D-PSGD's (8-10 s
-# each), are marked slow (`pytest -m slow`, run by .ci/run).
+# A few shipped scenarios (the quickstart, SSGD, Pipe-SGD, SGP, faults) in the default run, a few
+# seconds each; the others, the same strategies at other sizes, and Local SGD's, OSGP's, HPSGD's and
+# D-PSGD's (5-10 s each), are marked slow (`pytest -m slow`, run by .ci/run). Every strategy runs
+# in the default run's contract tests (tests/test_contract.py).
 DEFAULT_RUN = {
-    "quickstart", "baselines/ssgd", "baselines/ssgd_ps", "hpsgd/local_sgd_4",
-    "pipe_sgd/pipe_k1", "pipe_sgd/arsgd", "sgp/sgp_4", "sgp/osgp_4", "faults/base",
+    "quickstart", "baselines/ssgd_ps",
+    "pipe_sgd/pipe_k1", "pipe_sgd/arsgd", "sgp/sgp_4", "faults/base",
 }  # fmt: skip
 # The strategies whose shipped scenarios all take long (3,000 updates, or 120 simulated seconds
 # of 9 workers: 11-22 s each, run and replay, on 2 loaded cores): the default run checks one of
-# each cut short, to a tenth of its stop, against a golden summary of its own (golden/short/);
-# the whole runs are marked slow, and so are the short ones that still take 10-17 s (SHORT_SLOW).
+# each cut short, to a tenth of its stop, against a golden summary of its own (golden/short/):
+# 10-17 s each, so they run in `pytest -m slow` with the whole runs (SHORT_SLOW: all of them).
 SHORT = {
     "fasgd/fasgd_4": {"stop": {"max_updates": 300}},
     "fasgd/sasgd_4": {"stop": {"max_updates": 300}},
     "fasgd/bfasgd_16": {"stop": {"max_updates": 300}},
     "hybrid/grouped_hybrid": {"stop": {"max_sim_time_s": 12.0}},
 }
-SHORT_SLOW = {"fasgd/fasgd_4", "fasgd/bfasgd_16", "hybrid/grouped_hybrid"}
+SHORT_SLOW = {"fasgd/fasgd_4", "fasgd/sasgd_4", "fasgd/bfasgd_16", "hybrid/grouped_hybrid"}
 
 
 def shipped_name(path: Path) -> str:

@@ -100,6 +100,7 @@ def test_the_module_loads_by_path_as_docs_make_validation_loads_it():
     assert loaded.cifar_resnet101() == validation.cifar_resnet101()
 
 
+@pytest.mark.slow  # 4 s on 2 cores: the quick section's runs
 def test_the_quick_section_is_structured_and_computed(monkeypatch):
     text = validation.section(quick=True)
     assert text.startswith("## ")

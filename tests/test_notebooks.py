@@ -20,7 +20,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.i
 MAX_BYTES = 400_000  # each stored notebook: small PNGs (dpi 80) and rounded tables
 
 
-SLOW = {"staleness", "convergence_vs_time"}  # 11-17 s each, small settings and all: executed in `pytest -m slow`
+SLOW = {"quickstart", "staleness", "convergence_vs_time", "sweep"}  # 5-17 s each, small settings and all: executed in `pytest -m slow`
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=(pytest.mark.slow,) if p.stem in SLOW else ()) for p in NOTEBOOKS],

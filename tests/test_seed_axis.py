@@ -56,6 +56,7 @@ def test_a_group_is_the_mean_and_sample_sd_of_its_seeds(made, tmp_path):
     assert pd.read_csv(tmp_path / "grouped" / "comparison.csv")["final_loss"].tolist() == pytest.approx(grouped["final_loss"])
 
 
+@pytest.mark.slow  # 2 s on 2 cores
 def test_with_one_seed_per_scenario_the_comparison_is_what_it_was(made, tmp_path):
     root, paths = made
     grouped, _ = compare(paths, tmp_path / "a", root / "runs", target_loss=2.2)
@@ -151,6 +152,7 @@ def test_seeds_are_refused_for_finished_runs_and_beside_a_seed_grid(made, tmp_pa
     assert "--seeds and --grid seed=... both give the seeds" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # 3 s on 2 cores: a sweep of 4 runs
 def test_a_sweep_over_seeds_is_compared_as_one_row_per_combination(made, tmp_path, capsys):
     root, paths = made
     scenario = tmp_path / "s.yaml"

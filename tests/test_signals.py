@@ -162,6 +162,7 @@ def test_sigterm_mid_run_keeps_the_checkpoint_and_says_how_to_resume(tmp_path):
     assert err == f"fred: terminated; no run directory was written; its checkpoint is kept: fred run --resume {out}\n"
 
 
+@pytest.mark.slow  # 3.5 s on 2 cores: a fresh process signalled
 def test_a_signal_after_the_run_directory_is_written_says_so_and_never_prints_a_traceback(tmp_path):
     # A Ctrl-C as the command ended exited 0 with a traceback from an atexit callback.
     proc, out = start(tmp_path, "--set", "stop.max_updates=50")

@@ -400,6 +400,7 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # 4 s on 2 cores: a sweep process and its workers started and killed
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from Linux's /proc")
 def test_a_sweep_killed_outright_takes_its_workers_with_it(tmp_path):
     # SIGKILL (or a scheduler's SIGTERM) left the workers waiting for work for ever, ~440 MB each.

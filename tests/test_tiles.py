@@ -41,7 +41,7 @@ def _leaves(numerics: Numerics, ds, params, rows: np.ndarray) -> list[list[bytes
     return [[leaf[k].tobytes() for leaf in leaves] for k in range(len(losses))]
 
 
-@pytest.mark.parametrize("kind", sorted(MODELS))
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=() if k == "cnn" else (pytest.mark.slow,)) for k in sorted(MODELS)])  # 3-5 s each
 def test_a_tiles_bits_do_not_depend_on_the_program_that_computed_it(kind):
     ds, numerics, params = _setup(kind)
     rows = rng.stream(1, "rows").choice(len(ds.y_train), size=8 * TILE)
@@ -55,7 +55,7 @@ def _bytes(parts) -> list[bytes]:
     return [np.asarray(x).tobytes() for p in parts for x in [p.loss, *jax.tree.leaves(p.grad)]]
 
 
-@pytest.mark.parametrize(("shards", "leaves"), [(4, 2), (3, 3), (2, 5), (1, 12)])
+@pytest.mark.parametrize(("shards", "leaves"), [(2, 5)] + [pytest.param(*c, marks=pytest.mark.slow) for c in [(4, 2), (3, 3), (1, 12)]])  # 2-4 s each
 def test_a_call_cut_into_pieces_gives_one_programs_bits(shards, leaves):
     """A call of more tiles than one program computes is cut into pieces, summed by a program of
     its own: each shard's sum, its cover's sums and the all-reduce's total are the same bits."""

@@ -142,12 +142,24 @@ def scenario(model: dict, **overrides) -> dict:
     return data
 
 
+SHORT_SSGD = {"strategy": {"name": "ssgd"}, "stop": {"max_updates": 6}}
+
+
+class StyleRuns(dict):
+    """Each style's run, made when a test first asks for it: the default run trains the plain
+    functions only (importing Flax and Equinox and compiling their models takes 8 s on 2 cores)."""
+
+    def __missing__(self, style: str) -> fred.RunResult:
+        self[style] = fred.run(scenario(STYLES[style], **SHORT_SSGD))
+        return self[style]
+
+
 @pytest.fixture(scope="module")
-def style_runs(module_dir) -> dict[str, fred.RunResult]:
-    return {style: fred.run(scenario(model, strategy={"name": "ssgd"})) for style, model in STYLES.items()}
+def style_runs(module_dir) -> StyleRuns:
+    return StyleRuns()
 
 
-@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("style", [pytest.param(s, marks=() if s == "functions" else (pytest.mark.slow,)) for s in STYLES])
 def test_each_style_trains_on_digits_over_named_float32_parameters(style, style_runs):
     result = style_runs[style]
     assert result.summary["status"] == "completed"
@@ -164,7 +176,7 @@ def test_each_style_gives_the_same_bits_in_a_fresh_process(style_runs, module_di
     files = []
     for style, model in STYLES.items():
         path = module_dir / f"{style}.yaml"
-        path.write_text(yaml.safe_dump(scenario(model, strategy={"name": "ssgd"})))
+        path.write_text(yaml.safe_dump(scenario(model, **SHORT_SSGD)))
         files.append(str(path))
     script = ("import json, sys, fred; "
               "print(json.dumps([fred.run(f).summary['params_sha256'] for f in sys.argv[1:]]))")
@@ -176,7 +188,7 @@ def test_each_style_gives_the_same_bits_in_a_fresh_process(style_runs, module_di
     assert there == [style_runs[style].summary["params_sha256"] for style in STYLES]
 
 
-@pytest.mark.parametrize("style", ["flax.linen", "equinox"])
+@pytest.mark.parametrize("style", [pytest.param("flax.linen", marks=pytest.mark.slow), "equinox"])
 def test_the_exact_reduction_makes_two_workers_of_batch_4_one_of_batch_8(style, module_dir):
     def sha(workers: int, batch: int, name: str) -> str:
         data = scenario(STYLES[style], cluster={"workers": workers}, data={"batch_size": batch}, strategy={"name": name, "exact_tile": 4},
@@ -250,6 +262,7 @@ def test_cross_entropy_on_regression_targets_is_refused(module_dir):
         fred.run(data)
 
 
+@pytest.mark.slow  # 4 s on 2 cores (tests/test_replay.py replays built-in models in the default run)
 def test_a_python_model_run_replays_bit_for_bit(module_dir, tmp_path):
     fred.run(scenario(STYLES["flax.linen"], stop={"max_updates": 6}), out=tmp_path / "run")
     assert replay(tmp_path / "run").passed
