@@ -51,8 +51,10 @@ EVAL_BYTES = 64 * 2**20
 CALL_ROWS = 256
 CALL_LEAF_BYTES = 256 * 2**20
 # Equations (of the tiles' gradient programs, counted in their jaxprs) of one program: compile time
-# grows with them. An MLP [64]'s tile has about 60, a ResNet-20's about 1,500.
-PROGRAM_EQUATIONS = 4000
+# and compile memory grow with them. An MLP [64]'s tile has about 60, a ResNet-20's about 1,500
+# (one tile a program: measured, a process running 16-worker ResNet-20 SSGD peaked at 744 MB
+# against 880 MB with two tiles a program, at the same speed).
+PROGRAM_EQUATIONS = 2000
 
 
 def eval_chunk_rows(width: int) -> int:

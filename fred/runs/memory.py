@@ -261,7 +261,8 @@ def _exact_leaves(scenario: Scenario, params: int) -> tuple[str, float]:
 HLO_PER_LAYER, HLO_BASE, HLO_PER_UNIT_RUN = 130, 220, 21
 # A tile differentiates its rows' summed loss at once, and XLA copies a run's chains into about
 # twice as many fusions of that backward pass: 42 a unit squared, fitted on tiles of 8 rows of an
-# MLP [16, 1, 1, 1, 1, 16] (14,458 instructions in 8 copies), within 2 % of a run of 8 not fitted.
+# MLP [16, 1, 1, 1, 1, 16] (14,458 instructions in 8 copies), within 2 % of a run of 8 not fitted;
+# in programs of 4 tiles XLA shares more, and the estimate is high by about 30 %.
 HLO_PER_UNIT_RUN_TILE = 42
 COMPILE_BYTES_PER_INSTRUCTION = 8500  # measured 7-9 kB up to 58,000 instructions, then more a larger program's:
 COMPILE_GROWTH_FROM, COMPILE_GROWTH_POWER = 58_000, 0.4  # 15 kB each at 232,000
