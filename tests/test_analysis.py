@@ -43,7 +43,7 @@ DEFAULT_FAMILIES = ("pipe_sgd",)  # Pipe-SGD (overlapping activities), 6 s; the 
 
 
 def family_params() -> list:
-    slow = lambda p: fred.load_scenario(p).model.kind in HEAVY_MODELS or p.parent.name not in DEFAULT_FAMILIES
+    slow = lambda p: p.parent.name not in DEFAULT_FAMILIES or fred.load_scenario(p).model.kind in HEAVY_MODELS
     return [pytest.param(p, id=p.parent.name, marks=(pytest.mark.slow,) if slow(p) else ()) for p in ONE_PER_FAMILY]
 
 
