@@ -358,6 +358,16 @@ class ComputeConfig(Section):
     host_overhead_s: NonNegFloat = Field(
         default=0.0, description="host time added to every step (framework, copies, data loading), whatever the speed"
     )
+    collective_share: Annotated[float, Field(ge=0, lt=1)] = Field(
+        default=0.0,
+        description="the share of a device's compute that a collective of its own in flight takes (NCCL's kernels "
+        "on its SMs and memory bandwidth): compute runs at 1 - share of its speed meanwhile; 0: no interference",
+    )
+    bucket_overhead_s: NonNegFloat = Field(
+        default=0.0,
+        description="compute time per gradient bucket per step in an all-reduced backward pass (DDP copying a "
+        "bucket's gradients into its flat buffer and launching its all-reduce): the bucket is ready after it",
+    )
 
     @model_validator(mode="after")
     def _one_compute_model(self) -> "ComputeConfig":
@@ -424,6 +434,29 @@ INTRA_NODE_DEFAULT = {"latency_s": 5e-6, "bandwidth_bps": 12e9}  # PCIe 3.0 x16,
 class LinkConfig(Section):
     latency_s: NonNegFloat = 50e-6
     bandwidth_bps: PositiveFloat = 1.25e9  # bytes per second: 10 Gbit/s
+    busbw_bps: PositiveFloat | None = Field(
+        default=None,
+        description="intra_node only: the node's all-reduce bus bandwidth as nccl-tests reports it (busbw, "
+        "bytes per second) for a ring over its devices; each device's link then runs at it, whatever the "
+        "per-link figures (an NVLink mesh's rings use several links a device)",
+    )
+
+    def rate_bps(self) -> float:
+        """The link's bytes per second: its bus bandwidth when given, else ``bandwidth_bps``."""
+        return self.busbw_bps if self.busbw_bps is not None else self.bandwidth_bps
+
+
+class NcclConfig(Section):
+    """What ``allreduce: nccl`` may choose from, as NCCL_ALGO and NCCL_PROTO restrict it."""
+
+    algorithms: list[Literal["ring", "tree"]] = Field(
+        default_factory=lambda: ["ring", "tree"], min_length=1, description="NCCL_ALGO: the algorithms NCCL may pick")
+    protocols: list[Literal["LL", "LL128", "Simple"]] = Field(
+        default_factory=lambda: ["LL", "LL128", "Simple"], min_length=1,
+        description="NCCL_PROTO: the protocols NCCL may pick (LL128 is on by default only on Volta and "
+        "later GPUs with NVLink)")
+    intra_link: Literal["nvlink", "pci"] = Field(
+        default="nvlink", description="the devices' links inside a node, for NCCL's latency per step")
 
 
 class NetworkConfig(Section):
@@ -441,9 +474,11 @@ class NetworkConfig(Section):
         description="each device's link inside its node (default PCIe 3.0 x16: 12 GB/s, 5 us); "
         "used only with cluster.devices_per_node or workers_per_device above 1",
     )
-    allreduce: Literal["ring", "recursive_doubling", "halving_doubling", "binary_tree", "double_binary_tree"] = Field(
+    allreduce: Literal["ring", "recursive_doubling", "halving_doubling", "binary_tree", "double_binary_tree",
+                       "nccl"] = Field(
         default="ring",
-        description="all-reduce algorithm: ring (NCCL's for large messages), recursive_doubling "
+        description="all-reduce algorithm: nccl (NCCL's choice of ring or tree and protocol per message, timed "
+        "by its tuning model, docs/network.md), ring (NCCL's for large messages), recursive_doubling "
         "(log2 p swaps of the whole message), halving_doubling (Rabenseifner's: MPI's for large messages), "
         "binary_tree (reduce the whole message up a binary tree, broadcast it down: log2 p levels for any p), "
         "double_binary_tree (NCCL's tree: two complementary binary trees, each reducing and broadcasting half)",
@@ -452,6 +487,9 @@ class NetworkConfig(Section):
         default=False,
         description="reduce inside each node first, run the allreduce algorithm across nodes among one worker "
         "per node, then broadcast inside the node (Horovod's hierarchical all-reduce)",
+    )
+    nccl: NcclConfig | None = Field(
+        default=None, description="with allreduce: nccl, the algorithms and protocols it may pick (default: all)"
     )
     server: LinkConfig | None = Field(
         default=None, description="parameter-server link; a key left out is as the workers' link"
@@ -473,11 +511,24 @@ class NetworkConfig(Section):
     def _server_as_workers(cls, data: Any) -> Any:
         # A partial server link took LinkConfig's own defaults, not the workers' values the docs promise.
         if isinstance(data, dict) and isinstance(data.get("server"), dict):
-            workers = {key: data.get(key, cls.model_fields[key].default) for key in LinkConfig.model_fields}
+            workers = {key: data.get(key, cls.model_fields[key].default) for key in ("latency_s", "bandwidth_bps")}
             data = {**data, "server": {**workers, **data["server"]}}
         if isinstance(data, dict) and isinstance(data.get("intra_node"), dict):  # a key left out keeps the PCIe default
             data = {**data, "intra_node": {**INTRA_NODE_DEFAULT, **data["intra_node"]}}
         return data
+
+    @model_validator(mode="after")
+    def _nccl_settings_fit(self) -> "NetworkConfig":
+        if self.nccl is not None and self.allreduce != "nccl":
+            raise ValueError(f"nccl: its algorithms and protocols apply only with allreduce: nccl (allreduce is "
+                             f"{self.allreduce!r}); set allreduce: nccl or drop the nccl section")
+        if self.allreduce == "nccl" and self.hierarchical:
+            raise ValueError("hierarchical: true with allreduce: nccl; NCCL's ring and tree already cross nodes "
+                             "through their NICs and chain inside them: drop hierarchical")
+        if self.server is not None and self.server.busbw_bps is not None:
+            raise ValueError("server.busbw_bps: a bus bandwidth belongs to a node's devices (intra_node.busbw_bps); "
+                             "give the server link's bandwidth_bps")
+        return self
 
     @model_validator(mode="after")
     def _oversubscription_needs_flows(self) -> "NetworkConfig":
@@ -962,6 +1013,11 @@ class Scenario(Section):
             raise ValueError(f"workload.bucket_bytes {self.workload.bucket_bytes} needs workload.profile with a python "
                              "model: buckets are cut from a model's layers, in backward order, and fred knows the "
                              f"built-in models' only; name one of: {', '.join(workloads.names())}")
+        if self.cluster.compute.bucket_overhead_s and not self.strategy.buckets_gradients():
+            buckets = ", ".join(s.name for s in registry.all_strategies() if _buckets_by_default(s.config))
+            raise ValueError(f"cluster.compute.bucket_overhead_s {self.cluster.compute.bucket_overhead_s:g}: strategy "
+                             f"{self.strategy.name!r} does not all-reduce gradients as the backward pass makes them, so "
+                             f"it has no buckets to pay for; drop bucket_overhead_s or use {buckets}")
         if self.workload.bucket_bytes is not None and not self.strategy.buckets_gradients():
             buckets = ", ".join(s.name for s in registry.all_strategies() if _buckets_by_default(s.config))
             raise ValueError(f"workload.bucket_bytes: strategy {self.strategy.name!r} does not all-reduce gradients as "

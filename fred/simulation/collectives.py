@@ -607,7 +607,7 @@ def hierarchical_time_s(across: str, nodes: int, per_node: int, nbytes: float, c
     ``max over 0 < x < g of popcount(x) α_i + (m - lowbit(x)) n β_i`` (member ``x`` is reached
     in ``popcount(x)`` hops, and its tree's senders send one message after another), plus S.
     """
-    alpha_i, beta_i, gamma = cfg.intra_node.latency_s, 1.0 / cfg.intra_node.bandwidth_bps, cfg.reduce_s_per_byte
+    alpha_i, beta_i, gamma = cfg.intra_node.latency_s, 1.0 / cfg.intra_node.rate_bps(), cfg.reduce_s_per_byte
     m = (per_node - 1).bit_length()
     reduce_s = m * (alpha_i + nbytes * beta_i + nbytes * gamma)
     broadcast_s = max((bin(x).count("1") * alpha_i + (m - ((x & -x).bit_length() - 1)) * nbytes * beta_i

@@ -26,6 +26,8 @@ class ComputeModel:
         cluster = scenario.cluster
         self.base_step_s = base_step_time_s(scenario)
         self.host_overhead_s = scenario.cluster.compute.host_overhead_s
+        self.collective_share = scenario.cluster.compute.collective_share
+        self.bucket_overhead_s = scenario.cluster.compute.bucket_overhead_s
         n = cluster.workers
         self.scale = np.array([1.0 / cluster.speed.get(w, 1.0) for w in range(n)])
         self.delay_s = np.zeros(n)

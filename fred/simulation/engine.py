@@ -39,7 +39,8 @@ from fred.numerics.data import Dataset
 from fred.numerics.gradients import GradSum, Numerics, parts_of, sum_grads, tree_sum
 from fred.numerics.models import Params
 from fred.numerics.tape import active_tape, op
-from fred.scenario.schema import FaultsConfig
+from fred.scenario.schema import FaultsConfig, NcclConfig
+from fred.simulation import nccl
 from fred.simulation.buckets import Bucket
 from fred.simulation.collectives import (ALGORITHMS, HeldLinks, Round, RoundsAsFlows, bytes_sent, hierarchical,
                                          on_idle_links, ring_phases, run_rounds)
@@ -251,6 +252,13 @@ class Simulation:
         self._started: dict[tuple[int, ...], int] = {}  # collectives started per group
         self._last_participants: dict[tuple[int, ...], list[int]] = {}
         self._mailboxes: dict[str, simpy.Store] = {}
+        self._nccl_picks: dict[tuple[int, int, float], nccl.Estimate] = {}
+        # Collectives in flight per device, and an event for the next change: compute slows meanwhile
+        # (cluster.compute.collective_share). Kept only when the share is above 0.
+        self._share = getattr(compute_model, "collective_share", 0.0)  # tests build some without a model
+        self._bucket_overhead_s = getattr(compute_model, "bucket_overhead_s", 0.0)
+        self._in_flight: list[int] = []
+        self._load_changed: list[simpy.Event] = []
         self._owned: list[dict[simpy.Process, None]] = [{} for _ in workers]  # ordered sets
         self._by_name = {w.name: w for w in workers}
         self._crew_key = GroupKey(w.index for w in workers)  # the key of most groups, built once
@@ -264,6 +272,9 @@ class Simulation:
         wpd = network.workers_per_device
         # Processes sharing a device take turns (GPU time-slicing): a step waits for the device.
         self._devices = [simpy.Resource(env, capacity=1) for _ in range(-(-len(workers) // wpd))] if wpd > 1 else None
+        if self._share > 0:
+            devices = -(-len(workers) // wpd)
+            self._in_flight, self._load_changed = [0] * devices, [env.event() for _ in range(devices)]
 
     # -- bookkeeping -------------------------------------------------------------------
     @property
@@ -372,7 +383,7 @@ class Simulation:
     # -- primitives --------------------------------------------------------------------
     def compute(
         self, worker: Worker, params: Params, duration_s: float | None = None,
-        started: Callable[[float], None] | None = None,
+        started: Callable[[float], None] | None = None, buckets: Sequence[simpy.Event] | None = None,
     ) -> Generator[simpy.Event, Any, GradSum | None]:
         """One gradient step of ``worker`` on its next batch, at ``params``.
 
@@ -380,7 +391,9 @@ class Simulation:
         when given (a logical clock passes 0). Without a gradient service (a
         timing-only run) it draws no batch and returns ``None``: the time is charged
         all the same, because durations never depend on the numbers. ``started`` is
-        told the duration when the step begins on its device.
+        told the duration when the step begins on its device. With ``buckets`` (a step of
+        :meth:`backprop_allreduce`) the step pays each bucket's ``bucket_overhead_s``, and these
+        events are triggered as the backward pass makes each of :attr:`buckets` but the last.
 
         On a device shared by several workers, the step's host overhead is spent first (a
         ``host`` event) without holding the device; then the worker takes its turn on the
@@ -390,7 +403,7 @@ class Simulation:
         request = self.gradients.request(params, worker.next_batch(), worker.index) if self.gradients else None
         try:
             if self._devices is None:
-                yield from self._step(worker, request, duration_s, started)
+                yield from self._step(worker, request, duration_s, started, buckets=buckets)
             else:
                 # The host's part (framework, copies, data loading) runs off the device, beside
                 # the other processes' device time; only the rest holds the device.
@@ -399,7 +412,7 @@ class Simulation:
                     yield from self.work(worker.name, host_s, kind="host")
                 with self._devices[worker.index // self.network.workers_per_device].request() as turn:
                     yield from self.wait_for(worker.name, turn)
-                    yield from self._step(worker, request, duration_s, started, with_host=False)
+                    yield from self._step(worker, request, duration_s, started, with_host=False, buckets=buckets)
         except simpy.Interrupt:
             if request is not None:
                 self.gradients.cancel(request)  # type: ignore[union-attr]
@@ -412,9 +425,11 @@ class Simulation:
         return grad
 
     def _step(self, worker: Worker, request: Any, duration_s: float | None,
-              started: Callable[[float], None] | None = None, with_host: bool = True) -> Generator[simpy.Event, Any, None]:
+              started: Callable[[float], None] | None = None, with_host: bool = True,
+              buckets: Sequence[simpy.Event] | None = None) -> Generator[simpy.Event, Any, None]:
         """The step's time on its device, drawn as it starts (speed changes are in simulated time);
-        ``with_host`` adds the host overhead when it was not spent before the device's turn."""
+        ``with_host`` adds the host overhead when it was not spent before the device's turn. With
+        ``buckets`` each bucket's ready event is triggered as the backward pass reaches it."""
         start = self.now
         if duration_s is None:
             duration_s = self.compute_model.duration_s(worker.index, self.now, with_host)
@@ -422,10 +437,47 @@ class Simulation:
             request.duration_s = duration_s
         if started is not None:
             started(duration_s)
+        device = worker.index // self.network.workers_per_device
         try:
-            yield self.env.timeout(duration_s)
+            if buckets is not None:
+                yield from self._backward_in_buckets(device, duration_s, buckets)
+            else:
+                yield from self._advance(device, duration_s)
         finally:
             self.trace("compute", worker.name, start, self.now)
+
+    def _backward_in_buckets(self, device: int, duration_s: float, ready: Sequence[simpy.Event]) -> Process:
+        """A step whose backward pass makes :attr:`buckets` one by one: bucket ``k`` is ready once the
+        step's work reaches its fraction of ``duration_s`` and its copy (``bucket_overhead_s``) is done."""
+        overhead_s, done_s = self._bucket_overhead_s, 0.0
+        fractions = [b.ready for b in self.buckets] or [1.0]
+        for k, fraction in enumerate(fractions):
+            yield from self._advance(device, max(fraction * duration_s - done_s, 0.0) + overhead_s)
+            done_s = max(done_s, fraction * duration_s)
+            if k < len(ready):
+                ready[k].succeed()
+
+    def _advance(self, device: int, work_s: float) -> Process:
+        """``work_s`` seconds of the device's compute: at full speed, or at ``1 - collective_share``
+        of it while one of the device's collectives is in flight."""
+        if self._share == 0:
+            yield self.env.timeout(work_s)
+            return
+        while work_s > 0:
+            rate = 1.0 - self._share if self._in_flight[device] else 1.0
+            begun, finished = self.now, self.env.timeout(work_s / rate)
+            if finished in (yield finished | self._load_changed[device]):
+                return
+            work_s -= (self.now - begun) * rate
+
+    def _collective_load(self, worker: Worker, change: int) -> None:
+        """One more (``+1``) or one fewer (``-1``) collective of ``worker``'s device in flight."""
+        if self._share == 0:
+            return
+        device = worker.index // self.network.workers_per_device
+        self._in_flight[device] += change
+        changed, self._load_changed[device] = self._load_changed[device], self.env.event()
+        changed.succeed()
 
     def work(self, entity: str, seconds: float, kind: str = "compute") -> Generator[simpy.Event, Any, None]:
         """Keep ``entity`` busy for ``seconds`` of simulated time (compression, an update, a sleep)."""
@@ -527,6 +579,7 @@ class Simulation:
         waiting = (member.name, self.env.now)
         coll.waiting.append(waiting)
         self._try_start(key, call, coll)
+        self._collective_load(member, +1)
         try:
             yield coll.done
         except simpy.Interrupt:
@@ -536,6 +589,8 @@ class Simulation:
                 if self.env.now > waiting[1]:
                     self.trace("wait", member.name, waiting[1], self.env.now)
             raise
+        finally:
+            self._collective_load(member, -1)
         self.trace("allreduce", member.name, coll.start_s, self.env.now, self._sent_in_allreduce(coll, member.index, nbytes))
         return coll.result
 
@@ -550,6 +605,8 @@ class Simulation:
         is all-reduced, while the step goes on; the last bucket, ready as the step ends, carries
         the gradient, so the sum is the same bits as without buckets.
         """
+        if self._bucket_overhead_s or (self._share and len(self.buckets) > 1):
+            return (yield from self._costed_buckets(worker, params, group))
         if len(self.buckets) < 2:
             grad = yield from self.compute(worker, params)
             return (yield from self.allreduce(group, worker, self.param_bytes, grad))
@@ -558,6 +615,22 @@ class Simulation:
         grad = yield from self.compute(worker, params, started=lambda duration_s: began.succeed((self.now, duration_s)))
         yield early
         return (yield from self.allreduce(group, worker, self.buckets[-1].nbytes, grad))
+
+    def _costed_buckets(self, worker: Worker, params: Params, group: Sequence[Worker]) -> Process:
+        """:meth:`backprop_allreduce` where the buckets cost compute time or slow it: each bucket is
+        ready when the step's own progress reaches it (:meth:`_backward_in_buckets`)."""
+        ready = [self.env.event() for _ in self.buckets[:-1]]
+        early = self.process(self._ready_buckets(worker, group, ready))
+        grad = yield from self.compute(worker, params, buckets=ready)
+        yield early
+        last = self.buckets[-1].nbytes if self.buckets else self.param_bytes
+        return (yield from self.allreduce(group, worker, last, grad))
+
+    def _ready_buckets(self, worker: Worker, group: Sequence[Worker], ready: Sequence[simpy.Event]) -> Process:
+        """Every bucket but the last, one after another, each once its event says it is made."""
+        for bucket, made in zip(self.buckets[:-1], ready):
+            yield made
+            yield from self.allreduce(group, worker, bucket.nbytes)
 
     def _early_buckets(self, worker: Worker, group: Sequence[Worker], began: simpy.Event) -> Process:
         """Every bucket but the last, one after another, each from when the backward pass made it."""
@@ -571,7 +644,7 @@ class Simulation:
     def _sent_in_allreduce(self, coll: _Collective, member: int, nbytes: float) -> float:
         """The bytes ``member`` sent in the collective: 2(p-1)/p of the message in a ring."""
         p, cfg = len(coll.participants), self.network.config
-        if cfg.allreduce == "ring" and not cfg.hierarchical:
+        if cfg.allreduce in ("ring", "nccl") and not cfg.hierarchical:  # nccl: as its ring, whichever it picked
             return 2 * (p - 1) * nbytes / p
         if coll.sent is None:  # once per collective, not once per member: p members, O(p log p) steps
             rounds = self._rounds([self.workers[i].name for i in coll.participants])
@@ -674,6 +747,23 @@ class Simulation:
         yield done
         yield self.env.timeout(self.network.config.sync_s)
 
+    def _nccl(self, names: list[str], nbytes: float) -> nccl.Estimate:
+        """NCCL's pick for ``nbytes`` among ``names`` and its time (:mod:`fred.simulation.nccl`); the
+        first of each size and group shape is told in the summary's ``nccl`` list."""
+        cfg = self.network.config
+        nodes = len({self.network.node[name]: None for name in names})
+        key = (len(names), nodes, nbytes)
+        known = self._nccl_picks.get(key)
+        if known is None:
+            fabric = nccl.Fabric(len(names), nodes, cfg.intra_node.rate_bps(), cfg.bandwidth_bps * cfg.efficiency,
+                                 (cfg.nccl or NcclConfig()).intra_link)
+            allowed = cfg.nccl or NcclConfig()
+            known = self._nccl_picks[key] = nccl.choose(nbytes, fabric, allowed.algorithms, allowed.protocols)
+            self.report.setdefault("nccl", []).append(
+                f"{nbytes:.6g} bytes over {len(names)} ranks on {nodes} nodes: {known.algorithm}/{known.protocol}, "
+                f"{known.time_s * 1e3:.4g} ms")
+        return known
+
     def _ring(self, names: list[str], nbytes: float) -> Process:
         """All-reduce timing: the scenario's algorithm, booked transfer by transfer, then S.
 
@@ -687,6 +777,9 @@ class Simulation:
         algorithms are rounds of transfers (:mod:`fred.simulation.collectives`).
         """
         cfg = self.network.config
+        if cfg.allreduce == "nccl":
+            yield self.env.timeout(self._nccl(names, nbytes).time_s + cfg.sync_s)
+            return
         if self.flows is not None and cfg.allreduce == "ring" and not cfg.hierarchical and not self._lossy:
             yield from self._ring_as_flows(names, nbytes)
             return

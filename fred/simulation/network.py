@@ -240,13 +240,15 @@ class Network:
             return
         device, node = worker // self.workers_per_device, worker // (self.workers_per_device * self.devices_per_node)
         self.node[entity] = f"node{node}"
-        self.ports[entity] = self._shared(f"node{node}", self.config, self.config.efficiency)
-        self.fabric[entity] = self._shared(f"device{device}", self.config.intra_node, 1.0)
+        self.ports[entity] = self._shared(f"node{node}", self.config.latency_s,
+                                          self.config.bandwidth_bps * self.config.efficiency)
+        intra = self.config.intra_node
+        self.fabric[entity] = self._shared(f"device{device}", intra.latency_s, intra.rate_bps())
 
-    def _shared(self, name: str, link: Any, efficiency: float) -> Port:
+    def _shared(self, name: str, latency_s: float, bandwidth_bps: float) -> Port:
         """The port called ``name``, made by the first worker behind it."""
         if name not in self._shared_ports:
-            self._shared_ports[name] = Port(link.latency_s, link.bandwidth_bps * efficiency, name=name)
+            self._shared_ports[name] = Port(latency_s, bandwidth_bps, name=name)
         return self._shared_ports[name]
 
     def path(self, src: str, dst: str) -> tuple[tuple[Channel, ...], float]:
