@@ -16,13 +16,14 @@ from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "validation.md"
-PAPERS = ["sgp", "hpsgd", "pipe_sgd", "fasgd", "hybrid"]  # scenarios/<name>/validation.py, in the page's order
+PAPERS = ["sgp", "ddp", "hpsgd", "pipe_sgd", "fasgd", "hybrid"]  # scenarios/<name>/validation.py, in the page's order
 
 INTRODUCTION = """\
-# Validation: the seed papers' measured tables, predicted
+# Validation: measured tables, predicted
 
 Produced by `python docs/make_validation.py`; do not edit by hand.
 
+The seed papers' tables, and PyTorch DDP's own benchmark, each predicted by fred's clock.
 A prediction counts only on data it was not fitted to. Each section says which constants
 come from the paper's stated hardware, which were fitted and on which entries (never on
 the entry being predicted), each fitted constant's physical reading, and the command that

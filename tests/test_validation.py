@@ -41,7 +41,7 @@ def test_the_measurements_file_is_the_papers_table_as_seconds_per_iteration():
     assert (ROOT / "scenarios" / "sgp" / "paper" / "measured.csv").read_text() == text  # the shipped file is current
 
 
-OWN_TESTS = {"hpsgd", "pipe_sgd", "fasgd", "hybrid"}  # their quick sections run in tests/test_<paper>_*.py too
+OWN_TESTS = {"ddp", "hpsgd", "pipe_sgd", "fasgd", "hybrid"}  # their quick sections run in tests/test_<paper>_*.py too
 
 
 @pytest.mark.parametrize("paper", [pytest.param(p, marks=(pytest.mark.slow,) if p in OWN_TESTS else ())
