@@ -446,6 +446,29 @@ class LinkConfig(Section):
         return self.busbw_bps if self.busbw_bps is not None else self.bandwidth_bps
 
 
+class SitesConfig(Section):
+    """Sites (regions, datacenters) joined by wide-area links: whole nodes, in index order."""
+
+    nodes: list[Annotated[int, Field(ge=0)]] = Field(
+        min_length=2, description="nodes in each site, in order: site 0 holds the first nodes (a node is "
+        "devices_per_node x workers_per_device workers, one worker when both are 1)")
+    latency_s: NonNegFloat = Field(default=0.03, description="what a route between two sites adds, one way: "
+                                   "each site's wide-area link takes this long")
+    bandwidth_bps: PositiveFloat = Field(default=1.25e8, description="each site's wide-area link, bytes per second "
+                                         "each way (1 Gbit/s), shared by every flow leaving or entering the site")
+    server_site: Annotated[int, Field(ge=0)] = Field(default=0, description="the site a parameter server sits in")
+
+    @model_validator(mode="after")
+    def _every_site_has_nodes(self) -> "SitesConfig":
+        empty = [i for i, n in enumerate(self.nodes) if n == 0]
+        if empty:
+            raise ValueError(f"nodes: site {empty[0]} has no nodes ({self.nodes}); give every site at least one node, "
+                             "or drop the empty site")
+        if self.server_site >= len(self.nodes):
+            raise ValueError(f"server_site {self.server_site}: sites are 0..{len(self.nodes) - 1}")
+        return self
+
+
 class NcclConfig(Section):
     """What ``allreduce: nccl`` may choose from, as NCCL_ALGO and NCCL_PROTO restrict it."""
 
@@ -488,17 +511,24 @@ class NetworkConfig(Section):
         description="reduce inside each node first, run the allreduce algorithm across nodes among one worker "
         "per node, then broadcast inside the node (Horovod's hierarchical all-reduce)",
     )
+    hierarchy: Literal["node", "site"] = Field(
+        default="node", description="with hierarchical: what to reduce inside first: each node, or each site "
+        "(network.sites), whose leaders then all-reduce across the wide-area links")
+    sites: SitesConfig | None = Field(
+        default=None, description="split the cluster into sites joined by wide-area links (docs/network.md); "
+        "needs sharing: fair or rtt")
     nccl: NcclConfig | None = Field(
         default=None, description="with allreduce: nccl, the algorithms and protocols it may pick (default: all)"
     )
     server: LinkConfig | None = Field(
         default=None, description="parameter-server link; a key left out is as the workers' link"
     )
-    sharing: Literal["fair", "fcfs"] = Field(
+    sharing: Literal["fair", "rtt", "fcfs"] = Field(
         default="fair",
         description="how concurrent transfers share a link: fair (max-min fair flows, as TCP and RDMA "
-        "share) or fcfs (each transfer waits until its links are free, as collectives serialised "
-        "on one NCCL stream do)",
+        "share), rtt (TCP-like: shares in proportion to 1 / a flow's route latency, bytes after the "
+        "latency, as SimGrid's CM02; for wide-area links) or fcfs (each transfer waits until its links "
+        "are free, as collectives serialised on one NCCL stream do)",
     )
     oversubscription: Annotated[float, Field(ge=1)] = Field(
         default=1.0,
@@ -532,11 +562,17 @@ class NetworkConfig(Section):
 
     @model_validator(mode="after")
     def _oversubscription_needs_flows(self) -> "NetworkConfig":
-        if self.oversubscription != 1 and self.sharing != "fair":
+        if self.oversubscription != 1 and self.sharing == "fcfs":
             raise ValueError(
                 f"oversubscription {self.oversubscription:g} needs sharing: fair (transfers booked first come, "
                 "first served cannot share a switch's core); set sharing: fair or oversubscription: 1"
             )
+        if self.sites is not None and self.sharing == "fcfs":
+            raise ValueError("sites need sharing: fair or rtt (a route across sites crosses four links, which "
+                             "transfers booked first come, first served do not model); set sharing: fair or rtt")
+        if self.hierarchy == "site" and (self.sites is None or not self.hierarchical):
+            raise ValueError("hierarchy: site reduces inside each site first: it needs network.sites and "
+                             "hierarchical: true; add them or drop hierarchy")
         return self
 
 
@@ -1005,7 +1041,13 @@ class Scenario(Section):
         self.strategy.check(self)
         _check_tile(self)
         per_node = self.cluster.devices_per_node * self.cluster.workers_per_device
-        if self.network.hierarchical and per_node == 1:
+        sites = self.network.sites
+        if sites is not None and sum(sites.nodes) * per_node != self.cluster.workers:
+            raise ValueError(f"network.sites.nodes {sites.nodes} hold {sum(sites.nodes)} nodes of {per_node} worker"
+                             f"{'s' * (per_node != 1)}, and cluster.workers {self.cluster.workers} make "
+                             f"{self.cluster.workers // per_node} nodes; give sites that add up to "
+                             f"{self.cluster.workers // per_node} nodes, or {sum(sites.nodes) * per_node} workers")
+        if self.network.hierarchical and per_node == 1 and self.network.hierarchy == "node":
             raise ValueError("network.hierarchical: true reduces inside each node first, and every node here holds one "
                              "worker (cluster.devices_per_node and workers_per_device are 1); give nodes several "
                              "workers (devices_per_node: 8) or drop hierarchical")
@@ -1336,6 +1378,8 @@ def _check_faults(scenario: Scenario) -> None:
     strategy, support = scenario.strategy.name, scenario.strategy.fault_support()
     server = scenario.strategy.has_server()
     entities = [f"worker{i}" for i in range(n)] + (["server"] if server else [])
+    sites = scenario.network.sites
+    site_links = [f"site{i}" for i in range(len(sites.nodes))] if sites is not None else []
     for i, crash in enumerate(faults.worker_crash):
         if crash.worker >= n:
             raise ValueError(f"faults.worker_crash.{i}.worker is {crash.worker}; workers are 0..{n - 1}")
@@ -1347,7 +1391,12 @@ def _check_faults(scenario: Scenario) -> None:
     _check_crash_order(faults)
     if faults.any() and getattr(scenario.strategy, "clock", "simulated") == "logical":
         raise ValueError("faults are timed in simulated seconds, which clock: logical does not have; use clock: simulated")
-    named = [(f"faults.link_degrade.{i}.entity", d.entity) for i, d in enumerate(faults.link_degrade)]
+    for i, degrade in enumerate(faults.link_degrade):
+        if degrade.entity.startswith("site") and degrade.entity not in site_links:
+            raise ValueError(f"faults.link_degrade.{i}.entity is {degrade.entity!r}; the wide-area links are "
+                             f"{', '.join(site_links) or 'none (network.sites is not given)'}")
+    named = [(f"faults.link_degrade.{i}.entity", d.entity) for i, d in enumerate(faults.link_degrade)
+             if d.entity not in site_links]
     if faults.message_loss is not None:
         named += [(f"faults.message_loss.entities.{i}", e) for i, e in enumerate(faults.message_loss.entities)]
     workers = "worker0" if n == 1 else f"worker0..worker{n - 1}"

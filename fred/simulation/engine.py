@@ -239,7 +239,8 @@ class Simulation:
     ):
         self.env, self.workers, self.network = env, workers, network
         # Fairly shared flows, or transfers booked first come, first served (network.sharing).
-        self.flows = HeldLinks(env) if network.config.sharing == "fair" else None
+        sharing = network.config.sharing
+        self.flows = HeldLinks(env, rtt=sharing == "rtt") if sharing != "fcfs" else None
         self.compute_model, self.gradients = compute_model, gradients
         self.init_params, self.param_bytes, self.seed = init_params, param_bytes, seed
         self.buckets = tuple(buckets)  # gradient buckets in backward order; () all-reduces the whole message
@@ -705,9 +706,10 @@ class Simulation:
         """The collective's rounds of transfers among ``names``; None for the flat ring (booked by the network)."""
         cfg = self.network.config
         if cfg.hierarchical:
-            by_node: dict[str, list[int]] = {}  # in group order: a node's first member is its leader
+            by_node: dict[Any, list[int]] = {}  # in group order: a node's (or site's) first member is its leader
+            within = self.network.site if cfg.hierarchy == "site" else self.network.node
             for position, name in enumerate(names):
-                by_node.setdefault(self.network.node[name], []).append(position)
+                by_node.setdefault(within[name], []).append(position)
             return hierarchical(tuple(tuple(members) for members in by_node.values()), cfg.allreduce, self.flows is not None)
         if cfg.allreduce == "ring":  # flows: a flow per member per phase; booked: by the network
             return ring_phases(len(names)) if self.flows is not None else None
@@ -742,7 +744,8 @@ class Simulation:
         later = lambda delay_s, then: self.env.timeout(delay_s).callbacks.append(lambda _: then())  # noqa: E731
         run = RoundsAsFlows(rounds, len(names), nbytes, self.network.config.reduce_s_per_byte, post, later,
                             lambda: done.succeed(), start=False)
-        if self._lossy or not on_idle_links(run, self.flows, names, self.network.path):  # type: ignore[arg-type]
+        # With rtt sharing a flow's bytes start after its latency: timing in one piece assumes after.
+        if self._lossy or self.flows.rtt or not on_idle_links(run, self.flows, names, self.network.path):  # type: ignore
             run.start()
         yield done
         yield self.env.timeout(self.network.config.sync_s)

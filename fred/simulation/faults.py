@@ -208,13 +208,13 @@ class Faults:
 
     def _link(self, entity: str) -> str:
         """The link a degradation of ``entity`` acts on: its own, or its node's shared NIC."""
-        return self.sim.network.ports[entity].name
+        return self.sim.network.link_port(entity).name
 
     def _set_link(self, entity: str) -> None:
         """The link as its degradations in force leave it, computed from its own values each time:
         restoring what one window saw at its start left the link degraded for ever when two
         windows on it overlapped."""
-        port = self.sim.network.ports[entity]
+        port = self.sim.network.link_port(entity)
         bandwidth_bps, latency_s = self._healthy.setdefault(port.name, (port.bandwidth_bps, port.latency_s))
         for degrade in self._degraded[port.name]:  # in the order they began: the same bits every run
             bandwidth_bps, latency_s = bandwidth_bps * degrade.bandwidth_factor, latency_s + degrade.extra_latency_s

@@ -34,6 +34,7 @@ import simpy
 from fred.simulation.turns import nothing_due_now, reserve, schedule_reserved, succeed_in_turn
 
 _STALL_SHARE = 1e-12  # a share rounded to nothing still moves: a flow at rate 0 would never end
+RTT_FLOOR_S = 1e-9  # sharing: rtt weighs a flow by 1 / its latency: a route of no latency counts as this
 STAR_FROM_FLOWS = 8  # the fewest flows made a star: below it the filling is about as cheap
 
 
@@ -58,15 +59,16 @@ class Flow:
     """
 
     __slots__ = ("channels", "remaining", "rate_bps", "since_s", "arrive", "latency_s", "timer", "sent", "seq",
-                 "star", "slot")
+                 "star", "slot", "weight")
 
     def __init__(self, channels: tuple[Channel, ...], nbytes: float, now_s: float, latency_s: float,
-                 arrive: Arrival, sent: Callable[[], None] | None = None, seq: int = 0):
+                 arrive: Arrival, sent: Callable[[], None] | None = None, seq: int = 0, weight: float = 1.0):
         self.channels, self.remaining, self.rate_bps, self.since_s = channels, nbytes, 0.0, now_s
         self.latency_s, self.arrive, self.timer, self.sent = latency_s, arrive, 0, sent
         self.seq = seq  # its place in the order flows started
         self.star: _Star | None = None
         self.slot = -1
+        self.weight = weight  # its share of a link against others': 1, or 1 / route latency (sharing: rtt)
 
 
 class FairShare:
@@ -84,9 +86,12 @@ class FairShare:
     in the step that ends the latency when nothing else is due at that instant.
     """
 
-    def __init__(self, env: simpy.Environment, star_from: int | None = None):
+    def __init__(self, env: simpy.Environment, star_from: int | None = None, rtt: bool = False):
         self.env = env
-        self.star_from = STAR_FROM_FLOWS if star_from is None else star_from
+        # rtt (network.sharing: rtt): a flow's share of a link is in proportion to 1 / its route's
+        # latency, and its bytes start after that latency (SimGrid's CM02). Stars assume equal shares.
+        self.rtt = rtt
+        self.star_from = (STAR_FROM_FLOWS if star_from is None else star_from) if not rtt else 1 << 62
         self._dirty: dict[Channel, None] = {}  # channels whose flows' rates are due for a recompute
         self._due = False
         self._calendar: list[tuple[float, int, int, Flow]] = []
@@ -98,8 +103,21 @@ class FairShare:
     def start(self, channels: tuple[Channel, ...], nbytes: float, latency_s: float, arrive: Arrival,
               sent: Callable[[], None] | None = None) -> Flow:
         """Start a flow now; ``sent`` is called when its last byte has left, ``arrive`` when it has
-        arrived (an event is triggered instead)."""
-        flow = Flow(channels, nbytes, self.env.now, latency_s, arrive, sent, next(self._started))
+        arrived (an event is triggered instead). With ``rtt`` its bytes start ``latency_s`` from now
+        and arrive as the last one leaves."""
+        if self.rtt:
+            weight = 1.0 / max(latency_s, RTT_FLOOR_S)
+            if latency_s > 0:
+                flow = Flow(channels, nbytes, self.env.now, 0.0, arrive, sent, next(self._started), weight)
+                self.env.timeout(latency_s).callbacks.append(lambda _: self._begin(flow))
+                return flow
+            return self._begin(Flow(channels, nbytes, self.env.now, 0.0, arrive, sent, next(self._started), weight))
+        return self._begin(Flow(channels, nbytes, self.env.now, latency_s, arrive, sent, next(self._started)))
+
+    def _begin(self, flow: Flow) -> Flow:
+        """Put ``flow`` on its channels from now."""
+        flow.since_s = self.env.now
+        channels = flow.channels
         for channel in channels:
             channel.flows[flow] = None
         for channel in channels if self._starred else ():  # until a star is made, no channel is in one
@@ -424,24 +442,27 @@ def progressive_filling(flows: list[Flow]) -> list[float]:
         for channel in flows[0].channels:
             crossings[channel] = crossings.get(channel, 0) + 1
         return [min(channel.capacity() / times for channel, times in crossings.items())]
-    channels: dict[Channel, list[float]] = {}  # channel -> [capacity left, flows not yet fixed]
+    # channel -> [capacity left, weight of the flows not yet fixed, how many they are]
+    channels: dict[Channel, list[float]] = {}
     for flow in flows:
         for channel in flow.channels:
             if channel not in channels:
-                channels[channel] = [channel.capacity(), 0.0]
-            channels[channel][1] += 1
+                channels[channel] = [channel.capacity(), 0.0, 0]
+            entry = channels[channel]
+            entry[1] += flow.weight
+            entry[2] += 1
     rates: dict[Flow, float] = {}
     while len(rates) < len(flows):
         bottleneck, share = None, 0.0
-        for channel, (left, count) in channels.items():  # the least share; the first such on ties
-            if count and (bottleneck is None or left / count < share):
-                bottleneck, share = channel, left / count
+        for channel, (left, weight, count) in channels.items():  # the least share a unit of weight; the first on ties
+            if count and (bottleneck is None or left / weight < share):
+                bottleneck, share = channel, left / weight
         assert bottleneck is not None
         share = max(share, bottleneck.capacity() * _STALL_SHARE)
         for flow in bottleneck.flows:
             if flow not in rates:
-                rates[flow] = share
+                rate = rates[flow] = share * flow.weight
                 for channel in flow.channels:
                     entry = channels[channel]
-                    entry[0], entry[1] = max(entry[0] - share, 0.0), entry[1] - 1
+                    entry[0], entry[1], entry[2] = max(entry[0] - rate, 0.0), entry[1] - flow.weight, entry[2] - 1
     return [rates[flow] for flow in flows]

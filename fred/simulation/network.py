@@ -226,13 +226,24 @@ class Network:
     ports: dict[str, Port] = field(default_factory=dict)
     fabric: dict[str, Port] = field(default_factory=dict)
     node: dict[str, str] = field(default_factory=dict)  # entity -> the name of its node
+    site: dict[str, int] = field(default_factory=dict)  # entity -> its site (network.sites), when there are sites
+    wan: list[Port] = field(default_factory=list)  # each site's wide-area link
     _shared_ports: dict[str, Port] = field(default_factory=dict, repr=False)  # "node3", "device12" -> its port
     _core: Channel | None = field(default=None, repr=False)
-    _paths: dict[tuple[str, str], tuple[tuple[Channel, ...], Port, Port]] = field(default_factory=dict, repr=False)
+    _paths: dict[tuple[str, str], tuple[tuple[Channel, ...], Port, Port, tuple[Port, ...]]] = field(default_factory=dict, repr=False)
 
     def add(self, entity: str, server: bool = False, worker: int | None = None) -> None:
         """Connect ``entity``: a server (a node of its own) or the worker of index ``worker``."""
         self._paths.clear()
+        sites = self.config.sites
+        if sites is not None:
+            if not self.wan:
+                self.wan = [Port(sites.latency_s, sites.bandwidth_bps, name=f"site{k}") for k in range(len(sites.nodes))]
+            if worker is None:
+                self.site[entity] = sites.server_site
+            else:
+                node = worker // (self.workers_per_device * self.devices_per_node)
+                self.site[entity] = bisect.bisect_right(list(itertools.accumulate(sites.nodes)), node)
         if worker is None or self.workers_per_device * self.devices_per_node == 1:
             link = self.config.server if (server and self.config.server is not None) else self.config
             self.ports[entity] = Port(link.latency_s, link.bandwidth_bps * self.config.efficiency, name=entity)
@@ -260,13 +271,27 @@ class Network:
         kept = self._paths.get((src, dst))
         if kept is None:
             up, down = self.route(src, dst)
-            if self.core is not None and up is self.ports.get(src) and self.node[src] != self.node.get(dst, dst):
-                kept = (up.tx, self.core, down.rx), up, down
-            else:
-                kept = (up.tx, down.rx), up, down
+            core = (self.core,) if self.core is not None and up is self.ports.get(src) and \
+                self.node[src] != self.node.get(dst, dst) else ()
+            wide = self._wide_area(src, dst)
+            kept = (up.tx, *core, *(port.tx if k == 0 else port.rx for k, port in enumerate(wide)), down.rx), up, down, wide
             self._paths[(src, dst)] = kept
-        channels, up, down = kept
-        return channels, max(up.latency_s, down.latency_s)
+        channels, up, down, wide = kept
+        latency_s = max(up.latency_s, down.latency_s)
+        return channels, latency_s + max(port.latency_s for port in wide) if wide else latency_s
+
+    def _wide_area(self, src: str, dst: str) -> tuple[Port, ...]:
+        """The sites' wide-area links a route crosses: the source site's uplink and the destination
+        site's downlink, or none inside one site."""
+        if not self.site or self.site[src] == self.site[dst]:
+            return ()
+        return self.wan[self.site[src]], self.wan[self.site[dst]]
+
+    def link_port(self, entity: str) -> Port:
+        """The link a fault names: an entity's (its node's NIC when shared) or ``site<k>``'s wide-area link."""
+        if entity not in self.ports and entity.startswith("site") and entity[4:].isdigit() and self.wan:
+            return self.wan[int(entity[4:])]
+        return self.ports[entity]
 
     @property
     def core(self) -> Channel | None:
