@@ -116,6 +116,26 @@ def load_dataset(cfg: DataConfig, rng: np.random.Generator) -> Dataset:
     return _cap_eval(dataset, cfg.eval_examples)
 
 
+def data_stream(seed: int) -> np.random.Generator:
+    """The Generator a run of ``seed`` loads its data with (``load_dataset``'s ``rng``): its
+    synthetic examples, its chain of tokens, its held-out split."""
+    from fred.numerics.rng import stream  # jax, which it imports, is not needed to read data
+
+    return stream(seed, "data", "load")
+
+
+def loss_floor(cfg: DataConfig, seed: int) -> float | None:
+    """The least expected eval loss (cross-entropy, nats a token) that any model can reach on the
+    data of a run of ``seed``, where the data says: ``synthetic_tokens``' chain
+    (:func:`fred.numerics.tokens.markov_loss_floor`). None for data that does not tell it.
+
+    The held-out sequences are drawn from the same chain as the others, independently, so the
+    floor is the expected loss of the Bayes-optimal predictor on them as on any of them."""
+    if isinstance(cfg.source, SyntheticTokensData):
+        return tokens.markov_loss_floor(cfg.source, data_stream(seed))
+    return None
+
+
 def _split(
     x: np.ndarray, y: np.ndarray, eval_fraction: float, rng: np.random.Generator, task: Task, num_classes: int
 ) -> Dataset:

@@ -21,7 +21,7 @@ from pydantic import TypeAdapter
 
 from fred._version import __version__
 from fred.numerics import rng
-from fred.numerics.data import BatchStream, Dataset, GlobalBatchStream, load_dataset, shard
+from fred.numerics.data import BatchStream, Dataset, GlobalBatchStream, data_stream, load_dataset, loss_floor, shard
 from fred.numerics.gradients import GradSum, Numerics
 from fred.numerics.models import Model, Params, build_model, param_count
 from fred.numerics.tape import ResumeMismatch, Tape, digest, document, resolved
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from fred.runs.checkpoint import Checkpointer, Saved
 
 Progress = Callable[[float, int, float], None]
-TRAFFIC_KINDS = ("send", "push", "fetch", "allreduce")
+TRAFFIC_KINDS = ("send", "push", "fetch", "allreduce", "allgather")
 
 # Python's cyclic collector runs every 700 net allocations and, every hundred of those, walks
 # every tracked object: a large run's event loop allocates millions (SimPy events, records)
@@ -88,7 +88,7 @@ def _buckets(scenario: Scenario, param_bytes: int, feature_shape: tuple[int, ...
 def build(scenario: Scenario) -> Built:
     """Load data, build the model and the simulated cluster of ``scenario``."""
     seed = scenario.seed
-    dataset = load_dataset(scenario.data, rng.stream(seed, "data", "load"))
+    dataset = load_dataset(scenario.data, data_stream(seed))
     outputs = dataset.num_classes if dataset.task == "classification" else 1
     model, numerics = _model_and_numerics(
         scenario.model.model_dump_json(), dataset.feature_shape, outputs, dataset.task, scenario.strategy.reduction,
@@ -531,6 +531,7 @@ def _summary(
         "gradients": len(updates),
         "final_eval_loss": _num(last["eval_loss"]),
         "final_eval_accuracy": _num(last["eval_accuracy"]),
+        **_data_loss_floor(scenario),
         "bytes_sent": kinds.bytes_of(*TRAFFIC_KINDS),
         "param_bytes": int(built.sim.param_bytes),
         **_push_fetch_counters(kinds),
@@ -551,6 +552,16 @@ def _summary(
 
 # The summary's keys measured in real time: the only ones that differ between two runs of one scenario.
 WALL_CLOCK_KEYS = ("wall_time_s", "eval_wall_s")
+
+
+def _data_loss_floor(scenario: Scenario) -> dict[str, float]:
+    """``data_loss_floor``, the least expected eval loss any model can reach, where the data tells
+    it (``synthetic_tokens``: fred.numerics.data.loss_floor) and the loss is the cross-entropy it
+    is the floor of; no key otherwise."""
+    if getattr(scenario.model, "loss", None) not in (None, "cross_entropy"):
+        return {}
+    floor = loss_floor(scenario.data, scenario.seed)
+    return {} if floor is None else {"data_loss_floor": floor}
 
 
 def _provider(name: str) -> dict[str, str | None]:

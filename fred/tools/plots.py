@@ -22,7 +22,7 @@ from matplotlib.transforms import ScaledTranslation, blended_transform_factory
 from fred.runs.paths import output_dir, write_whole
 from fred.tools.seeds import band
 
-COMMUNICATION = {"push", "fetch", "send", "allreduce", "lost"}  # a lost transfer was on the wire too
+COMMUNICATION = {"push", "fetch", "send", "allreduce", "allgather", "lost"}  # a lost transfer was on the wire too
 # Drawing order: "other" first, underneath, as it holds conditions (a degraded link, a worker
 # left out) that span activities; drawn last it hid every compute and push inside them.
 DRAWN = ("other", "compute", "communicate", "wait")
@@ -81,6 +81,7 @@ def loss_curves(results: Sequence, out: Path, target_loss: float | None = None) 
             ax.fill_between([], [], [], color="0.5", alpha=BAND_ALPHA, linewidth=0, label="band: least to greatest of the seeds")
         if target_loss is not None:
             ax.axhline(target_loss, color="0.25", linestyle=(0, (5, 3)), linewidth=1, label=f"target loss {target_loss:g}")
+        _loss_floor(ax, with_losses)
         ax.set(xlabel=xlabel, ylabel="eval loss", yscale="log", title=f"eval loss vs {xlabel}")
         ax.set_xlim(left=0)
         _plain_log_labels(ax.yaxis)
@@ -91,6 +92,19 @@ def loss_curves(results: Sequence, out: Path, target_loss: float | None = None) 
 
 
 BAND_ALPHA = 0.2
+
+
+def _loss_floor(ax, results: Sequence) -> None:
+    """The runs' data's loss floor (summary ``data_loss_floor``: the least expected loss of any
+    model, synthetic tokens'), dotted: a line where the runs share one, else a band from the least
+    to the greatest (each seed draws its own chain). A floor of 0 has no place on the log axis."""
+    floors = [run.summary.get("data_loss_floor") for r in results for run in _runs(r)]
+    floors = sorted({f for f in floors if isinstance(f, (int, float)) and f > 0})
+    if len(floors) == 1:
+        ax.axhline(floors[0], color="0.4", linestyle=":", linewidth=1.2, label=f"loss floor {floors[0]:.4g} (the data's)")
+    elif floors:
+        ax.axhspan(floors[0], floors[-1], color="0.4", alpha=BAND_ALPHA, linewidth=0,
+                   label=f"loss floors {floors[0]:.4g} to {floors[-1]:.4g} (the runs' data)")
 
 
 def _band(ax, group, x: str, style: dict[str, str]) -> None:

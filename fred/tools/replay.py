@@ -22,8 +22,8 @@ import jax
 import numpy as np
 import pandas as pd
 
-from fred.numerics import rng, tape
-from fred.numerics.data import load_dataset
+from fred.numerics import tape
+from fred.numerics.data import data_stream, load_dataset
 from fred.numerics.models import Params
 from fred.numerics.tape import Call, Recorded
 from fred.runs.api import load_run, rerun_hint
@@ -166,7 +166,7 @@ def _check_computed(run_dir: Path, keep: list[bool], updates: int) -> None:
 
 def _gradients(scenario: Scenario) -> Callable[..., Any]:
     """The run's gradient function, rebuilt from its scenario (the same data, model and reduction)."""
-    dataset = load_dataset(scenario.data, rng.stream(scenario.seed, "data", "load"))
+    dataset = load_dataset(scenario.data, data_stream(scenario.seed))
     outputs = dataset.num_classes if dataset.task == "classification" else 1
     _, numerics = _model_and_numerics(
         scenario.model.model_dump_json(), dataset.feature_shape, outputs, dataset.task, scenario.strategy.reduction,
