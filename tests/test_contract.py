@@ -106,7 +106,7 @@ def test_every_strategy_leaves_complete_consistent_records(twice):
     assert (events["kind"] == "compute").sum() >= result.summary["updates"]
     assert metrics["updates"].iloc[0] == 0 and metrics["updates"].iloc[-1] == result.summary["updates"]
     assert metrics["sim_time_s"].is_monotonic_increasing
-    traffic = events[events["kind"].isin(["send", "push", "fetch", "allreduce"])]
+    traffic = events[events["kind"].isin(["send", "push", "fetch", "allreduce", "allgather"])]
     assert traffic["bytes"].sum() == result.summary["bytes_sent"]
     assert set(updates["worker"]) <= set(range(result.summary["workers"]))
 
@@ -130,6 +130,7 @@ def test_every_strategy_says_how_many_gradient_steps_its_updates_take(twice):
 
 MANY_STEPS = {  # settings that make an update take many gradient steps, declared through the strategy's config
     "local_sgd": {"strategy": {"sync_every": 6}},
+    "diloco": {"strategy": {"inner_steps": 12, "replica_workers": 2}},
     "pipe_sgd": {"strategy": {"staleness": 20}},
     "sasgd": {"strategy": {"n_soft": 1}},
     "grouped_hybrid": {"strategy": {"probe_iterations": 30, "group_size": 2}},

@@ -48,7 +48,8 @@ def test_a_misspelt_strategy_hyper_parameter_is_found_in_the_strategy_section():
          "strategy.sync_every: unknown key; sync_every is a key of strategy (name local_sgd). Allowed here:"),
         ({"network": {"workers": 4}}, "network.workers: unknown key; workers is a key of cluster. Allowed here:"),
         ({"cluster": {"latency_s": 1e-3}},
-         "cluster.latency_s: unknown key; latency_s is a key of network, network.intra_node, network.server. Allowed"),
+         "cluster.latency_s: unknown key; latency_s is a key of network, network.intra_node, network.sites and 1 "
+         "more. Allowed"),
         ({"model": {"kind": "mlp", "channels": [4]}}, "model.channels: unknown key; channels is a key of model (kind cnn)."),
         ({"cluster": {"seed": 3}},
          "cluster.seed: unknown key; seed is a key of the top level (or did you mean 'speed'?) Allowed here:"),

@@ -136,3 +136,20 @@ def test_a_fault_on_a_site_that_does_not_exist_names_the_sites():
     with pytest.raises(ScenarioError, match="site0, site1"):
         fred.validate(tiny(cluster={"workers": 4}, strategy={"name": "arsgd"}, network={"sites": {"nodes": [2, 2]}},
                            faults={"link_degrade": [{"entity": "site7", "at_s": 0.0, "bandwidth_factor": 0.5}]}))
+
+
+def test_the_bytes_between_sites_are_what_crosses_the_wide_area_links():
+    # A flat ring of 4 over 2 sites crosses each site's uplink once a phase: 2 phases x (p-1)/p n x 2 sites;
+    # hierarchical by site, the leaders' ring of 2 moves n/2 a phase over each uplink.
+    n = 10**7
+
+    def run(**network):
+        data = tiny(cluster={"workers": 4, "compute": {"step_time_s": 0.01}}, strategy={"name": "arsgd"},
+                    workload={"param_bytes": n, "timing_only": True}, stop={"max_updates": 3},
+                    network={"sites": {"nodes": [2, 2]}} | network)
+        return fred.run(fred.validate(data)).summary
+
+    flat, by_site = run(), run(hierarchical=True, hierarchy="site")
+    assert flat["bytes_between_sites"] == pytest.approx(3 * 2 * 2 * 3 / 4 * n, rel=1e-12)
+    assert by_site["bytes_between_sites"] == pytest.approx(3 * 2 * 2 * n / 2, rel=1e-12)
+    assert "bytes_between_sites" not in fred.run(fred.validate(tiny(stop={"max_updates": 1}))).summary

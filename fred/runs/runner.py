@@ -536,6 +536,7 @@ def _summary(
         "param_bytes": int(built.sim.param_bytes),
         **_push_fetch_counters(kinds),
         **_fault_counters(kinds, built.sim.report),
+        **({"bytes_between_sites": kinds.bytes_of("wide_area")} if scenario.network.sites is not None else {}),
         "mean_staleness": _num(updates["staleness"].mean()) if len(updates) else None,
         "max_staleness": int(updates["staleness"].max()) if len(updates) else None,
         **built.sim.report,

@@ -129,6 +129,14 @@ def ring(p: int) -> list[Round]:
 
 
 @functools.lru_cache(maxsize=64)
+def ring_allgather(p: int) -> list[Round]:
+    """A ring all-gather as rounds: p-1 rounds in which member i passes its successor the payload
+    it got last (its own first), kept, not added. A payload is the whole message (``fraction`` 1):
+    each member contributes ``nbytes`` and ends with p of them, having sent (p-1) ``nbytes``."""
+    return [[Step(i, (i + 1) % p, 1.0, False) for i in range(p)] for _ in range(p - 1)] if p > 1 else []
+
+
+@functools.lru_cache(maxsize=64)
 def ring_phases(p: int) -> list[Round]:
     """The ring as two flows per member, for the flow-level network: in each phase member i
     sends its successor (p-1) chunks of 1/p back to back, paying p-1 link latencies; the
@@ -596,6 +604,13 @@ def allreduce_time_s(algorithm: str, p: int, nbytes: float, cfg: NetworkConfig) 
         raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; one of: {', '.join(ALGORITHMS)}")
     extra = 2 * alpha + 2 * nbytes * beta + nbytes * gamma if r else 0.0
     return core + extra + cfg.sync_s
+
+
+def allgather_time_s(p: int, nbytes: float, cfg: NetworkConfig) -> float:
+    """Closed form of a ring all-gather (:func:`ring_allgather`) of ``nbytes`` from each of ``p``
+    members on idle, uniform links: ``(p-1)(alpha + n beta) + S``. Nothing is added (no gamma)."""
+    beta = 1.0 / (cfg.bandwidth_bps * cfg.efficiency)
+    return (p - 1) * (cfg.latency_s + nbytes * beta) + cfg.sync_s
 
 
 def hierarchical_time_s(across: str, nodes: int, per_node: int, nbytes: float, cfg: NetworkConfig) -> float:

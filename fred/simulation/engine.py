@@ -14,6 +14,11 @@ server processes as generators and use a few primitives:
     transfers to and from a :class:`~fred.simulation.server.ParameterServer`.
 ``yield from sim.allreduce(group, member, nbytes, value)``
     join a ring all-reduce with the group's other members; returns the summed value.
+``yield from sim.allgather(group, member, nbytes, value)``
+    join a ring all-gather: each member contributes ``nbytes`` (a sparse payload, which
+    cannot be added on the way) and gets every member's value, in group order. It shares the
+    all-reduce's bookkeeping (joining, waiting, crashes, the group's count of collectives);
+    its time is (p-1)(alpha + nbytes beta) + S on idle links, and each member sends (p-1) nbytes.
 ``yield from sim.backprop_allreduce(worker, params, group)``
     a gradient step all-reduced over the group, in gradient buckets that overlap the
     backward pass when the scenario has them.
@@ -43,7 +48,7 @@ from fred.scenario.schema import FaultsConfig, NcclConfig
 from fred.simulation import nccl
 from fred.simulation.buckets import Bucket
 from fred.simulation.collectives import (ALGORITHMS, HeldLinks, Round, RoundsAsFlows, bytes_sent, hierarchical,
-                                         on_idle_links, ring_phases, run_rounds)
+                                         on_idle_links, ring_allgather, ring_phases, run_rounds)
 from fred.simulation.compute import ComputeModel
 from fred.simulation.faults import Crash, Faults
 from fred.simulation.flows import Arrival
@@ -201,10 +206,11 @@ class _Collective:
     recorded as ``started`` is processed (:meth:`trace_waits`), member by member in the order they joined.
     """
 
-    __slots__ = ("started", "done", "arrived", "waiting", "participants", "result", "nbytes", "sent", "start_s")
+    __slots__ = ("started", "done", "arrived", "waiting", "participants", "result", "nbytes", "sent", "start_s", "gather")
 
-    def __init__(self, env: simpy.Environment, nbytes: float, trace: Tracer):
+    def __init__(self, env: simpy.Environment, nbytes: float, trace: Tracer, gather: bool = False):
         self.started, self.done = env.event(), env.event()
+        self.gather = gather  # an all-gather: the result is every value, the time a ring all-gather's
         self.arrived: list[tuple[int, Any]] = []
         self.waiting: list[tuple[str, float]] = []  # (member's name, when it joined), in the order they joined
         self.participants: list[int] = []  # who was in it, once started
@@ -528,6 +534,8 @@ class Simulation:
         flow is sent again a retransmit timeout after it started."""
         channels, latency_s = self.network.path(src, dst)
         latency_s *= hops
+        if self.network.wan:
+            self._across_sites(channels, nbytes)
         if self._lossy and self.faults.lost(src, dst):
             start_s = self.now
             self.flows.start(channels, nbytes, latency_s, lambda: self.trace("lost", src, start_s, self.now, nbytes, dst))  # type: ignore[union-attr]
@@ -535,6 +543,14 @@ class Simulation:
             self.env.timeout(retry_s).callbacks.append(lambda _: self._post(src, dst, nbytes, hops, arrive, sent))
             return
         self.flows.start(channels, nbytes, latency_s, arrive, sent)  # type: ignore[union-attr]
+
+    def _across_sites(self, channels: tuple[Any, ...], nbytes: float) -> None:
+        """A ``wide_area`` event for each site's uplink a flow of ``nbytes`` crosses, as it starts: what
+        the summary's ``bytes_between_sites`` adds up."""
+        for k, port in enumerate(self.network.wan):
+            times = channels.count(port.tx)
+            if times:
+                self.trace("wide_area", port.name, self.now, self.now, nbytes * times)
 
     def _book(self, src: str, dst: str, nbytes: float, not_before_s: float | None = None) -> Transfer:
         """Book a transfer; each lost attempt is traced and resent after the retransmit timeout."""
@@ -567,6 +583,26 @@ class Simulation:
         timing is the ring's, step by step; the sum is always taken in group order
         by the fixed tree, so it is the same bits whatever the ring did.
         """
+        return self._join(group, member, nbytes, value, False)
+
+    def allgather(
+        self, group: Sequence[Worker], member: Worker, nbytes: float, value: Any = None
+    ) -> Generator[simpy.Event, Any, Any]:
+        """Join the group's next ring all-gather; returns the participants' values in group order.
+
+        Each member contributes ``nbytes`` (values nobody can add on the way, such as top-k's
+        (index, value) pairs). Joining, waiting and crashes are the all-reduce's, and the two
+        count the group's collectives together, so members call them in the same order. The
+        timing is a ring all-gather's whatever ``network.allreduce`` and ``hierarchical`` say:
+        p-1 steps in which each member passes the payload it got last to its successor
+        (:func:`~fred.simulation.collectives.ring_allgather`), booked on the links, so
+        ``(p-1)(alpha + nbytes beta) + S`` on idle ones; each member sends ``(p-1) nbytes``.
+        ``None`` from anyone (a timing-only run) returns ``None``.
+        """
+        return self._join(group, member, nbytes, value, True)
+
+    def _join(self, group: Sequence[Worker], member: Worker, nbytes: float, value: Any, gather: bool) -> Process:
+        """:meth:`allreduce`, or with ``gather`` :meth:`allgather`: join the group's next collective."""
         if self._track:
             self._own(member)
         key = self._group_key(group)
@@ -575,7 +611,10 @@ class Simulation:
         self._joined[joined] = call + 1
         coll = self._collectives.get((key, call))
         if coll is None:
-            coll = self._collectives[(key, call)] = _Collective(self.env, nbytes, self.trace)
+            coll = self._collectives[(key, call)] = _Collective(self.env, nbytes, self.trace, gather)
+        elif coll.gather != gather:
+            raise RuntimeError(f"{member.name} joined collective {call} of its group as an all-{'gather' if gather else 'reduce'} "
+                               "while others joined it as the other kind: members must call them in the same order")
         coll.arrived.append((member.index, value))
         waiting = (member.name, self.env.now)
         coll.waiting.append(waiting)
@@ -592,6 +631,9 @@ class Simulation:
             raise
         finally:
             self._collective_load(member, -1)
+        if gather:
+            self.trace("allgather", member.name, coll.start_s, self.env.now, (len(coll.participants) - 1) * nbytes)
+            return coll.result
         self.trace("allreduce", member.name, coll.start_s, self.env.now, self._sent_in_allreduce(coll, member.index, nbytes))
         return coll.result
 
@@ -677,14 +719,30 @@ class Simulation:
         arrived = sorted(coll.arrived, key=lambda item: item[0])
         coll.participants = [i for i, _ in arrived]
         self._last_participants[key] = coll.participants
-        coll.result = _sum_values([v for _, v in arrived])
-        self.env.process(self._ring_then([self.workers[i].name for i in coll.participants], coll.nbytes, coll.done))
+        values = [v for _, v in arrived]
+        if coll.gather:
+            coll.result = None if any(v is None for v in values) else values
+        else:
+            coll.result = _sum_values(values)
+        names = [self.workers[i].name for i in coll.participants]
+        self.env.process(self._ring_then(names, coll.nbytes, coll.done, coll.gather))
         coll.started.succeed()
 
-    def _ring_then(self, names: list[str], nbytes: float, done: simpy.Event) -> Process:
+    def _ring_then(self, names: list[str], nbytes: float, done: simpy.Event, gather: bool = False) -> Process:
         """The collective's timing, then ``done``: triggered where the process ends, in its place."""
-        yield from self._ring(names, nbytes)
+        yield from (self._ring_allgather(names, nbytes) if gather else self._ring(names, nbytes))
         done.succeed()
+
+    def _ring_allgather(self, names: list[str], nbytes: float) -> Process:
+        """All-gather timing: :func:`ring_allgather`'s rounds, booked transfer by transfer (as flows on
+        fairly shared links), then S. Always a flat ring: NCCL's all-gather is a ring too."""
+        rounds = ring_allgather(len(names))
+        if self.flows is not None:
+            yield from self._rounds_as_flows(names, rounds, nbytes)
+            return
+        book = lambda src, dst, n, at: self._book(names[src], names[dst], n, at).arrive_s  # noqa: E731
+        done_s = run_rounds(book, rounds, len(names), nbytes, 0.0, self.now)
+        yield self.env.timeout(done_s - self.now + self.network.config.sync_s)
 
     def _recheck_collectives(self) -> None:
         for key, call in list(self._collectives):
@@ -730,6 +788,8 @@ class Simulation:
         phase_bytes = (p - 1) / p * nbytes
         for reduce in (True, False):
             arrived = self.env.event()
+            if self.network.wan:
+                self._across_sites(channels, phase_bytes)
             self.flows.start(channels, phase_bytes, latency_s, arrived)  # type: ignore[union-attr]
             yield arrived
             if reduce and phase_bytes * cfg.reduce_s_per_byte > 0.0:
@@ -744,8 +804,10 @@ class Simulation:
         later = lambda delay_s, then: self.env.timeout(delay_s).callbacks.append(lambda _: then())  # noqa: E731
         run = RoundsAsFlows(rounds, len(names), nbytes, self.network.config.reduce_s_per_byte, post, later,
                             lambda: done.succeed(), start=False)
-        # With rtt sharing a flow's bytes start after its latency: timing in one piece assumes after.
-        if self._lossy or self.flows.rtt or not on_idle_links(run, self.flows, names, self.network.path):  # type: ignore
+        # Timed in one piece, its transfers would not be seen crossing sites, and with rtt sharing a flow's
+        # bytes start after its latency where the piece assumes after.
+        if self._lossy or self.flows.rtt or self.network.wan or \
+                not on_idle_links(run, self.flows, names, self.network.path):  # type: ignore
             run.start()
         yield done
         yield self.env.timeout(self.network.config.sync_s)
