@@ -153,3 +153,15 @@ def test_the_bytes_between_sites_are_what_crosses_the_wide_area_links():
     assert flat["bytes_between_sites"] == pytest.approx(3 * 2 * 2 * 3 / 4 * n, rel=1e-12)
     assert by_site["bytes_between_sites"] == pytest.approx(3 * 2 * 2 * n / 2, rel=1e-12)
     assert "bytes_between_sites" not in fred.run(fred.validate(tiny(stop={"max_updates": 1}))).summary
+
+
+def test_stragglers_and_crashes_act_across_sites_as_inside_one():
+    base = tiny(cluster={"workers": 4, "compute": {"step_time_s": 0.01}}, strategy={"name": "arsgd"},
+                workload={"param_bytes": 10**6, "timing_only": True}, stop={"max_updates": 4},
+                network={"sites": {"nodes": [2, 2]}})
+    plain = fred.run(fred.validate(base)).summary
+    slow = fred.run(fred.validate({**base, "cluster": {**base["cluster"], "stragglers": [{"worker": 3, "slow_factor": 5}]}}))
+    assert slow.summary["sim_time_s"] > plain["sim_time_s"]
+    crash = {**base, "faults": {"worker_crash": [{"worker": 2, "at_s": 0.005}], "sync_timeout_s": 0.5}}
+    crashed = fred.run(fred.validate(crash)).summary
+    assert crashed["status"] == "completed" and crashed["worker_crashes"] == 1
