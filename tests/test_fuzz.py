@@ -91,6 +91,8 @@ def mutate_data(data: dict, rng: random.Random) -> str:
         node[rng.choice(["wrokers", "lr ", "extra", "🚀", "x" * 300, 7])] = rng.choice(NUMBERS)
     elif kind == "section":  # a section where another belongs
         sections = [k for k, v in data.items() if isinstance(v, dict)]
+        if not sections:  # a short scenario (an include and a name or two) may have none
+            return "section (none)"
         a, b = rng.choice(sections), rng.choice(sections)
         data[a] = copy.deepcopy(data[b]) if rng.random() < 0.5 else {b: copy.deepcopy(data[b])}
     elif kind == "list":
