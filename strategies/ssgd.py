@@ -199,6 +199,21 @@ def _message_scale(sim: Simulation) -> float:
     return sim.param_bytes / (ef.FLOAT32_BYTES * sum(x.size for x in jax.tree.leaves(sim.init_params)))
 
 
+def _once_a_round():
+    """``once(version, what, make)``: what every worker of round ``version`` computes alike, made by
+    the first to ask; a round's values are dropped once a later round asks."""
+    shared: dict[tuple[int, str], Any] = {}
+
+    def once(version: int, what: str, make):
+        if (version, what) not in shared:
+            for old in [k for k in shared if k[0] < version]:
+                del shared[old]
+            shared[(version, what)] = make()
+        return shared[(version, what)]
+
+    return once
+
+
 def topk_exchange(sim: Simulation, ratio: float, codec_s_per_byte: float):
     """A round of top-k with error memory for one worker: compress, all-gather, add up."""
     compress = ef.topk_compress(ratio)
@@ -206,7 +221,7 @@ def topk_exchange(sim: Simulation, ratio: float, codec_s_per_byte: float):
     codec_s = codec_s_per_byte * sim.param_bytes  # a pass over the raw gradient each way
     memory: dict[int, ef.ErrorMemory] = {}  # worker -> e_i
     zero: list[ef.ErrorMemory] = []  # every e_i starts as this e = 0, made at the first gradient
-    totals: dict[int, GradSum] = {}  # version -> the sum every worker adds up alike: made once
+    once = _once_a_round()
 
     def exchange(w: Worker, g: GradSum | None, version: int):
         payload = None
@@ -222,11 +237,12 @@ def topk_exchange(sim: Simulation, ratio: float, codec_s_per_byte: float):
             yield from sim.work(w.name, codec_s, "decompress")
         if gathered is None:
             return None
-        if version not in totals:
-            totals.pop(version - 1, None)
+
+        def total() -> GradSum:
             grad, loss = ef.sparse_sum([s for s, _, _ in gathered], [loss for _, loss, _ in gathered], sim.init_params)
-            totals[version] = GradSum(grad, loss, sum(count for _, _, count in gathered))
-        return totals[version]
+            return GradSum(grad, loss, sum(count for _, _, count in gathered))
+
+        return once(version, "total", total)
 
     return exchange
 
@@ -250,14 +266,7 @@ def powersgd_exchange(sim: Simulation, rank: int, codec_s_per_byte: float):
         start, empty = ef.powersgd_init(rank)(sim.init_params, jax_key(sim.seed, "powersgd", "q"))
     states = {0: start}  # version -> the Q it starts from, the same on every worker
     memory: dict[int, ef.ErrorMemory] = {}  # worker -> e_i
-    shared: dict[tuple[int, str], Any] = {}  # (version, what) -> what every worker computes alike: made once
-
-    def once(version: int, what: str, make):
-        if (version, what) not in shared:
-            for old in [k for k in shared if k[0] < version]:
-                del shared[old]
-            shared[(version, what)] = make()
-        return shared[(version, what)]
+    once = _once_a_round()
 
     def exchange(w: Worker, g: GradSum | None, version: int):
         m = p = vectors = None

@@ -547,7 +547,7 @@ class Simulation:
     def _across_sites(self, channels: tuple[Any, ...], nbytes: float) -> None:
         """A ``wide_area`` event for each site's uplink a flow of ``nbytes`` crosses, as it starts: what
         the summary's ``bytes_between_sites`` adds up."""
-        for k, port in enumerate(self.network.wan):
+        for port in self.network.wan:
             times = channels.count(port.tx)
             if times:
                 self.trace("wide_area", port.name, self.now, self.now, nbytes * times)
@@ -736,13 +736,7 @@ class Simulation:
     def _ring_allgather(self, names: list[str], nbytes: float) -> Process:
         """All-gather timing: :func:`ring_allgather`'s rounds, booked transfer by transfer (as flows on
         fairly shared links), then S. Always a flat ring: NCCL's all-gather is a ring too."""
-        rounds = ring_allgather(len(names))
-        if self.flows is not None:
-            yield from self._rounds_as_flows(names, rounds, nbytes)
-            return
-        book = lambda src, dst, n, at: self._book(names[src], names[dst], n, at).arrive_s  # noqa: E731
-        done_s = run_rounds(book, rounds, len(names), nbytes, 0.0, self.now)
-        yield self.env.timeout(done_s - self.now + self.network.config.sync_s)
+        yield from self._timed_rounds(names, ring_allgather(len(names)), nbytes)
 
     def _recheck_collectives(self) -> None:
         for key, call in list(self._collectives):
@@ -820,14 +814,24 @@ class Simulation:
         key = (len(names), nodes, nbytes)
         known = self._nccl_picks.get(key)
         if known is None:
-            fabric = nccl.Fabric(len(names), nodes, cfg.intra_node.rate_bps(), cfg.bandwidth_bps * cfg.efficiency,
-                                 (cfg.nccl or NcclConfig()).intra_link)
             allowed = cfg.nccl or NcclConfig()
+            fabric = nccl.Fabric(len(names), nodes, cfg.intra_node.rate_bps(), cfg.bandwidth_bps * cfg.efficiency,
+                                 allowed.intra_link)
             known = self._nccl_picks[key] = nccl.choose(nbytes, fabric, allowed.algorithms, allowed.protocols)
             self.report.setdefault("nccl", []).append(
                 f"{nbytes:.6g} bytes over {len(names)} ranks on {nodes} nodes: {known.algorithm}/{known.protocol}, "
                 f"{known.time_s * 1e3:.4g} ms")
         return known
+
+    def _timed_rounds(self, names: list[str], rounds: list[Round], nbytes: float) -> Process:
+        """Rounds of transfers among ``names``, then S: as flows on fairly shared links, else booked
+        transfer by transfer. Only a step marked ``reduce`` costs gamma (an all-gather's none)."""
+        if self.flows is not None:
+            yield from self._rounds_as_flows(names, rounds, nbytes)
+            return
+        book = lambda src, dst, n, at: self._book(names[src], names[dst], n, at).arrive_s  # noqa: E731
+        done_s = run_rounds(book, rounds, len(names), nbytes, self.network.config.reduce_s_per_byte, self.now)
+        yield self.env.timeout(done_s - self.now + self.network.config.sync_s)
 
     def _ring(self, names: list[str], nbytes: float) -> Process:
         """All-reduce timing: the scenario's algorithm, booked transfer by transfer, then S.
@@ -849,13 +853,8 @@ class Simulation:
             yield from self._ring_as_flows(names, nbytes)
             return
         rounds = self._rounds(names)
-        if self.flows is not None:
-            yield from self._rounds_as_flows(names, rounds or [], nbytes)
-            return
-        if rounds is not None:
-            book = lambda src, dst, n, at: self._book(names[src], names[dst], n, at).arrive_s  # noqa: E731
-            done_s = run_rounds(book, rounds, len(names), nbytes, cfg.reduce_s_per_byte, self.now)
-            yield self.env.timeout(done_s - self.now + cfg.sync_s)
+        if self.flows is not None or rounds is not None:
+            yield from self._timed_rounds(names, rounds or [], nbytes)
             return
         chunk = nbytes / len(names)
         reduce_s = chunk * cfg.reduce_s_per_byte

@@ -21,7 +21,7 @@ import bisect
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from fred.scenario.schema import NetworkConfig
 from fred.simulation.flows import Channel
@@ -274,7 +274,8 @@ class Network:
             core = (self.core,) if self.core is not None and up is self.ports.get(src) and \
                 self.node[src] != self.node.get(dst, dst) else ()
             wide = self._wide_area(src, dst)
-            kept = (up.tx, *core, *(port.tx if k == 0 else port.rx for k, port in enumerate(wide)), down.rx), up, down, wide
+            across = (wide[0].tx, wide[1].rx) if wide else ()  # the source site's uplink, the other's downlink
+            kept = (up.tx, *core, *across, down.rx), up, down, wide
             self._paths[(src, dst)] = kept
         channels, up, down, wide = kept
         latency_s = max(up.latency_s, down.latency_s)
