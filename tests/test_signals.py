@@ -174,6 +174,20 @@ def test_a_signal_after_the_run_directory_is_written_says_so_and_never_prints_a_
     assert err in ("", f"fred: interrupted; the run had finished: its run directory {out} is written\n")
 
 
+@pytest.mark.slow  # 3.5 s on 2 cores: a fresh process signalled
+def test_a_signal_between_the_commands_end_and_its_last_handlers_is_a_stop_said_once(tmp_path):
+    # SIGINT taken after main returned and before finished() had swapped the handlers raised
+    # out of entry: a traceback, and Python's own death by SIGINT. Here the command signals
+    # itself in that instant.
+    setup = ("import os, signal; from fred.runs import interrupt; last = interrupt.finished; "
+             "interrupt.finished = lambda: (os.kill(os.getpid(), signal.SIGINT), last())")
+    proc, out = start(tmp_path, "--set", "stop.max_updates=5", setup=setup)
+    _, err = proc.communicate(timeout=HANG_S)
+    assert proc.returncode == 130, err
+    assert err == f"fred: interrupted; the run had finished: its run directory {out} is written\n"
+    assert all((out / name).is_file() for name in RECORDS)
+
+
 # Slow: 24 runs of the quickstart (2-5 s each on 2 cores), each signalled once at a moment
 # drawn between the command's start and its end; every other one compiles everything afresh
 # (no compilation cache), so that more of the moments fall in a compilation.

@@ -134,20 +134,22 @@ def entry() -> None:
     segmentation fault (2 in 7 Ctrl-Cs during compilation) after fred had reported it.
     """
     interrupt.take_signals(lambda signum: _stop_line(signum, _current))
+    usage: SystemExit | None = None
     try:
-        code = main()
-    except SystemExit:  # argparse's --help or a usage error, said already
-        interrupt.finished()
-        raise
-    except KeyboardInterrupt as stop:  # a second signal cut main's own report of the first short
+        try:
+            code = main()
+        except SystemExit as exit_:  # argparse's --help or a usage error, said already
+            usage, code = exit_, 0
+        signum = interrupt.asked()
+        if signum is not None and code not in STOPPED:  # its KeyboardInterrupt was dropped, or came as main returned
+            raise interrupt.stop_exception(signum)
+        if code not in STOPPED:
+            interrupt.finished()
+    except KeyboardInterrupt as stop:  # cut main's own report short, or came before finished() took over
         signum = interrupt.stop_of(stop) or signal.SIGINT
         if not interrupt.is_ending():
+            interrupt.ending()
             print(_stop_line(signum, _current), file=sys.stderr)
-        code = interrupt.STATUS[signum]
-    signum = interrupt.asked()
-    if signum is not None and code not in STOPPED:  # its KeyboardInterrupt was dropped, or came as the command ended
-        interrupt.ending()
-        print(_stop_line(signum, _current), file=sys.stderr)
         code = interrupt.STATUS[signum]
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
@@ -155,7 +157,8 @@ def entry() -> None:
     if code in STOPPED:
         interrupt.release_semaphores()  # what the skipped shutdown would have done
         os._exit(code)
-    interrupt.finished()
+    if usage is not None:
+        raise usage
     sys.exit(code)
 
 

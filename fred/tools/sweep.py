@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from fred.runs import interrupt
 from fred.runs.api import DAMAGED, default_run_dir, finished_run, load_run
 from fred.runs.paths import runs_folder
 from fred.runs.runner import RunResult
@@ -150,7 +151,7 @@ def _local(todo: Todo, jobs: int, done: Done) -> None:
             _in_turn(pool, todo, jobs, done, running)
         except BaseException:
             try:
-                _stop(pool)
+                _stop(pool, running)
             finally:  # the started runs that finished meanwhile are kept: say so, as for any other
                 _tell_finished(running, done)
             raise
@@ -194,7 +195,7 @@ def _in_turn(pool: cf.ProcessPoolExecutor, todo: Todo, jobs: int, done: Done, ru
     ``running`` holds the submitted runs not yet told to ``done``, in ``todo``'s order."""
     queued = enumerate(todo)
     for place, item in itertools.islice(queued, jobs):
-        running[_submit(pool, item)] = place
+        _submit(pool, item, running, place)
     while running:
         finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
         for future in sorted(finished, key=running.__getitem__):  # runs that end together: in todo's order
@@ -202,20 +203,25 @@ def _in_turn(pool: cf.ProcessPoolExecutor, todo: Todo, jobs: int, done: Done, ru
             done(future.result())
             following = next(queued, None)
             if following is not None:
-                running[_submit(pool, following[1])] = following[0]
+                _submit(pool, following[1], running, following[0])
 
 
-def _submit(pool: cf.ProcessPoolExecutor, item: tuple[dict[str, Any], str]) -> cf.Future:
-    """``pool.submit`` of one run, with SIGINT blocked meanwhile: a worker process the pool starts
-    here starts with it blocked (a signal mask passes through fork and exec) until
-    :func:`_worker_setup` ignores it. A Ctrl-C in these instants reaches the sweep as they end."""
-    if not hasattr(signal, "pthread_sigmask"):  # not POSIX: no masks to inherit
-        return pool.submit(run_one, *item)
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        return pool.submit(run_one, *item)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+def _submit(pool: cf.ProcessPoolExecutor, item: tuple[dict[str, Any], str], running: dict[cf.Future, int], place: int) -> None:
+    """``pool.submit`` of one run, kept in ``running`` at ``place``, with Ctrl-C held meanwhile.
+
+    The pool may start a worker process here: a KeyboardInterrupt between its start and the
+    work it is sent left it reading a closed pipe, and it died with a traceback. A stop asked
+    for meanwhile is raised once the run is in ``running`` (so it is told if it finishes). SIGINT
+    is also blocked, so that a worker starts with it blocked (a signal mask passes through fork
+    and exec) until :func:`_worker_setup` ignores it.
+    """
+    with interrupt.between_steps():
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, "pthread_sigmask") else None
+        try:
+            running[pool.submit(run_one, *item)] = place
+        finally:
+            if blocked is not None:  # POSIX
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _tell_finished(running: dict[cf.Future, int], done: Done) -> None:
@@ -226,22 +232,30 @@ def _tell_finished(running: dict[cf.Future, int], done: Done) -> None:
             done(future.result())
 
 
-def _stop(pool: cf.ProcessPoolExecutor) -> None:
-    """Let the started runs finish; on a second Ctrl-C, end them (a shutdown cut short by it
-    left workers that never got their stop signal, and the sweep hung at exit)."""
+def _stop(pool: cf.ProcessPoolExecutor, running: dict[cf.Future, int]) -> None:
+    """No queued run starts and the started ones finish; a second Ctrl-C ends them (a shutdown
+    cut short by it left workers that never got their stop signal, and the sweep hung at exit).
+
+    Either way the pool's own thread is waited for before the sweep goes on: its end releases
+    the pool's named semaphores, and one it was releasing as the command ended stayed with the
+    resource tracker, which warned of it. The wait for the runs is on their futures, not the
+    pool's ``shutdown(wait=True)``: a join cut short by Ctrl-C marks the thread ended in Python
+    3.11 (bpo-45274), and a second join returned while it still ran.
+    """
+    thread = pool._executor_manager_thread  # private: the pool's shutdown lets go of it
+    processes = list((pool._processes or {}).values())  # the same: Python 3.14 has terminate_workers
+    pool.shutdown(wait=False, cancel_futures=True)
     try:
-        pool.shutdown(wait=True, cancel_futures=True)
+        cf.wait(running)
     except KeyboardInterrupt:
-        terminate = getattr(pool, "terminate_workers", None)  # public from Python 3.14
-        if terminate is not None:
-            terminate()
-            raise
-        processes = list((pool._processes or {}).values())  # before 3.14 the pool had no public way
         for process in processes:
             process.terminate()
         for process in processes:
             process.join()
         raise
+    finally:
+        if thread is not None:
+            thread.join()
 
 
 def _ray(todo: Todo, jobs: int, done: Done) -> None:
