@@ -631,10 +631,8 @@ class Simulation:
             raise
         finally:
             self._collective_load(member, -1)
-        if gather:
-            self.trace("allgather", member.name, coll.start_s, self.env.now, (len(coll.participants) - 1) * nbytes)
-            return coll.result
-        self.trace("allreduce", member.name, coll.start_s, self.env.now, self._sent_in_allreduce(coll, member.index, nbytes))
+        sent = (len(coll.participants) - 1) * nbytes if gather else self._sent_in_allreduce(coll, member.index, nbytes)
+        self.trace("allgather" if gather else "allreduce", member.name, coll.start_s, self.env.now, sent)
         return coll.result
 
     def backprop_allreduce(
@@ -791,8 +789,9 @@ class Simulation:
         yield self.env.timeout(cfg.sync_s)
 
     def _rounds_as_flows(self, names: list[str], rounds: list[Round], nbytes: float) -> Process:
-        """An all-reduce on fairly shared links: each step a flow, started when its ends are ready;
-        timed in one piece while nothing else is on its links (:func:`on_idle_links`)."""
+        """Rounds of transfers (an all-reduce's, an all-gather's) on fairly shared links: each step a
+        flow, started when its ends are ready; timed in one piece while nothing else is on its links
+        (:func:`on_idle_links`)."""
         done = self.env.event()
         post = lambda src, dst, n, hops, arrive, sent: self._post(names[src], names[dst], n, hops, arrive, sent)  # noqa: E731
         later = lambda delay_s, then: self.env.timeout(delay_s).callbacks.append(lambda _: then())  # noqa: E731
