@@ -104,7 +104,7 @@ def scenario_reference() -> str:
     lines = [
         "# Scenario schema (generated)",
         "",
-        "Generated from the pydantic models in `fred/scenario/schema.py` and the registered strategies",
+        "Generated from the pydantic models in `fred/scenario/schema/` and the registered strategies",
         "when the documentation is built; do not edit. Every section rejects unknown keys.",
         "",
         "## Scenario",
