@@ -1,11 +1,11 @@
 """Ctrl-C and SIGTERM: a run stops between two simulation steps, and the ``fred`` command ends
 promptly, with one line and status 130 or 143, whatever it is doing when the signal comes.
 
-A ``KeyboardInterrupt`` raised inside a step was lost or taken too late: SimPy catches it
-in the process it hits (a generator's exception fails that process's event) and it came
+A ``KeyboardInterrupt`` raised inside a step would be lost or taken too late: SimPy catches it
+in the process it hits (a generator's exception fails that process's event), so it would come
 out a step later, after a checkpoint of the half-done step had replaced the good one; one
 raised inside a weak-reference or garbage-collector callback is printed and dropped by
-Python, and the run went on to its end. For the whole of a run (building it, compiling,
+Python, and the run would go on to its end. For the whole of a run (building it, compiling,
 stepping, making its tables) the first SIGINT therefore only asks for a stop
 (:func:`between_steps`), which the run honours at its safe points, between steps among
 them; a second one interrupts at once, wherever the run is.
@@ -15,7 +15,7 @@ job scheduler or ``timeout`` sends before it kills, is taken as Ctrl-C is; every
 for is remembered, so one whose ``KeyboardInterrupt`` Python dropped still ends the command
 at its next check; and a watcher thread ends the process itself when the main thread does
 not take the stop within :data:`GRACE_S` seconds: a signal's Python handler runs only between
-two bytecodes, and XLA compiling a large program held it back for a minute or two. Library
+two bytecodes, and XLA compiling a large program can hold it back for a minute or two. Library
 use keeps the system's SIGTERM (a Jupyter kernel told to stop still stops).
 """
 

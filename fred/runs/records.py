@@ -183,10 +183,10 @@ def _write_files(
 def _replace_dir(new: Path, out: Path) -> None:
     """Put ``new`` at ``out`` and delete what was there.
 
-    An earlier run is swapped with ``new`` in one step, so that ``out`` is never missing: a
-    reader (fred plot, a sweep's "is this run done" check) racing this write found nothing
-    there, or a "damaged" run, between two renames, and a process killed between them left
-    no run at ``out``. Where the system cannot swap, and where nothing is at ``out`` (a new
+    An earlier run is swapped with ``new`` in one step, so that ``out`` is never missing: with
+    two renames, a reader (fred plot, a sweep's "is this run done" check) racing this write would
+    find nothing there, or a "damaged" run, and a process killed between them would leave no run
+    at ``out``. Where the system cannot swap, and where nothing is at ``out`` (a new
     run, or another writer's run moved aside just now), ``new`` is renamed in.
     """
     try:
