@@ -31,7 +31,8 @@ from tests.conftest import tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "fred-easgd"
-PLUGIN_MODULES = ("fred_easgd", "broken_plugin", "asgd_again", "easgd_again", "misnamed", "sign_sgd")
+PLUGIN_MODULES = ("fred_easgd", "broken_plugin", "asgd_again", "easgd_again", "misnamed", "sign_sgd",
+                  "exiting_plugin", "old_sgd")
 
 
 def install_fake(site: Path, dist: str, entry_points: dict[str, str], modules: dict[str, str] | None = None) -> None:
@@ -293,15 +294,17 @@ def test_the_example_installs_with_pip_and_runs_from_the_command_line(tmp_path):
 
 
 def test_a_plugin_that_calls_sys_exit_as_it_imports_is_one_line_and_leaves_the_others(site, capsys):
-    # The registry caught Exception only: the plug-in's SystemExit(0) ended every fred command with status 0.
-    install_fake(site, "exiting-plugin", {"exiting": "broken_plugin"}, {"broken_plugin": "import sys\nsys.exit(0)\n"})
+    # The registry caught Exception only: the plug-in's SystemExit(0) ended every command with status 0.
+    install_fake(site, "exiting-plugin", {"exiting": "exiting_plugin"},
+                 {"exiting_plugin": "import sys\nsys.exit(0)\n"})
     assert main(["list"]) == 0
     out, err = capsys.readouterr()
     assert "asgd " in out and "exiting" not in out
-    assert err == ("fred list: strategy plug-in exiting-plugin 1.0 (entry point fred.strategies: exiting = broken_plugin) "
-                   "failed to import (SystemExit: it called sys.exit(0) as it imported); fix it or uninstall "
-                   "exiting-plugin\n")
-    with pytest.raises(ScenarioError, match=r"strategy: .*exiting = broken_plugin\) failed to import \(SystemExit"):
+    assert err == ("fred list: strategy plug-in exiting-plugin 1.0 (entry point fred.strategies: exiting "
+                   "= exiting_plugin) failed to import (SystemExit: it called sys.exit(0) as it imported); "
+                   "fix it or uninstall exiting-plugin\n")
+    refusal = r"strategy: .*exiting = exiting_plugin\) failed to import \(SystemExit"
+    with pytest.raises(ScenarioError, match=refusal):
         validate(tiny(strategy={"name": "exiting"}))
     assert fred.run(tiny(stop={"max_updates": 2})).summary["status"] == "completed"
 
@@ -332,7 +335,8 @@ def start(sim, config):
         version = 0
         while True:
             g = yield from sim.compute(w, now["params"])
-            now["params"] = scaled_sum([now["params"], g.grad], jnp.asarray([1.0, -config.lr / g.count], jnp.float32))
+            scales = jnp.asarray([1.0, -config.lr / g.count], jnp.float32)
+            now["params"] = scaled_sum([now["params"], g.grad], scales)
             sim.applied([(w.index, version)], version)
             version += 1
 
@@ -341,37 +345,43 @@ def start(sim, config):
 '''
 
 
+def install_old_sgd(site: Path, api: str = "") -> None:
+    """A plug-in of contract 1.0 (``api``: a ``strategy_api`` line its config states)."""
+    install_fake(site, "old-sgd", {"old_sgd": "old_sgd"}, {"old_sgd": OLD_STYLE.format(api=api)})
+
+
 def test_a_plugin_of_contract_1_0_without_gradient_steps_runs_with_a_deprecation_warning(site):
-    install_fake(site, "old-sgd", {"old_sgd": "misnamed"}, {"misnamed": OLD_STYLE.format(api="")})
+    install_old_sgd(site)
     data = tiny(strategy={"name": "old_sgd"}, cluster={"workers": 1}, stop={"max_updates": 6})
-    with pytest.warns(DeprecationWarning, match=r"strategy 'old_sgd' \(misnamed\) does not say how many gradient steps "
-                      r"its updates take; fred counts one an update\. Define gradient_steps"):
+    warned = (r"strategy 'old_sgd' \(old_sgd\) does not say how many gradient steps its updates take; fred "
+              r"counts one an update\. Define gradient_steps")
+    with pytest.warns(DeprecationWarning, match=warned):
         scenario = validate(data)
     with pytest.warns(DeprecationWarning):
-        assert scenario.strategy.gradient_steps(scenario, 6).steps == 6  # ASGD's count: one gradient an update
+        assert scenario.strategy.gradient_steps(scenario, 6).steps == 6  # ASGD's count: one an update
         assert fred.run(data).summary["updates"] == 6
 
 
 def test_a_plugin_stating_contract_1_1_must_say_its_gradient_steps(site):
-    install_fake(site, "old-sgd", {"old_sgd": "misnamed"}, {"misnamed": OLD_STYLE.format(api='\n    strategy_api = "1.1"')})
-    with pytest.raises(ScenarioError, match=r"strategy 'old_sgd' does not say how many gradient steps its updates take: "
-                       r"its config needs a gradient_steps\(scenario, updates\) method, which strategy_api 1.1 requires"):
+    install_old_sgd(site, '\n    strategy_api = "1.1"')
+    refusal = (r"strategy 'old_sgd' does not say how many gradient steps its updates take: its config needs "
+               r"a gradient_steps\(scenario, updates\) method, which strategy_api 1.1 requires")
+    with pytest.raises(ScenarioError, match=refusal):
         validate(tiny(strategy={"name": "old_sgd"}, cluster={"workers": 1}))
 
 
 @pytest.mark.parametrize(
     ("declared", "problem"),
-    [("1.9", "is written for strategy API 1.9, newer than this fred's 1.1 (fred 0.2.0): upgrade fred, or install a "
-             "version of old-sgd written for strategy API 1.1 or older"),
+    [("1.9", "is written for strategy API 1.9, newer than this fred's 1.1 (fred 0.2.0): upgrade fred, or "
+             "install a version of old-sgd written for strategy API 1.1 or older"),
      ("2.0", "is written for strategy API 2.0, newer than this fred's 1.1"),
-     ("0.9", "is written for strategy API 0.9, which this fred 0.2.0 no longer implements (it implements 1.1): "
-             "upgrade old-sgd"),
+     ("0.9", "is written for strategy API 0.9, which this fred 0.2.0 no longer implements (it implements "
+             "1.1): upgrade old-sgd"),
      ("one", "states strategy_api 'one'; give the contract version it is written for as \"MAJOR.MINOR\"")],
 )
 def test_a_plugin_written_for_a_contract_this_fred_does_not_implement_is_one_line(site, declared, problem):
-    install_fake(site, "old-sgd", {"old_sgd": "misnamed"},
-                 {"misnamed": OLD_STYLE.format(api=f"\n    strategy_api = {declared!r}")})
-    source = "strategy plug-in old-sgd 1.0 (entry point fred.strategies: old_sgd = misnamed) "
+    install_old_sgd(site, f"\n    strategy_api = {declared!r}")
+    source = "strategy plug-in old-sgd 1.0 (entry point fred.strategies: old_sgd = old_sgd) "
     [said] = registry.problems()
     assert said.startswith(source + problem), said
     assert "old_sgd" not in registry.names() and "asgd" in registry.names()

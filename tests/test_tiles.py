@@ -98,8 +98,8 @@ def test_a_batch_of_partial_tiles_is_refused_with_the_fix():
     validate(tiny(data={"batch_size": 12}, strategy={"reduction": "fast"}))
 
 
-@pytest.mark.parametrize(("batch", "tile"), [(1, 1), (4, 4), (12, 6), (20, 5), (50, 5), (100, 5), (7, 7), (11, 1),
-                                           (8, 8), (16, 8), (96, 8)])
+@pytest.mark.parametrize(("batch", "tile"), [(1, 1), (4, 4), (12, 6), (20, 5), (50, 5), (100, 5), (7, 7),
+                                           (11, 1), (8, 8), (16, 8), (96, 8)])
 def test_a_scenario_naming_no_tile_takes_the_largest_divisor_of_its_batch_up_to_8(batch, tile):
     # exact_tile: 8 refused batches of 1, 4, 12, 20, 50 or 100 unless the user had learnt about tiles.
     scenario = validate(tiny(data={"batch_size": batch}))
@@ -122,10 +122,12 @@ def test_a_batch_of_whole_8_row_tiles_resolves_as_it_always_did():
 def test_ssgd_over_a_batch_of_the_default_tiles_is_large_batch_sgd_of_the_same_tiles():
     # 2 workers of 12 rows take tiles of 6; one worker of 24 rows would take 8: the same tile is stated there.
     def sha(**overrides) -> str:
-        return fred.run(tiny(stop={"max_updates": 3}, eval={"every_updates": 1000}, **overrides)).summary["params_sha256"]
+        run = fred.run(tiny(stop={"max_updates": 3}, eval={"every_updates": 1000}, **overrides))
+        return run.summary["params_sha256"]
 
     distributed = sha(cluster={"workers": 2}, data={"batch_size": 12}, strategy={"name": "ssgd"})
-    assert distributed == sha(cluster={"workers": 1}, data={"batch_size": 24}, strategy={"name": "sgd", "exact_tile": 6})
+    large = sha(cluster={"workers": 1}, data={"batch_size": 24}, strategy={"name": "sgd", "exact_tile": 6})
+    assert distributed == large
 
 
 def test_tiles_and_per_example_leaves_are_different_trees_over_the_same_gradient():

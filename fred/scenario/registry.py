@@ -107,8 +107,9 @@ def _load_entry_point(entry: EntryPoint) -> None:
     except KeyboardInterrupt:  # Ctrl-C (and a termination signal) while a plug-in imports stops the command
         raise
     except BaseException as err:  # noqa: BLE001 - any error of a plug-in is its own, reported in one line
-        # SystemExit too: a plug-in calling sys.exit(0) as it imports ended every command with status 0.
-        _PROBLEMS[entry.name] = f"strategy plug-in {source} failed to import ({_raised(err)}); fix it or uninstall {package}"
+        # SystemExit too: a plug-in calling sys.exit(0) as it imports would end every command with status 0.
+        _PROBLEMS[entry.name] = (f"strategy plug-in {source} failed to import ({_raised(err)}); "
+                                 f"fix it or uninstall {package}")
         return
     finally:
         _plugin_state["staged"] = None
@@ -152,16 +153,18 @@ def api_refusal(config: type[BaseModel], source: str, package: str) -> str | Non
     wanted, ours = api_version(declared), api_version(strategy_api)
     assert ours is not None
     if wanted is None:
-        return (f"strategy plug-in {source} states strategy_api {declared!r}; give the contract version it is written "
-                f"for as \"MAJOR.MINOR\" (this fred {__version__} implements {strategy_api}), or uninstall {package}")
+        return (f"strategy plug-in {source} states strategy_api {declared!r}; give the contract version it "
+                f"is written for as \"MAJOR.MINOR\" (this fred {__version__} implements {strategy_api}), "
+                f"or uninstall {package}")
     if wanted[0] == ours[0] and wanted[1] <= ours[1]:
         return None
     if wanted > ours:
         return (f"strategy plug-in {source} is written for strategy API {declared}, newer than this fred's "
-                f"{strategy_api} (fred {__version__}): upgrade fred, or install a version of {package} written for "
-                f"strategy API {ours[0]}.{ours[1]} or older")
-    return (f"strategy plug-in {source} is written for strategy API {declared}, which this fred {__version__} no longer "
-            f"implements (it implements {strategy_api}): upgrade {package}, or use a fred of strategy API {wanted[0]}")
+                f"{strategy_api} (fred {__version__}): upgrade fred, or install a version of {package} "
+                f"written for strategy API {ours[0]}.{ours[1]} or older")
+    return (f"strategy plug-in {source} is written for strategy API {declared}, which this fred "
+            f"{__version__} no longer implements (it implements {strategy_api}): upgrade {package}, or use "
+            f"a fred of strategy API {wanted[0]}")
 
 
 def _add_plugin(strategy: Strategy) -> None:

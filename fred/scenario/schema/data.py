@@ -25,8 +25,8 @@ def _file_or_folder(value: str | None) -> str | None:
         return path
     what = next((name for test, name in NOT_REGULAR if mode is not None and test(mode)), None)
     if what is not None:
-        raise ValueError(f"{path} is {what}, not a file or folder: fred would read it for ever (or wait on it); "
-                         "give a file or folder of the data, saved to disk")
+        raise ValueError(f"{path} is {what}, not a file or folder: fred would read it for ever (or wait on "
+                         "it); give a file or folder of the data, saved to disk")
     return path
 
 

@@ -127,7 +127,8 @@ class Scenario(Section):
     def _safe_name(cls, value: str) -> str:
         if not value or any(c in value for c in "/\\\0") or value.startswith("."):
             raise ValueError(f"got {value[:100]!r}; use a plain, non-empty name without '/', '\\' or a leading '.'")
-        if len(value.encode("utf-8")) > MAX_NAME_BYTES:  # found only when the run directory was made, after the run
+        # else found only as the run directory is made, after the run:
+        if len(value.encode("utf-8")) > MAX_NAME_BYTES:
             raise ValueError(f"got {value[:40]!r}... ({len(value):,} characters); use at most {MAX_NAME_BYTES} bytes "
                              "(as many plain ASCII characters): it begins the run directory's name, and a file name "
                              "has at most 255")
@@ -159,9 +160,10 @@ def written_for_refusal(version: Any) -> str | None:
     wanted = (int(parts[0]), int(parts[1]))
     if wanted <= ours:
         return None
-    return (f"fred: the scenario is written for fred {version}, newer than this fred {__version__}: it may use keys "
-            f"or meanings this fred does not have (CHANGELOG.md); upgrade fred (pip install -U fred), or set "
-            f"fred: \"{ours[0]}.{ours[1]}\" once the scenario uses only what this fred documents")
+    return (f"fred: the scenario is written for fred {version}, newer than this fred {__version__}: it may "
+            f"use keys or meanings this fred does not have (CHANGELOG.md); upgrade fred (pip install -U "
+            f"fred), or set fred: \"{ours[0]}.{ours[1]}\" once the scenario uses only what this fred "
+            "documents")
 
 
 MAX_CADENCE_EVENTS = 100_000  # evaluations, or server checkpoints, in one run: past this, a typo, not a plan
@@ -224,7 +226,7 @@ MAX_ACTIVITY_S = 1e9  # one step or one message, in simulated seconds (about 32 
 
 def _check_durations(scenario: Scenario) -> None:
     """Refuse a speed, a rate or a time that makes one step or one message last more than
-    MAX_ACTIVITY_S: ``speed: {0: 5e-324}`` made a step of inf s, and the run stalled waiting for it."""
+    MAX_ACTIVITY_S: ``speed: {0: 5e-324}`` would make a step of inf s, and the run stall waiting for it."""
     cluster = scenario.cluster
     compute = cluster.compute
     flops = scenario.workload.resolved_flops_per_example() or compute.flops_per_example
@@ -255,11 +257,12 @@ def _check_steps(scenario: Scenario, base_s: float) -> None:
         for i, straggler in enumerate(cluster.stragglers):
             if straggler.worker != worker:
                 continue
-            if not slow_s * straggler.slow_factor <= MAX_ACTIVITY_S:  # the first factor that goes past: the others fit
+            step_s = slow_s * straggler.slow_factor
+            if not step_s <= MAX_ACTIVITY_S:  # the first factor that goes past: those before it fit
                 factors = "the slow factors" + (" up to it" if slow_s != base_s else "")
                 _too_long(f"cluster.stragglers.{i}.slow_factor", straggler.slow_factor,
-                          f"worker {worker}'s steps would take {slow_s * straggler.slow_factor:.3g} s ({base_s:.3g} s x "
-                          f"{factors})", f"give at most {MAX_ACTIVITY_S / slow_s:.3g}")
+                          f"worker {worker}'s steps would take {step_s:.3g} s ({base_s:.3g} s x {factors})",
+                          f"give at most {MAX_ACTIVITY_S / slow_s:.3g}")
             slow_s *= straggler.slow_factor
         speeds = [(f"cluster.speed.{worker}", cluster.speed[worker])] if worker in cluster.speed else []
         speeds += [(f"cluster.speed_changes.{i}.speed", c.speed) for i, c in enumerate(cluster.speed_changes) if c.worker == worker]
@@ -277,51 +280,73 @@ def _check_messages(scenario: Scenario) -> None:
     known = scenario.workload.resolved_param_bytes()
     nbytes = known or 1
     message = f"a message of {nbytes:,} bytes" if known else "one byte"
-    # (where, latency_s, the rate's field, bytes/s, the transport's share of it): every link a message crosses
-    intra = network.intra_node
-    links = [("network", network.latency_s, "bandwidth_bps", network.bandwidth_bps, network.efficiency / network.oversubscription),
-             ("network.intra_node", intra.latency_s, "busbw_bps" if intra.busbw_bps is not None else "bandwidth_bps",
-              intra.rate_bps(), 1.0)]
-    if network.server is not None:
-        links.append(("network.server", network.server.latency_s, "bandwidth_bps", network.server.bandwidth_bps, network.efficiency))
-    if network.sites is not None:  # each site's wide-area link, at its line rate
-        links.append(("network.sites", network.sites.latency_s, "bandwidth_bps", network.sites.bandwidth_bps, 1.0))
-    for where, latency_s, rate_field, rate_bps, share in links:
+    most = f"give at most {MAX_ACTIVITY_S:g}"
+    for where, latency_s, rate_field, rate_bps, share in _links(network):
         if not latency_s <= MAX_ACTIVITY_S:
-            _too_long(f"{where}.latency_s", latency_s, "every message would wait that long", f"give at most {MAX_ACTIVITY_S:g}")
+            _too_long(f"{where}.latency_s", latency_s, "every message would wait that long", most)
         transfer_s = nbytes / rate_bps / share
         if not transfer_s <= MAX_ACTIVITY_S:
-            rate = f"{rate_bps:.3g} bytes/s" + (f" x {share:.3g} (efficiency / oversubscription)" if share != 1 else "")
-            if nbytes / rate_bps <= MAX_ACTIVITY_S:  # the line rate would do: the transport's share is what is off
-                field, value = ("network.efficiency", network.efficiency) if nbytes / rate_bps / network.efficiency \
-                    > MAX_ACTIVITY_S else ("network.oversubscription", network.oversubscription)
-                fix = (f"give at least {nbytes / rate_bps * network.oversubscription / MAX_ACTIVITY_S:.3g}"
-                       if field.endswith("efficiency") else f"give at most {MAX_ACTIVITY_S / (nbytes / rate_bps / network.efficiency):.3g}")
-            else:
-                field, value, fix = f"{where}.{rate_field}", rate_bps, f"give at least {nbytes / share / MAX_ACTIVITY_S:.3g}"
+            rate = f"{rate_bps:.3g} bytes/s"
+            rate += f" x {share:.3g} (efficiency / oversubscription)" if share != 1 else ""
+            field, value, fix = _slow_part(network, nbytes, f"{where}.{rate_field}", rate_bps, share)
             _too_long(field, value, f"{message} would take {transfer_s:.3g} s at {rate}", fix)
     if not network.sync_s <= MAX_ACTIVITY_S:
-        _too_long("network.sync_s", network.sync_s, "every all-reduce would wait that long", f"give at most {MAX_ACTIVITY_S:g}")
+        _too_long("network.sync_s", network.sync_s, "every all-reduce would wait that long", most)
     if not nbytes * network.reduce_s_per_byte <= MAX_ACTIVITY_S:
         _too_long("network.reduce_s_per_byte", network.reduce_s_per_byte,
-                  f"reducing {message} would take {nbytes * network.reduce_s_per_byte:.3g} s", f"give at most {MAX_ACTIVITY_S / nbytes:.3g}")
+                  f"reducing {message} would take {nbytes * network.reduce_s_per_byte:.3g} s",
+                  f"give at most {MAX_ACTIVITY_S / nbytes:.3g}")
+
+
+def _links(network: NetworkConfig) -> list[tuple[str, float, str, float, float]]:
+    """Every link a message may cross, as ``(where, latency_s, its rate's field, bytes/s, the
+    transport's share of them)``: the workers' network, a node's, the server's, a site's."""
+    intra = network.intra_node
+    links = [("network", network.latency_s, "bandwidth_bps", network.bandwidth_bps,
+              network.efficiency / network.oversubscription),
+             ("network.intra_node", intra.latency_s,
+              "busbw_bps" if intra.busbw_bps is not None else "bandwidth_bps", intra.rate_bps(), 1.0)]
+    if network.server is not None:
+        server = network.server
+        links.append(("network.server", server.latency_s, "bandwidth_bps", server.bandwidth_bps,
+                      network.efficiency))
+    if network.sites is not None:  # each site's wide-area link, at its line rate
+        sites = network.sites
+        links.append(("network.sites", sites.latency_s, "bandwidth_bps", sites.bandwidth_bps, 1.0))
+    return links
+
+
+def _slow_part(network: NetworkConfig, nbytes: int, field: str, rate_bps: float,
+               share: float) -> tuple[str, float, str]:
+    """What makes ``nbytes`` too slow over a link of ``rate_bps`` and ``share``: the field, its
+    value and the fix. The line rate, or where it would do, the transport's share of it."""
+    line_s = nbytes / rate_bps
+    if not line_s <= MAX_ACTIVITY_S:
+        return field, rate_bps, f"give at least {nbytes / share / MAX_ACTIVITY_S:.3g}"
+    if line_s / network.efficiency > MAX_ACTIVITY_S:
+        return ("network.efficiency", network.efficiency,
+                f"give at least {line_s * network.oversubscription / MAX_ACTIVITY_S:.3g}")
+    return ("network.oversubscription", network.oversubscription,
+            f"give at most {MAX_ACTIVITY_S / (line_s / network.efficiency):.3g}")
 
 
 def _check_fault_times(scenario: Scenario) -> None:
     """What a fault makes the run wait for lasts at most MAX_ACTIVITY_S too: a server's restart, a
     resend's timeout, a wait for a crashed worker, a degraded link's extra latency and its message
-    (``restart_s: 1e300`` made every later update at 1e300 s). When a fault starts is not bounded:
+    (``restart_s: 1e300`` would put every later update at 1e300 s). When a fault starts is not bounded:
     a crash after the run's end never happens."""
     faults = scenario.faults
-    waits = [("faults.sync_timeout_s", faults.sync_timeout_s, "anyone waiting for a crashed worker would wait that long"),
-             *((f"faults.link_degrade.{i}.extra_latency_s", d.extra_latency_s, "every message over it would wait that long")
-               for i, d in enumerate(faults.link_degrade))]
+    waits = [("faults.sync_timeout_s", faults.sync_timeout_s,
+              "anyone waiting for a crashed worker would wait that long")]
+    waits += [(f"faults.link_degrade.{i}.extra_latency_s", d.extra_latency_s,
+               "every message over it would wait that long") for i, d in enumerate(faults.link_degrade)]
     if faults.message_loss is not None:
         waits.append(("faults.message_loss.retransmit_timeout_s", faults.message_loss.retransmit_timeout_s,
                       "every lost message would be sent again that late"))
     if faults.server_crash is not None:
-        waits += [(f"faults.server_crash.crashes.{i}.restart_s", c.restart_s, "the server would be down that long, "
-                   "and every later update would wait for it") for i, c in enumerate(faults.server_crash.crashes)]
+        down = "the server would be down that long, and every later update would wait for it"
+        waits += [(f"faults.server_crash.crashes.{i}.restart_s", c.restart_s, down)
+                  for i, c in enumerate(faults.server_crash.crashes)]
     for field, seconds, what in waits:
         if seconds is not None and not seconds <= MAX_ACTIVITY_S:
             _too_long(field, seconds, what, f"give at most {MAX_ACTIVITY_S:g}")
@@ -383,7 +408,7 @@ def update_steps(scenario: Scenario) -> GradientSteps:
     assert scenario.stop.max_updates is not None
     try:
         return scenario.strategy.gradient_steps(scenario, scenario.stop.max_updates)
-    except NotImplementedError as err:  # a plug-in of contract 1.1 that does not say it: named, not a traceback
+    except NotImplementedError as err:  # no count where contract 1.1 needs one: named, not a traceback
         raise ValueError(str(err)) from None
 
 
@@ -456,8 +481,8 @@ def _check_model_data(scenario: Scenario) -> None:
 
 
 def _check_crash_order(faults: FaultsConfig) -> None:
-    """Refuse a crash of a worker or server that is already down: it was silently dropped, and
-    with it the rejoin or restart time the user gave."""
+    """Refuse a crash of a worker or server that is already down: the simulation would drop it
+    silently, and with it the rejoin or restart time the user gave."""
     by_worker: dict[int, list[tuple[float, int]]] = {}
     for i, crash in enumerate(faults.worker_crash):
         by_worker.setdefault(crash.worker, []).append((crash.at_s, i))

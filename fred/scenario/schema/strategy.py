@@ -114,20 +114,21 @@ class StrategyConfig(Section):
         as ``stop.max_updates`` counts them (one per gradient for ASGD, ``n`` a round for SSGD,
         ``n * sync_every`` for Local SGD, a pipeline's fill besides), with what else to lower
         when they are too many. Every strategy answers it: validation bounds a run's work with it
-        (``stop.max_updates: 5`` of Local SGD with ``sync_every: 1e9`` computed for ever), and
+        (``stop.max_updates: 5`` of Local SGD with ``sync_every: 1e9`` would compute for ever), and
         the shortest time the updates can take (steps / workers x the fastest step).
 
         A plug-in of contract 1.0 (``strategy_api`` not stated, or ``"1.0"``) that does not
         define it gets one gradient step an update, ASGD's count and the fewest any strategy
-        takes, with a ``DeprecationWarning``: the bounds then refuse none of its runs that they
-        refused before strategies said it, and a strategy whose updates take more steps (a round
-        of every worker, local steps) computes more than the bounds count. Contract 1.1, and
+        takes, with a ``DeprecationWarning``: the bounds then refuse the fewest of its runs, and a
+        strategy whose updates take more steps (a round of every worker, local steps) computes
+        more than the bounds count. Contract 1.1, and
         every strategy of fred's own, must define it."""
         if registry.api_version(self.strategy_api or "1.0") < (1, 1) and _plugin(self.name):
             warnings.warn(
-                f"strategy {self.name!r} ({type(self).__module__}) does not say how many gradient steps its updates "
-                "take; fred counts one an update. Define gradient_steps(scenario, updates) on its config and state "
-                "strategy_api = \"1.1\" (docs/strategy-contract.md): the count is required from fred 0.3",
+                f"strategy {self.name!r} ({type(self).__module__}) does not say how many gradient steps "
+                "its updates take; fred counts one an update. Define gradient_steps(scenario, updates) on "
+                "its config and state strategy_api = \"1.1\" (docs/strategy-contract.md): the count is "
+                "required from fred 0.3",
                 DeprecationWarning, stacklevel=2)
             return GradientSteps(updates)
         required = f", which strategy_api {self.strategy_api} requires" if self.strategy_api else ""
