@@ -12,11 +12,11 @@ import typing as _typing
 from importlib import import_module as _import_module
 
 from fred._lazy import submodule as _submodule
-from fred._version import __version__
+from fred._version import __version__, strategy_api  # noqa: F401 - the strategy contract's version
 
 # Each public name and the module it comes from, imported at its first use (PEP 562): the
 # `fred` command imports this package before it can take Ctrl-C, and jax and pandas take a
-# second to load, during which a Ctrl-C was a raw traceback.
+# second to load, during which a Ctrl-C would be a raw traceback.
 _SOURCES = {
     "RunResult": "fred.runs.runner",
     "Scenario": "fred.scenario.schema",

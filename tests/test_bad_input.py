@@ -9,7 +9,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from fred.scenario.loading import ScenarioError, validate
+from fred.scenario.loading import ScenarioError, merge, validate
 from fred.tools.cli import main
 from tests.conftest import tiny
 
@@ -197,3 +197,77 @@ def test_a_mixing_matrix_that_is_not_column_stochastic_is_refused(matrix, tmp_pa
     code, err, out = run_cli(tmp_path, yaml.safe_dump(data).encode(), capsys)
     assert code == 2 and not out.exists()
     assert "column-stochastic" in err or "negative weights" in err
+
+
+SECONDS = "more than the 1e+09 simulated seconds (about 32 years) one step or message may take"
+FOR_EVER = "(the run would wait for it for ever)"
+DEGRADE = {"entity": "worker1", "at_s": 0.0}
+TWO_SITES = {"cluster": {"workers": 2}, "network": {"sites": {"nodes": [1, 1]}}}
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        # A site's link and the waits faults add were outside the bounds: the run reached a simulated
+        # time of 3.6e304 s, or made every update at 1e300 s.
+        (merge(TWO_SITES, {"network": {"sites": {"bandwidth_bps": 1e-300}}}),
+         f"network.sites.bandwidth_bps is 1e-300: one byte would take 1e+300 s at 1e-300 bytes/s, {SECONDS} "
+         f"{FOR_EVER}: give at least 1e-09"),
+        (merge(TWO_SITES, {"network": {"sites": {"latency_s": 1e300}}}),
+         "network.sites.latency_s is 1e+300: every message would wait that long"),
+        ({"network": {"intra_node": {"busbw_bps": 1e-300}}},
+         "network.intra_node.busbw_bps is 1e-300: one byte would take"),
+        ({"faults": {"server_crash": {"checkpoint_every_s": 1,
+                                      "crashes": [{"at_s": 0.01, "restart_s": 1e300}]}}},
+         "faults.server_crash.crashes.0.restart_s is 1e+300: the server would be down that long, and every "
+         f"later update would wait for it, {SECONDS}"),
+        ({"faults": {"link_degrade": [DEGRADE | {"extra_latency_s": 1e300}]}},
+         "faults.link_degrade.0.extra_latency_s is 1e+300: every message over it would wait that long"),
+        ({"faults": {"link_degrade": [DEGRADE | {"bandwidth_factor": 1e-300}]},
+          "workload": {"param_bytes": 1000}},
+         "faults.link_degrade.0.bandwidth_factor is 1e-300: a message of 1,000 bytes over worker1's degraded "
+         "link (1.25e+09 bytes/s x the factor) would take 8e+293 s"),
+        ({"faults": {"message_loss": {"probability": 0.1, "retransmit_timeout_s": 1e300}}},
+         "faults.message_loss.retransmit_timeout_s is 1e+300: every lost message would be sent again that "
+         "late"),
+        ({"faults": {"sync_timeout_s": 1e300}},
+         "faults.sync_timeout_s is 1e+300: anyone waiting for a crashed worker"),
+        # Two stragglers on one worker overflowed to inf, and the fix read "give at most 0", which
+        # slow_factor does not accept.
+        ({"cluster": {"stragglers": [{"worker": 1, "slow_factor": 1e300}] * 2}},
+         "cluster.stragglers.0.slow_factor is 1e+300: worker 1's steps would take 1e+298 s (0.01 s x the "
+         f"slow factors), {SECONDS} {FOR_EVER}: give at most 1e+11"),
+        ({"cluster": {"stragglers": [{"worker": 1, "slow_factor": f} for f in (1e6, 1e300)]}},
+         "cluster.stragglers.1.slow_factor is 1e+300: worker 1's steps would take 1e+304 s (0.01 s x the "
+         f"slow factors up to it), {SECONDS} {FOR_EVER}: give at most 1e+05"),
+    ],
+    ids=["site bandwidth", "site latency", "busbw", "server restart", "degraded latency",
+         "degraded bandwidth", "retransmit", "sync timeout", "two stragglers", "a second straggler"],
+)
+def test_every_wait_a_run_may_meet_is_bounded_with_a_fix_its_field_takes(override, needle, tmp_path, capsys):
+    code, err, out = run_cli(tmp_path, yaml.safe_dump(tiny(**override)).encode(), capsys)
+    assert code == 2 and needle in err and "Traceback" not in err and not out.exists(), err
+
+
+@pytest.mark.parametrize("kind", ["arrays", "mnist", "cifar10", "text"])
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_a_data_path_at_a_fifo_or_a_device_is_refused_as_it_is_read(kind, special, tmp_path, capsys):
+    # arrays or mnist at a FIFO hung; at /dev/zero it read 10 GB in 60 s.
+    import os
+
+    if special == "fifo":
+        special = str(tmp_path / "pipe")
+        os.mkfifo(special)
+    what = "a FIFO (named pipe)" if special.endswith("pipe") else "a character device"
+    data = tiny(data={"source": {"kind": kind, "path": special}})
+    code, err, out = run_cli(tmp_path, yaml.safe_dump(data).encode(), capsys)
+    assert code == 2 and f"data.source.path: {special} is {what}, not a file or folder" in err, err
+    assert "Traceback" not in err and not out.exists()
+    with pytest.raises(ScenarioError, match=r"data.source.eval_path: .* is a"):
+        validate(tiny(data={"source": {"kind": "arrays", "path": str(tmp_path), "eval_path": special}}))
+
+
+def test_a_text_source_at_a_folder_is_refused_as_the_scenario_is_read(tmp_path):
+    source = {"kind": "text", "path": str(tmp_path)}
+    with pytest.raises(ScenarioError, match=rf"data.source.path: {tmp_path} is a folder; give a text file"):
+        validate(tiny(model={"kind": "transformer"}, data={"source": source}))

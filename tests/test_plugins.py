@@ -31,7 +31,8 @@ from tests.conftest import tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "fred-easgd"
-PLUGIN_MODULES = ("fred_easgd", "broken_plugin", "asgd_again", "easgd_again", "misnamed", "sign_sgd")
+PLUGIN_MODULES = ("fred_easgd", "broken_plugin", "asgd_again", "easgd_again", "misnamed", "sign_sgd",
+                  "exiting_plugin", "old_sgd")
 
 
 def install_fake(site: Path, dist: str, entry_points: dict[str, str], modules: dict[str, str] | None = None) -> None:
@@ -290,3 +291,108 @@ def test_the_example_installs_with_pip_and_runs_from_the_command_line(tmp_path):
         assert ran.returncode == 0, ran.stderr[-3000:]
         digests.append(json.loads((tmp_path / out / "summary.json").read_text())["params_sha256"])
     assert digests[0] == digests[1]
+
+
+def test_a_plugin_that_calls_sys_exit_as_it_imports_is_one_line_and_leaves_the_others(site, capsys):
+    # The registry caught Exception only: the plug-in's SystemExit(0) ended every command with status 0.
+    install_fake(site, "exiting-plugin", {"exiting": "exiting_plugin"},
+                 {"exiting_plugin": "import sys\nsys.exit(0)\n"})
+    assert main(["list"]) == 0
+    out, err = capsys.readouterr()
+    assert "asgd " in out and "exiting" not in out
+    assert err == ("fred list: strategy plug-in exiting-plugin 1.0 (entry point fred.strategies: exiting "
+                   "= exiting_plugin) failed to import (SystemExit: it called sys.exit(0) as it imported); "
+                   "fix it or uninstall exiting-plugin\n")
+    refusal = r"strategy: .*exiting = exiting_plugin\) failed to import \(SystemExit"
+    with pytest.raises(ScenarioError, match=refusal):
+        validate(tiny(strategy={"name": "exiting"}))
+    assert fred.run(tiny(stop={"max_updates": 2})).summary["status"] == "completed"
+
+
+OLD_STYLE = '''
+"""One worker's plain SGD, written to strategy contract 1.0: no gradient_steps, no strategy_api."""
+
+from typing import Literal
+
+import jax.numpy as jnp
+from pydantic import Field
+
+from fred.scenario.registry import register
+from fred.scenario.schema import StrategyConfig
+from strategies.sasgd import scaled_sum
+
+
+class OldSGD(StrategyConfig):
+    name: Literal["old_sgd"] = "old_sgd"
+    lr: float = Field(default=0.1, gt=0){api}
+
+
+@register(OldSGD)
+def start(sim, config):
+    now = {{"params": sim.init_params}}
+
+    def worker(w):
+        version = 0
+        while True:
+            g = yield from sim.compute(w, now["params"])
+            scales = jnp.asarray([1.0, -config.lr / g.count], jnp.float32)
+            now["params"] = scaled_sum([now["params"], g.grad], scales)
+            sim.applied([(w.index, version)], version)
+            version += 1
+
+    sim.process(worker(sim.workers[0]))
+    return lambda: now["params"]
+'''
+
+
+def install_old_sgd(site: Path, api: str = "") -> None:
+    """A plug-in of contract 1.0 (``api``: a ``strategy_api`` line its config states)."""
+    install_fake(site, "old-sgd", {"old_sgd": "old_sgd"}, {"old_sgd": OLD_STYLE.format(api=api)})
+
+
+def test_a_plugin_of_contract_1_0_without_gradient_steps_runs_with_a_deprecation_warning(site):
+    install_old_sgd(site)
+    data = tiny(strategy={"name": "old_sgd"}, cluster={"workers": 1}, stop={"max_updates": 6})
+    warned = (r"strategy 'old_sgd' \(old_sgd\) does not say how many gradient steps its updates take; fred "
+              r"counts one an update\. Define gradient_steps")
+    with pytest.warns(DeprecationWarning, match=warned):
+        scenario = validate(data)
+    with pytest.warns(DeprecationWarning):
+        assert scenario.strategy.gradient_steps(scenario, 6).steps == 6  # ASGD's count: one an update
+        assert fred.run(data).summary["updates"] == 6
+
+
+def test_a_plugin_stating_contract_1_1_must_say_its_gradient_steps(site):
+    install_old_sgd(site, '\n    strategy_api = "1.1"')
+    refusal = (r"strategy 'old_sgd' does not say how many gradient steps its updates take: its config needs "
+               r"a gradient_steps\(scenario, updates\) method, which strategy_api 1.1 requires")
+    with pytest.raises(ScenarioError, match=refusal):
+        validate(tiny(strategy={"name": "old_sgd"}, cluster={"workers": 1}))
+
+
+@pytest.mark.parametrize(
+    ("declared", "problem"),
+    [("1.9", "is written for strategy API 1.9, newer than this fred's 1.1 (fred 0.2.0): upgrade fred, or "
+             "install a version of old-sgd written for strategy API 1.1 or older"),
+     ("2.0", "is written for strategy API 2.0, newer than this fred's 1.1"),
+     ("0.9", "is written for strategy API 0.9, which this fred 0.2.0 no longer implements (it implements "
+             "1.1): upgrade old-sgd"),
+     ("one", "states strategy_api 'one'; give the contract version it is written for as \"MAJOR.MINOR\"")],
+)
+def test_a_plugin_written_for_a_contract_this_fred_does_not_implement_is_one_line(site, declared, problem):
+    install_old_sgd(site, f"\n    strategy_api = {declared!r}")
+    source = "strategy plug-in old-sgd 1.0 (entry point fred.strategies: old_sgd = old_sgd) "
+    [said] = registry.problems()
+    assert said.startswith(source + problem), said
+    assert "old_sgd" not in registry.names() and "asgd" in registry.names()
+    with pytest.raises(ScenarioError, match="strategy: " + source.replace("(", r"\(").replace(")", r"\)")):
+        validate(tiny(strategy={"name": "old_sgd"}))
+
+
+def test_fred_states_its_version_and_its_strategy_contract():
+    import tomllib
+
+    assert fred.strategy_api == "1.1" and registry.api_version(fred.strategy_api) == (1, 1)
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["version"] == fred.__version__
+    assert f"## {fred.__version__} " in (ROOT / "CHANGELOG.md").read_text()

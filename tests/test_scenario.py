@@ -266,3 +266,19 @@ def test_a_value_that_fits_no_branch_of_a_union_is_one_problem_with_its_alternat
 def test_a_value_shaped_like_one_branch_of_a_union_is_told_what_is_wrong_inside_it():
     [message] = problems(tiny(cluster={"workers": 4}, strategy={"name": "sgp", "lr": 0.1, "topology": [[[1, "x"]]]}))
     assert message.startswith("strategy.topology.0.0.1: got 'x'; Input should be a valid number")
+
+
+def test_a_scenario_may_state_the_fred_it_is_written_for():
+    for version in ("0.1", "0.2", "0.2.7"):  # this fred's and older: read; the digest does not depend on it
+        assert validate(tiny(fred=version)).digest() == validate(tiny()).digest()
+    [newer] = problems(tiny(fred="0.3"))
+    assert newer == ("scenario: fred: the scenario is written for fred 0.3, newer than this fred 0.2.0: it "
+                     "may use keys or meanings this fred does not have (CHANGELOG.md); upgrade fred (pip "
+                     'install -U fred), or set fred: "0.2" once the scenario uses only what this fred '
+                     "documents")
+    later = "scenario: fred: the scenario is written for fred 1.0, newer"
+    assert problems(tiny(fred="1.0"))[0].startswith(later)
+    [number] = problems(tiny(fred=0.3))
+    assert number == ('scenario: fred: got 0.3; give the fred version the scenario is written for as '
+                      '"MAJOR.MINOR" (this fred is 0.2); write it as a string, fred: "0.3"')
+    assert problems(tiny(fred="two"))[0].startswith("scenario: fred: got 'two'; give the fred version")

@@ -19,7 +19,7 @@ from fred.numerics.data import load_dataset
 from fred.numerics.gradients import GradSum, Numerics, parts_of, sum_grads
 from fred.numerics.models import build_model
 from fred.scenario.loading import ScenarioError, validate
-from fred.scenario.schema import CNNModel, DataConfig, MLPModel
+from fred.scenario.schema import CNNModel, DataConfig, MLPModel, default_tile
 from tests.conftest import tiny
 
 TILE = 8
@@ -90,12 +90,44 @@ def test_programs_hold_few_tiles_of_a_large_model_and_many_of_a_small_one():
 
 def test_a_batch_of_partial_tiles_is_refused_with_the_fix():
     with pytest.raises(ScenarioError) as refused:
-        validate(tiny(data={"batch_size": 12}))
+        validate(tiny(data={"batch_size": 12}, strategy={"exact_tile": 8}))  # a tile the scenario names
     message = str(refused.value)
     assert "strategy.exact_tile is 8 but data.batch_size 12" in message
     assert "(8, 16)" in message and "(4; 1 fits any batch)" in message and "reduction: fast" in message
     validate(tiny(data={"batch_size": 12}, strategy={"exact_tile": 4}))
     validate(tiny(data={"batch_size": 12}, strategy={"reduction": "fast"}))
+
+
+@pytest.mark.parametrize(("batch", "tile"), [(1, 1), (4, 4), (12, 6), (20, 5), (50, 5), (100, 5), (7, 7),
+                                           (11, 1), (8, 8), (16, 8), (96, 8)])
+def test_a_scenario_naming_no_tile_takes_the_largest_divisor_of_its_batch_up_to_8(batch, tile):
+    # exact_tile: 8 refused batches of 1, 4, 12, 20, 50 or 100 unless the user had learnt about tiles.
+    scenario = validate(tiny(data={"batch_size": batch}))
+    assert scenario.strategy.exact_tile == tile == default_tile(batch)
+    assert scenario.resolved()["strategy"]["exact_tile"] == tile
+    assert validate(scenario.resolved()) == scenario  # the resolved form states it, and reads back the same
+
+
+def test_a_batch_of_whole_8_row_tiles_resolves_as_it_always_did():
+    """Goldens and run directories' names hash the resolved scenario: with a multiple of 8 its tile
+    is 8, the same digest as with exact_tile: 8 stated; a fast reduction keeps the unused 8."""
+    for batch in (8, 32, 128):
+        scenario = validate(tiny(data={"batch_size": batch}))
+        stated = validate(tiny(data={"batch_size": batch}, strategy={"exact_tile": 8}))
+        assert scenario.strategy.exact_tile == 8 and scenario.digest() == stated.digest()
+    fast = validate(tiny(data={"batch_size": 12}, strategy={"reduction": "fast"}))
+    assert fast.strategy.exact_tile == 8 and "exact_tile" not in fast.strategy.model_fields_set
+
+
+def test_ssgd_over_a_batch_of_the_default_tiles_is_large_batch_sgd_of_the_same_tiles():
+    # 2 workers of 12 rows take tiles of 6; one worker of 24 rows would take 8: the same tile is stated there.
+    def sha(**overrides) -> str:
+        run = fred.run(tiny(stop={"max_updates": 3}, eval={"every_updates": 1000}, **overrides))
+        return run.summary["params_sha256"]
+
+    distributed = sha(cluster={"workers": 2}, data={"batch_size": 12}, strategy={"name": "ssgd"})
+    large = sha(cluster={"workers": 1}, data={"batch_size": 24}, strategy={"name": "sgd", "exact_tile": 6})
+    assert distributed == large
 
 
 def test_tiles_and_per_example_leaves_are_different_trees_over_the_same_gradient():

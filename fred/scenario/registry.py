@@ -15,8 +15,10 @@ strategies are found at the first lookup, by name, never by an import of this mo
 (which keeps the layers pointing one way): the in-tree packages of :data:`PLUGIN_PACKAGES`,
 then every installed entry point of the group :data:`ENTRY_POINT_GROUP`, as pytest finds its
 plugins. An entry point is named as its strategy and names the module that registers it
-(``easgd = "fred_easgd"``). One that fails to import, or whose name another strategy has too,
-leaves that name out with one line saying why (:func:`problems`); every other strategy works.
+(``easgd = "fred_easgd"``). One that fails to import (an exception, or ``sys.exit`` while it
+imports), whose name another strategy has too, or that targets a strategy contract this fred does
+not implement (its config's ``strategy_api``, against :data:`fred._version.strategy_api`) leaves
+that name out with one line saying why (:func:`problems`); every other strategy works.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Callable, NamedTuple
 
 from pydantic import BaseModel
+
+from fred._version import __version__, strategy_api
 
 # start(sim: fred.simulation.engine.Simulation, config) -> a function giving the current parameters
 Start = Callable[[Any, Any], Callable[[], Any]]
@@ -100,9 +104,12 @@ def _load_entry_point(entry: EntryPoint) -> None:
     _plugin_state["staged"] = staged = []
     try:
         entry.load()
-    except Exception as err:  # noqa: BLE001 - any error of a plug-in is its own, reported in one line
-        _PROBLEMS[entry.name] = (f"strategy plug-in {source} failed to import ({type(err).__name__}: "
-                                 f"{str(err).strip() or 'no message'}); fix it or uninstall {package}")
+    except KeyboardInterrupt:  # Ctrl-C (and a termination signal) while a plug-in imports stops the command
+        raise
+    except BaseException as err:  # noqa: BLE001 - any error of a plug-in is its own, reported in one line
+        # SystemExit too: a plug-in calling sys.exit(0) as it imports would end every command with status 0.
+        _PROBLEMS[entry.name] = (f"strategy plug-in {source} failed to import ({_raised(err)}); "
+                                 f"fix it or uninstall {package}")
         return
     finally:
         _plugin_state["staged"] = None
@@ -115,7 +122,49 @@ def _load_entry_point(entry: EntryPoint) -> None:
         _PROBLEMS[entry.name] = (f"strategy plug-in {source} registered no strategy {entry.name!r} (it registered "
                                  f"{made}); name the entry point as its strategy config's name")
     for strategy in staged:
+        refusal = api_refusal(strategy.config, source, package)
+        if refusal:
+            _PROBLEMS[strategy.name] = refusal
+            continue
         _add_plugin(strategy._replace(source=source, distribution=package, version=dist.version if dist is not None else None))
+
+
+def _raised(err: BaseException) -> str:
+    """What a plug-in's import raised, as its one line says it."""
+    if isinstance(err, SystemExit):
+        return f"SystemExit: it called sys.exit({err.code!r}) as it imported"
+    return f"{type(err).__name__}: {str(err).strip() or 'no message'}"
+
+
+def api_version(text: object) -> tuple[int, int] | None:
+    """``"MAJOR.MINOR"`` as a pair of integers; None for anything else."""
+    parts = text.split(".") if isinstance(text, str) else []
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def api_refusal(config: type[BaseModel], source: str, package: str) -> str | None:
+    """Why a plug-in's strategy cannot be used by this fred, judged by the contract version its
+    config states (``strategy_api``; none stated: 1.0, the contract before versions); None if it can."""
+    declared = getattr(config, "strategy_api", None)
+    if declared is None:
+        return None
+    wanted, ours = api_version(declared), api_version(strategy_api)
+    assert ours is not None
+    if wanted is None:
+        return (f"strategy plug-in {source} states strategy_api {declared!r}; give the contract version it "
+                f"is written for as \"MAJOR.MINOR\" (this fred {__version__} implements {strategy_api}), "
+                f"or uninstall {package}")
+    if wanted[0] == ours[0] and wanted[1] <= ours[1]:
+        return None
+    if wanted > ours:
+        return (f"strategy plug-in {source} is written for strategy API {declared}, newer than this fred's "
+                f"{strategy_api} (fred {__version__}): upgrade fred, or install a version of {package} "
+                f"written for strategy API {ours[0]}.{ours[1]} or older")
+    return (f"strategy plug-in {source} is written for strategy API {declared}, which this fred "
+            f"{__version__} no longer implements (it implements {strategy_api}): upgrade {package}, or use "
+            f"a fred of strategy API {wanted[0]}")
 
 
 def _add_plugin(strategy: Strategy) -> None:

@@ -102,6 +102,8 @@ from fred.scenario.schema.strategy import (  # noqa: F401
     StrategyConfig,
     _buckets_by_default,
     _validate_strategy,
+    default_tile,
+    with_default_tile,
 )
 from fred.scenario.schema.scenario import (  # noqa: F401
     CLOCK_RESOLUTION,

@@ -2,11 +2,41 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import Annotated, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
 from fred.scenario.schema.base import NonNegFloat, PositiveFloat, Section, _absolute
+
+NOT_REGULAR = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _file_or_folder(value: str | None) -> str | None:
+    """``value`` as an absolute path, refused where it names a FIFO, a device or a socket: read as
+    data, a FIFO blocks for ever and /dev/zero never ends. A path that is not there is left to the
+    loader, which names what it should hold (a run's copy of a scenario may outlive its data)."""
+    path = _absolute(value)
+    try:
+        mode = os.stat(path).st_mode if path is not None else None
+    except (OSError, ValueError):  # missing, unreadable, a name too long: the loader says which
+        return path
+    what = next((name for test, name in NOT_REGULAR if mode is not None and test(mode)), None)
+    if what is not None:
+        raise ValueError(f"{path} is {what}, not a file or folder: fred would read it for ever (or wait on "
+                         "it); give a file or folder of the data, saved to disk")
+    return path
+
+
+def _regular_file(value: str) -> str:
+    """``value`` as an absolute path, refused where it names anything but a regular file (a folder too)."""
+    path = _file_or_folder(value)
+    assert path is not None
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a folder; give a text file")
+    return path
 
 
 class DigitsData(Section):
@@ -27,7 +57,7 @@ class MNISTData(Section):
     path: str = Field(description="a directory of IDX files (optionally .gz) or one .npz file; a relative path is "
                       "taken from the scenario file's folder")
 
-    _path_absolute = field_validator("path")(_absolute)
+    _path_absolute = field_validator("path")(_file_or_folder)
 
 
 class SyntheticImagesData(Section):
@@ -63,7 +93,7 @@ class CIFAR10Data(Section):
     kind: Literal["cifar10"] = "cifar10"
     path: str = Field(description="the cifar-10-batches-py folder (data_batch_1..5, test_batch) or the folder holding it")
 
-    _path_absolute = field_validator("path")(_absolute)
+    _path_absolute = field_validator("path")(_file_or_folder)
 
 
 class CIFAR100Data(Section):
@@ -71,7 +101,7 @@ class CIFAR100Data(Section):
     path: str = Field(description="the cifar-100-python folder (train, test) or the folder holding it")
     labels: Literal["fine", "coarse"] = Field(default="fine", description="fine: 100 classes; coarse: 20 superclasses")
 
-    _path_absolute = field_validator("path")(_absolute)
+    _path_absolute = field_validator("path")(_file_or_folder)
 
 
 class TextData(Section):
@@ -83,7 +113,7 @@ class TextData(Section):
                                                                        "char: one token per character it uses (UTF-8)")
     context: Annotated[int, Field(ge=1, le=65536)] = Field(default=64, description="tokens a window")
 
-    _path_absolute = field_validator("path")(_absolute)
+    _path_absolute = field_validator("path")(_regular_file)
 
 
 class ArraysData(Section):
@@ -101,7 +131,7 @@ class ArraysData(Section):
     classes: Annotated[int, Field(ge=2)] | None = Field(
         default=None, description="number of classes (default: the largest label + 1)")
 
-    _paths_absolute = field_validator("path", "eval_path")(_absolute)
+    _paths_absolute = field_validator("path", "eval_path")(_file_or_folder)
 
     @model_validator(mode="after")
     def _classes_with_classification(self) -> "ArraysData":

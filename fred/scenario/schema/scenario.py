@@ -8,8 +8,9 @@ import json
 import math
 from typing import Annotated, Any, NamedTuple
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from fred._version import __version__
 from fred.scenario import model_workloads, registry, workloads
 from fred.scenario.schema.base import Section
 from fred.scenario.schema.cluster import ClusterConfig
@@ -23,6 +24,7 @@ from fred.scenario.schema.strategy import (
     StrategyConfig,
     _buckets_by_default,
     _validate_strategy,
+    with_default_tile,
 )
 from fred.scenario.schema.workload import WorkloadConfig
 
@@ -44,10 +46,26 @@ class Scenario(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _written_for(cls, data: Any) -> Any:
+        # fred: "0.2" states the fred the file is written for: checked here, and no part of the
+        # resolved scenario (a run's digest does not depend on it).
+        if isinstance(data, dict) and "fred" in data:
+            refusal = written_for_refusal(data["fred"])
+            if refusal:
+                raise ValueError(refusal)
+            data = {key: value for key, value in data.items() if key != "fred"}
+        return data
+
     @field_validator("strategy", mode="before")
     @classmethod
-    def _dispatch_strategy(cls, value: Any) -> StrategyConfig:
-        return _validate_strategy(value)
+    def _dispatch_strategy(cls, value: Any, info: ValidationInfo) -> StrategyConfig:
+        # data comes before strategy, so its batch is known here: a strategy naming no exact_tile
+        # takes the batch's default tile, and the resolved scenario holds it.
+        config = _validate_strategy(value)
+        data = info.data.get("data")
+        return with_default_tile(config, data.batch_size) if isinstance(data, DataConfig) else config
 
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
@@ -109,7 +127,8 @@ class Scenario(Section):
     def _safe_name(cls, value: str) -> str:
         if not value or any(c in value for c in "/\\\0") or value.startswith("."):
             raise ValueError(f"got {value[:100]!r}; use a plain, non-empty name without '/', '\\' or a leading '.'")
-        if len(value.encode("utf-8")) > MAX_NAME_BYTES:  # found only when the run directory was made, after the run
+        # else found only as the run directory is made, after the run:
+        if len(value.encode("utf-8")) > MAX_NAME_BYTES:
             raise ValueError(f"got {value[:40]!r}... ({len(value):,} characters); use at most {MAX_NAME_BYTES} bytes "
                              "(as many plain ASCII characters): it begins the run directory's name, and a file name "
                              "has at most 255")
@@ -126,6 +145,25 @@ class Scenario(Section):
         canonical = json.dumps(self.resolved(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
+
+
+def written_for_refusal(version: Any) -> str | None:
+    """Why a scenario whose top-level ``fred`` key is ``version`` cannot be read by this fred
+    (a version newer than this fred's major.minor, or not a version); None if it can. An older
+    version is read: fred reads the files of its earlier releases (CHANGELOG.md)."""
+    ours = tuple(int(p) for p in __version__.split(".")[:2])
+    parts = version.split(".") if isinstance(version, str) else []
+    if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        quoted = f"; write it as a string, fred: \"{version}\"" if isinstance(version, float) else ""
+        return (f"fred: got {repr(version)[:40]}; give the fred version the scenario is written for as "
+                f"\"MAJOR.MINOR\" (this fred is {ours[0]}.{ours[1]}){quoted}")
+    wanted = (int(parts[0]), int(parts[1]))
+    if wanted <= ours:
+        return None
+    return (f"fred: the scenario is written for fred {version}, newer than this fred {__version__}: it may "
+            f"use keys or meanings this fred does not have (CHANGELOG.md); upgrade fred (pip install -U "
+            f"fred), or set fred: \"{ours[0]}.{ours[1]}\" once the scenario uses only what this fred "
+            "documents")
 
 
 MAX_CADENCE_EVENTS = 100_000  # evaluations, or server checkpoints, in one run: past this, a typo, not a plan
@@ -188,8 +226,8 @@ MAX_ACTIVITY_S = 1e9  # one step or one message, in simulated seconds (about 32 
 
 def _check_durations(scenario: Scenario) -> None:
     """Refuse a speed, a rate or a time that makes one step or one message last more than
-    MAX_ACTIVITY_S: ``speed: {0: 5e-324}`` made a step of inf s, and the run stalled waiting for it."""
-    cluster, network = scenario.cluster, scenario.network
+    MAX_ACTIVITY_S: ``speed: {0: 5e-324}`` would make a step of inf s, and the run stall waiting for it."""
+    cluster = scenario.cluster
     compute = cluster.compute
     flops = scenario.workload.resolved_flops_per_example() or compute.flops_per_example
     timed_by_flops = flops is not None and compute.device_flops is not None
@@ -207,6 +245,7 @@ def _check_durations(scenario: Scenario) -> None:
             _too_long(field, seconds, "every step it delays would take that long", f"give at most {MAX_ACTIVITY_S:g}")
     _check_steps(scenario, base_s)
     _check_messages(scenario)
+    _check_fault_times(scenario)
 
 
 def _check_steps(scenario: Scenario, base_s: float) -> None:
@@ -214,14 +253,17 @@ def _check_steps(scenario: Scenario, base_s: float) -> None:
     cluster = scenario.cluster
     named = sorted(set(cluster.speed) | {s.worker for s in cluster.stragglers} | {c.worker for c in cluster.speed_changes})
     for worker in named:
-        slow_s, slowed_by = base_s, None
+        slow_s = base_s
         for i, straggler in enumerate(cluster.stragglers):
-            if straggler.worker == worker:
-                slow_s, slowed_by = slow_s * straggler.slow_factor, i
-        if not slow_s <= MAX_ACTIVITY_S:
-            factor = cluster.stragglers[slowed_by].slow_factor  # type: ignore[index]
-            _too_long(f"cluster.stragglers.{slowed_by}.slow_factor", factor, f"worker {worker}'s steps would take {slow_s:.3g} s "
-                      f"({base_s:.3g} s x the slow factors)", f"give at most {MAX_ACTIVITY_S / (slow_s / factor):.3g}")
+            if straggler.worker != worker:
+                continue
+            step_s = slow_s * straggler.slow_factor
+            if not step_s <= MAX_ACTIVITY_S:  # the first factor that goes past: those before it fit
+                factors = "the slow factors" + (" up to it" if slow_s != base_s else "")
+                _too_long(f"cluster.stragglers.{i}.slow_factor", straggler.slow_factor,
+                          f"worker {worker}'s steps would take {step_s:.3g} s ({base_s:.3g} s x {factors})",
+                          f"give at most {MAX_ACTIVITY_S / slow_s:.3g}")
+            slow_s *= straggler.slow_factor
         speeds = [(f"cluster.speed.{worker}", cluster.speed[worker])] if worker in cluster.speed else []
         speeds += [(f"cluster.speed_changes.{i}.speed", c.speed) for i, c in enumerate(cluster.speed_changes) if c.worker == worker]
         for field, speed in speeds:
@@ -238,28 +280,98 @@ def _check_messages(scenario: Scenario) -> None:
     known = scenario.workload.resolved_param_bytes()
     nbytes = known or 1
     message = f"a message of {nbytes:,} bytes" if known else "one byte"
-    links = [("network", network, network.efficiency / network.oversubscription), ("network.intra_node", network.intra_node, 1.0)]
-    if network.server is not None:
-        links.append(("network.server", network.server, network.efficiency))
-    for where, link, share in links:
-        if not link.latency_s <= MAX_ACTIVITY_S:
-            _too_long(f"{where}.latency_s", link.latency_s, "every message would wait that long", f"give at most {MAX_ACTIVITY_S:g}")
-        transfer_s = nbytes / link.bandwidth_bps / share
+    most = f"give at most {MAX_ACTIVITY_S:g}"
+    for where, latency_s, rate_field, rate_bps, share in _links(network):
+        if not latency_s <= MAX_ACTIVITY_S:
+            _too_long(f"{where}.latency_s", latency_s, "every message would wait that long", most)
+        transfer_s = nbytes / rate_bps / share
         if not transfer_s <= MAX_ACTIVITY_S:
-            rate = f"{link.bandwidth_bps:.3g} bytes/s" + (f" x {share:.3g} (efficiency / oversubscription)" if share != 1 else "")
-            if nbytes / link.bandwidth_bps <= MAX_ACTIVITY_S:  # the line rate would do: the transport's share is what is off
-                field, value = ("network.efficiency", network.efficiency) if nbytes / link.bandwidth_bps / network.efficiency \
-                    > MAX_ACTIVITY_S else ("network.oversubscription", network.oversubscription)
-                fix = (f"give at least {nbytes / link.bandwidth_bps * network.oversubscription / MAX_ACTIVITY_S:.3g}"
-                       if field.endswith("efficiency") else f"give at most {MAX_ACTIVITY_S / (nbytes / link.bandwidth_bps / network.efficiency):.3g}")
-            else:
-                field, value, fix = f"{where}.bandwidth_bps", link.bandwidth_bps, f"give at least {nbytes / share / MAX_ACTIVITY_S:.3g}"
+            rate = f"{rate_bps:.3g} bytes/s"
+            rate += f" x {share:.3g} (efficiency / oversubscription)" if share != 1 else ""
+            field, value, fix = _slow_part(network, nbytes, f"{where}.{rate_field}", rate_bps, share)
             _too_long(field, value, f"{message} would take {transfer_s:.3g} s at {rate}", fix)
     if not network.sync_s <= MAX_ACTIVITY_S:
-        _too_long("network.sync_s", network.sync_s, "every all-reduce would wait that long", f"give at most {MAX_ACTIVITY_S:g}")
+        _too_long("network.sync_s", network.sync_s, "every all-reduce would wait that long", most)
     if not nbytes * network.reduce_s_per_byte <= MAX_ACTIVITY_S:
         _too_long("network.reduce_s_per_byte", network.reduce_s_per_byte,
-                  f"reducing {message} would take {nbytes * network.reduce_s_per_byte:.3g} s", f"give at most {MAX_ACTIVITY_S / nbytes:.3g}")
+                  f"reducing {message} would take {nbytes * network.reduce_s_per_byte:.3g} s",
+                  f"give at most {MAX_ACTIVITY_S / nbytes:.3g}")
+
+
+def _links(network: NetworkConfig) -> list[tuple[str, float, str, float, float]]:
+    """Every link a message may cross, as ``(where, latency_s, its rate's field, bytes/s, the
+    transport's share of them)``: the workers' network, a node's, the server's, a site's."""
+    intra = network.intra_node
+    links = [("network", network.latency_s, "bandwidth_bps", network.bandwidth_bps,
+              network.efficiency / network.oversubscription),
+             ("network.intra_node", intra.latency_s,
+              "busbw_bps" if intra.busbw_bps is not None else "bandwidth_bps", intra.rate_bps(), 1.0)]
+    if network.server is not None:
+        server = network.server
+        links.append(("network.server", server.latency_s, "bandwidth_bps", server.bandwidth_bps,
+                      network.efficiency))
+    if network.sites is not None:  # each site's wide-area link, at its line rate
+        sites = network.sites
+        links.append(("network.sites", sites.latency_s, "bandwidth_bps", sites.bandwidth_bps, 1.0))
+    return links
+
+
+def _slow_part(network: NetworkConfig, nbytes: int, field: str, rate_bps: float,
+               share: float) -> tuple[str, float, str]:
+    """What makes ``nbytes`` too slow over a link of ``rate_bps`` and ``share``: the field, its
+    value and the fix. The line rate, or where it would do, the transport's share of it."""
+    line_s = nbytes / rate_bps
+    if not line_s <= MAX_ACTIVITY_S:
+        return field, rate_bps, f"give at least {nbytes / share / MAX_ACTIVITY_S:.3g}"
+    if line_s / network.efficiency > MAX_ACTIVITY_S:
+        return ("network.efficiency", network.efficiency,
+                f"give at least {line_s * network.oversubscription / MAX_ACTIVITY_S:.3g}")
+    return ("network.oversubscription", network.oversubscription,
+            f"give at most {MAX_ACTIVITY_S / (line_s / network.efficiency):.3g}")
+
+
+def _check_fault_times(scenario: Scenario) -> None:
+    """What a fault makes the run wait for lasts at most MAX_ACTIVITY_S too: a server's restart, a
+    resend's timeout, a wait for a crashed worker, a degraded link's extra latency and its message
+    (``restart_s: 1e300`` would put every later update at 1e300 s). When a fault starts is not bounded:
+    a crash after the run's end never happens."""
+    faults = scenario.faults
+    waits = [("faults.sync_timeout_s", faults.sync_timeout_s,
+              "anyone waiting for a crashed worker would wait that long")]
+    waits += [(f"faults.link_degrade.{i}.extra_latency_s", d.extra_latency_s,
+               "every message over it would wait that long") for i, d in enumerate(faults.link_degrade)]
+    if faults.message_loss is not None:
+        waits.append(("faults.message_loss.retransmit_timeout_s", faults.message_loss.retransmit_timeout_s,
+                      "every lost message would be sent again that late"))
+    if faults.server_crash is not None:
+        down = "the server would be down that long, and every later update would wait for it"
+        waits += [(f"faults.server_crash.crashes.{i}.restart_s", c.restart_s, down)
+                  for i, c in enumerate(faults.server_crash.crashes)]
+    for field, seconds, what in waits:
+        if seconds is not None and not seconds <= MAX_ACTIVITY_S:
+            _too_long(field, seconds, what, f"give at most {MAX_ACTIVITY_S:g}")
+    known = scenario.workload.resolved_param_bytes()
+    nbytes = known or 1
+    message = f"a message of {nbytes:,} bytes" if known else "one byte"
+    for i, degrade in enumerate(faults.link_degrade):  # each window alone: overlapping windows multiply
+        rate_bps = _link_rate_bps(scenario, degrade.entity)
+        transfer_s = nbytes / (rate_bps * degrade.bandwidth_factor)
+        if not transfer_s <= MAX_ACTIVITY_S:
+            _too_long(f"faults.link_degrade.{i}.bandwidth_factor", degrade.bandwidth_factor,
+                      f"{message} over {degrade.entity}'s degraded link ({rate_bps:.3g} "
+                      f"bytes/s x the factor) would take {transfer_s:.3g} s",
+                      f"give at least {nbytes / rate_bps / MAX_ACTIVITY_S:.3g}")
+
+
+def _link_rate_bps(scenario: Scenario, entity: str) -> float:
+    """The bytes per second of the link a fault of ``entity`` degrades: a site's wide-area link, the
+    server's, or a worker's (its node's network link)."""
+    network = scenario.network
+    if entity.startswith("site") and network.sites is not None:
+        return network.sites.bandwidth_bps
+    if entity == "server" and network.server is not None:
+        return network.server.bandwidth_bps * network.efficiency
+    return network.bandwidth_bps * network.efficiency
 
 
 def _too_long(field: str, value: float, what: str, fix: str) -> None:
@@ -296,7 +408,7 @@ def update_steps(scenario: Scenario) -> GradientSteps:
     assert scenario.stop.max_updates is not None
     try:
         return scenario.strategy.gradient_steps(scenario, scenario.stop.max_updates)
-    except NotImplementedError as err:  # a plug-in written before strategies said it: named, not a traceback
+    except NotImplementedError as err:  # no count where contract 1.1 needs one: named, not a traceback
         raise ValueError(str(err)) from None
 
 
@@ -369,8 +481,8 @@ def _check_model_data(scenario: Scenario) -> None:
 
 
 def _check_crash_order(faults: FaultsConfig) -> None:
-    """Refuse a crash of a worker or server that is already down: it was silently dropped, and
-    with it the rejoin or restart time the user gave."""
+    """Refuse a crash of a worker or server that is already down: the simulation would drop it
+    silently, and with it the rejoin or restart time the user gave."""
     by_worker: dict[int, list[tuple[float, int]]] = {}
     for i, crash in enumerate(faults.worker_crash):
         by_worker.setdefault(crash.worker, []).append((crash.at_s, i))
@@ -444,9 +556,11 @@ def _check_faults(scenario: Scenario) -> None:
 
 
 def _check_tile(scenario: Scenario) -> None:
-    """The exact reduction's leaves are tiles of ``exact_tile`` rows: every batch must be whole tiles."""
+    """The exact reduction's leaves are tiles of ``exact_tile`` rows: every batch must be whole tiles.
+    The default tile divides every batch (:func:`default_tile`), so only a tile the scenario names
+    can fail; a timing-only run computes no gradient and has no tiles."""
     tile, batch = scenario.strategy.exact_tile, scenario.data.batch_size
-    if scenario.strategy.reduction != "exact" or batch % tile == 0:
+    if scenario.strategy.reduction != "exact" or scenario.workload.timing_only or batch % tile == 0:
         return
     lower = [t for t in (1, 2, 4, 8, 16, 32) if batch % t == 0 and t < tile][-1]
     below, above = batch - batch % tile, batch + tile - batch % tile
