@@ -84,7 +84,9 @@ class Booked(RoundsTiming):
     """Rounds booked transfer by transfer, first come, first served, when the collective starts."""
 
     def run(self, names: list[str], rounds: list[Round], nbytes: float) -> Process:
-        book = lambda src, dst, n, at: self.transport.book(names[src], names[dst], n, at).arrive_s  # noqa: E731
+        def book(src: int, dst: int, n: float, not_before_s: float) -> float:
+            return self.transport.book(names[src], names[dst], n, not_before_s).arrive_s
+
         done_s = run_rounds(book, rounds, len(names), nbytes, self.config.reduce_s_per_byte, self.env.now)
         yield self.env.timeout(done_s - self.env.now + self.config.sync_s)
 
@@ -100,12 +102,19 @@ class AsFlows(RoundsTiming):
         self.one_piece = one_piece
 
     def run(self, names: list[str], rounds: list[Round], nbytes: float) -> Process:
-        done, transport = self.env.event(), self.transport
-        post = lambda src, dst, n, hops, arrive, sent: transport.post(names[src], names[dst], n, hops, arrive, sent)  # noqa: E731
-        later = lambda delay_s, then: self.env.timeout(delay_s).callbacks.append(lambda _: then())  # noqa: E731
+        done, transport, env = self.env.event(), self.transport, self.env
+
+        def post(src: int, dst: int, n: float, hops: int, arrive: Callable[[], None],
+                 sent: Callable[[], None]) -> None:
+            transport.post(names[src], names[dst], n, hops, arrive, sent)
+
+        def later(delay_s: float, then: Callable[[], None]) -> None:
+            env.timeout(delay_s).callbacks.append(lambda _: then())
+
         run = RoundsAsFlows(rounds, len(names), nbytes, self.config.reduce_s_per_byte, post, later,
                             lambda: done.succeed(), start=False)
-        if not self.one_piece or not on_idle_links(run, transport.flows, names, transport.network.path):  # type: ignore[arg-type]
+        flows, path = transport.flows, transport.network.path
+        if not self.one_piece or not on_idle_links(run, flows, names, path):  # type: ignore[arg-type]
             run.start()
         yield done
         yield self.env.timeout(self.config.sync_s)
@@ -209,12 +218,12 @@ class Nccl(RingBytes, Collective):
         known = self.picks.get(key)
         if known is None:
             allowed = cfg.nccl or NcclConfig()
-            fabric = nccl.Fabric(len(names), nodes, cfg.intra_node.rate_bps(), cfg.bandwidth_bps * cfg.efficiency,
-                                 allowed.intra_link)
+            fabric = nccl.Fabric(len(names), nodes, cfg.intra_node.rate_bps(),
+                                 cfg.bandwidth_bps * cfg.efficiency, allowed.intra_link)
             known = self.picks[key] = nccl.choose(nbytes, fabric, allowed.algorithms, allowed.protocols)
             self.report.setdefault("nccl", []).append(
-                f"{nbytes:.6g} bytes over {len(names)} ranks on {nodes} nodes: {known.algorithm}/{known.protocol}, "
-                f"{known.time_s * 1e3:.4g} ms")
+                f"{nbytes:.6g} bytes over {len(names)} ranks on {nodes} nodes: "
+                f"{known.algorithm}/{known.protocol}, {known.time_s * 1e3:.4g} ms")
         return known
 
 

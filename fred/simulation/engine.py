@@ -9,11 +9,11 @@ server processes as generators and use a few primitives:
 ``yield from sim.work(entity, seconds, kind)``
     keep an entity busy for a given time (compression, a server's update, a sleep).
 ``yield from sim.send(src, dst, nbytes, kind, payload)``
-    a point-to-point transfer (FIFO contention); a payload lands in ``dst``'s mailbox.
+    a point-to-point transfer (:mod:`fred.simulation.transport`); a payload lands in ``dst``'s mailbox.
 ``yield from server.push(...)`` / ``server.fetch(...)``
     transfers to and from a :class:`~fred.simulation.server.ParameterServer`.
 ``yield from sim.allreduce(group, member, nbytes, value)``
-    join a ring all-reduce with the group's other members; returns the summed value.
+    join an all-reduce with the group's other members; returns the summed value.
 ``yield from sim.allgather(group, member, nbytes, value)``
     join a ring all-gather: each member contributes ``nbytes`` (a sparse payload, which
     cannot be added on the way) and gets every member's value, in group order. It shares the
@@ -25,6 +25,13 @@ server processes as generators and use a few primitives:
 ``sim.applied(contributions, version_applied)``
     tell the run a model update happened (records, evaluation, stopping).
 
+The engine joins the members of a collective and adds their values
+(:mod:`fred.simulation.joins`); how long the collective takes and what each member sends
+are the business of the collective objects chosen once from the network section when the
+simulation is built (:attr:`Simulation.allreduce_timing`, :attr:`Simulation.allgather_timing`,
+:mod:`fred.simulation.algorithms`). Gradients come from the
+:class:`~fred.simulation.gradient_service.GradientService`.
+
 Faults (:mod:`fred.simulation.faults`) act through the same primitives: a process that computes,
 sends or all-reduces for a worker belongs to it, and is interrupted when it crashes;
 a lost transfer is resent after the scenario's retransmit timeout.
@@ -32,21 +39,21 @@ a lost transfer is resent after the scenario's retransmit timeout.
 SimPy orders simultaneous events by (time, priority, insertion sequence), and every
 process here is started in a fixed order, so the whole run is deterministic.
 """
-
 from __future__ import annotations
 
 from typing import Any, Callable, Generator, NamedTuple, Sequence
 
 import simpy
 
-from fred.numerics.gradients import GradSum, sum_grads, tree_sum
+from fred.numerics.gradients import GradSum
 from fred.numerics.models import Params
 from fred.scenario.schema import FaultsConfig
-from fred.simulation.algorithms import Collective, SentBy, allgather_for, allreduce_for
+from fred.simulation.algorithms import Collective, allgather_for, allreduce_for
 from fred.simulation.buckets import Bucket
 from fred.simulation.compute import ComputeModel
 from fred.simulation.faults import Crash, Faults
 from fred.simulation.gradient_service import GradientService
+from fred.simulation.joins import CollectiveCall, GroupKey, Tracer, sum_values
 from fred.simulation.network import Network
 from fred.simulation.rounds_as_flows import HeldLinks
 from fred.simulation.transport import Transport
@@ -65,60 +72,7 @@ class Contribution(NamedTuple):
     cached: bool = False
 
 
-Tracer = Callable[[str, str, float, float, float, str], None]
-
-
-class GroupKey(tuple):
-    """A group's member indices, hashed once: a tuple hashes all p of them at every lookup,
-    and every join looks its group up several times, which made a ring round cost p^2."""
-
-    def __new__(cls, indices: Any) -> "GroupKey":
-        key = super().__new__(cls, indices)
-        key._hash = tuple.__hash__(key)
-        return key
-
-    def __hash__(self) -> int:
-        return self._hash
-
-
 NO_PAYLOAD: Any = object()  # send()'s default: a transfer that delivers nothing (a push of bytes alone)
-
-
-def _sum_values(values: list[Any]) -> Any:
-    """The all-reduced value: gradient sums by :func:`sum_grads`, other pytrees by the same tree."""
-    if any(v is None for v in values):
-        return None
-    if all(isinstance(v, GradSum) for v in values):
-        return sum_grads(values)
-    return values[0] if len(values) == 1 else tree_sum(values)
-
-
-class _Collective:
-    """One all-reduce call of a group: who has joined, when it starts, when it ends.
-
-    Members wait for ``done`` from the moment they join; the blocked time of those still there is
-    recorded as ``started`` is processed (:meth:`trace_waits`), member by member in the order they joined.
-    """
-
-    __slots__ = ("started", "done", "arrived", "waiting", "participants", "result", "nbytes", "sent", "start_s", "gather")
-
-    def __init__(self, env: simpy.Environment, nbytes: float, trace: Tracer, gather: bool = False):
-        self.started, self.done = env.event(), env.event()
-        self.gather = gather  # an all-gather: the result is every value, the time a ring all-gather's
-        self.arrived: list[tuple[int, Any]] = []
-        self.waiting: list[tuple[str, float]] = []  # (member's name, when it joined), in the order they joined
-        self.participants: list[int] = []  # who was in it, once started
-        self.result: Any = None
-        self.nbytes = nbytes
-        self.sent: SentBy | None = None  # what each participant sent: asked of the run's collective once
-        self.start_s = 0.0
-        self.started.callbacks.append(lambda _: self.trace_waits(env.now, trace))  # type: ignore[union-attr]
-
-    def trace_waits(self, now: float, trace: Tracer) -> None:
-        self.start_s = now
-        for name, arrived_s in self.waiting:
-            if now > arrived_s:
-                trace("wait", name, arrived_s, now, 0.0, "")
 
 
 class Simulation:
@@ -148,7 +102,7 @@ class Simulation:
         self.update_hooks: list[Callable[[list[Contribution], int], None]] = []
         self.compute_hooks: list[Callable[[GradSum], None]] = []
         self.report: dict[str, Any] = {}  # strategy facts for the summary (e.g. a grouping)
-        self._collectives: dict[tuple[Any, int], _Collective] = {}
+        self._collectives: dict[tuple[Any, int], CollectiveCall] = {}
         self._joined: dict[tuple[Any, int], int] = {}
         self._started: dict[tuple[int, ...], int] = {}  # collectives started per group
         self._last_participants: dict[tuple[int, ...], list[int]] = {}
@@ -432,7 +386,7 @@ class Simulation:
     def allreduce(
         self, group: Sequence[Worker], member: Worker, nbytes: float, value: Any = None
     ) -> Generator[simpy.Event, Any, Any]:
-        """Join the group's next ring all-reduce; returns the pairwise-tree sum of the values.
+        """Join the group's next all-reduce; returns the pairwise-tree sum of the values.
 
         Values are :class:`GradSum` (summed with their losses and counts) or any pytree
         of arrays (parameters, for model averaging); ``None`` from everyone times the
@@ -440,8 +394,9 @@ class Simulation:
 
         Members block until every member peers still wait for has joined (recorded as
         ``wait``; a crashed member is waited for until ``faults.sync_timeout_s``). The
-        timing is the ring's, step by step; the sum is always taken in group order
-        by the fixed tree, so it is the same bits whatever the ring did.
+        timing is :attr:`allreduce_timing`'s (``network.allreduce``, step by step); the sum
+        is always taken in group order by the fixed tree, so it is the same bits whatever
+        the algorithm did.
         """
         return self._join(group, member, nbytes, value, False)
 
@@ -471,7 +426,7 @@ class Simulation:
         self._joined[joined] = call + 1
         coll = self._collectives.get((key, call))
         if coll is None:
-            coll = self._collectives[(key, call)] = _Collective(self.env, nbytes, self.trace, gather)
+            coll = self._collectives[(key, call)] = CollectiveCall(self.env, nbytes, self.trace, gather)
         elif coll.gather != gather:
             raise RuntimeError(f"{member.name} joined collective {call} of its group as an all-{'gather' if gather else 'reduce'} "
                                "while others joined it as the other kind: members must call them in the same order")
@@ -554,7 +509,7 @@ class Simulation:
         usual group: every member joins with it, so building it per join would cost p^2."""
         return self._crew_key if group is self.workers else GroupKey(w.index for w in group)
 
-    def _try_start(self, key: tuple[int, ...], call: int, coll: _Collective | None = None) -> None:
+    def _try_start(self, key: tuple[int, ...], call: int, coll: CollectiveCall | None = None) -> None:
         """Start the collective once every member peers still wait for has joined."""
         if coll is None:
             coll = self._collectives[(key, call)]
@@ -573,7 +528,7 @@ class Simulation:
         if coll.gather:
             coll.result = None if any(v is None for v in values) else values
         else:
-            coll.result = _sum_values(values)
+            coll.result = sum_values(values)
         names = [self.workers[i].name for i in coll.participants]
         self.env.process(self._timed(self._timing(coll.gather), names, coll.nbytes, coll.done))
         coll.started.succeed()

@@ -40,7 +40,7 @@ class Transport:
             return transfer
         while self.faults.lost(src, dst):
             self.trace("lost", src, transfer.start_s, transfer.arrive_s, nbytes, dst)
-            retry_s = transfer.start_s + self.faults.config.message_loss.retransmit_timeout_s  # type: ignore[union-attr]
+            retry_s = transfer.start_s + self._retransmit_timeout_s()
             transfer = self.network.reserve(src, dst, nbytes, self.env.now, retry_s)
         return transfer
 
@@ -57,11 +57,15 @@ class Transport:
         assert flows is not None, "post needs fairly shared links (network.sharing: fair or rtt)"
         if self.lossy and self.faults.lost(src, dst):
             start_s = self.env.now
-            flows.start(channels, nbytes, latency_s, lambda: self.trace("lost", src, start_s, self.env.now, nbytes, dst))
-            retry_s = self.faults.config.message_loss.retransmit_timeout_s  # type: ignore[union-attr]
-            self.env.timeout(retry_s).callbacks.append(lambda _: self.post(src, dst, nbytes, hops, arrive, sent))
+            lost = lambda: self.trace("lost", src, start_s, self.env.now, nbytes, dst)  # noqa: E731
+            flows.start(channels, nbytes, latency_s, lost)
+            again = self.env.timeout(self._retransmit_timeout_s())
+            again.callbacks.append(lambda _: self.post(src, dst, nbytes, hops, arrive, sent))
             return
         flows.start(channels, nbytes, latency_s, arrive, sent)
+
+    def _retransmit_timeout_s(self) -> float:
+        return self.faults.config.message_loss.retransmit_timeout_s  # type: ignore[union-attr]
 
     def across_sites(self, channels: tuple[Any, ...], nbytes: float) -> None:
         """A ``wide_area`` event for each site's uplink a flow of ``nbytes`` crosses, as it starts."""
