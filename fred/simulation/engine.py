@@ -147,9 +147,8 @@ class Simulation:
         """Start a process; one interrupted by its worker's crash just ends.
 
         A process acts for the workers whose primitives it runs, from its first one; with
-        ``worker`` it acts for that worker from the start (a rejoined worker whose first step
-        is the server's fetch, a primitive of the server, was otherwise not stopped by a
-        second crash).
+        ``worker`` it acts for that worker from the start, so that a second crash stops a
+        rejoined worker whose first step is the server's fetch (a primitive of the server).
         """
         started = self.env.process(self._guarded(generator))
         if worker is not None and self._track:

@@ -21,7 +21,7 @@ Tracer = Callable[[str, str, float, float, float, str], None]
 
 class GroupKey(tuple):
     """A group's member indices, hashed once: a tuple hashes all p of them at every lookup,
-    and every join looks its group up several times, which made a ring round cost p^2."""
+    and every join looks its group up several times, which would make a ring round cost p^2."""
 
     def __new__(cls, indices: Any) -> "GroupKey":
         key = super().__new__(cls, indices)
