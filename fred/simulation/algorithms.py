@@ -62,7 +62,8 @@ class Collective:
 
 
 class RingBytes:
-    """A ring all-reduce's bytes: each member sends 2(p-1)/p of the message it joined with."""
+    """A ring all-reduce's bytes: its rounds' 2(p-1) chunks of ``n/p``, counted in closed form, so
+    each member sends 2(p-1)/p of the message it joined with."""
 
     def sent_by(self, members: list[int], names: list[str], nbytes: float) -> SentBy:
         p = len(members)
