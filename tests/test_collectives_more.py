@@ -94,7 +94,7 @@ def test_a_lane_does_not_wait_for_another_and_a_step_of_no_lane_waits_for_both()
 def test_as_flows_too_a_lane_does_not_wait_for_another_and_a_step_of_no_lane_waits_for_both():
     import simpy
 
-    from fred.simulation.collectives import RoundsAsFlows
+    from fred.simulation.rounds_as_flows import RoundsAsFlows
 
     rounds = [[Step(0, 1, 1.0, False, 1, 0)], [Step(2, 1, 0.5, False, 1, 1)], [Step(1, 3, 0.5, False, 1, 1)],
               [Step(1, 2, 0.25, False)]]
@@ -152,23 +152,23 @@ ALGORITHMS_AS_ROUNDS = ["recursive_doubling", "halving_doubling", "binary_tree",
 
 def _handed_back(monkeypatch) -> list[int]:
     """Counts the all-reduces handed back to flows while they held their links."""
-    from fred.simulation import collectives
+    from fred.simulation import rounds_as_flows
 
     count: list[int] = []
-    hand_back = collectives._Held.hand_back
+    hand_back = rounds_as_flows._Held.hand_back
 
     def spy(held):
         count.extend([1] if held.held else [])
         hand_back(held)
 
-    monkeypatch.setattr(collectives._Held, "hand_back", spy)
+    monkeypatch.setattr(rounds_as_flows._Held, "hand_back", spy)
     return count
 
 
 def _as_flows_only(monkeypatch):
-    from fred.simulation import engine
+    from fred.simulation import algorithms
 
-    monkeypatch.setattr(engine, "on_idle_links", lambda *args: False)
+    monkeypatch.setattr(algorithms, "on_idle_links", lambda *args: False)
 
 
 def _collective_and_a_send(p, algorithm, send_at_s, faults=None, **extra):
@@ -251,11 +251,11 @@ def test_an_all_reduce_on_shared_nics_runs_as_flows_and_keeps_its_times(monkeypa
 @pytest.mark.parametrize("algorithm", ALGORITHMS_AS_ROUNDS)
 @pytest.mark.parametrize("p", [2, 7, 13, 64])
 def test_on_idle_links_every_algorithm_is_timed_in_one_piece(monkeypatch, algorithm, p):
-    from fred.simulation import engine
+    from fred.simulation import algorithms
 
     answers: list[bool] = []
-    on_idle_links = engine.on_idle_links
-    monkeypatch.setattr(engine, "on_idle_links", lambda *args: answers.append(on_idle_links(*args)) or answers[-1])
+    on_idle_links = algorithms.on_idle_links
+    monkeypatch.setattr(algorithms, "on_idle_links", lambda *args: answers.append(on_idle_links(*args)) or answers[-1])
     finished = run_allreduce(bare_sim(p, allreduce=algorithm, sharing="fair", **NET), 102e6)
     assert answers == [True]
     expected = allreduce_time_s(algorithm, p, 102e6, NetworkConfig(allreduce=algorithm, **NET))

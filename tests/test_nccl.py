@@ -61,7 +61,7 @@ def test_nccl_picks_low_latency_protocols_for_small_messages_and_bandwidth_for_l
     assert large.algorithm == "ring" and large.protocol in ("LL128", "Simple")
     for n in (2**12, 2**20, 2**28):  # the pick is the least time of every pair
         pick = nccl.choose(n, CLUSTER)
-        assert pick.time_s == min(nccl.estimate(n, a, p, CLUSTER).time_s for a in nccl.ALGORITHMS for p in nccl.PROTOCOLS)
+        assert pick.time_s == min(nccl.estimate(n, a, p, CLUSTER).time_s for a in nccl.NCCL_ALGORITHMS for p in nccl.PROTOCOLS)
     only_ring = nccl.choose(2**12, CLUSTER, algorithms=["ring"], protocols=["Simple"])
     assert (only_ring.algorithm, only_ring.protocol) == ("ring", "Simple")
     assert nccl.choose(2**20, nccl.Fabric(1, 1, 1e9, 1e9)).time_s == 0.0  # alone: nothing to do

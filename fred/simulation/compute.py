@@ -42,7 +42,7 @@ class ComputeModel:
         self.straggle = cluster.random_straggle
         self.seed = scenario.seed
         # Made at a worker's first draw: most scenarios draw nothing (no jitter, no random
-        # straggle), and 64 workers' streams were ~1 ms of every run's set-up.
+        # straggle), and making 64 workers' streams up front costs about 1 ms of a run's set-up.
         self._streams: list[np.random.Generator | None] = [None] * n
         # Jitter drawn ahead, last first: a stream's block of normals is the same numbers as as many
         # single draws. Only when the stream draws nothing else (no random straggle between them).

@@ -9,11 +9,11 @@ server processes as generators and use a few primitives:
 ``yield from sim.work(entity, seconds, kind)``
     keep an entity busy for a given time (compression, a server's update, a sleep).
 ``yield from sim.send(src, dst, nbytes, kind, payload)``
-    a point-to-point transfer (FIFO contention); a payload lands in ``dst``'s mailbox.
+    a point-to-point transfer (:mod:`fred.simulation.transport`); a payload lands in ``dst``'s mailbox.
 ``yield from server.push(...)`` / ``server.fetch(...)``
     transfers to and from a :class:`~fred.simulation.server.ParameterServer`.
 ``yield from sim.allreduce(group, member, nbytes, value)``
-    join a ring all-reduce with the group's other members; returns the summed value.
+    join an all-reduce with the group's other members; returns the summed value.
 ``yield from sim.allgather(group, member, nbytes, value)``
     join a ring all-gather: each member contributes ``nbytes`` (a sparse payload, which
     cannot be added on the way) and gets every member's value, in group order. It shares the
@@ -25,6 +25,13 @@ server processes as generators and use a few primitives:
 ``sim.applied(contributions, version_applied)``
     tell the run a model update happened (records, evaluation, stopping).
 
+The engine joins the members of a collective and adds their values
+(:mod:`fred.simulation.joins`); how long the collective takes and what each member sends
+are the business of the collective objects chosen once from the network section when the
+simulation is built (:attr:`Simulation.allreduce_timing`, :attr:`Simulation.allgather_timing`,
+:mod:`fred.simulation.algorithms`). Gradients come from the
+:class:`~fred.simulation.gradient_service.GradientService`.
+
 Faults (:mod:`fred.simulation.faults`) act through the same primitives: a process that computes,
 sends or all-reduces for a worker belongs to it, and is interrupted when it crashes;
 a lost transfer is resent after the scenario's retransmit timeout.
@@ -32,28 +39,27 @@ a lost transfer is resent after the scenario's retransmit timeout.
 SimPy orders simultaneous events by (time, priority, insertion sequence), and every
 process here is started in a fixed order, so the whole run is deterministic.
 """
-
 from __future__ import annotations
 
 from typing import Any, Callable, Generator, NamedTuple, Sequence
 
-import numpy as np
 import simpy
 
-from fred.numerics.data import Dataset
-from fred.numerics.gradients import GradSum, Numerics, parts_of, sum_grads, tree_sum
+from fred.numerics.gradients import GradSum
 from fred.numerics.models import Params
-from fred.numerics.tape import active_tape, op
-from fred.scenario.schema import FaultsConfig, NcclConfig
-from fred.simulation import nccl
+from fred.scenario.schema import FaultsConfig
+from fred.simulation.algorithms import Collective, allgather_for, allreduce_for
 from fred.simulation.buckets import Bucket
-from fred.simulation.collectives import (ALGORITHMS, HeldLinks, Round, RoundsAsFlows, bytes_sent, hierarchical,
-                                         on_idle_links, ring_allgather, ring_phases, run_rounds)
 from fred.simulation.compute import ComputeModel
 from fred.simulation.faults import Crash, Faults
-from fred.simulation.flows import Arrival
-from fred.simulation.network import Network, Transfer, ring_by_chunk
+from fred.simulation.gradient_service import GradientService
+from fred.simulation.joins import CollectiveCall, GroupKey, Tracer, sum_values
+from fred.simulation.network import Network
+from fred.simulation.rounds_as_flows import HeldLinks
+from fred.simulation.transport import Transport
 from fred.simulation.worker import Worker
+
+__all__ = ["Contribution", "GradientService", "NO_PAYLOAD", "Process", "Simulation", "Tracer", "Worker"]
 
 Process = Generator[simpy.Event, Any, Any]
 
@@ -66,165 +72,7 @@ class Contribution(NamedTuple):
     cached: bool = False
 
 
-Tracer = Callable[[str, str, float, float, float, str], None]
-
-
-class GroupKey(tuple):
-    """A group's member indices, hashed once: a tuple hashes all p of them at every lookup,
-    and every join looks its group up several times, which made a ring round cost p^2."""
-
-    def __new__(cls, indices: Any) -> "GroupKey":
-        key = super().__new__(cls, indices)
-        key._hash = tuple.__hash__(key)
-        return key
-
-    def __hash__(self) -> int:
-        return self._hash
-
-
 NO_PAYLOAD: Any = object()  # send()'s default: a transfer that delivers nothing (a push of bytes alone)
-
-
-class _GradientRequest:
-    __slots__ = ("params", "rows", "worker", "result", "duration_s", "seq")
-
-    def __init__(self, params: Params, rows: np.ndarray, worker: int, seq: int):
-        self.params, self.rows, self.worker, self.result, self.duration_s = params, rows, worker, None, 0.0
-        self.seq = seq  # the order requests were made in: ties of one worker keep it
-
-
-def _by_worker(req: _GradientRequest) -> tuple[int, int]:
-    return req.worker, req.seq
-
-
-class GradientService:
-    """Evaluates gradient requests lazily, batching those made on the same parameters.
-
-    A request's value is needed only when its simulated compute time has passed;
-    by then every worker that started on the same parameters at the same instant
-    has asked too, so vectorised calls serve them all (fast: one call; exact: calls
-    of up to :meth:`Numerics.workers_per_call` workers). With the exact reduction every
-    leaf of the summation tree (an example's gradient, or a tile's) is the same bits in
-    whichever call computed it, so batched and unbatched results are the same bits
-    (docs/determinism.md). With tiles (:attr:`Numerics.batches_parameters`) a call also
-    serves the requests made on other parameters (ASGD's, Local SGD's or a gossip's workers
-    computing at once on versions of their own), each tile at its own request's parameters:
-    fewer, larger calls, the same bits.
-    """
-
-    def __init__(self, numerics: Numerics, dataset: Dataset):
-        self.numerics, self.dataset = numerics, dataset
-        # Requests waiting, grouped by what a batched call needs in common: the same
-        # parameters (by identity; each request holds them) and batch size. Served in worker order.
-        self._pending: dict[tuple[int, int], list[_GradientRequest]] = {}
-        # On the numerics tape as "gradients": replay rebuilds it from the run's scenario.
-        self._gradients = op("gradients")(
-            lambda params, rows, shards, starts=None: numerics.gradients(params, dataset, rows, shards, starts)
-        )
-        self._made = 0  # requests made: their order breaks ties
-
-    def request(self, params: Params, rows: np.ndarray, worker: int = 0) -> _GradientRequest:
-        req = _GradientRequest(params, rows, worker, self._made)
-        self._made += 1
-        self._pending.setdefault((id(params), len(rows)), []).append(req)
-        return req
-
-    def cancel(self, req: _GradientRequest) -> None:
-        """Forget a request whose worker crashed before it was needed."""
-        key = (id(req.params), len(req.rows))
-        rest = [r for r in self._pending.get(key, []) if r is not req]
-        if rest:
-            self._pending[key] = rest
-        else:
-            self._pending.pop(key, None)
-
-    def result(self, req: _GradientRequest) -> GradSum:
-        if req.result is None:
-            self._flush_like(req)
-        return req.result
-
-    def _take(self, first: _GradientRequest) -> list[_GradientRequest]:
-        """The requests one flush serves: those on ``first``'s parameters, and with tiles every
-        request of its batch size."""
-        batch = len(first.rows)
-        keys = [(id(first.params), batch)]
-        if self.numerics.batches_parameters:
-            keys = [key for key in self._pending if key[1] == batch]  # any order: sorted by worker after
-        return [req for key in keys for req in self._pending.pop(key)]
-
-    def _call(self, group: list[_GradientRequest], rows: np.ndarray, starts: np.ndarray | None) -> Any:
-        """One recorded gradient call for ``group``: at their one set of parameters, or at each
-        request's own (a tuple, one set a request: the program depends on the call's shape only)."""
-        first = group[0].params
-        if all(req.params is first for req in group):
-            return self._gradients(first, rows, len(group), starts)
-        return self._gradients(tuple(req.params for req in group), rows, len(group), starts)
-
-    def _flush_like(self, first: _GradientRequest) -> None:
-        # In worker order (a stable sort: ties keep request order), as all-reduces sum: one of
-        # whole calls then adds the stacked rows where they are (numerics.sum_grads). Which
-        # call serves a worker never changes its bits.
-        same = sorted(self._take(first), key=_by_worker)
-        for group in _calls(same, self.numerics.workers_per_call(len(first.rows), len(same))):
-            rows = np.concatenate([r.rows for r in group])
-            starts = self.numerics.starts([r.worker for r in group], len(first.rows))  # None: not needed
-            result = self._call(group, rows, starts)
-            for req, part in zip(group, parts_of(result, len(group), len(first.rows), starts, self.numerics.tile)):
-                req.result = part
-            tape = active_tape()
-            if tape is not None:  # replay reports real step times next to these simulated ones
-                tape.note_compute([r.duration_s for r in group])
-
-
-def _calls(requests: list[_GradientRequest], most: int) -> list[list[_GradientRequest]]:
-    """``requests`` cut into calls of at most ``most``, in order. A call at several parameter
-    versions holds a power of two of them: each call's size is a compiled program of its own, and
-    mixes of every size would compile one for each (an 8-worker ASGD run's calls: 4 sizes, not 8)."""
-    calls, start = [], 0
-    while start < len(requests):
-        call = requests[start : start + most]
-        if any(req.params is not call[0].params for req in call):
-            call = call[: 1 << (len(call).bit_length() - 1)]
-        calls.append(call)
-        start += len(call)
-    return calls
-
-
-def _sum_values(values: list[Any]) -> Any:
-    """The all-reduced value: gradient sums by :func:`sum_grads`, other pytrees by the same tree."""
-    if any(v is None for v in values):
-        return None
-    if all(isinstance(v, GradSum) for v in values):
-        return sum_grads(values)
-    return values[0] if len(values) == 1 else tree_sum(values)
-
-
-class _Collective:
-    """One all-reduce call of a group: who has joined, when it starts, when it ends.
-
-    Members wait for ``done`` from the moment they join; the blocked time of those still there is
-    recorded as ``started`` is processed (:meth:`trace_waits`), member by member in the order they joined.
-    """
-
-    __slots__ = ("started", "done", "arrived", "waiting", "participants", "result", "nbytes", "sent", "start_s", "gather")
-
-    def __init__(self, env: simpy.Environment, nbytes: float, trace: Tracer, gather: bool = False):
-        self.started, self.done = env.event(), env.event()
-        self.gather = gather  # an all-gather: the result is every value, the time a ring all-gather's
-        self.arrived: list[tuple[int, Any]] = []
-        self.waiting: list[tuple[str, float]] = []  # (member's name, when it joined), in the order they joined
-        self.participants: list[int] = []  # who was in it, once started
-        self.result: Any = None
-        self.nbytes = nbytes
-        self.sent: dict[int, float] | None = None  # bytes each participant sends, for algorithms other than the ring
-        self.start_s = 0.0
-        self.started.callbacks.append(lambda _: self.trace_waits(env.now, trace))  # type: ignore[union-attr]
-
-    def trace_waits(self, now: float, trace: Tracer) -> None:
-        self.start_s = now
-        for name, arrived_s in self.waiting:
-            if now > arrived_s:
-                trace("wait", name, arrived_s, now, 0.0, "")
 
 
 class Simulation:
@@ -254,12 +102,11 @@ class Simulation:
         self.update_hooks: list[Callable[[list[Contribution], int], None]] = []
         self.compute_hooks: list[Callable[[GradSum], None]] = []
         self.report: dict[str, Any] = {}  # strategy facts for the summary (e.g. a grouping)
-        self._collectives: dict[tuple[Any, int], _Collective] = {}
+        self._collectives: dict[tuple[Any, int], CollectiveCall] = {}
         self._joined: dict[tuple[Any, int], int] = {}
         self._started: dict[tuple[int, ...], int] = {}  # collectives started per group
         self._last_participants: dict[tuple[int, ...], list[int]] = {}
         self._mailboxes: dict[str, simpy.Store] = {}
-        self._nccl_picks: dict[tuple[int, int, float], nccl.Estimate] = {}
         # Collectives in flight per device, and an event for the next change: compute slows meanwhile
         # (cluster.compute.collective_share). Kept only when the share is above 0.
         self._share = getattr(compute_model, "collective_share", 0.0)  # tests build some without a model
@@ -272,10 +119,13 @@ class Simulation:
         self.failure: str | None = None
         self.faults = Faults(self, faults or FaultsConfig())
         self._track = bool(self.faults.config.worker_crash)  # who owns a process matters only then
-        self._lossy = bool(self.faults.config.message_loss and self.faults.config.message_loss.probability > 0)
         self.faults.on_change(self._recheck_collectives)
         for worker in workers:
             network.add(worker.name, worker=worker.index)
+        self.transport = Transport(env, network, self.flows, self.faults, self.trace)
+        # How every all-reduce and all-gather of the run is timed, chosen once from the network section.
+        self.allreduce_timing: Collective = allreduce_for(self.transport, self.report)
+        self.allgather_timing: Collective = allgather_for(self.transport)
         wpd = network.workers_per_device
         # Processes sharing a device take turns (GPU time-slicing): a step waits for the device.
         self._devices = [simpy.Resource(env, capacity=1) for _ in range(-(-len(workers) // wpd))] if wpd > 1 else None
@@ -297,9 +147,8 @@ class Simulation:
         """Start a process; one interrupted by its worker's crash just ends.
 
         A process acts for the workers whose primitives it runs, from its first one; with
-        ``worker`` it acts for that worker from the start (a rejoined worker whose first step
-        is the server's fetch, a primitive of the server, was otherwise not stopped by a
-        second crash).
+        ``worker`` it acts for that worker from the start, so that a second crash stops a
+        rejoined worker whose first step is the server's fetch (a primitive of the server).
         """
         started = self.env.process(self._guarded(generator))
         if worker is not None and self._track:
@@ -510,9 +359,9 @@ class Simulation:
         self._own_entity(src)
         if self.flows is not None:  # a flow: it starts now and ends when its share of the links lets it
             start_s, arrived = self.now, self.env.event()
-            self._post(src, dst, nbytes, 1, arrived)
+            self.transport.post(src, dst, nbytes, 1, arrived)
         else:  # booked first come, first served: it waits for its links, then takes its time
-            transfer = self._book(src, dst, nbytes)
+            transfer = self.transport.book(src, dst, nbytes)
             yield self.wait(src, transfer.start_s)
             start_s, arrived = transfer.start_s, self.env.timeout(transfer.arrive_s - self.now)
         try:
@@ -527,42 +376,6 @@ class Simulation:
         if payload is not NO_PAYLOAD:
             self.mailbox(dst).put((src, payload))
 
-    def _post(self, src: str, dst: str, nbytes: float, hops: int, arrive: Arrival,
-              sent: Callable[[], None] | None = None) -> None:
-        """Start a flow now; ``sent`` is called when its last byte has left, ``arrive`` when it has
-        arrived (an event is triggered). A lost attempt is traced when it would have arrived, and the
-        flow is sent again a retransmit timeout after it started."""
-        channels, latency_s = self.network.path(src, dst)
-        latency_s *= hops
-        if self.network.wan:
-            self._across_sites(channels, nbytes)
-        if self._lossy and self.faults.lost(src, dst):
-            start_s = self.now
-            self.flows.start(channels, nbytes, latency_s, lambda: self.trace("lost", src, start_s, self.now, nbytes, dst))  # type: ignore[union-attr]
-            retry_s = self.faults.config.message_loss.retransmit_timeout_s  # type: ignore[union-attr]
-            self.env.timeout(retry_s).callbacks.append(lambda _: self._post(src, dst, nbytes, hops, arrive, sent))
-            return
-        self.flows.start(channels, nbytes, latency_s, arrive, sent)  # type: ignore[union-attr]
-
-    def _across_sites(self, channels: tuple[Any, ...], nbytes: float) -> None:
-        """A ``wide_area`` event for each site's uplink a flow of ``nbytes`` crosses, as it starts: what
-        the summary's ``bytes_between_sites`` adds up."""
-        for port in self.network.wan:
-            times = channels.count(port.tx)
-            if times:
-                self.trace("wide_area", port.name, self.now, self.now, nbytes * times)
-
-    def _book(self, src: str, dst: str, nbytes: float, not_before_s: float | None = None) -> Transfer:
-        """Book a transfer; each lost attempt is traced and resent after the retransmit timeout."""
-        transfer = self.network.reserve(src, dst, nbytes, self.now, not_before_s)
-        if not self._lossy:
-            return transfer
-        while self.faults.lost(src, dst):
-            self.trace("lost", src, transfer.start_s, transfer.arrive_s, nbytes, dst)
-            retry_s = transfer.start_s + self.faults.config.message_loss.retransmit_timeout_s  # type: ignore[union-attr]
-            transfer = self.network.reserve(src, dst, nbytes, self.now, retry_s)
-        return transfer
-
     def mailbox(self, entity: str) -> simpy.Store:
         """The FIFO of ``(sender, payload)`` messages delivered to ``entity``."""
         if entity not in self._mailboxes:
@@ -572,7 +385,7 @@ class Simulation:
     def allreduce(
         self, group: Sequence[Worker], member: Worker, nbytes: float, value: Any = None
     ) -> Generator[simpy.Event, Any, Any]:
-        """Join the group's next ring all-reduce; returns the pairwise-tree sum of the values.
+        """Join the group's next all-reduce; returns the pairwise-tree sum of the values.
 
         Values are :class:`GradSum` (summed with their losses and counts) or any pytree
         of arrays (parameters, for model averaging); ``None`` from everyone times the
@@ -580,8 +393,9 @@ class Simulation:
 
         Members block until every member peers still wait for has joined (recorded as
         ``wait``; a crashed member is waited for until ``faults.sync_timeout_s``). The
-        timing is the ring's, step by step; the sum is always taken in group order
-        by the fixed tree, so it is the same bits whatever the ring did.
+        timing is :attr:`allreduce_timing`'s (``network.allreduce``, step by step); the sum
+        is always taken in group order by the fixed tree, so it is the same bits whatever
+        the algorithm did.
         """
         return self._join(group, member, nbytes, value, False)
 
@@ -611,7 +425,7 @@ class Simulation:
         self._joined[joined] = call + 1
         coll = self._collectives.get((key, call))
         if coll is None:
-            coll = self._collectives[(key, call)] = _Collective(self.env, nbytes, self.trace, gather)
+            coll = self._collectives[(key, call)] = CollectiveCall(self.env, nbytes, self.trace, gather)
         elif coll.gather != gather:
             raise RuntimeError(f"{member.name} joined collective {call} of its group as an all-{'gather' if gather else 'reduce'} "
                                "while others joined it as the other kind: members must call them in the same order")
@@ -631,7 +445,10 @@ class Simulation:
             raise
         finally:
             self._collective_load(member, -1)
-        sent = (len(coll.participants) - 1) * nbytes if gather else self._sent_in_allreduce(coll, member.index, nbytes)
+        if coll.sent is None:  # once per collective, not once per member
+            names = [self.workers[i].name for i in coll.participants]
+            coll.sent = self._timing(gather).sent_by(coll.participants, names, coll.nbytes)
+        sent = coll.sent(member.index, nbytes)
         self.trace("allgather" if gather else "allreduce", member.name, coll.start_s, self.env.now, sent)
         return coll.result
 
@@ -682,17 +499,6 @@ class Simulation:
                 yield self.env.timeout(ready_s - self.now)
             yield from self.allreduce(group, worker, bucket.nbytes)
 
-    def _sent_in_allreduce(self, coll: _Collective, member: int, nbytes: float) -> float:
-        """The bytes ``member`` sent in the collective: 2(p-1)/p of the message in a ring."""
-        p, cfg = len(coll.participants), self.network.config
-        if cfg.allreduce in ("ring", "nccl") and not cfg.hierarchical:  # nccl: as its ring, whichever it picked
-            return 2 * (p - 1) * nbytes / p
-        if coll.sent is None:  # once per collective, not once per member: p members, O(p log p) steps
-            rounds = self._rounds([self.workers[i].name for i in coll.participants])
-            sent = bytes_sent(rounds or [], p, coll.nbytes)
-            coll.sent = {index: sent[position] for position, index in enumerate(coll.participants)}
-        return coll.sent[member]
-
     def participants(self, group: Sequence[Worker]) -> list[int]:
         """Who took part in the group's latest started all-reduce (all, unless some crashed)."""
         return self._last_participants.get(self._group_key(group), [w.index for w in group])
@@ -702,7 +508,7 @@ class Simulation:
         usual group: every member joins with it, so building it per join would cost p^2."""
         return self._crew_key if group is self.workers else GroupKey(w.index for w in group)
 
-    def _try_start(self, key: tuple[int, ...], call: int, coll: _Collective | None = None) -> None:
+    def _try_start(self, key: tuple[int, ...], call: int, coll: CollectiveCall | None = None) -> None:
         """Start the collective once every member peers still wait for has joined."""
         if coll is None:
             coll = self._collectives[(key, call)]
@@ -721,20 +527,18 @@ class Simulation:
         if coll.gather:
             coll.result = None if any(v is None for v in values) else values
         else:
-            coll.result = _sum_values(values)
+            coll.result = sum_values(values)
         names = [self.workers[i].name for i in coll.participants]
-        self.env.process(self._ring_then(names, coll.nbytes, coll.done, coll.gather))
+        self.env.process(self._timed(self._timing(coll.gather), names, coll.nbytes, coll.done))
         coll.started.succeed()
 
-    def _ring_then(self, names: list[str], nbytes: float, done: simpy.Event, gather: bool = False) -> Process:
-        """The collective's timing, then ``done``: triggered where the process ends, in its place."""
-        yield from (self._ring_allgather(names, nbytes) if gather else self._ring(names, nbytes))
-        done.succeed()
+    def _timing(self, gather: bool) -> Collective:
+        return self.allgather_timing if gather else self.allreduce_timing
 
-    def _ring_allgather(self, names: list[str], nbytes: float) -> Process:
-        """All-gather timing: :func:`ring_allgather`'s rounds, booked transfer by transfer (as flows on
-        fairly shared links), then S. Always a flat ring: NCCL's all-gather is a ring too."""
-        yield from self._timed_rounds(names, ring_allgather(len(names)), nbytes)
+    def _timed(self, timing: Collective, names: list[str], nbytes: float, done: simpy.Event) -> Process:
+        """The collective's timing, then ``done``: triggered where the process ends, in its place."""
+        yield from timing.run(names, nbytes)
+        done.succeed()
 
     def _recheck_collectives(self) -> None:
         for key, call in list(self._collectives):
@@ -751,113 +555,3 @@ class Simulation:
         for key, started in self._started.items():
             if worker.index in key:
                 self._joined[(key, worker.index)] = started
-
-    def _rounds(self, names: list[str]) -> list[Round] | None:
-        """The collective's rounds of transfers among ``names``; None for the flat ring (booked by the network)."""
-        cfg = self.network.config
-        if cfg.hierarchical:
-            by_node: dict[Any, list[int]] = {}  # in group order: a node's (or site's) first member is its leader
-            within = self.network.site if cfg.hierarchy == "site" else self.network.node
-            for position, name in enumerate(names):
-                by_node.setdefault(within[name], []).append(position)
-            return hierarchical(tuple(tuple(members) for members in by_node.values()), cfg.allreduce, self.flows is not None)
-        if cfg.allreduce == "ring":  # flows: a flow per member per phase; booked: by the network
-            return ring_phases(len(names)) if self.flows is not None else None
-        return ALGORITHMS[cfg.allreduce](len(names))
-
-    def _ring_as_flows(self, names: list[str], nbytes: float) -> Process:
-        """A ring on fairly shared links: each phase is one flow across every member's link.
-
-        A pipelined ring moves at its slowest link's pace (a chunk goes on only once the one
-        before it arrived), so its phase is one rate on all its links: (p-1)/p of the message,
-        p-1 latencies, then the reduce-scatter's additions. Two flows per all-reduce, whatever p.
-        With lost messages each member's phase is a flow of its own (:meth:`_rounds_as_flows`).
-        """
-        p, cfg = len(names), self.network.config
-        paths = [self.network.path(names[i], names[(i + 1) % p]) for i in range(p)]
-        channels = tuple(channel for hop, _ in paths for channel in hop)
-        latency_s = (p - 1) * max(hop_latency_s for _, hop_latency_s in paths)
-        phase_bytes = (p - 1) / p * nbytes
-        for reduce in (True, False):
-            arrived = self.env.event()
-            if self.network.wan:
-                self._across_sites(channels, phase_bytes)
-            self.flows.start(channels, phase_bytes, latency_s, arrived)  # type: ignore[union-attr]
-            yield arrived
-            if reduce and phase_bytes * cfg.reduce_s_per_byte > 0.0:
-                yield self.env.timeout(phase_bytes * cfg.reduce_s_per_byte)
-        yield self.env.timeout(cfg.sync_s)
-
-    def _rounds_as_flows(self, names: list[str], rounds: list[Round], nbytes: float) -> Process:
-        """Rounds of transfers (an all-reduce's, an all-gather's) on fairly shared links: each step a
-        flow, started when its ends are ready; timed in one piece while nothing else is on its links
-        (:func:`on_idle_links`)."""
-        done = self.env.event()
-        post = lambda src, dst, n, hops, arrive, sent: self._post(names[src], names[dst], n, hops, arrive, sent)  # noqa: E731
-        later = lambda delay_s, then: self.env.timeout(delay_s).callbacks.append(lambda _: then())  # noqa: E731
-        run = RoundsAsFlows(rounds, len(names), nbytes, self.network.config.reduce_s_per_byte, post, later,
-                            lambda: done.succeed(), start=False)
-        # Timed in one piece, its transfers would not be seen crossing sites, and with rtt sharing a flow's
-        # bytes start after its latency where the piece assumes after.
-        if self._lossy or self.flows.rtt or self.network.wan or \
-                not on_idle_links(run, self.flows, names, self.network.path):  # type: ignore
-            run.start()
-        yield done
-        yield self.env.timeout(self.network.config.sync_s)
-
-    def _nccl(self, names: list[str], nbytes: float) -> nccl.Estimate:
-        """NCCL's pick for ``nbytes`` among ``names`` and its time (:mod:`fred.simulation.nccl`); the
-        first of each size and group shape is told in the summary's ``nccl`` list."""
-        cfg = self.network.config
-        nodes = len({self.network.node[name]: None for name in names})
-        key = (len(names), nodes, nbytes)
-        known = self._nccl_picks.get(key)
-        if known is None:
-            allowed = cfg.nccl or NcclConfig()
-            fabric = nccl.Fabric(len(names), nodes, cfg.intra_node.rate_bps(), cfg.bandwidth_bps * cfg.efficiency,
-                                 allowed.intra_link)
-            known = self._nccl_picks[key] = nccl.choose(nbytes, fabric, allowed.algorithms, allowed.protocols)
-            self.report.setdefault("nccl", []).append(
-                f"{nbytes:.6g} bytes over {len(names)} ranks on {nodes} nodes: {known.algorithm}/{known.protocol}, "
-                f"{known.time_s * 1e3:.4g} ms")
-        return known
-
-    def _timed_rounds(self, names: list[str], rounds: list[Round], nbytes: float) -> Process:
-        """Rounds of transfers among ``names``, then S: as flows on fairly shared links, else booked
-        transfer by transfer. Only a step marked ``reduce`` costs gamma (an all-gather's none)."""
-        if self.flows is not None:
-            yield from self._rounds_as_flows(names, rounds, nbytes)
-            return
-        book = lambda src, dst, n, at: self._book(names[src], names[dst], n, at).arrive_s  # noqa: E731
-        done_s = run_rounds(book, rounds, len(names), nbytes, self.network.config.reduce_s_per_byte, self.now)
-        yield self.env.timeout(done_s - self.now + self.network.config.sync_s)
-
-    def _ring(self, names: list[str], nbytes: float) -> Process:
-        """All-reduce timing: the scenario's algorithm, booked transfer by transfer, then S.
-
-        The ring sends 2(p-1) chunks per member and reduces p-1 of them; each chunk
-        transfer is booked on its two links in step order, once its sender has received
-        (and, while reducing, folded in) its predecessor's chunk. The whole schedule is
-        booked when the collective starts, then waited out at once: the same times as one
-        process per member, without their events. On idle, uniform links without message
-        loss the ring is booked in one pass over one shared timeline
-        (:meth:`Network.ring_on_idle_links`): the same times and link state. Other
-        algorithms are rounds of transfers (:mod:`fred.simulation.collectives`).
-        """
-        cfg = self.network.config
-        if cfg.allreduce == "nccl":
-            yield self.env.timeout(self._nccl(names, nbytes).time_s + cfg.sync_s)
-            return
-        if self.flows is not None and cfg.allreduce == "ring" and not cfg.hierarchical and not self._lossy:
-            yield from self._ring_as_flows(names, nbytes)
-            return
-        rounds = self._rounds(names)
-        if self.flows is not None or rounds is not None:
-            yield from self._timed_rounds(names, rounds or [], nbytes)
-            return
-        chunk = nbytes / len(names)
-        reduce_s = chunk * cfg.reduce_s_per_byte
-        done_s = None if self._lossy else self.network.ring_on_idle_links(names, chunk, reduce_s, self.now)
-        if done_s is None:  # contention, a degraded link or lost chunks: book chunk by chunk
-            done_s = ring_by_chunk(self._book, names, chunk, reduce_s, self.now)
-        yield self.env.timeout(done_s - self.now + cfg.sync_s)

@@ -198,8 +198,8 @@ class Faults:
         if degrade.duration_s is None:
             self.sim.trace("link_degraded", degrade.entity, start_s, start_s)
             return
-        # Recorded as it begins, with the end it is timed to have: a window the run ended
-        # inside was in no record and no count.
+        # Recorded as it begins, with the end it is timed to have, so that a window the run ends
+        # inside is in the records and the count.
         lasts_s = max(degrade.at_s + degrade.duration_s - start_s, 0.0)  # as _at times it
         self.sim.trace("link_degraded", degrade.entity, start_s, start_s + lasts_s)
         yield self.sim.env.timeout(lasts_s)
@@ -240,8 +240,8 @@ class Faults:
             return
         lost = server.crash()
         self.sim.report["updates_lost"] = self.sim.report.get("updates_lost", 0) + lost
-        # Recorded as it begins, like the updates it lost: an outage the run ended in was counted
-        # in updates_lost but not in server_crashes.
+        # Recorded as it begins, like the updates it loses, so that an outage the run ends in is
+        # counted in server_crashes as it is in updates_lost.
         self.sim.trace("server_crash", server.name, at.at_s, self.sim.now + at.restart_s)
         yield self.sim.env.timeout(at.restart_s)
         server.restart()

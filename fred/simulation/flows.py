@@ -76,7 +76,7 @@ class FairShare:
 
     Completions are kept in a calendar of their own (a heap of ``(last byte leaves, the flow's start order,
     rate version, flow)``) with one SimPy event set for its earliest: a server's incast changes
-    every flow's rate at every push, and an event per flow per change was most of a run.
+    every flow's rate at every push, and an event per flow per change would be most of a run's events.
     ``star_from`` is the fewest flows a star is made of (default :data:`STAR_FROM_FLOWS`): it changes
     the cost, never a result.
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Sequence
 
-ALGORITHMS = ("ring", "tree")
+NCCL_ALGORITHMS = ("ring", "tree")  # what NCCL picks among; fred's own all-reduces are collectives.ALGORITHMS
 PROTOCOLS = ("LL", "LL128", "Simple")
 LINKS = ("nvlink", "pci", "net")
 
@@ -108,9 +108,9 @@ def _latency_us(algorithm: str, protocol: str, fabric: Fabric) -> float:
 
 def estimate(nbytes: float, algorithm: str, protocol: str, fabric: Fabric) -> Estimate:
     """NCCL's predicted time for an all-reduce of ``nbytes`` by ``algorithm`` and ``protocol``."""
-    if algorithm not in ALGORITHMS or protocol not in PROTOCOLS:
+    if algorithm not in NCCL_ALGORITHMS or protocol not in PROTOCOLS:
         raise ValueError(f"unknown NCCL algorithm/protocol {algorithm}/{protocol}; "
-                         f"algorithms: {', '.join(ALGORITHMS)}; protocols: {', '.join(PROTOCOLS)}")
+                         f"algorithms: {', '.join(NCCL_ALGORITHMS)}; protocols: {', '.join(PROTOCOLS)}")
     if fabric.ranks < 2:
         return Estimate(algorithm, protocol, 0.0, 0.0, math.inf)
     ratio = 0.5 if algorithm == "tree" else fabric.ranks / (2 * (fabric.ranks - 1))
@@ -127,13 +127,13 @@ def estimate(nbytes: float, algorithm: str, protocol: str, fabric: Fabric) -> Es
     return Estimate(algorithm, protocol, latency_s + nbytes / algbw, latency_s, algbw)
 
 
-def choose(nbytes: float, fabric: Fabric, algorithms: Sequence[str] = ALGORITHMS,
+def choose(nbytes: float, fabric: Fabric, algorithms: Sequence[str] = NCCL_ALGORITHMS,
            protocols: Sequence[str] = PROTOCOLS) -> Estimate:
     """The fastest allowed pair for ``nbytes``, as NCCL picks it (ties: the earlier in NCCL's order)."""
     if not algorithms or not protocols:
         raise ValueError("NCCL needs at least one algorithm and one protocol to choose from")
     best: Estimate | None = None
-    for algorithm in ALGORITHMS:
+    for algorithm in NCCL_ALGORITHMS:
         for protocol in PROTOCOLS:
             if algorithm in algorithms and protocol in protocols:
                 candidate = estimate(nbytes, algorithm, protocol, fabric)

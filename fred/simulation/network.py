@@ -33,8 +33,8 @@ class Link:
 
     ``busy`` is kept sorted by start, with ``reach[i]`` the latest end among ``busy[:i + 1]``,
     so that a fit is found with a binary search, not a scan of every interval: after a lost
-    chunk is resent later, every chunk its link carries next fits before it, and scanning
-    made a lossy ring all-reduce cost O(p^4) (256 workers: 4.5 s a round).
+    chunk is resent later, every chunk its link carries next fits before it, and a scan would
+    make a lossy ring all-reduce cost O(p^4).
 
     ``blocks`` is the same time merged: the unions of intervals that overlap or touch, sorted
     and disjoint. A queue of back-to-back transfers (a parameter server's downlink) is one
