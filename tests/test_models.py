@@ -7,7 +7,7 @@ import pytest
 
 import fred
 from fred.numerics.models import build_model
-from fred.scenario.schema import CNNModel
+from fred.models.cnn import CNNModel
 from tests.conftest import tiny
 
 
