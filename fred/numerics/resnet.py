@@ -109,7 +109,7 @@ def group_norm(x: jax.Array, scale: jax.Array, bias: jax.Array) -> jax.Array:
 
     The two moments are per-channel means over the pixels, pooled by group (variance as
     E[x²] − E[x]², as Flax's GroupNorm computes it by default); the normalisation, scale and
-    shift are then one multiply-add a value. Centring first took a third more time a step.
+    shift are then one multiply-add a value. Centring first costs a third more time a step.
     """
     n, _, _, c = x.shape
     groups = math.gcd(GROUPS, c)

@@ -1,4 +1,5 @@
-"""Models from the user's own code (``model: {kind: python, factory: "pkg.module:make"}``).
+"""Models from the user's own code: the model kind of :mod:`fred.models.python`, whose
+``factory: "pkg.module:make"`` names a function returning the model.
 
 A factory returns what JAX users already write: a Flax linen or NNX module, an Equinox
 module, or a pair of pure functions ``init(key) -> params`` and ``apply(params, x) -> logits``.

@@ -1,15 +1,17 @@
 """Whether a run fits this machine's memory, estimated from the scenario before anything is built.
 
-A run too large for the machine did not fail with a message: a 1e9-unit hidden layer ended
-in a JAX out-of-memory traceback, 4,096 workers of an MLP [1024, 1024] under Local SGD in a
-segmentation fault, a ``std::bad_alloc`` or no exit at all. :func:`check_fits` estimates what
-the run holds (its data, every copy of the parameters its strategy keeps, the leaves of one
-exact gradient call, one evaluation chunk) from the scenario alone, reading at
-most a data file's header (and the labels of a data set given as arrays; a python model's
-factory and program are traced for its parameters and widest value, allocating none), and refuses a run whose
-estimate exceeds the memory available, with the estimate, the limit and the fixes. The estimate is deliberately rough (within a
-factor of about 1.5 of the peak measured on CPU); ``fred run --memory-limit-gb N`` or
-``FRED_MEMORY_LIMIT_GB=N`` sets the limit for machines that have more than they report.
+A run too large for the machine fails without a message of its own: a 1e9-unit hidden layer
+ends in a JAX out-of-memory traceback, 4,096 workers of an MLP [1024, 1024] under Local SGD in
+a segmentation fault, a ``std::bad_alloc`` or no exit at all. :func:`check_fits` estimates
+what the run holds (its data, every copy of the parameters its strategy keeps, the leaves of
+one exact gradient call, one evaluation chunk) from the scenario alone, and refuses a run whose
+estimate exceeds the memory available, with the estimate, the limit and the fixes. It reads at
+most a data file's header (and the labels of a data set given as arrays), and asks the model's
+section (its kind, :mod:`fred.models`) for its parameters, widest value and stored activations:
+a built-in kind counts them from its layers, a python model from one trace of its shapes,
+allocating none. The estimate is deliberately rough (within a factor of about 1.5 of the peak
+measured on CPU); ``fred run --memory-limit-gb N`` or ``FRED_MEMORY_LIMIT_GB=N`` sets the limit
+for machines that have more than they report.
 """
 
 from __future__ import annotations
@@ -237,7 +239,7 @@ def _exact_leaves(scenario: Scenario, params: int) -> tuple[str, float]:
 # pass the call holds (the exact reduction unrolls one per CHUNK_ROWS-row chunk: 4 in a call of 256
 # rows), and HLO_PER_UNIT_RUN x k^2 more for each run of k consecutive hidden layers of one unit:
 # XLA turns their products into elementwise chains and copies each chain into every fusion of
-# the backward pass that reads it. 50 such layers in 4 copies made 232,081 instructions and held
+# the backward pass that reads it. 50 such layers in 4 copies make 232,081 instructions and hold
 # 3.4 GB for 45 s of compiling; 30 layers of 64 units in 4 copies, 16,365 and 0.11 GB.
 HLO_PER_LAYER, HLO_BASE, HLO_PER_UNIT_RUN = 130, 220, 21
 # A tile differentiates its rows' summed loss at once, and XLA copies a run's chains into about

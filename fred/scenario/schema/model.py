@@ -23,7 +23,6 @@ from pydantic import Field
 
 from fred.scenario import model_workloads
 from fred.scenario.schema.base import Section
-from fred.scenario.workloads import FLOAT32_BYTES
 
 if TYPE_CHECKING:
     from fred.scenario.workloads import Layer
@@ -70,7 +69,7 @@ class ModelSection(Section):
     def param_count(self, feature_shape: tuple[int, ...], outputs: int) -> int:
         """Its parameters, from its layers (0 where they are not known)."""
         own = model_workloads.model_workload(self, feature_shape, outputs)
-        return 0 if own is None else own.param_bytes // FLOAT32_BYTES
+        return 0 if own is None else own.param_count
 
     def activation_width(self, feature_shape: tuple[int, ...], outputs: int) -> int:
         """The most floats one example's forward pass holds in a layer: what evaluation's memory
