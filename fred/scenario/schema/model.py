@@ -10,7 +10,9 @@ kind's name, so adding a kind is adding one module.
 The kinds' package sits above the numerics it builds models with, so the scenario layer
 never imports it: the modules are found by name when this module is first imported (a
 plug-in discovery, as :mod:`fred.scenario.registry` finds the strategies), and
-:data:`ModelConfig` is the discriminated union of their sections.
+:data:`ModelConfig` is the discriminated union of their sections. The kinds' package imports
+the schema before any of its modules (``fred/models/__init__.py``), so whichever is imported
+first, every kind is in the union.
 """
 
 from __future__ import annotations
