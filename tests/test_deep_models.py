@@ -16,7 +16,9 @@ from fred.numerics.resnet import group_norm
 from fred.runs.memory import Shape, check_fits, estimate, param_count as estimated_params
 from fred.scenario import model_workloads, workloads
 from fred.scenario.loading import ScenarioError, validate
-from fred.scenario.schema import ResNetModel, TransformerModel, base_step_time_s
+from fred.models.resnet import ResNetModel
+from fred.models.transformer import TransformerModel
+from fred.scenario.schema import base_step_time_s
 from fred.simulation import buckets
 from tests.conftest import tiny
 

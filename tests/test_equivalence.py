@@ -15,7 +15,10 @@ from fred.numerics import rng
 from fred.numerics.data import load_dataset
 from fred.numerics.gradients import Numerics
 from fred.numerics.models import build_model
-from fred.scenario.schema import CNNModel, DataConfig, LogisticModel, MLPModel
+from fred.models.cnn import CNNModel
+from fred.models.logistic import LogisticModel
+from fred.models.mlp import MLPModel
+from fred.scenario.schema import DataConfig
 from tests.conftest import tiny
 
 STEPS = 4

@@ -20,7 +20,8 @@ from fred.numerics import canonical, rng
 from fred.numerics.data import load_dataset
 from fred.numerics.gradients import GradSum, Numerics, parts_of, sum_grads, tree_sum
 from fred.numerics.models import build_model
-from fred.scenario.schema import DataConfig, MLPModel
+from fred.models.mlp import MLPModel
+from fred.scenario.schema import DataConfig
 from tests.conftest import tiny
 
 STEPS = 4

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("fred._version", "fred._lazy", "fred.scenario", "fred.numerics", "fred.simulation", "strategies", "fred.runs", "fred.tools", "fred")
+LAYERS = ("fred._version", "fred._lazy", "fred.scenario", "fred.numerics", "fred.models", "fred.simulation", "strategies", "fred.runs", "fred.tools", "fred")
 
 
 def _modules() -> dict[str, Path]:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import typing
+
+import jax
 import numpy as np
 import pytest
+from pydantic import TypeAdapter
 
 import fred
-from fred.numerics.models import build_model
-from fred.scenario.schema import CNNModel
+from fred.models.cnn import CNNModel
+from fred.numerics.models import build_model, param_count
+from fred.scenario import model_workloads
+from fred.scenario.schema import KINDS, ModelConfig, Scenario, kinds_taking
 from tests.conftest import tiny
 
 
@@ -48,3 +54,30 @@ def test_user_supplied_mnist_files_run_end_to_end(tmp_path):
     result = fred.run(data)
     assert result.summary["status"] == "completed"
     assert result.params["dense0_w"].shape == (784, 16)
+
+
+def test_each_model_kind_is_one_module_of_fred_models_found_by_name():
+    kinds = [section.model_fields["kind"].default for section in KINDS]
+    assert kinds == ["logistic", "mlp", "cnn", "resnet", "transformer", "python"]  # as errors list them
+    assert all(section.__module__ == f"fred.models.{kind}" for section, kind in zip(KINDS, kinds))
+    assert typing.get_args(typing.get_args(ModelConfig)[0]) == KINDS
+    assert Scenario.model_fields["model"].default_factory().kind == "mlp"
+    assert kinds_taking("sequences") == ["transformer"] and kinds_taking("images") == ["cnn", "resnet"]
+
+
+@pytest.mark.parametrize("model, shape, outputs", [
+    ({"kind": "logistic"}, (8, 8, 1), 10),
+    ({"kind": "mlp", "hidden": [5, 3]}, (7,), 2),
+    ({"kind": "cnn", "channels": [3, 2], "kernel_size": 3, "hidden": 6}, (6, 5, 2), 4),
+    ({"kind": "resnet", "depth": 8, "width": 4}, (9, 9, 3), 5),
+    ({"kind": "resnet", "depth": 14, "width": 2, "norm": "none"}, (8, 8, 1), 3),
+    ({"kind": "transformer", "layers": 1, "d_model": 8, "heads": 2, "context": 7}, (5,), 11),
+])
+def test_a_kinds_layers_hold_the_parameters_it_builds(model, shape, outputs):
+    cfg = TypeAdapter(ModelConfig).validate_python(model)
+    built = build_model(cfg, shape, outputs)
+    params = built.init(jax.random.PRNGKey(0))
+    assert cfg.param_count(shape, outputs) == param_count(params)
+    layers = model_workloads.model_workload(cfg, shape, outputs).layers
+    assert all(any(name.startswith(layer.name) for layer in layers) for name in params)
+    assert built.width == cfg.activation_width(shape, outputs) and cfg.takes(shape)

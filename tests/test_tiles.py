@@ -19,7 +19,9 @@ from fred.numerics.data import load_dataset
 from fred.numerics.gradients import GradSum, Numerics, parts_of, sum_grads
 from fred.numerics.models import build_model
 from fred.scenario.loading import ScenarioError, validate
-from fred.scenario.schema import CNNModel, DataConfig, MLPModel, default_tile
+from fred.models.cnn import CNNModel
+from fred.models.mlp import MLPModel
+from fred.scenario.schema import DataConfig, default_tile
 from tests.conftest import tiny
 
 TILE = 8

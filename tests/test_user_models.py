@@ -15,13 +15,15 @@ import pytest
 import yaml
 
 import fred
-from fred.numerics import rng
+from fred.numerics import rng, user_code
 from fred.numerics.data import load_dataset
 from fred.numerics.gradients import Numerics
-from fred.numerics.models import build_model, param_count, python_sizes
+from fred.numerics.models import build_model, param_count
 from fred.runs.memory import check_fits, data_shape, estimate
+from fred.runs.work import check_evaluations
+from fred.models.python import PythonModel
 from fred.scenario.loading import validate
-from fred.scenario.schema import DataConfig, PythonModel
+from fred.scenario.schema import DataConfig
 from fred.tools.cli import main
 from fred.tools.replay import replay
 from tests.conftest import tiny
@@ -106,6 +108,15 @@ SOURCE = textwrap.dedent('''
 
     def broken():
         raise RuntimeError("the factory's own failure")
+
+
+    def exits():
+        import sys
+        sys.exit(0)
+
+
+    def interrupted():
+        raise KeyboardInterrupt
 
 
     NOT_CALLABLE = 3
@@ -220,6 +231,7 @@ def test_a_model_whose_examples_share_their_batch_is_refused_exact_and_runs_fast
         (f"{MODULE}:seven_outputs", {}, "outputs of shape (4, 7) for 4 examples; this data set needs (4, 10)"),
         (f"{MODULE}:functions", {"width": 3}, "model.args: fred_test_user_models:functions rejected the arguments"),
         (f"{MODULE}:broken", {}, "raised RuntimeError: the factory's own failure"),
+        (f"{MODULE}:exits", {}, f"model.factory: {MODULE}:exits raised SystemExit: 0"),  # exit 0, no word, before
         (f"{MODULE}:integer_params", {}, "parameter 'step' is int32; fred trains float32 arrays only"),
         (f"{MODULE}:linen_batchnorm", {}, "keeps collections ['batch_stats'] besides 'params'"),
     ],
@@ -232,6 +244,24 @@ def test_a_factory_that_cannot_serve_is_exit_2_with_the_fix_and_nothing_written(
     err = capsys.readouterr().err
     assert needle in err and "model." in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+def test_ctrl_c_in_the_users_code_stops_fred(module_dir):
+    cfg = PythonModel(factory=f"{MODULE}:interrupted")
+    with pytest.raises(KeyboardInterrupt):
+        user_code.call_factory(cfg, user_code.checked_factory(cfg), jax.random.PRNGKey(0), (8, 8, 1), 10)
+
+
+def test_the_checks_before_a_run_trace_a_python_model_once(module_dir, monkeypatch):
+    traced = []
+    sizes = user_code.sizes
+    monkeypatch.setattr(user_code, "sizes", lambda *args: traced.append(args) or sizes(*args))
+    linen = validate(scenario({**STYLES["functions"], "args": {"hidden": 11}}))
+    shape = data_shape(linen)
+    check_fits(linen)
+    check_evaluations(linen)
+    assert estimate(linen, shape).params == linen.model.param_count(shape.feature_shape, shape.outputs) > 0
+    assert len(traced) == 1
 
 
 def test_a_factory_path_without_a_function_is_refused_by_the_scenario(tmp_path, capsys):
@@ -272,11 +302,11 @@ def test_the_memory_estimate_sizes_a_python_model_without_building_it(module_dir
     for style, model in STYLES.items():
         cfg = PythonModel(**model)
         built = build_model(cfg, (8, 8, 1), 10)
-        count, width = python_sizes(cfg, (8, 8, 1), 10)
+        count, width = cfg.probe((8, 8, 1), 10)
         assert count == param_count(built.init(jax.random.PRNGKey(0))), style
         assert width == built.width >= 64, style  # at least one example's 8 x 8 pixels
     linen = validate(scenario(STYLES["flax.linen"]))
-    assert python_sizes(linen.model, (8, 8, 1), 10)[1] == 8 * 8 * 4  # the convolution's output, per example
+    assert linen.model.probe((8, 8, 1), 10).width == 8 * 8 * 4  # the convolution's output, per example
     parts = [what for what, _ in estimate(linen, data_shape(linen)).parts]
     assert parts[-1] == "evaluation"
     monkeypatch.setenv("FRED_MEMORY_LIMIT_GB", "1e-6")

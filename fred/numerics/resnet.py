@@ -17,8 +17,9 @@ depth at the start.
 
 Convolutions are He-normal (standard deviation sqrt(2 / fan_in)), the head Glorot-uniform with
 a zero bias, GroupNorm's scales 1 and shifts 0; all from the key given. Parameters are a flat
-dict named as the layers of :func:`fred.scenario.model_workloads.resnet_layers`:
-``conv1.w``, ``norm1.scale``, ``layer2.0.conv1.w``, ..., ``fc.w``, ``fc.b``.
+dict named as the layers of the ``resnet`` model kind (:mod:`fred.models.resnet`), which also
+holds the network's configuration and memory figures: ``conv1.w``, ``norm1.scale``,
+``layer2.0.conv1.w``, ..., ``fc.w``, ``fc.b``.
 """
 
 from __future__ import annotations
@@ -30,22 +31,19 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from fred.scenario.schema import ResNetModel
+from fred.numerics.models import Params
 
-Params = dict[str, jax.Array]
 GROUPS = 8
 EPSILON = 1e-5
 PADDING = ((1, 1), (1, 1))  # as the reference implementations pad a 3x3 convolution, at any stride
 DIMENSIONS = ("NHWC", "HWIO", "NHWC")
 
 
-def build(cfg: ResNetModel, feature_shape: tuple[int, ...], outputs: int) -> tuple[Callable, Callable]:
-    """``(init, apply)`` of the ResNet ``cfg`` for images of ``feature_shape`` ``(H, W, C)``."""
-    if len(feature_shape) != 3:
-        raise ValueError(f"model 'resnet' needs image data of shape (H, W, C); this data set has {feature_shape}")
-    blocks = (cfg.depth - 2) // 6
-    group = cfg.norm == "group"
-    convs = _convs(cfg.width, feature_shape[2], blocks)
+def build(depth: int, width: int, group: bool, feature_shape: tuple[int, ...], outputs: int) -> tuple[Callable, Callable]:
+    """``(init, apply)`` of the ResNet of ``depth`` layers whose first stage has ``width``
+    channels, with GroupNorm (``group``) or none, for images of ``feature_shape`` ``(H, W, C)``."""
+    blocks = (depth - 2) // 6
+    convs = _convs(width, feature_shape[2], blocks)
 
     def init(key: jax.Array) -> Params:
         conv_key, head_key = jax.random.split(key)
@@ -61,7 +59,7 @@ def build(cfg: ResNetModel, feature_shape: tuple[int, ...], outputs: int) -> tup
                 norm = name[: -len("conv1")] + "norm" + name[-1]
                 params[f"{norm}.scale"] = jnp.ones((c_out,), jnp.float32)
                 params[f"{norm}.bias"] = jnp.zeros((c_out,), jnp.float32)
-        c_last = 4 * cfg.width
+        c_last = 4 * width
         limit = math.sqrt(6.0 / (c_last + outputs))
         params["fc.w"] = jax.random.uniform(head_key, (c_last, outputs), jnp.float32, -limit, limit)
         params["fc.b"] = jnp.zeros((outputs,), jnp.float32)
@@ -111,7 +109,7 @@ def group_norm(x: jax.Array, scale: jax.Array, bias: jax.Array) -> jax.Array:
 
     The two moments are per-channel means over the pixels, pooled by group (variance as
     E[x²] − E[x]², as Flax's GroupNorm computes it by default); the normalisation, scale and
-    shift are then one multiply-add a value. Centring first took a third more time a step.
+    shift are then one multiply-add a value. Centring first costs a third more time a step.
     """
     n, _, _, c = x.shape
     groups = math.gcd(GROUPS, c)
@@ -131,29 +129,3 @@ def _shortcut(x: jax.Array, stride: int, c_out: int) -> jax.Array:
     x = x[:, ::stride, ::stride, :]
     extra = c_out - x.shape[-1]
     return jnp.pad(x, ((0, 0), (0, 0), (0, 0), (extra // 2, extra - extra // 2)))
-
-
-def width(cfg: ResNetModel, feature_shape: tuple[int, ...]) -> int:
-    """The most floats one example holds in a layer, with its GroupNorm's temporary: twice the first
-    stage's activations (XLA's convolutions do not lay out a layer's 3x3 patches)."""
-    if len(feature_shape) != 3:
-        return 0
-    pixels = feature_shape[0] * feature_shape[1]
-    return 2 * pixels * max(cfg.width, feature_shape[2])
-
-
-STORED_PER_OUTPUT = 6  # floats a training step holds per convolution output: measured on CPU (ResNet-20, 256 rows)
-
-
-def stored_floats(cfg: ResNetModel, feature_shape: tuple[int, ...]) -> int:
-    """Floats one example's training step holds for its backward pass, roughly: a few per
-    convolution output (the output, its normalisation and activation, their gradients)."""
-    if len(feature_shape) != 3:
-        return 0
-    height, width_px, _ = feature_shape
-    outputs = 0
-    for name, _, c_out in _convs(cfg.width, feature_shape[2], (cfg.depth - 2) // 6):
-        if name.endswith(".0.conv1") and not name.startswith("layer1"):
-            height, width_px = -(-height // 2), -(-width_px // 2)
-        outputs += height * width_px * c_out
-    return STORED_PER_OUTPUT * outputs

@@ -11,9 +11,10 @@ For a batch of token sequences ``(N, T)`` (integers below ``vocab``) it gives ``
 logits, position ``t`` predicting token ``t + 1`` from tokens ``0..t`` alone: an example's
 outputs are its own. GPT-2's initialisation: weights Normal(0, 0.02), the two projections that
 write to the residual stream Normal(0, 0.02 / sqrt(2 layers)), biases 0, LayerNorm's scales 1
-and shifts 0; from the key given. Parameters are a flat dict named as the layers of
-:func:`fred.scenario.model_workloads.transformer_layers`: ``wte``, ``wpe``,
-``h.0.ln_1.scale``, ``h.0.attn.c_attn.w``, ..., ``ln_f.bias``.
+and shifts 0; from the key given. Parameters are a flat dict named as the layers of the
+``transformer`` model kind (:mod:`fred.models.transformer`), which also holds the network's
+configuration and memory figures: ``wte``, ``wpe``, ``h.0.ln_1.scale``, ``h.0.attn.c_attn.w``,
+..., ``ln_f.bias``.
 """
 
 from __future__ import annotations
@@ -25,27 +26,16 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from fred.scenario.schema import TransformerModel
+from fred.numerics.models import Params
 
-Params = dict[str, jax.Array]
 INIT_STD = 0.02
 EPSILON = 1e-5
 
 
-def build(cfg: TransformerModel, feature_shape: tuple[int, ...], outputs: int) -> tuple[Callable, Callable]:
-    """``(init, apply)`` of the decoder ``cfg`` for sequences of ``feature_shape`` ``(T,)`` whose
-    tokens are below ``outputs`` (the data's vocabulary, the default ``vocab``)."""
-    if len(feature_shape) != 1:
-        raise ValueError(f"model 'transformer' needs token sequences of shape (T,); this data set has {feature_shape}")
-    tokens = feature_shape[0]
-    positions, vocab = cfg.context or tokens, cfg.vocab or outputs
-    if positions < tokens:
-        raise ValueError(f"model.context {positions} is shorter than the data's sequences of {tokens} tokens; give "
-                         f"model.context at least {tokens}, or leave it out")
-    if vocab < outputs:
-        raise ValueError(f"model.vocab {vocab} is smaller than the data's {outputs} tokens: every token needs its "
-                         f"embedding; give model.vocab at least {outputs}, or leave it out")
-    d, heads, layers = cfg.d_model, cfg.heads, cfg.layers
+def build(layers: int, d: int, heads: int, positions: int, vocab: int) -> tuple[Callable, Callable]:
+    """``(init, apply)`` of the decoder of ``layers`` blocks of width ``d`` and ``heads`` heads that
+    embeds ``positions`` positions and ``vocab`` tokens, for sequences ``(N, T)`` of at most
+    ``positions`` tokens below ``vocab``."""
     shapes = _shapes(d, layers, positions, vocab)
 
     def init(key: jax.Array) -> Params:
@@ -107,23 +97,3 @@ def _attention(params: Params, prefix: str, x: jax.Array, heads: int, causal: ja
     scores = jnp.einsum("nthd,nshd->nhts", q, k) / math.sqrt(d // heads)
     weights = jax.nn.softmax(jnp.where(causal, scores, jnp.finfo(scores.dtype).min), axis=-1)
     return _dense(params, f"{prefix}.attn.c_proj", jnp.einsum("nhts,nshd->nthd", weights, v).reshape(n, t, d))
-
-
-def width(cfg: TransformerModel, feature_shape: tuple[int, ...], outputs: int) -> int:
-    """The most floats one example holds in a layer: the attention scores, the MLP's hidden
-    layer or the logits, whichever is largest."""
-    if len(feature_shape) != 1:
-        return 0
-    t, d = feature_shape[0], cfg.d_model
-    return max(cfg.heads * t * t, 4 * d * t, (cfg.vocab or outputs) * t)
-
-
-def stored_floats(cfg: TransformerModel, feature_shape: tuple[int, ...], outputs: int) -> int:
-    """Floats one sequence's training step holds for its backward pass, roughly: per block the
-    residual stream's values (16 of width d_model a token) and three attention maps, then the
-    logits; scaled by 1.5, as measured on CPU."""
-    if len(feature_shape) != 1:
-        return 0
-    t, d = feature_shape[0], cfg.d_model
-    per_block = 16 * t * d + 3 * cfg.heads * t * t
-    return int(1.5 * (cfg.layers * per_block + 3 * t * (cfg.vocab or outputs)))

@@ -1,13 +1,17 @@
-"""Models from the user's own code (``model: {kind: python, factory: "pkg.module:make"}``).
+"""Models from the user's own code: the model kind of :mod:`fred.models.python`, whose
+``factory: "pkg.module:make"`` names a function returning the model.
 
 A factory returns what JAX users already write: a Flax linen or NNX module, an Equinox
 module, or a pair of pure functions ``init(key) -> params`` and ``apply(params, x) -> logits``.
 Each is adapted to fred's one model form, ``init``/``apply`` over a flat dict of float32
 arrays named by their path in the user's pytree (``Dense_0.kernel``, ``layers.0.weight``),
-so that the run, its records, checkpoints and tape treat it as any other model.
+so that the run, its records, checkpoints and tape treat it as any other model (:func:`build`),
+checked on a few examples; :func:`sizes` tells its parameters and widest value from their
+shapes alone.
 
-Running a scenario that names a factory runs that code: ``fred run --no-user-code``
-refuses such scenarios.
+Whatever the user's code raises, ``sys.exit`` included, is refused in one line naming the field
+and the code (:data:`USER_ERRORS`); Ctrl-C still stops fred. Running a scenario that names a
+factory runs that code: ``fred run --no-user-code`` refuses such scenarios.
 """
 
 from __future__ import annotations
@@ -22,9 +26,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fred.scenario.schema import LOSSES, PythonModel, Scenario
+from fred.numerics import rng
+from fred.numerics.models import Model, Params
+from fred.scenario.schema import Scenario
 
 Tree = Any
+# What the user's code may raise that fred refuses in a line: sys.exit too (SystemExit), which
+# would end fred with no word; KeyboardInterrupt is the user's stop, and stops fred.
+USER_ERRORS = (Exception, SystemExit)
 STYLES = "a Flax module (linen or NNX), an Equinox module, or a pair (init, apply) of functions"
 # Given to a factory that asks for them by name, unless the scenario's args give them.
 PROVIDED = ("key", "rngs", "feature_shape", "outputs")
@@ -36,13 +45,7 @@ class UserCodeError(ValueError):
 
 def names_user_code(scenario: Scenario) -> list[str]:
     """The fields of ``scenario`` that name code to import and run (empty: it runs none)."""
-    model = scenario.model
-    if not isinstance(model, PythonModel):
-        return []
-    found = [f"model.factory {model.factory!r}"]
-    if model.loss is not None and model.loss not in LOSSES:
-        found.append(f"model.loss {model.loss!r}")
-    return found
+    return scenario.model.code_fields()
 
 
 # ----------------------------------------------------------------------------- importing
@@ -58,7 +61,7 @@ def import_object(path: str, field: str, code_dir: str) -> Any:
             f"{field}: cannot import {module_name!r} ({err}); looked in the installed packages, PYTHONPATH and "
             f"{code_dir} (model.code_dir): put {top}.py there, set model.code_dir to the folder that holds it, or "
             "install its package") from None
-    except Exception as err:  # the user's module failed while importing: its error, named
+    except USER_ERRORS as err:  # the user's module failed while importing: its error, named
         raise UserCodeError(f"{field}: importing {module_name!r} raised {type(err).__name__}: {err}") from None
     found: Any = module
     for part in attribute.split("."):
@@ -166,7 +169,7 @@ def _equinox(module: Any) -> Style:
 
 
 # ----------------------------------------------------------------------------- the factory
-def call_factory(cfg: PythonModel, factory: Callable, key: jax.Array, feature_shape: tuple[int, ...], outputs: int) -> Any:
+def call_factory(cfg: Any, factory: Callable, key: jax.Array, feature_shape: tuple[int, ...], outputs: int) -> Any:
     """``factory(**cfg.args)``, with ``key``, ``rngs`` (an ``nnx.Rngs``), ``feature_shape`` and
     ``outputs`` added for a factory that names them and whose args do not give them."""
     kwargs = dict(cfg.args)
@@ -188,11 +191,11 @@ def call_factory(cfg: PythonModel, factory: Callable, key: jax.Array, feature_sh
         raise UserCodeError(f"model.factory: {cfg.factory} raised TypeError: {err}") from None
     except UserCodeError:
         raise
-    except Exception as err:
+    except USER_ERRORS as err:
         raise UserCodeError(f"model.factory: {cfg.factory} raised {type(err).__name__}: {err}") from None
 
 
-def _rngs(cfg: PythonModel, key: jax.Array) -> Any:
+def _rngs(cfg: Any, key: jax.Array) -> Any:
     try:
         from flax import nnx
     except ImportError:
@@ -213,7 +216,7 @@ def _signature(factory: Callable) -> str:
         return "arguments this message cannot show"
 
 
-def checked_factory(cfg: PythonModel) -> Callable:
+def checked_factory(cfg: Any) -> Callable:
     """The factory ``cfg`` names, if it can be called."""
     factory = import_object(cfg.factory, "model.factory", cfg.code_dir)
     if not callable(factory):
@@ -248,7 +251,7 @@ def _key_name(key: Any) -> str:
     return str(key)
 
 
-def loss_function(cfg: PythonModel) -> Callable[[jax.Array, jax.Array], jax.Array] | None:
+def loss_function(cfg: Any) -> Callable[[jax.Array, jax.Array], jax.Array] | None:
     """One example's loss from its outputs and label: a named one, or the user's; None for the
     data's own (cross-entropy for class labels, squared error for regression targets)."""
     if cfg.loss is None:
@@ -319,3 +322,87 @@ def _value_sizes(jaxpr: Any) -> list[int]:
 
 def count(shapes: Tree) -> int:
     return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes))
+
+
+# ----------------------------------------------------------------------------- the model
+def build(cfg: Any, feature_shape: tuple[int, ...], outputs: int) -> Model:
+    """The user's model (``cfg``: a ``python`` model section) over flat, named float32 parameters,
+    checked on a few examples: its output shape, and whether an example's outputs are its own."""
+    factory = checked_factory(cfg)
+    where = f"model.factory: {cfg.factory}"
+    make = lambda key: call_factory(cfg, factory, key, feature_shape, outputs)
+    probe_key = rng.jax_key(0, "model", "probe")  # the parameters the checks run on: any fixed ones
+    built = make(probe_key)
+    style = detect(built, where, feature_shape)
+    tree = _user_call(where, "building its parameters", lambda: style.params(built, probe_key))
+    treedef, names = jax.tree.structure(tree), flat_names(tree, where)
+
+    def init(key: jax.Array) -> Params:
+        made = style.params(make(key), key)
+        if jax.tree.structure(made) != treedef:
+            raise UserCodeError(f"{where}: the parameters' structure changes with the random key; it must not")
+        return dict(zip(names, jax.tree.leaves(made)))
+
+    def apply(params: Params, x: jax.Array) -> jax.Array:
+        return style.apply(jax.tree.unflatten(treedef, [params[name] for name in names]), x)
+
+    params = dict(zip(names, jax.tree.leaves(tree)))
+    issue = _check_outputs(where, style.name, apply, params, feature_shape, outputs)
+    width = per_example_width(apply, params, feature_shape)  # bounds evaluation's chunks
+    return Model(init, apply, width, loss_function(cfg), issue)
+
+
+def _user_call(where: str, doing: str, call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except UserCodeError:
+        raise
+    except USER_ERRORS as err:
+        raise UserCodeError(f"{where}: {doing} raised {type(err).__name__}: {str(err)[:300]}") from None
+
+
+def _check_outputs(where: str, style: str, apply: Callable, params: Params, feature_shape: tuple[int, ...],
+                   outputs: int) -> str:
+    """Refuse a model whose outputs do not fit the data; return why per-example gradients
+    would not be its gradients ("" when they are)."""
+    rows = probe_rows(feature_shape)
+    batch = _user_call(where, f"its {style} apply on {len(rows)} examples of shape {feature_shape}",
+                       lambda: np.asarray(jax.jit(apply)(params, rows)))
+    wanted = (len(rows), outputs)
+    if batch.shape != wanted:
+        need = f"one output per class ({outputs} classes)" if outputs > 1 else "one output (the regression target)"
+        raise UserCodeError(
+            f"{where}: the model gives outputs of shape {batch.shape} for {len(rows)} examples; this data set needs "
+            f"{wanted}: {need} for each example (a factory that takes 'outputs' is given the number)")
+    alone = np.concatenate([np.asarray(jax.jit(apply)(params, rows[i : i + 1])) for i in range(len(rows))])
+    if not close(batch, alone):
+        return (f"{where}: an example's outputs depend on the other examples in its batch (statistics over the "
+                "batch?), so the exact reduction's per-example gradients are not this model's gradients; set "
+                "strategy.reduction: fast, or make each example's outputs its own")
+    one = lambda p, x: jnp.sum(apply(p, x[None]))
+    try:
+        jax.eval_shape(jax.vmap(jax.grad(one), in_axes=(None, 0)), params, rows)
+    except USER_ERRORS as err:
+        return (f"{where}: the exact reduction maps jax.grad over single examples (jax.vmap), which this model does "
+                f"not support ({type(err).__name__}: {str(err)[:200]}); set strategy.reduction: fast")
+    return ""
+
+
+def sizes(cfg: Any, feature_shape: tuple[int, ...], outputs: int) -> tuple[int, int]:
+    """The user's model's parameters, and the most floats one example holds in it (0: not
+    known), from their shapes alone (``jax.eval_shape``): nothing is allocated."""
+    factory = checked_factory(cfg)
+    where = f"model.factory: {cfg.factory}"
+    styles: list[Style] = []
+
+    def params(key: jax.Array) -> Any:
+        built = call_factory(cfg, factory, key, feature_shape, outputs)
+        styles.append(detect(built, where, feature_shape))
+        return styles[-1].params(built, key)
+
+    shapes = _user_call(where, "building its parameters", lambda: jax.eval_shape(params, jax.random.PRNGKey(0)))
+    try:
+        width = per_example_width(styles[-1].apply, shapes, feature_shape)
+    except USER_ERRORS:  # built under a trace, some models cannot be traced again; building them says why
+        width = 0
+    return count(shapes), width

@@ -1,15 +1,17 @@
 """Whether a run fits this machine's memory, estimated from the scenario before anything is built.
 
-A run too large for the machine did not fail with a message: a 1e9-unit hidden layer ended
-in a JAX out-of-memory traceback, 4,096 workers of an MLP [1024, 1024] under Local SGD in a
-segmentation fault, a ``std::bad_alloc`` or no exit at all. :func:`check_fits` estimates what
-the run holds (its data, every copy of the parameters its strategy keeps, the leaves of one
-exact gradient call, one evaluation chunk) from the scenario alone, reading at
-most a data file's header (and the labels of a data set given as arrays; a python model's
-factory and program are traced for its parameters and widest value, allocating none), and refuses a run whose
-estimate exceeds the memory available, with the estimate, the limit and the fixes. The estimate is deliberately rough (within a
-factor of about 1.5 of the peak measured on CPU); ``fred run --memory-limit-gb N`` or
-``FRED_MEMORY_LIMIT_GB=N`` sets the limit for machines that have more than they report.
+A run too large for the machine fails without a message of its own: a 1e9-unit hidden layer
+ends in a JAX out-of-memory traceback, 4,096 workers of an MLP [1024, 1024] under Local SGD in
+a segmentation fault, a ``std::bad_alloc`` or no exit at all. :func:`check_fits` estimates
+what the run holds (its data, every copy of the parameters its strategy keeps, the leaves of
+one exact gradient call, one evaluation chunk) from the scenario alone, and refuses a run whose
+estimate exceeds the memory available, with the estimate, the limit and the fixes. It reads at
+most a data file's header (and the labels of a data set given as arrays), and asks the model's
+section (its kind, :mod:`fred.models`) for its parameters, widest value and stored activations:
+a built-in kind counts them from its layers, a python model from one trace of its shapes,
+allocating none. The estimate is deliberately rough (within a factor of about 1.5 of the peak
+measured on CPU); ``fred run --memory-limit-gb N`` or ``FRED_MEMORY_LIMIT_GB=N`` sets the limit
+for machines that have more than they report.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import numpy as np
 
 from fred.numerics import cifar
 from fred.numerics.gradients import CALL_LEAF_BYTES, CALL_ROWS, CHUNK_ROWS, PROGRAM_EQUATIONS, eval_chunk_rows
-from fred.numerics.models import activation_width, layer_sizes, python_sizes, stored_floats
 from fred.numerics.tokens import BYTE_VOCAB
 from fred.scenario import model_workloads
 from fred.scenario.model_workloads import IMAGE_SHAPE
@@ -33,18 +34,14 @@ from fred.scenario.schema import (
     ArraysData,
     CIFAR10Data,
     CIFAR100Data,
-    CNNModel,
     DigitsData,
-    MLPModel,
     MNISTData,
-    PythonModel,
-    ResNetModel,
+    ModelSection,
     Scenario,
     SyntheticData,
     SyntheticImagesData,
     SyntheticTokensData,
     TextData,
-    TransformerModel,
 )
 
 ENV = "FRED_MEMORY_LIMIT_GB"
@@ -176,23 +173,9 @@ def _mnist_shapes(path: Path) -> list[tuple[int, ...]] | None:
 
 
 def param_count(scenario: Scenario, shape: Shape) -> int:
-    """Parameters of the scenario's model for this data (what ``fred.numerics.models`` builds)."""
-    model = scenario.model
-    if isinstance(model, PythonModel):
-        return python_sizes(model, shape.feature_shape, shape.outputs)[0]
-    if isinstance(model, (ResNetModel, TransformerModel)):
-        own = model_workloads.model_workload(model, shape.feature_shape, shape.outputs)
-        return 0 if own is None else own.param_count
-    if model.kind == "cnn":
-        height, width, channels = shape.feature_shape
-        chans = [channels, *model.channels]
-        convs = sum(model.kernel_size**2 * a * b + b for a, b in zip(chans, chans[1:]))
-        return convs + _dense([height * width * chans[-1], model.hidden, shape.outputs])
-    return _dense(layer_sizes(model, shape.feature_shape, shape.outputs))
-
-
-def _dense(sizes: list[int]) -> int:
-    return sum(a * b + b for a, b in zip(sizes, sizes[1:]))
+    """Parameters of the scenario's model for this data (what ``fred.numerics.models`` builds), as
+    its kind counts them: from its layers, or from one trace of a python model."""
+    return scenario.model.param_count(shape.feature_shape, shape.outputs)
 
 
 def estimate(scenario: Scenario, shape: Shape) -> Estimate:
@@ -212,7 +195,7 @@ def estimate(scenario: Scenario, shape: Shape) -> Estimate:
             parts.append((f"optimizer state: {n:,} x {state} model copies", params * n * state))
         if scenario.strategy.reduction == "exact":
             parts.append(_exact_leaves(scenario, params))
-        stored = stored_floats(scenario.model, shape.feature_shape, shape.outputs)
+        stored = scenario.model.stored_floats(shape.feature_shape, shape.outputs)
         if stored:
             rows = program_rows(scenario)
             parts.append((f"activations of {rows:,} rows", rows * stored * FLOAT))
@@ -256,7 +239,7 @@ def _exact_leaves(scenario: Scenario, params: int) -> tuple[str, float]:
 # pass the call holds (the exact reduction unrolls one per CHUNK_ROWS-row chunk: 4 in a call of 256
 # rows), and HLO_PER_UNIT_RUN x k^2 more for each run of k consecutive hidden layers of one unit:
 # XLA turns their products into elementwise chains and copies each chain into every fusion of
-# the backward pass that reads it. 50 such layers in 4 copies made 232,081 instructions and held
+# the backward pass that reads it. 50 such layers in 4 copies make 232,081 instructions and hold
 # 3.4 GB for 45 s of compiling; 30 layers of 64 units in 4 copies, 16,365 and 0.11 GB.
 HLO_PER_LAYER, HLO_BASE, HLO_PER_UNIT_RUN = 130, 220, 21
 # A tile differentiates its rows' summed loss at once, and XLA copies a run's chains into about
@@ -270,21 +253,21 @@ COMPILE_GROWTH_FROM, COMPILE_GROWTH_POWER = 58_000, 0.4  # 15 kB each at 232,000
 
 def gradient_program_size(scenario: Scenario) -> int:
     """About how many instructions XLA's optimised gradient program of the run has (0 for a
-    python model, whose layers fred cannot see)."""
+    model whose layers fred cannot see)."""
     model = scenario.model
-    if isinstance(model, PythonModel):
+    layers = model.program_layers()
+    if not layers:
         return 0
-    layers = 1 + (len(model.hidden) if isinstance(model, MLPModel) else 0) + (len(model.channels) + 1 if isinstance(model, CNNModel) else 0)
     tiles = scenario.strategy.reduction == "exact" and scenario.strategy.exact_tile > 1
     per_run = HLO_PER_UNIT_RUN_TILE if tiles else HLO_PER_UNIT_RUN
     one = HLO_PER_LAYER * layers + HLO_BASE + per_run * sum(k * k for k in unit_runs(model))
     return one * backward_copies(scenario)
 
 
-def unit_runs(model: object) -> list[int]:
+def unit_runs(model: ModelSection) -> list[int]:
     """The lengths of the runs of consecutive hidden layers of one unit."""
     runs, k = [], 0
-    for width in [*(model.hidden if isinstance(model, MLPModel) else []), 0]:
+    for width in [*model.hidden_units(), 0]:
         if width == 1:
             k += 1
         elif k:
@@ -304,23 +287,10 @@ def backward_copies(scenario: Scenario) -> int:
     if tile == 1:
         return -(-rows // CHUNK_ROWS)
     most = CALL_ROWS // tile
-    equations = tile_equations(scenario.model)
+    equations = scenario.model.tile_equations()
     if equations:
         most = min(most, max(1, PROGRAM_EQUATIONS // equations))
     return min(rows // tile, 1 << (most.bit_length() - 1))
-
-
-def tile_equations(model: object) -> int:
-    """Jaxpr equations of one tile's gradient (what Numerics.tiles_per_program counts), for the
-    dense, convolutional and residual models: counted for JAX 0.10, 49 + 21 a hidden layer, 68 + 25
-    a convolution, about 76 a ResNet layer; 0 for the others (not known here)."""
-    if isinstance(model, MLPModel):
-        return 49 + 21 * len(model.hidden)
-    if isinstance(model, CNNModel):
-        return 68 + 25 * len(model.channels)
-    if isinstance(model, ResNetModel):
-        return 76 * model.depth  # ResNet-20's tile: 1,528
-    return 0
 
 
 def compile_bytes(instructions: int) -> float:
@@ -339,9 +309,7 @@ def optimizer_state_copies(scenario: Scenario) -> int:
 
 def _width(scenario: Scenario, shape: Shape) -> int:
     """The most floats one example holds in the model (0: a python model fred cannot trace)."""
-    if isinstance(scenario.model, PythonModel):
-        return python_sizes(scenario.model, shape.feature_shape, shape.outputs)[1]
-    return activation_width(scenario.model, shape.feature_shape, shape.outputs)
+    return scenario.model.activation_width(shape.feature_shape, shape.outputs)
 
 
 def memory_limit() -> tuple[float, str]:
@@ -447,16 +415,14 @@ def check_fits(scenario: Scenario) -> Fit | None:
     what was found, for the message of an allocation that fails anyway (None: nothing estimated)."""
     shape = data_shape(scenario)
     model = scenario.model
-    if shape is None or (model.kind == "cnn" and (len(shape.feature_shape) != 3 or model.kernel_size > max(shape.feature_shape[:2]))):
-        return None  # building it says what is wrong
-    if model.kind in ("resnet", "transformer") and model_workloads.model_workload(model, shape.feature_shape, shape.outputs) is None:
-        return None  # data of a shape the model does not take: building it says so
+    if shape is None or not model.takes(shape.feature_shape):
+        return None  # building it says what is wrong (data of a shape the model does not take)
     found = estimate(scenario, shape)
     limit, source = memory_limit()
     if found.total <= limit:
         return Fit(found.total, limit, source)
     parts = ", ".join(f"{what} {_gb(b)}" for what, b in found.parts if b >= 0.01 * found.total)
-    if isinstance(model, PythonModel) and not any(what == "evaluation" for what, _ in found.parts):
+    if not model.layers_known and not any(what == "evaluation" for what, _ in found.parts):
         parts += "; not counting the model's activations, which fred could not trace"
     fixes = "make the data set smaller"
     compiling = sum(b for what, b in found.parts if what.startswith("compiling"))

@@ -17,19 +17,13 @@ from fred.scenario.schema.base import (  # noqa: F401
     absolute_path,
 )
 from fred.scenario.schema.model import (  # noqa: F401
-    CNNModel,
-    IMPORT_PATH,
-    LOSSES,
-    LogisticModel,
+    KINDS,
     MAX_LAYERS,
-    MLPModel,
     ModelConfig,
-    PythonModel,
-    RESNET_DEPTHS,
-    ResNetModel,
-    TransformerModel,
+    ModelSection,
     _few_layers,
-    _is_import_path,
+    default_model,
+    kinds_taking,
 )
 from fred.scenario.schema.data import (  # noqa: F401
     ArraysData,
@@ -107,7 +101,6 @@ from fred.scenario.schema.strategy import (  # noqa: F401
 )
 from fred.scenario.schema.scenario import (  # noqa: F401
     CLOCK_RESOLUTION,
-    IMAGE_KINDS,
     MAX_ACTIVITY_S,
     MAX_CADENCE_EVENTS,
     MAX_NAME_BYTES,

@@ -1,21 +1,37 @@
-"""The ``model`` section: which model trains, one class per kind."""
+"""The ``model`` section: the base every model kind's section subclasses, and the kinds, found by name.
+
+Each model kind is one module of the package :data:`KINDS_PACKAGE` (``fred/models/``): its
+section (a :class:`ModelSection` subclass whose ``kind`` is a one-value ``Literal``) holds the
+kind's configuration and answers what the rest of fred asks of a model: how to build it, its
+layers (for gradient buckets, FLOPs and per-layer transfers), its parameter count, and the
+numbers the memory estimate needs. Generic code calls these methods and never branches on a
+kind's name, so adding a kind is adding one module.
+
+The kinds' package sits above the numerics it builds models with, so the scenario layer
+never imports it: the modules are found by name when this module is first imported (a
+plug-in discovery, as :mod:`fred.scenario.registry` finds the strategies), and
+:data:`ModelConfig` is the discriminated union of their sections. The kinds' package imports
+the schema before any of its modules (``fred/models/__init__.py``), so whichever is imported
+first, every kind is in the union.
+"""
 
 from __future__ import annotations
 
-import os
-import re
-from typing import Annotated, Any, Literal, Union
+import importlib
+import pkgutil
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field
 
-from fred.scenario.schema.base import Section, _absolute
+from fred.scenario import model_workloads
+from fred.scenario.schema.base import Section
 
+if TYPE_CHECKING:
+    from fred.scenario.workloads import Layer
 
-class LogisticModel(Section):
-    kind: Literal["logistic"] = "logistic"
-
-
+KINDS_PACKAGE = "fred.models"  # one module a model kind, each defining one ModelSection subclass
 MAX_LAYERS = 100  # compile time and memory grow with depth: 2,000 layers compiled for 20 minutes, to 24 GB
+Inputs = Literal["arrays", "images", "sequences"]
 
 
 def _few_layers(layers: list[int]) -> list[int]:
@@ -25,104 +41,104 @@ def _few_layers(layers: list[int]) -> list[int]:
     return layers
 
 
-class MLPModel(Section):
-    kind: Literal["mlp"] = "mlp"
-    hidden: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [64], description="hidden layer widths; at most 100 layers")
-    activation: Literal["relu", "tanh", "sigmoid", "gelu"] = "relu"
+class ModelSection(Section):
+    """Base of every model kind's section: its configuration, and what fred asks of the model.
 
-    _layers = field_validator("hidden")(_few_layers)
+    ``feature_shape`` is one example's input shape, ``outputs`` the model's outputs (classes,
+    1 for a regression target, the vocabulary of token sequences)."""
 
+    kind: str
+    listed: ClassVar[int] = 100  # where the kind stands in lists of kinds (error messages, the schema)
+    default: ClassVar[bool] = False  # the kind a scenario without a model section trains
+    inputs: ClassVar[Inputs] = "arrays"  # arrays: vectors or images; images: (H, W, C); sequences: tokens
+    layers_known: ClassVar[bool] = True  # whether fred knows its layers without running user code
 
-class CNNModel(Section):
-    kind: Literal["cnn"] = "cnn"
-    channels: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [8, 16], description="convolution layers' channels; at most 100 layers")
-    kernel_size: Annotated[int, Field(gt=0)] = 3
-    hidden: Annotated[int, Field(gt=0)] = 64
+    def build(self, feature_shape: tuple[int, ...], outputs: int) -> Any:
+        """The model, a :class:`fred.numerics.models.Model`; a ``ValueError`` naming the fix for
+        data of a shape it does not take."""
+        raise NotImplementedError(f"model kind {self.kind!r} does not say how to build it")
 
-    _layers = field_validator("channels")(_few_layers)
+    def layer_list(self, feature_shape: tuple[int, ...], outputs: int) -> list[Layer] | None:
+        """Its layers in forward order, named as its parameters' keys begin, counted as
+        :mod:`fred.scenario.model_workloads` counts; None where they are not known (user code,
+        or a shape it does not take)."""
+        return None
 
+    def takes(self, feature_shape: tuple[int, ...]) -> bool:
+        """Whether it builds for examples of ``feature_shape`` (False: building it says why not)."""
+        return True
 
+    def param_count(self, feature_shape: tuple[int, ...], outputs: int) -> int:
+        """Its parameters, from its layers (0 where they are not known)."""
+        own = model_workloads.model_workload(self, feature_shape, outputs)
+        return 0 if own is None else own.param_count
 
-RESNET_DEPTHS = tuple(range(8, 111, 6))  # 6n + 2: three stages of n basic blocks of two convolutions, a first one, a head
+    def activation_width(self, feature_shape: tuple[int, ...], outputs: int) -> int:
+        """The most floats one example's forward pass holds in a layer: what evaluation's memory
+        grows with (0: not known)."""
+        return 0
 
+    def stored_floats(self, feature_shape: tuple[int, ...], outputs: int) -> int:
+        """Floats one example's training step holds for the backward pass, for the models whose
+        activations outweigh their parameters; 0 for the others."""
+        return 0
 
-class ResNetModel(Section):
-    """He et al.'s CIFAR ResNet: three stages of (depth - 2) / 6 basic blocks (docs/scenarios.md)."""
+    def program_layers(self) -> int:
+        """Layers the memory estimate counts in its gradient program (0: not known)."""
+        return 1
 
-    kind: Literal["resnet"] = "resnet"
-    depth: int = Field(default=20, description="20, 32, 44, 56 (or any 6n + 2 from 8 to 110): convolution layers + the head")
-    width: Annotated[int, Field(ge=1, le=1024)] = Field(default=16, description="the first stage's channels (then 2x, 4x)")
-    norm: Literal["group", "none"] = Field(default="group", description="group: GroupNorm, gcd(8, channels) groups, "
-                                                                         "after every convolution; none: no normalisation")
+    def hidden_units(self) -> list[int]:
+        """The widths of its hidden dense layers in a row, whose runs of one unit the compile
+        estimate counts (empty for a model without such a stack)."""
+        return []
 
-    @field_validator("depth")
-    @classmethod
-    def _six_n_plus_two(cls, value: int) -> int:
-        if value not in RESNET_DEPTHS:
-            raise ValueError(f"got {value}; a CIFAR ResNet has 6n + 2 layers (three stages of n blocks of two "
-                             "convolutions, a first convolution and the head): give 20, 32, 44 or 56 (any 6n + 2 "
-                             "from 8 to 110)")
-        return value
+    def tile_equations(self) -> int:
+        """Jaxpr equations of one tile's gradient, counted for JAX 0.10 (0: not known)."""
+        return 0
 
+    def check_data(self, data: Any) -> None:
+        """Refuse data (the ``data`` section) this model cannot take, as far as the scenario tells;
+        a ``ValueError`` naming the field and the fix."""
+        source = data.source
+        if self.inputs == "images" and source.kind == "synthetic":
+            raise ValueError(f"model.kind {self.kind} needs images (H, W, C); data.source.kind synthetic gives "
+                             "flat feature vectors: use synthetic_images, cifar10, cifar100, digits or mnist")
 
-class TransformerModel(Section):
-    """A small GPT-style decoder for next-token prediction (docs/scenarios.md)."""
-
-    kind: Literal["transformer"] = "transformer"
-    layers: Annotated[int, Field(ge=1, le=MAX_LAYERS)] = Field(default=2, description="decoder blocks")
-    d_model: Annotated[int, Field(ge=1, le=65536)] = Field(default=64, description="the width; the MLP's is 4 x d_model")
-    heads: Annotated[int, Field(ge=1)] = Field(default=4, description="attention heads; they divide d_model")
-    context: Annotated[int, Field(ge=1, le=65536)] | None = Field(
-        default=None, description="positions it embeds (default: the data's sequence length, which it must not be below)")
-    vocab: Annotated[int, Field(ge=2, le=10_000_000)] | None = Field(
-        default=None, description="tokens it embeds and predicts (default: the data's vocabulary)")
-
-    @model_validator(mode="after")
-    def _heads_divide_the_width(self) -> "TransformerModel":
-        if self.d_model % self.heads:
-            fits = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
-            raise ValueError(f"heads {self.heads} do not divide d_model {self.d_model}: each head takes d_model / heads "
-                             f"of the width; give heads one of {', '.join(map(str, fits))}, or another d_model")
-        return self
-
-
-IMPORT_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
-LOSSES = ("cross_entropy", "mse")
-
-
-class PythonModel(Section):
-    """A model from the user's own code: ``factory`` is imported and called with ``args`` (running it)."""
-
-    kind: Literal["python"] = "python"
-    factory: str = Field(description="'package.module:function' returning a Flax (linen or NNX) module, "
-                                      "an Equinox module, or a pair (init, apply) of functions")
-    args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the factory")
-    loss: str | None = Field(default=None, description="cross_entropy, mse, or 'package.module:function' "
-                                                        "(default: cross_entropy for class labels, mse for regression)")
-    code_dir: str = Field(default_factory=os.getcwd, description="the folder searched last (after installed packages "
-                          "and PYTHONPATH) for the modules of factory and loss; default: the scenario file's folder "
-                          "(the working directory for a scenario built in Python); a relative one is taken from there")
-
-    _code_dir_absolute = field_validator("code_dir")(_absolute)
-
-    @field_validator("factory")
-    @classmethod
-    def _import_path(cls, value: str) -> str:
-        if not _is_import_path(value):
-            raise ValueError(f"got {value[:200]!r}; give 'package.module:function', e.g. 'mymodels:make_cnn'")
-        return value
-
-    @field_validator("loss")
-    @classmethod
-    def _loss_name(cls, value: str | None) -> str | None:
-        if value is not None and value not in LOSSES and not _is_import_path(value):
-            raise ValueError(f"got {value[:200]!r}; allowed: {', '.join(LOSSES)}, or 'package.module:function'")
-        return value
+    def code_fields(self) -> list[str]:
+        """The fields that name the user's code to import and run (empty: it runs none)."""
+        return []
 
 
-def _is_import_path(value: str) -> bool:
-    return re.fullmatch(IMPORT_PATH, value) is not None
+def _discover() -> list[type[ModelSection]]:
+    """Every kind's section, imported by name from :data:`KINDS_PACKAGE`, in listing order."""
+    package = importlib.import_module(KINDS_PACKAGE)
+    found: dict[str, type[ModelSection]] = {}
+    for module_info in pkgutil.iter_modules(package.__path__):
+        if module_info.name.startswith("_"):
+            continue  # a helper of the kinds
+        module = importlib.import_module(f"{KINDS_PACKAGE}.{module_info.name}")
+        sections = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, ModelSection)
+                    and v.__module__ == module.__name__]
+        if len(sections) != 1:
+            raise TypeError(f"{module.__name__} defines {len(sections)} ModelSection subclasses; a model "
+                            "kind's module defines one")
+        kind = sections[0].model_fields["kind"].default
+        if kind in found:
+            raise TypeError(f"model kind {kind!r} is defined twice, by {found[kind].__module__} and "
+                            f"{module.__name__}")
+        found[kind] = sections[0]
+    return sorted(found.values(), key=lambda section: section.listed)
 
 
-ModelConfig = Annotated[Union[LogisticModel, MLPModel, CNNModel, ResNetModel, TransformerModel, PythonModel],
-                        Field(discriminator="kind")]
+KINDS: tuple[type[ModelSection], ...] = tuple(_discover())
+ModelConfig = Annotated[Union[KINDS], Field(discriminator="kind")]  # type: ignore[valid-type]
+
+
+def default_model() -> ModelSection:
+    """The model of a scenario without a model section."""
+    return next(section for section in KINDS if section.default)()
+
+
+def kinds_taking(inputs: Inputs) -> list[str]:
+    """The kinds whose models take ``inputs``, in listing order."""
+    return [section.model_fields["kind"].default for section in KINDS if section.inputs == inputs]

@@ -16,7 +16,7 @@ from fred.scenario.schema.base import Section
 from fred.scenario.schema.cluster import ClusterConfig
 from fred.scenario.schema.data import SEQUENCE_SOURCES, DataConfig
 from fred.scenario.schema.faults import FaultsConfig
-from fred.scenario.schema.model import MLPModel, ModelConfig
+from fred.scenario.schema.model import ModelConfig, default_model, kinds_taking
 from fred.scenario.schema.network import NetworkConfig
 from fred.scenario.schema.stop import EvalConfig, StopConfig
 from fred.scenario.schema.strategy import (
@@ -36,7 +36,7 @@ class Scenario(Section):
 
     name: str = "run"
     seed: Annotated[int, Field(ge=0)] = 0
-    model: ModelConfig = Field(default_factory=MLPModel)
+    model: ModelConfig = Field(default_factory=default_model)
     data: DataConfig = Field(default_factory=DataConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
@@ -93,10 +93,10 @@ class Scenario(Section):
             raise ValueError("network.hierarchical: true reduces inside each node first, and every node here holds one "
                              "worker (cluster.devices_per_node and workers_per_device are 1); give nodes several "
                              "workers (devices_per_node: 8) or drop hierarchical")
-        if self.workload.bucket_bytes is not None and self.workload.profile is None and self.model.kind == "python":
-            raise ValueError(f"workload.bucket_bytes {self.workload.bucket_bytes} needs workload.profile with a python "
-                             "model: buckets are cut from a model's layers, in backward order, and fred knows the "
-                             f"built-in models' only; name one of: {', '.join(workloads.names())}")
+        if self.workload.bucket_bytes is not None and self.workload.profile is None and not self.model.layers_known:
+            raise ValueError(f"workload.bucket_bytes {self.workload.bucket_bytes} needs workload.profile with a "
+                             f"{self.model.kind} model: buckets are cut from a model's layers, in backward order, and "
+                             f"fred knows the built-in models' only; name one of: {', '.join(workloads.names())}")
         if self.cluster.compute.bucket_overhead_s and not self.strategy.buckets_gradients():
             buckets = ", ".join(s.name for s in registry.all_strategies() if _buckets_by_default(s.config))
             raise ValueError(f"cluster.compute.bucket_overhead_s {self.cluster.compute.bucket_overhead_s:g}: strategy "
@@ -115,8 +115,8 @@ class Scenario(Section):
 
     def _shape_unknown(self) -> str:
         """What keeps the scenario from telling its model's FLOPs (for the refusal's message)."""
-        if self.model.kind == "python":
-            return "a python model, whose layers fred does not know"
+        if not self.model.layers_known:
+            return f"a {self.model.kind} model, whose layers fred does not know"
         source = self.data.source
         if source.kind == "text":
             return "a text file read by character: its vocabulary is the file's; give model.vocab"
@@ -448,36 +448,20 @@ def _check_cadences(scenario: Scenario) -> None:
                          + (", or eval.every_updates" if field == "eval.every_s" else ""))
 
 
-IMAGE_KINDS = ("cnn", "resnet")
-
-
 def _check_model_data(scenario: Scenario) -> None:
     """Refuse a model that cannot take the data, as far as the scenario tells: sequence labels
-    go with the transformer alone (and iid sharding), images with the convolutional models."""
+    go with the models of sequences alone (and iid sharding); the model's kind refuses the rest."""
     model, data = scenario.model, scenario.data
     source = data.source
     sequences = source.kind in SEQUENCE_SOURCES
-    if sequences and model.kind != "transformer":
+    if sequences and model.inputs != "sequences":
+        fits = " or ".join(f"model: {{kind: {kind}}}" for kind in kinds_taking("sequences"))
         raise ValueError(f"model.kind {model.kind} cannot learn data.source.kind {source.kind}: its labels are the next "
-                         "token at every position of a sequence; use model: {kind: transformer}")
-    if model.kind == "transformer" and not sequences:
-        raise ValueError(f"model.kind transformer predicts the next token of token sequences; data.source.kind "
-                         f"{source.kind} has none: use data.source.kind text or synthetic_tokens")
+                         f"token at every position of a sequence; use {fits}")
     if sequences and data.sharding != "iid":
         raise ValueError(f"data.sharding {data.sharding} deals examples out by their class, and a sequence's label is "
                          "a token at every position, not one class; use data.sharding: iid")
-    if model.kind in IMAGE_KINDS and source.kind == "synthetic":
-        raise ValueError(f"model.kind {model.kind} needs images (H, W, C); data.source.kind synthetic gives flat feature "
-                         "vectors: use synthetic_images, cifar10, cifar100, digits or mnist")
-    if model.kind == "transformer" and model.context is not None and model.context < source.context:
-        raise ValueError(f"model.context {model.context} is shorter than the data's sequences (data.source.context "
-                         f"{source.context}): the model embeds positions up to its context; give model.context at "
-                         f"least {source.context}, or leave it out")
-    if model.kind == "transformer" and model.vocab is not None:
-        declared = model_workloads.declared_shape(source, None)
-        if declared is not None and model.vocab < declared[1]:
-            raise ValueError(f"model.vocab {model.vocab} is smaller than the data's {declared[1]} tokens: every token "
-                             f"must have an embedding; give model.vocab at least {declared[1]}, or leave it out")
+    model.check_data(data)
 
 
 def _check_crash_order(faults: FaultsConfig) -> None:
