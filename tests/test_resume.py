@@ -20,6 +20,7 @@ import yaml
 
 import fred
 import fred.runs.api
+import fred.runs.controller
 import fred.runs.runner
 from fred.numerics.gradients import Numerics
 from fred.numerics.tape import NeedsValue
@@ -212,15 +213,15 @@ def test_a_resumed_run_checkpoints_afresh_and_drops_the_old_segments(tmp_path):
 
 
 def test_train_losses_added_up_as_the_run_goes_give_the_same_bits_and_resume(tmp_path, monkeypatch):
-    """A run evaluated rarely adds its oldest train losses up as it goes (fred.runs.runner.FOLD_LOSSES);
+    """A run evaluated rarely adds its oldest train losses up as it goes (fred.runs.controller.FOLD_LOSSES);
     the train loss is the same float as adding them all at the evaluation, and a checkpoint
     taken between carries the partial sum."""
     sc = validate(tiny(strategy={"name": "asgd"}, stop={"max_updates": 120}, eval={"every_updates": 60}))
     whole = execute(sc)  # 120 losses at most between evaluations: nothing added up early
     folds = []
-    real_fold = fred.runs.runner._Controller._fold
-    monkeypatch.setattr(fred.runs.runner, "FOLD_LOSSES", 4)
-    monkeypatch.setattr(fred.runs.runner._Controller, "_fold", lambda self: (folds.append(1), real_fold(self)))
+    real_fold = fred.runs.controller.Controller._fold
+    monkeypatch.setattr(fred.runs.controller, "FOLD_LOSSES", 4)
+    monkeypatch.setattr(fred.runs.controller.Controller, "_fold", lambda self: (folds.append(1), real_fold(self)))
     early = execute(sc)
     assert len(folds) > 20
     same_run(early, whole)

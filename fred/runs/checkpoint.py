@@ -18,8 +18,7 @@ says so and runs the scenario from the start, which gives the same bits more slo
 
 The tape is kept in segments: each checkpoint writes only the calls made since the one
 before (``tape-<first call>-<end>.npz``), then ``checkpoint.npz``, which names the
-segments it needs. Writing the whole tape every time made each checkpoint of a long run
-slower than the last (a 16,000-update ASGD run: 3.8 s a checkpoint, most of the run).
+segments it needs, so that a checkpoint costs the same late in a long run as early.
 """
 
 from __future__ import annotations
@@ -139,6 +138,7 @@ class Checkpointer:
         self._born_s = time.perf_counter()
 
     def due(self) -> bool:
+        """Whether ``every_s`` has passed since the last checkpoint (or the start)."""
         return self.clock() >= self._next_s
 
     def save(self, steps: int, tape: tapes.Tape, metrics: list[list[float]], train: tuple[float, int] = (0, 0)) -> None:
@@ -188,7 +188,7 @@ def load(path: Path) -> Saved:
     with np.load(file, allow_pickle=False) as data:
         extra = {name: data[name] for name in data.files}
     state = json.loads(bytes(extra.pop("state")).decode())
-    if "tape" in extra:  # written before the tape was kept in segments: all of it is here
+    if "tape" in extra:  # the single-file layout: the whole tape is here, not in segments
         doc = json.loads(bytes(extra.pop("tape")).decode())
         recorded = tapes.parse(doc, {n: extra.pop(n) for n in [n for n in extra if n.startswith("blob")]})
     else:
@@ -198,8 +198,8 @@ def load(path: Path) -> Saved:
         recorded = tapes.joined([tapes.parse(*tapes.read(path / name)[:2]) for name in state["segments"]], (0, ()))
     if "values" in state:
         values = tapes.unpack(state["values"], extra, "values")
-    else:  # written before the live values were packed: one entry each
+    else:  # the single-file layout: one entry per value
         values = {int(name[1:]): value for name, value in extra.items()}
-    train = tuple(state.get("train", (0, 0)))  # none before train losses were added up as a run went
-    wall_s = float(state.get("wall_s", 0.0))  # not recorded before resumed runs reported the whole wall time
+    train = tuple(state.get("train", (0, 0)))  # zero where the file holds none (nor wall_s)
+    wall_s = float(state.get("wall_s", 0.0))
     return Saved(state["steps"], recorded, values, state["metrics"], state["scenario_sha256"], train, wall_s)  # type: ignore[arg-type]
