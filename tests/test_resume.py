@@ -303,6 +303,19 @@ def test_a_resumed_run_reports_the_wall_time_of_the_whole_run(tmp_path):
     assert reason is None and result.summary["wall_time_s"] > 1000.0
 
 
+def test_a_resumed_run_reports_the_evaluation_time_of_the_whole_run(tmp_path):
+    # The evaluations before the checkpoint are read back, not made again: their time is the checkpoint's.
+    sc = scenario("asgd")
+    checkpointer = interrupted(sc, tmp_path / "run", Once, 40)
+    saved = checkpoint.load(checkpointer.path)
+    assert saved.eval_wall_s > 0  # the evaluation at 0 s at least
+    saved.eval_wall_s += 1000.0  # as if they had taken long
+    assert execute(sc, resume=saved).summary["eval_wall_s"] > 1000.0
+    resumed = Once(tmp_path / "again", 1, sc.digest(), clock=itertools.count().__next__)
+    execute(sc, checkpointer=resumed, resume=saved)  # a resumed run's checkpoints carry it on
+    assert checkpoint.load(resumed.path).eval_wall_s > 1000.0
+
+
 def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(tmp_path):
     sc = scenario("asgd")
     path = checkpoint_dir(tmp_path / "run")

@@ -19,6 +19,9 @@ says so and runs the scenario from the start, which gives the same bits more slo
 The tape is kept in segments: each checkpoint writes only the calls made since the one
 before (``tape-<first call>-<end>.npz``), then ``checkpoint.npz``, which names the
 segments it needs, so that a checkpoint costs the same late in a long run as early.
+
+A checkpoint also carries the wall seconds the run has taken and spent evaluating, earlier
+processes included, so that a resumed run reports the whole run's.
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ class Saved:
     scenario_sha256: str
     train: tuple[float, int] = (0, 0)  # the train losses added up since the last evaluation, and their examples
     wall_s: float = 0.0  # wall-clock seconds the run had taken when it was saved (earlier processes included)
+    eval_wall_s: float = 0.0  # of those, the seconds spent evaluating
 
 
 def collect() -> None:
@@ -126,6 +130,7 @@ class Checkpointer:
     clock: Callable[[], float] = time.monotonic
     saved: int = 0
     wall_before_s: float = 0.0  # wall seconds the run took in earlier processes (a resumed run's checkpoint)
+    eval_wall_s: float = 0.0  # wall seconds the run has spent evaluating, earlier processes included (its controller's)
     _next_s: float = field(default=0.0, init=False)
     _born_s: float = field(default=0.0, init=False)
     # The segments this checkpointer wrote, and how much of the tape they hold. A resumed
@@ -155,7 +160,7 @@ class Checkpointer:
         table, values = tapes.pack(tape.live_values(), "values")  # thousands of scalars: a few entries
         state = {"steps": steps, "metrics": metrics, "scenario_sha256": self.scenario_sha256,
                  "segments": segments, "values": table, "train": list(train),
-                 "wall_s": self.wall_before_s + time.perf_counter() - self._born_s}
+                 "wall_s": self.wall_before_s + time.perf_counter() - self._born_s, "eval_wall_s": self.eval_wall_s}
         self._replace("checkpoint.npz", lambda f: _write_state(f, state, values))
         self._segments, self._mark = segments, now
         self._forget_others(segments)
@@ -200,6 +205,7 @@ def load(path: Path) -> Saved:
         values = tapes.unpack(state["values"], extra, "values")
     else:  # the single-file layout: one entry per value
         values = {int(name[1:]): value for name, value in extra.items()}
-    train = tuple(state.get("train", (0, 0)))  # zero where the file holds none (nor wall_s)
-    wall_s = float(state.get("wall_s", 0.0))
-    return Saved(state["steps"], recorded, values, state["metrics"], state["scenario_sha256"], train, wall_s)  # type: ignore[arg-type]
+    train = tuple(state.get("train", (0, 0)))  # zero where the file holds none (nor the wall times)
+    wall_s, eval_wall_s = float(state.get("wall_s", 0.0)), float(state.get("eval_wall_s", 0.0))
+    return Saved(state["steps"], recorded, values, state["metrics"], state["scenario_sha256"], train,  # type: ignore[arg-type]
+                 wall_s, eval_wall_s)

@@ -234,6 +234,7 @@ class Controller:
         self.steps += 1
         if self.forward is not None and self.forward.reached(self.steps):
             self._train_sum, self._train_examples = self.forward.restore(self.tape)
+            self.eval_wall_s += self.forward.saved.eval_wall_s  # the evaluations before the checkpoint were read back
             self.forward = None
             self._keeping = self.checkpointer is not None
         if self.checkpointer is not None and self.forward is None and (stopping or self.checkpointer.due()):
@@ -242,6 +243,7 @@ class Controller:
     def _save(self) -> None:
         assert self.checkpointer is not None
         rows = [list(map(float, row)) for row in zip(*(self.recorder.metrics[c] for c in METRIC_COLUMNS))]
+        self.checkpointer.eval_wall_s = self.eval_wall_s
         self.checkpointer.save(self.steps, self.tape, rows, (self._train_sum, self._train_examples))
 
     def drive(self, interrupt: StopRequest) -> float:
