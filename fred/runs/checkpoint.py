@@ -142,6 +142,11 @@ class Checkpointer:
         self._next_s = self.clock() + self.every_s
         self._born_s = time.perf_counter()
 
+    @property
+    def run_dir(self) -> Path:
+        """The run directory these checkpoints are for (:func:`checkpoint_dir`'s argument)."""
+        return self.path.with_name(self.path.name.removesuffix(".checkpoint"))
+
     def due(self) -> bool:
         """Whether ``every_s`` has passed since the last checkpoint (or the start)."""
         return self.clock() >= self._next_s

@@ -25,6 +25,7 @@ from fred.numerics.models import Params, param_count
 from fred.numerics.tape import ResumeMismatch, Tape, resolved
 from fred.runs.build import Built
 from fred.runs.interrupt import StopRequest
+from fred.runs.memory import allocation_failed
 from fred.runs.records import METRIC_COLUMNS, Recorder
 from fred.runs.work import EvaluationBudget
 from fred.scenario.schema import MAX_CADENCE_EVENTS
@@ -137,6 +138,7 @@ class Controller:
         self.built, self.params_fn, self.recorder, self.progress = built, params_fn, recorder, progress
         self.tape, self.checkpointer, self.forward = tape, checkpointer, forward
         self.steps = 0  # env steps taken: where a checkpoint is, and where a fast-forward ends
+        self.whole = True  # the run is as its last step left it: a checkpoint of it now is sound
         self._keeping = checkpointer is not None or forward is not None  # a step needs after_step
         self.stop_cfg, self.eval_cfg = built.scenario.stop, built.scenario.eval
         self.timing_only = built.scenario.workload.timing_only
@@ -246,6 +248,22 @@ class Controller:
         self.checkpointer.eval_wall_s = self.eval_wall_s
         self.checkpointer.save(self.steps, self.tape, rows, (self._train_sum, self._train_examples))
 
+    def keep_checkpoint(self) -> bool:
+        """After an allocation failed: save a checkpoint of the last step where the run is
+        ``whole`` (the failure came between two steps), and say whether a checkpoint is there to
+        resume from. A run cut inside a step (where a computation allocates) keeps the last
+        checkpoint it saved, and one fast-forwarding keeps the checkpoint it resumes from; a
+        save that fails to allocate too leaves the last one whole."""
+        if self.checkpointer is None:
+            return False
+        if self.whole and self.forward is None and self.steps > 0:
+            try:
+                self._save()
+            except Exception as err:  # noqa: BLE001 - numpy's MemoryError, XLA's runtime error
+                if not allocation_failed(err):
+                    raise
+        return (self.checkpointer.path / "checkpoint.npz").is_file()
+
     def drive(self, interrupt: StopRequest) -> float:
         """Step the simulation until a stop condition holds; returns the end time. A Ctrl-C
         (``interrupt``, the run's :func:`between_steps` request) is taken between steps."""
@@ -273,7 +291,11 @@ class Controller:
                     return end_s
                 if sim.failure is not None:
                     continue
-            step()
+            try:
+                step()
+            except BaseException:
+                self.whole = False  # the step was cut: the run as it is now is no checkpoint
+                raise
             if not self._keeping and interrupt.signum is None and not interrupt.forced:
                 self.steps += 1  # all that after_step would do
                 continue

@@ -33,10 +33,15 @@ from fred.scenario.schema import Scenario
 if TYPE_CHECKING:
     from fred.runs.checkpoint import Checkpointer, Saved
 
-__all__ = ["Built", "Progress", "RunResult", "WALL_CLOCK_KEYS", "build", "execute", "numerics_device"]
+__all__ = ["Built", "Progress", "RanOutOfMemory", "RunResult", "WALL_CLOCK_KEYS", "build", "execute", "numerics_device"]
 
 build = build_run  # the name the run calls it by: tests and benchmarks put a stand-in here
 _Controller = Controller  # the name the benchmarks time the simulation loop by (Controller.drive)
+
+
+class RanOutOfMemory(OutOfMemory):
+    """A checkpointed run ran out of memory: it keeps its checkpoint for ``fred run --resume``
+    (where more memory is free) rather than being recorded as failed; the message says where."""
 
 
 @dataclass
@@ -101,7 +106,9 @@ def execute(
     """Run ``scenario`` in this process and return its records (writes nothing).
 
     With ``checkpointer`` it saves checkpoints as it goes; with ``resume`` (a checkpoint
-    of this scenario) it fast-forwards to it first (:mod:`fred.runs.checkpoint`).
+    of this scenario) it fast-forwards to it first (:mod:`fred.runs.checkpoint`). A run that
+    runs out of memory is returned as failed (``stop_reason: out_of_memory``); with a
+    ``checkpointer`` it raises :class:`RanOutOfMemory` instead, its checkpoint kept.
     """
     wall_start = time.perf_counter()
     # Ctrl-C is taken at safe points from the start, not only while stepping: one pressed while
@@ -136,6 +143,7 @@ def _execute(
         try:
             end_s = controller.drive(interrupt)
             controller.evaluate(end_s)
+            controller.whole = False  # the final parameters and tape come after the last step: no checkpoint of them
             final = {} if scenario.workload.timing_only else params_fn()
             recorded = document(tape, tape.codes(final))
             params = jax.tree.map(np.asarray, resolved(final))
@@ -155,11 +163,18 @@ def _ran_out_of_memory(
 ) -> RunResult:
     """The run as far as it went when an allocation failed, recorded as failed (``stop_reason:
     out_of_memory``, the ``failure`` saying what failed, the estimate and the limit), without
-    final parameters or tape: making them would allocate again."""
+    final parameters or tape: making them would allocate again. A checkpointed run is not
+    recorded: it keeps a checkpoint (:meth:`Controller.keep_checkpoint`) and raises
+    :class:`RanOutOfMemory`, whose message says how to resume it."""
     end_s = built.sim.now
     updates = controller.recorder.update_count
+    said = out_of_memory(err, fit, f"at {end_s:.6g} s of simulated time, after {updates:,} updates")
+    if controller.keep_checkpoint():
+        assert controller.checkpointer is not None
+        raise RanOutOfMemory(f"{said}; the run is not recorded, its checkpoint is kept: "
+                             f"fred run --resume {controller.checkpointer.run_dir} finishes it") from None
     built.sim.failure = None  # this is what ended the run, whatever failed before in the same step
-    built.sim.fail(out_of_memory(err, fit, f"at {end_s:.6g} s of simulated time, after {updates:,} updates"))
+    built.sim.fail(said)
     controller.status, controller.stop_reason = "failed", "out_of_memory"
     tables = controller.recorder.tables(end_s)
     summary = summarize(scenario, built, controller, tables, {}, end_s, wall_s)
