@@ -68,9 +68,10 @@ def build_numerics(scenario: Scenario) -> tuple[Dataset, Model, Numerics]:
     and evaluations (the reduction and tile it names); no cluster. Runs of one model in one
     process share the model's compiled functions."""
     dataset = load_dataset(scenario.data, data_stream(scenario.seed))
+    strategy = scenario.strategy
     model, numerics = _model_and_numerics(
-        scenario.model.model_dump_json(), dataset.feature_shape, _outputs(dataset), dataset.task, scenario.strategy.reduction,
-        scenario.strategy.exact_tile,
+        scenario.model.model_dump_json(), dataset.feature_shape, _outputs(dataset), dataset.task, strategy.reduction,
+        strategy.exact_tile,
     )
     return dataset, model, numerics
 

@@ -130,7 +130,7 @@ class Checkpointer:
     clock: Callable[[], float] = time.monotonic
     saved: int = 0
     wall_before_s: float = 0.0  # wall seconds the run took in earlier processes (a resumed run's checkpoint)
-    eval_wall_s: float = 0.0  # wall seconds the run has spent evaluating, earlier processes included (its controller's)
+    eval_wall_s: float = 0.0  # wall seconds the run has spent evaluating, earlier processes included
     _next_s: float = field(default=0.0, init=False)
     _born_s: float = field(default=0.0, init=False)
     # The segments this checkpointer wrote, and how much of the tape they hold. A resumed
@@ -165,7 +165,8 @@ class Checkpointer:
         table, values = tapes.pack(tape.live_values(), "values")  # thousands of scalars: a few entries
         state = {"steps": steps, "metrics": metrics, "scenario_sha256": self.scenario_sha256,
                  "segments": segments, "values": table, "train": list(train),
-                 "wall_s": self.wall_before_s + time.perf_counter() - self._born_s, "eval_wall_s": self.eval_wall_s}
+                 "wall_s": self.wall_before_s + time.perf_counter() - self._born_s,
+                 "eval_wall_s": self.eval_wall_s}
         self._replace("checkpoint.npz", lambda f: _write_state(f, state, values))
         self._segments, self._mark = segments, now
         self._forget_others(segments)
@@ -212,5 +213,5 @@ def load(path: Path) -> Saved:
         values = {int(name[1:]): value for name, value in extra.items()}
     train = tuple(state.get("train", (0, 0)))  # zero where the file holds none (nor the wall times)
     wall_s, eval_wall_s = float(state.get("wall_s", 0.0)), float(state.get("eval_wall_s", 0.0))
-    return Saved(state["steps"], recorded, values, state["metrics"], state["scenario_sha256"], train,  # type: ignore[arg-type]
-                 wall_s, eval_wall_s)
+    return Saved(state["steps"], recorded, values, state["metrics"], state["scenario_sha256"],
+                 train, wall_s, eval_wall_s)  # type: ignore[arg-type]

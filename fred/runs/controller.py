@@ -82,12 +82,14 @@ class FastForward:
         return Tape(self.saved.recorded)
 
     def evaluation(self, at_s: float, count: int) -> tuple[float, float, float]:
-        """The eval loss, accuracy and train loss the checkpointed run had at ``at_s`` after ``count`` updates."""
+        """The eval loss, accuracy and train loss the checkpointed run had at ``at_s``, after
+        ``count`` updates."""
         if not self._rows:
             raise ResumeMismatch(f"an evaluation at {at_s} s that the checkpoint does not have")
         row = self._rows.pop(0)
         if (row[0], row[1]) != (at_s, count):
-            raise ResumeMismatch(f"evaluation at {at_s} s after {count} updates; the checkpoint's was at {row[0]} s, {row[1]}")
+            raise ResumeMismatch(f"evaluation at {at_s} s after {count} updates; "
+                                 f"the checkpoint's was at {row[0]} s, {row[1]}")
         return row[2], row[3], row[4]
 
     def reached(self, steps: int) -> bool:
@@ -155,6 +157,7 @@ class Controller:
         self.budget = None if self.timing_only else EvaluationBudget(rows, param_count(built.sim.init_params))
 
     def on_compute(self, grad: GradSum) -> None:
+        """A gradient computed: its examples count as trained on, its loss is kept for the train loss."""
         if self.budget is not None:
             self.budget.trained_on(grad.count)
         self._train.append((*grad.loss_ref(), grad.count))
@@ -173,6 +176,8 @@ class Controller:
         self._train_examples += sum(count for _, _, count in oldest)
 
     def on_update(self, contributions: list[Contribution], version_applied: int) -> None:
+        """An update applied: recorded; an evaluation when one is due, the progress shown, the
+        ``max_updates`` stop."""
         now = self.built.sim.now
         self.recorder.on_update(now, contributions, version_applied)
         count = self.recorder.update_count
@@ -236,7 +241,7 @@ class Controller:
         self.steps += 1
         if self.forward is not None and self.forward.reached(self.steps):
             self._train_sum, self._train_examples = self.forward.restore(self.tape)
-            self.eval_wall_s += self.forward.saved.eval_wall_s  # the evaluations before the checkpoint were read back
+            self.eval_wall_s += self.forward.saved.eval_wall_s  # its evaluations were read back, not made
             self.forward = None
             self._keeping = self.checkpointer is not None
         if self.checkpointer is not None and self.forward is None and (stopping or self.checkpointer.due()):
@@ -283,8 +288,8 @@ class Controller:
             # Most steps have nothing to act on before them: no signal, no failure, no evaluation or
             # time limit before the next event. Every check of _before would pass, and is skipped
             # (the attribute reads of this line are the loop's whole cost per step then).
-            if not (upcoming <= bound_s and upcoming != math.inf and sim.failure is None and interrupt.signum is None
-                    and not interrupt.forced):
+            if not (upcoming <= bound_s and upcoming != math.inf and sim.failure is None
+                    and interrupt.signum is None and not interrupt.forced):
                 end_s = self._before(upcoming, due, interrupt)
                 bound_s = due.bound_s
                 if end_s is not None:

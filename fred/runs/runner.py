@@ -33,7 +33,8 @@ from fred.scenario.schema import Scenario
 if TYPE_CHECKING:
     from fred.runs.checkpoint import Checkpointer, Saved
 
-__all__ = ["Built", "Progress", "RanOutOfMemory", "RunResult", "WALL_CLOCK_KEYS", "build", "execute", "numerics_device"]
+__all__ = ["Built", "Progress", "RanOutOfMemory", "RunResult", "WALL_CLOCK_KEYS", "build", "execute",
+           "numerics_device"]
 
 build = build_run  # the name the run calls it by: tests and benchmarks put a stand-in here
 _Controller = Controller  # the name the benchmarks time the simulation loop by (Controller.drive)
@@ -143,7 +144,7 @@ def _execute(
         try:
             end_s = controller.drive(interrupt)
             controller.evaluate(end_s)
-            controller.whole = False  # the final parameters and tape come after the last step: no checkpoint of them
+            controller.whole = False  # the final parameters and tape, past the last step: never checkpointed
             final = {} if scenario.workload.timing_only else params_fn()
             recorded = document(tape, tape.codes(final))
             params = jax.tree.map(np.asarray, resolved(final))
