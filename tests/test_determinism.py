@@ -89,13 +89,13 @@ def test_any_small_scenario_repeats_exactly(strategy, workers, sigma, straggle, 
 def test_the_garbage_collectors_schedule_changes_nothing_and_is_restored_after_a_run(monkeypatch):
     import gc
 
-    from fred.runs import runner
+    from fred.runs import controller
 
     scenario = tiny(strategy={"name": "sgp"}, stop={"max_updates": 24})
     before = gc.get_threshold()
-    usual = fred.run(scenario)  # collections raised to runner.GC_THRESHOLD while it steps
+    usual = fred.run(scenario)  # collections raised to controller.GC_THRESHOLD while it steps
     assert gc.get_threshold() == before
-    monkeypatch.setattr(runner, "GC_THRESHOLD", (10, 1, 1))
+    monkeypatch.setattr(controller, "GC_THRESHOLD", (10, 1, 1))
     gc.set_threshold(10, 1, 1)  # a full collection every hundred allocations, during the steps too
     try:
         eager = fred.run(scenario)

@@ -20,13 +20,14 @@ import yaml
 
 import fred
 import fred.runs.api
+import fred.runs.controller
 import fred.runs.runner
 from fred.numerics.gradients import Numerics
 from fred.numerics.tape import NeedsValue
 from fred.runs import checkpoint
 from fred.runs.checkpoint import Checkpointer, checkpoint_dir
 from fred.runs.records import is_complete
-from fred.runs.runner import WALL_CLOCK_KEYS, execute
+from fred.runs.runner import WALL_CLOCK_KEYS, RanOutOfMemory, execute
 from fred.scenario import registry
 from fred.scenario.loading import validate
 from fred.tools.cli import main
@@ -212,15 +213,15 @@ def test_a_resumed_run_checkpoints_afresh_and_drops_the_old_segments(tmp_path):
 
 
 def test_train_losses_added_up_as_the_run_goes_give_the_same_bits_and_resume(tmp_path, monkeypatch):
-    """A run evaluated rarely adds its oldest train losses up as it goes (fred.runs.runner.FOLD_LOSSES);
+    """A run evaluated rarely adds its oldest train losses up as it goes (fred.runs.controller.FOLD_LOSSES);
     the train loss is the same float as adding them all at the evaluation, and a checkpoint
     taken between carries the partial sum."""
     sc = validate(tiny(strategy={"name": "asgd"}, stop={"max_updates": 120}, eval={"every_updates": 60}))
     whole = execute(sc)  # 120 losses at most between evaluations: nothing added up early
     folds = []
-    real_fold = fred.runs.runner._Controller._fold
-    monkeypatch.setattr(fred.runs.runner, "FOLD_LOSSES", 4)
-    monkeypatch.setattr(fred.runs.runner._Controller, "_fold", lambda self: (folds.append(1), real_fold(self)))
+    real_fold = fred.runs.controller.Controller._fold
+    monkeypatch.setattr(fred.runs.controller, "FOLD_LOSSES", 4)
+    monkeypatch.setattr(fred.runs.controller.Controller, "_fold", lambda self: (folds.append(1), real_fold(self)))
     early = execute(sc)
     assert len(folds) > 20
     same_run(early, whole)
@@ -300,6 +301,62 @@ def test_a_resumed_run_reports_the_wall_time_of_the_whole_run(tmp_path):
     assert checkpoint.load(checkpointer.path).wall_s > 1000.0
     result, reason = fred.runs.api.resume(run_dir)
     assert reason is None and result.summary["wall_time_s"] > 1000.0
+
+
+def test_a_resumed_run_reports_the_evaluation_time_of_the_whole_run(tmp_path):
+    # The evaluations before the checkpoint are read back, not made again: their time is the checkpoint's.
+    sc = scenario("asgd")
+    checkpointer = interrupted(sc, tmp_path / "run", Once, 40)
+    saved = checkpoint.load(checkpointer.path)
+    assert saved.eval_wall_s > 0  # the evaluation at 0 s at least
+    saved.eval_wall_s += 1000.0  # as if they had taken long
+    assert execute(sc, resume=saved).summary["eval_wall_s"] > 1000.0
+    resumed = Once(tmp_path / "again", 1, sc.digest(), clock=itertools.count().__next__)
+    execute(sc, checkpointer=resumed, resume=saved)  # a resumed run's checkpoints carry it on
+    assert checkpoint.load(resumed.path).eval_wall_s > 1000.0
+
+
+def unable_to_allocate(*args) -> None:
+    raise MemoryError("Unable to allocate 1.00 TiB for an array with shape (1000000, 275000) and data type float32")
+
+
+def test_a_checkpointed_run_out_of_memory_between_steps_checkpoints_its_last_step_and_resumes(tmp_path, monkeypatch, capsys):
+    # An evaluation on the simulated clock is made between two steps: the run is whole there.
+    data = tiny(stop={"max_updates": 40}, eval={"every_s": 0.02, "every_updates": None})
+    clean = execute(validate(data))
+    path, run_dir = tmp_path / "s.yaml", tmp_path / "run"
+    path.write_text(yaml.safe_dump(data))
+    real, evaluations = Numerics.evaluate, []
+    monkeypatch.setattr(Numerics, "evaluate", lambda self, *args: (
+        evaluations.append(1), unable_to_allocate() if len(evaluations) == 4 else None, real(self, *args))[-1])
+    assert main(["run", str(path), "--out", str(run_dir), "--quiet", "--checkpoint-every-s", "3600"]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("fred: out of memory at ") and "(Unable to allocate 1.00 TiB" in line
+    assert line.endswith(f"the run is not recorded, its checkpoint is kept: fred run --resume {run_dir} finishes it")
+    assert not run_dir.exists()
+    saved = checkpoint.load(checkpoint_dir(run_dir))
+    assert saved.steps > 0 and [row[0] for row in saved.metrics] == [0.0, 0.02, 0.04]  # not the one that failed
+    monkeypatch.setattr(Numerics, "evaluate", real)  # a machine with more memory
+    result, reason = fred.runs.api.resume(run_dir)
+    assert reason is None
+    same_run(result, clean)
+
+
+def test_a_checkpointed_run_out_of_memory_inside_a_step_keeps_its_last_checkpoint(tmp_path, monkeypatch):
+    # A gradient's allocation fails inside a step, which is left cut: the last checkpoint is the run's last whole state.
+    sc = scenario("asgd")
+    clean = execute(sc)
+    checkpointer = Once(checkpoint_dir(tmp_path / "run"), 40, sc.digest(), clock=itertools.count().__next__)
+    checkpointer.path.mkdir(parents=True)
+    (checkpointer.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
+    gradient_calls(monkeypatch, lambda count: unable_to_allocate() if checkpointer.saved else None)
+    with pytest.raises(RanOutOfMemory, match="its checkpoint is kept"):
+        execute(sc, checkpointer=checkpointer)
+    assert checkpoint.load(checkpointer.path).steps == 40
+    monkeypatch.undo()
+    result, reason = fred.runs.api.resume(tmp_path / "run")
+    assert reason is None
+    same_run(result, clean)
 
 
 def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(tmp_path):

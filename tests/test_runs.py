@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import fred
-import fred.runs.runner
+import fred.runs.controller
 import fred.simulation.faults
 from tests.conftest import tiny
 
@@ -59,7 +59,7 @@ def test_an_evaluation_on_the_grid_sees_the_updates_applied_at_its_time(strategy
 def test_a_wait_validation_could_not_foresee_ends_the_run_at_the_most_evaluations_or_checkpoints(cadence, monkeypatch):
     # Pushes of 100 s between updates (slow links; validation counts compute only): 1e5 evaluations
     # or checkpoints per update, and a longer wait gave hours of them. The bound stands in small.
-    monkeypatch.setattr(fred.runs.runner, "MAX_CADENCE_EVENTS", 40)
+    monkeypatch.setattr(fred.runs.controller, "MAX_CADENCE_EVENTS", 40)
     monkeypatch.setattr(fred.simulation.faults, "MAX_CADENCE_EVENTS", 40)
     data = tiny(network={"bandwidth_bps": 1e3}, workload={"param_bytes": 100_000}, stop={"max_updates": 3})
     if cadence == "eval":

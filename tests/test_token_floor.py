@@ -12,7 +12,7 @@ import pytest
 import fred
 from fred.numerics import tokens
 from fred.numerics.data import data_stream, load_dataset, loss_floor
-from fred.runs.runner import _data_loss_floor
+from fred.runs.summary import _data_loss_floor
 from fred.scenario.loading import validate
 from fred.scenario.schema import DataConfig, SyntheticTokensData
 from tests.conftest import tiny

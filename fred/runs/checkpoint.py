@@ -18,8 +18,10 @@ says so and runs the scenario from the start, which gives the same bits more slo
 
 The tape is kept in segments: each checkpoint writes only the calls made since the one
 before (``tape-<first call>-<end>.npz``), then ``checkpoint.npz``, which names the
-segments it needs. Writing the whole tape every time made each checkpoint of a long run
-slower than the last (a 16,000-update ASGD run: 3.8 s a checkpoint, most of the run).
+segments it needs, so that a checkpoint costs the same late in a long run as early.
+
+A checkpoint also carries the wall seconds the run has taken and spent evaluating, earlier
+processes included, so that a resumed run reports the whole run's.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ class Saved:
     scenario_sha256: str
     train: tuple[float, int] = (0, 0)  # the train losses added up since the last evaluation, and their examples
     wall_s: float = 0.0  # wall-clock seconds the run had taken when it was saved (earlier processes included)
+    eval_wall_s: float = 0.0  # of those, the seconds spent evaluating
 
 
 def collect() -> None:
@@ -127,6 +130,7 @@ class Checkpointer:
     clock: Callable[[], float] = time.monotonic
     saved: int = 0
     wall_before_s: float = 0.0  # wall seconds the run took in earlier processes (a resumed run's checkpoint)
+    eval_wall_s: float = 0.0  # wall seconds the run has spent evaluating, earlier processes included
     _next_s: float = field(default=0.0, init=False)
     _born_s: float = field(default=0.0, init=False)
     # The segments this checkpointer wrote, and how much of the tape they hold. A resumed
@@ -138,7 +142,13 @@ class Checkpointer:
         self._next_s = self.clock() + self.every_s
         self._born_s = time.perf_counter()
 
+    @property
+    def run_dir(self) -> Path:
+        """The run directory these checkpoints are for (:func:`checkpoint_dir`'s argument)."""
+        return self.path.with_name(self.path.name.removesuffix(".checkpoint"))
+
     def due(self) -> bool:
+        """Whether ``every_s`` has passed since the last checkpoint (or the start)."""
         return self.clock() >= self._next_s
 
     def save(self, steps: int, tape: tapes.Tape, metrics: list[list[float]], train: tuple[float, int] = (0, 0)) -> None:
@@ -155,7 +165,8 @@ class Checkpointer:
         table, values = tapes.pack(tape.live_values(), "values")  # thousands of scalars: a few entries
         state = {"steps": steps, "metrics": metrics, "scenario_sha256": self.scenario_sha256,
                  "segments": segments, "values": table, "train": list(train),
-                 "wall_s": self.wall_before_s + time.perf_counter() - self._born_s}
+                 "wall_s": self.wall_before_s + time.perf_counter() - self._born_s,
+                 "eval_wall_s": self.eval_wall_s}
         self._replace("checkpoint.npz", lambda f: _write_state(f, state, values))
         self._segments, self._mark = segments, now
         self._forget_others(segments)
@@ -188,7 +199,7 @@ def load(path: Path) -> Saved:
     with np.load(file, allow_pickle=False) as data:
         extra = {name: data[name] for name in data.files}
     state = json.loads(bytes(extra.pop("state")).decode())
-    if "tape" in extra:  # written before the tape was kept in segments: all of it is here
+    if "tape" in extra:  # the single-file layout: the whole tape is here, not in segments
         doc = json.loads(bytes(extra.pop("tape")).decode())
         recorded = tapes.parse(doc, {n: extra.pop(n) for n in [n for n in extra if n.startswith("blob")]})
     else:
@@ -198,8 +209,9 @@ def load(path: Path) -> Saved:
         recorded = tapes.joined([tapes.parse(*tapes.read(path / name)[:2]) for name in state["segments"]], (0, ()))
     if "values" in state:
         values = tapes.unpack(state["values"], extra, "values")
-    else:  # written before the live values were packed: one entry each
+    else:  # the single-file layout: one entry per value
         values = {int(name[1:]): value for name, value in extra.items()}
-    train = tuple(state.get("train", (0, 0)))  # none before train losses were added up as a run went
-    wall_s = float(state.get("wall_s", 0.0))  # not recorded before resumed runs reported the whole wall time
-    return Saved(state["steps"], recorded, values, state["metrics"], state["scenario_sha256"], train, wall_s)  # type: ignore[arg-type]
+    train = tuple(state.get("train", (0, 0)))  # zero where the file holds none (nor the wall times)
+    wall_s, eval_wall_s = float(state.get("wall_s", 0.0)), float(state.get("eval_wall_s", 0.0))
+    return Saved(state["steps"], recorded, values, state["metrics"], state["scenario_sha256"],
+                 train, wall_s, eval_wall_s)  # type: ignore[arg-type]

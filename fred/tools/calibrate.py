@@ -22,7 +22,7 @@ import yaml
 
 from fred.numerics import rng
 from fred.runs.paths import output_file, write_whole
-from fred.runs.runner import build
+from fred.runs.build import build_run
 from fred.scenario.loading import (
     ScenarioError,
     apply_overrides,
@@ -114,7 +114,7 @@ def measure(scenario: Scenario, backend: str = "cpu", repeats: int = 20, warmup:
         raise ValueError(f"--repeats {repeats}: a median needs at least 1 timed call (20 is the default)")
     if warmup < 0:
         raise ValueError(f"--warmup {warmup}: give 0 or more untimed calls (the first one compiles; 3 is the default)")
-    built = build(scenario)
+    built = build_run(scenario)
     device = device_for(backend)
     batch = scenario.data.batch_size
     pick = rng.stream(scenario.seed, "calibrate")

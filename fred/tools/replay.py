@@ -23,13 +23,12 @@ import numpy as np
 import pandas as pd
 
 from fred.numerics import tape
-from fred.numerics.data import data_stream, load_dataset
 from fred.numerics.models import Params
 from fred.numerics.tape import Call, Recorded
 from fred.runs.api import load_run, rerun_hint
 from fred.runs.host import cpu_isa
 from fred._version import __version__
-from fred.runs.runner import _model_and_numerics
+from fred.runs.build import build_numerics
 from fred.scenario import registry
 from fred.scenario.schema import Scenario
 from fred.tools.calibrate import device_for
@@ -166,12 +165,7 @@ def _check_computed(run_dir: Path, keep: list[bool], updates: int) -> None:
 
 def _gradients(scenario: Scenario) -> Callable[..., Any]:
     """The run's gradient function, rebuilt from its scenario (the same data, model and reduction)."""
-    dataset = load_dataset(scenario.data, data_stream(scenario.seed))
-    outputs = dataset.num_classes if dataset.task == "classification" else 1
-    _, numerics = _model_and_numerics(
-        scenario.model.model_dump_json(), dataset.feature_shape, outputs, dataset.task, scenario.strategy.reduction,
-        scenario.strategy.exact_tile,
-    )
+    dataset, _, numerics = build_numerics(scenario)
     return lambda params, rows, shards, starts=None: numerics.gradients(params, dataset, rows, shards, starts)
 
 
