@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import simpy
@@ -114,8 +115,14 @@ def _buckets(scenario: Scenario, param_bytes: int, feature_shape: tuple[int, ...
     return buckets.plan(own.layers, workload.bucket_bytes, param_bytes)
 
 
+def _no_batch() -> Any:
+    raise AssertionError("a timing-only run draws no batch")
+
+
 def _workers(scenario: Scenario, dataset: Dataset) -> list[Worker]:
     n, data = scenario.cluster.workers, scenario.data
+    if scenario.workload.timing_only:  # no gradient is computed, so the data need not hold the batches
+        return [Worker(i, _no_batch) for i in range(n)]
     tile = scenario.strategy.exact_tile if scenario.strategy.reduction == "exact" else 1
     if data.sharding == "iid":
         total = len(dataset.y_train)
