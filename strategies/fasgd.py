@@ -36,7 +36,8 @@ from fred.numerics.optim import GradientTransformation, make_step, optimizer_for
 from fred.numerics.tape import op
 from fred.scenario.registry import register
 from fred.simulation.engine import Simulation
-from strategies.sasgd import SASGD, Rule, run_parameter_server, staleness_scales
+from strategies._parameter_server import Rule, run_parameter_server
+from strategies.sasgd import SASGD, staleness_scales
 
 
 class FASGD(SASGD):
