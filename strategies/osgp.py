@@ -15,7 +15,8 @@ from pydantic import Field
 
 from fred.scenario.registry import register
 from fred.simulation.engine import Simulation
-from strategies.sgp import SGP, run_push_sum
+from strategies._push_sum import run_push_sum
+from strategies.sgp import SGP
 
 
 class OSGP(SGP):
