@@ -164,7 +164,7 @@ _mean_statistic = op("strategies.fasgd:_mean_statistic")(jax.jit(mean_statistic)
 def fasgd_one(statistic: str, gamma: float, beta: float, eps: float,
               bias_correction: bool = False) -> Callable[..., tuple[Moments, Params]]:
     """One gradient through the statistics: ``(moments, g, scale) -> (moments, scale * g / v)``."""
-    key = (statistic, gamma, beta, eps) + ((True,) if bias_correction else ())  # the paper's form: its key as before
+    key = (statistic, gamma, beta, eps) + ((True,) if bias_correction else ())  # the paper's form keeps the shorter key
 
     @op("strategies.fasgd:fasgd_one", key)
     @jax.jit

@@ -320,3 +320,33 @@ def test_compressed_runs_replay_and_resume_bit_for_bit(compression, tmp_path):
     resumed = execute(sc, resume=checkpoint.load(tmp_path / "ck"))
     assert resumed.summary["params_sha256"] == clean.summary["params_sha256"]
     pd.testing.assert_frame_equal(resumed.events, clean.events)
+
+
+# ----------------------------------------------------------------------------- one compression format
+@pytest.mark.parametrize("old, kind", [("fp16_truncate", "fp16"), ("int8_quantize", "int8")])
+def test_the_old_string_form_warns_naming_the_new_one_and_runs_the_same(old, kind):
+    new = fred.run(tiny(strategy={"name": "pipe_sgd", "compression": {"kind": kind}}, stop={"max_updates": 6}))
+    with pytest.warns(DeprecationWarning, match=rf"compression: {old} is deprecated; write compression: \{{kind: {kind}\}}"):
+        deprecated = fred.run(tiny(strategy={"name": "pipe_sgd", "compression": old}, stop={"max_updates": 6}))
+    assert deprecated.summary["params_sha256"] == new.summary["params_sha256"]
+    assert deprecated.summary["bytes_sent"] == new.summary["bytes_sent"]
+    pd.testing.assert_frame_equal(deprecated.events, new.events)
+
+
+@pytest.mark.parametrize("strategy, kind, allowed", [
+    ("pipe_sgd", "topk", "fp16, int8"),
+    ("pipe_sgd", "fp32", "fp16, int8"),
+    ("arsgd", "fp16", "topk, powersgd"),
+    ("ssgd", "int4", "topk, powersgd"),
+])
+def test_a_bad_kind_is_refused_naming_the_field_the_value_and_the_allowed_kinds(strategy, kind, allowed):
+    problem = f"strategy.compression.kind: got {kind!r}[^\\n]* allowed: {allowed}"
+    for compression in (kind, {"kind": kind}):
+        with pytest.raises(ScenarioError, match=problem):
+            validate(tiny(strategy={"name": strategy, "compression": compression}))
+
+
+def test_none_and_a_bare_kind_read_as_the_mapping_form():
+    assert validate(tiny(strategy={"name": "pipe_sgd", "compression": "none"})).strategy.compression is None
+    bare = validate(tiny(strategy={"name": "pipe_sgd", "compression": "fp16"})).strategy.compression
+    assert bare == validate(tiny(strategy={"name": "pipe_sgd", "compression": {"kind": "fp16"}})).strategy.compression
