@@ -55,7 +55,8 @@ def test_the_ceilings_are_what_hiding_compute_and_shrinking_bytes_allow(quick):
 
 def test_the_numbers_come_from_the_simulation(monkeypatch, quick):
     # Send int8 gradients at full size: its ceiling falls to the uncompressed one.
-    monkeypatch.setattr(pipe_sgd, "wire_bytes", lambda scheme, param_bytes, tensors: float(param_bytes))
+    full_size = int8()._replace(wire_bytes=lambda param_bytes, tensors: float(param_bytes))
+    monkeypatch.setattr(pipe_sgd, "quantizer", lambda compression: full_size)
     rows = speedups(validation.section(quick=True))
     assert rows["8-bit quantisation, free codec"] == pytest.approx(rows["no compression"], rel=0.01)
     assert rows["8-bit quantisation, free codec"] < speedups(quick)["8-bit quantisation, free codec"] / 2
