@@ -9,7 +9,7 @@ A bare kind is that kind with its defaults (``compression: topk``), and ``none``
 out) is no compression. Each strategy accepts the kinds its field's union names; another kind is
 refused naming the field, the value and the allowed kinds. The names ``fp16_truncate`` and
 ``int8_quantize`` are deprecated aliases of ``{kind: fp16}`` and ``{kind: int8}``: they run the same
-and warn (:class:`DeprecationWarning`) naming the form to write instead. The codecs themselves are
+and warn (a :class:`DeprecationWarning`) naming the form to write instead. The codecs themselves are
 :mod:`fred.numerics.codecs`.
 """
 
@@ -24,6 +24,14 @@ from fred.numerics import codecs
 from fred.scenario.schema import Section
 
 DEPRECATED_KINDS = {"fp16_truncate": "fp16", "int8_quantize": "int8"}  # old name -> its kind
+
+
+class CompressionDeprecationWarning(DeprecationWarning):
+    """A deprecated ``compression:`` name; shown by default (Python hides other DeprecationWarnings
+    outside ``__main__``, so ``fred run`` would not say it)."""
+
+
+warnings.filterwarnings("default", category=CompressionDeprecationWarning)
 
 
 class FP16(Section):
@@ -62,7 +70,7 @@ def compression_by_kind(value: Any) -> Any:
     if isinstance(value, str) and value in DEPRECATED_KINDS:
         kind = DEPRECATED_KINDS[value]
         warnings.warn(f"strategy.compression: {value} is deprecated; write compression: {{kind: {kind}}}",
-                      DeprecationWarning, stacklevel=2)
+                      CompressionDeprecationWarning, stacklevel=2)
         return {"kind": kind}
     return {"kind": value} if isinstance(value, str) else value
 
