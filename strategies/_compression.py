@@ -41,7 +41,7 @@ class FP16(Section):
 
 
 class Int8(Section):
-    """Each tensor mapped onto 256 levels between its min and max: a quarter of the bytes, plus min and max."""
+    """Each tensor mapped onto 256 levels between its min and max: a quarter of the bytes, and min and max."""
 
     kind: Literal["int8"] = "int8"
 
@@ -58,8 +58,8 @@ class PowerSGD(Section):
     """PowerSGD: each matrix's rank-r approximation by one warm-started power-iteration step."""
 
     kind: Literal["powersgd"] = "powersgd"
-    rank: int = Field(default=4, ge=1, description="r; a matrix of smaller min(rows, cols) uses that, and a rank above "
-                      "every matrix's is refused")
+    rank: int = Field(default=4, ge=1, description="r; a matrix of smaller min(rows, cols) uses that, and a "
+                      "rank above every matrix's is refused")
 
 
 def compression_by_kind(value: Any) -> Any:

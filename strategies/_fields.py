@@ -36,17 +36,20 @@ def bounded(default: Any, *, fix: str, description: str | None = None, **bounds:
 
 def within(value: float, metadata: list[Any]) -> bool:
     """Whether ``value`` meets every bound among a Field's ``metadata``."""
-    return all(test(value, getattr(m, name)) for kind, name, test in _TESTS for m in metadata if isinstance(m, kind))
+    return all(test(value, getattr(m, name)) for kind, name, test in _TESTS
+               for m in metadata if isinstance(m, kind))
 
 
 def _refuse(cls: Any, value: Any, info: ValidationInfo) -> Any:
     field = cls.model_fields[info.field_name]
     fixes = [m.text for m in field.metadata if isinstance(m, Fix)]
-    if fixes and isinstance(value, (int, float)) and not isinstance(value, bool) and not within(value, field.metadata):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if fixes and number and not within(value, field.metadata):
         raise ValueError(f"got {value}; {fixes[0]}")
     return value
 
 
 def refuse_out_of_bounds() -> Any:
-    """The validator a config class assigns (``_bounds = refuse_out_of_bounds()``) for its :func:`bounded` fields."""
+    """The validator a config class assigns (``_bounds = refuse_out_of_bounds()``) for its
+    :func:`bounded` fields."""
     return field_validator("*", mode="before")(classmethod(_refuse))

@@ -56,8 +56,9 @@ class DiLoCo(StrategyConfig):
     applies_optimizer = True
     lr: float = Field(default=0.1, gt=0, description="the inner optimizer's learning rate")
     inner_steps: int = bounded(
-        8, ge=1, fix="use at least 1 inner step per outer step (the paper: 500)", description="H: inner steps of every replica between outer steps (the paper: 500, in "
-        "runs of 88,000 steps; 8 is local_sgd's sync_every, so that by default the two differ only in the outer step)")
+        8, ge=1, fix="use at least 1 inner step per outer step (the paper: 500)",
+        description="H: inner steps of every replica between outer steps (the paper: 500, in runs of 88,000 "
+        "steps; 8 is local_sgd's sync_every, so that by default the two differ only in the outer step)")
     replica_workers: int = Field(
         default=1, ge=1, description="workers a model replica, synchronous data parallel inside it; must divide "
         "cluster.workers (cluster.workers / replica_workers replicas)")

@@ -2,12 +2,12 @@
 authors' code), as one codec whose steps are :class:`PowerSGD`'s fields, in this order::
 
     init:           Q <- N(0, 1) draw per matrix;  e_i <- 0
-    compress_p:     M_i <- G_i + e_i;  P_i <- M_i Q       (Q: last step's all-reduced Q, the same on every worker)
+    compress_p:     M_i <- G_i + e_i;  P_i <- M_i Q       (Q: last step's all-reduced Q, alike on every worker)
                     -- P <- all-reduce of the P_i;  vectors <- all-reduce of the vectors --
     orthogonalize:  P_hat <- orthonormalised P            (Gram-Schmidt, column by column)
     compress_q:     Q_i <- M_i^T P_hat
                     -- Q_sum <- all-reduce of the Q_i --
-    feedback:       e_i <- M_i - P_hat (Q_sum / n)^T      (as the authors' code: the aggregate's approximation)
+    feedback:       e_i <- M_i - P_hat (Q_sum / n)^T      (the authors' code: the aggregate's approximation)
     decompress:     g <- P_hat Q_sum^T per matrix and the vectors' sum;  Q <- Q_sum / n
 
 A tensor of two or more axes is a matrix, its output axis (fred's last) first:
