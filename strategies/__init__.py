@@ -1,6 +1,9 @@
 """Distributed-training strategies, one module each, found and registered on import.
 
-Adding an algorithm means adding a module here; nothing else changes.
+Adding an algorithm means adding a module here; nothing else changes. Modules whose names
+start with ``_`` are not strategies but the machinery several of them compose (the
+parameter-server loop, push-sum, the compressed all-reduce, the compression format,
+bounded fields); docs/strategy-contract.md lists them.
 """
 
 import importlib

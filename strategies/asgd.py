@@ -5,8 +5,8 @@
         push g;  server: theta <- theta - lr * g   (server at version i: staleness i - j)
         fetch theta and its version
 
-This is SASGD's server loop with one gradient per update and no staleness scaling,
-so it runs on both clocks (``clock: logical`` is the original FRED dispatcher), and
+It is SASGD's server loop and rule with one gradient per update and no staleness
+scaling, so it runs on both clocks (``clock: logical`` is the original FRED dispatcher), and
 without numbers (``workload.timing_only``: its schedule never reads them).
 """
 
@@ -18,19 +18,15 @@ from pydantic import Field
 
 from fred.numerics.optim import optimizer_for
 from fred.scenario.registry import register
-from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
+from fred.scenario.schema import GradientSteps, Scenario
 from fred.simulation.engine import Simulation
-from strategies.sasgd import PS_FAULTS, run_parameter_server, sasgd_rule
+from strategies._parameter_server import ParameterServerConfig, run_parameter_server
+from strategies.sasgd import sasgd_rule
 
 
-class ASGD(StrategyConfig):
+class ASGD(ParameterServerConfig):
     name: Literal["asgd"] = "asgd"
-    applies_optimizer = True
     lr: float = Field(default=0.1, gt=0)
-    clock: Literal["simulated", "logical"] = "simulated"
-
-    def fault_support(self) -> frozenset[str]:
-        return PS_FAULTS
 
     def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
         return GradientSteps(updates)  # the server applies each gradient as it comes

@@ -22,8 +22,8 @@ from pydantic import Field, model_validator
 from fred.numerics import rng
 from fred.scenario.registry import register
 from fred.simulation.engine import Simulation, Worker
+from strategies._parameter_server import Gate, run_parameter_server
 from strategies.fasgd import FASGD, rule_for
-from strategies.sasgd import Gate, run_parameter_server
 
 
 class BFASGD(FASGD):

@@ -17,7 +17,7 @@ synchronous data parallelism among themselves):
         theta(t) <- OuterOpt(theta(t-1), Delta(t))           (SGD, outer_lr, Nesterov outer_momentum)
 
 Replica ``i`` is workers ``i*m .. i*m + m - 1`` (``m = replica_workers``, so with several
-devices a node a replica's inner all-reduces stay inside it). InnerOpt is the scenario's
+devices a node, a replica's inner all-reduces stay inside it). InnerOpt is the scenario's
 ``optimizer`` at ``lr`` (plain SGD by default; the paper's is ``adamw``); each replica keeps
 its own inner state across outer steps, as the paper does, and every worker of a replica
 holds the same replica. OuterOpt is ``optax.sgd(outer_lr, momentum=outer_momentum,
@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field
 
 from fred.numerics.gradients import divide
 from fred.numerics.models import Params
@@ -49,37 +49,27 @@ from fred.numerics.tape import op
 from fred.scenario.registry import register
 from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
 from fred.simulation.engine import Simulation, Worker
-
-# Each setting's test and fix, for a value out of range (the Field bounds say the same, for the schema page).
-RANGES = {
-    "inner_steps": (lambda v: v >= 1, "use at least 1 inner step per outer step (the paper: 500)"),
-    "outer_lr": (lambda v: v > 0, "use an outer learning rate above 0 (the paper: 0.7; 1 with outer_momentum 0 "
-                 "is parameter averaging)"),
-    "outer_momentum": (lambda v: 0 <= v < 1, "use a momentum in [0, 1) (the paper: 0.9; 0: plain outer SGD)"),
-}
-
+from strategies._fields import bounded, refuse_out_of_bounds
 
 class DiLoCo(StrategyConfig):
     name: Literal["diloco"] = "diloco"
     applies_optimizer = True
     lr: float = Field(default=0.1, gt=0, description="the inner optimizer's learning rate")
-    inner_steps: int = Field(
-        default=8, ge=1, description="H: inner steps of every replica between outer steps (the paper: 500, in "
-        "runs of 88,000 steps; 8 is local_sgd's sync_every, so that by default the two differ only in the outer step)")
+    inner_steps: int = bounded(
+        8, ge=1, fix="use at least 1 inner step per outer step (the paper: 500)",
+        description="H: inner steps of every replica between outer steps (the paper: 500, in runs of 88,000 "
+        "steps; 8 is local_sgd's sync_every, so that by default the two differ only in the outer step)")
     replica_workers: int = Field(
         default=1, ge=1, description="workers a model replica, synchronous data parallel inside it; must divide "
         "cluster.workers (cluster.workers / replica_workers replicas)")
-    outer_lr: float = Field(default=0.7, gt=0, description="the outer SGD's learning rate (the paper's 0.7)")
-    outer_momentum: float = Field(default=0.9, ge=0, lt=1, description="the outer SGD's Nesterov momentum "
-                                  "(the paper's 0.9); 0: plain outer SGD")
+    outer_lr: float = bounded(
+        0.7, gt=0, fix="use an outer learning rate above 0 (the paper: 0.7; 1 with outer_momentum 0 is parameter "
+        "averaging)", description="the outer SGD's learning rate (the paper's 0.7)")
+    outer_momentum: float = bounded(
+        0.9, ge=0, lt=1, fix="use a momentum in [0, 1) (the paper: 0.9; 0: plain outer SGD)",
+        description="the outer SGD's Nesterov momentum (the paper's 0.9); 0: plain outer SGD")
 
-    @field_validator("inner_steps", "outer_lr", "outer_momentum", mode="before")
-    @classmethod
-    def _in_range(cls, value: Any, info: ValidationInfo) -> Any:
-        accepts, fix = RANGES[info.field_name]  # type: ignore[index]
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not accepts(value):
-            raise ValueError(f"got {value}; {fix}")
-        return value  # anything else: pydantic's own checks name it
+    _bounds = refuse_out_of_bounds()
 
     def check(self, scenario: Scenario) -> None:
         n = scenario.cluster.workers

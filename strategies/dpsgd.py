@@ -26,7 +26,7 @@ and then sends, so a pair's two copies cross one after the other. ``nonblocking`
 (default) sends without waiting, as SGP does.
 
 Synchronous, and with symmetric weights the push-sum weights stay 1, so no de-biasing.
-It is SGP's loop with this mixing.
+It is the push-sum loop (:mod:`strategies._push_sum`) with this mixing.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pydantic import Field
 from fred.scenario.registry import register
 from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
 from fred.simulation.engine import Simulation
-from strategies.sgp import SGP, Order, run_push_sum
+from strategies._push_sum import Order, run_push_sum
 
 
 class DPSGD(StrategyConfig):
@@ -114,8 +114,7 @@ def bipartite_mixing(n: int):
 
 @register(DPSGD, timing_only=True)
 def start(sim: Simulation, config: DPSGD):
-    as_sgp = SGP(lr=config.lr, reduction=config.reduction, optimizer=config.optimizer, lr_schedule=config.lr_schedule)
     n = len(sim.workers)
     shares = bipartite_mixing(n) if config.topology == "bipartite_exponential" else ring_mixing(n)
     receives_first = passive if config.exchange == "blocking" else None
-    return run_push_sum(sim, as_sgp, debiased=False, shares=shares, passive=receives_first, order=config.order).average
+    return run_push_sum(sim, config, debiased=False, shares=shares, passive=receives_first, order=config.order).average

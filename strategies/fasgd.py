@@ -36,7 +36,8 @@ from fred.numerics.optim import GradientTransformation, make_step, optimizer_for
 from fred.numerics.tape import op
 from fred.scenario.registry import register
 from fred.simulation.engine import Simulation
-from strategies.sasgd import SASGD, Rule, run_parameter_server, staleness_scales
+from strategies._parameter_server import Rule, run_parameter_server
+from strategies.sasgd import SASGD, staleness_scales
 
 
 class FASGD(SASGD):
@@ -163,7 +164,7 @@ _mean_statistic = op("strategies.fasgd:_mean_statistic")(jax.jit(mean_statistic)
 def fasgd_one(statistic: str, gamma: float, beta: float, eps: float,
               bias_correction: bool = False) -> Callable[..., tuple[Moments, Params]]:
     """One gradient through the statistics: ``(moments, g, scale) -> (moments, scale * g / v)``."""
-    key = (statistic, gamma, beta, eps) + ((True,) if bias_correction else ())  # the paper's form: its key as before
+    key = (statistic, gamma, beta, eps) + ((True,) if bias_correction else ())  # the paper's form keeps the shorter key
 
     @op("strategies.fasgd:fasgd_one", key)
     @jax.jit

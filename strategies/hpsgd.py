@@ -203,8 +203,8 @@ def start(sim: Simulation, config: HPSGD):
                 s.status = "syncing"
                 # Ps first applies the previous round (Algorithm 3, lines 1-2). Applied here, before
                 # this Pt copies W again, every worker syncing at this instant copies the same W:
-                # in Ps, started after this Pt went on, worker 0 copied W before it was applied
-                # and the others after (SimPy runs a new process before the other Pt's resume).
+                # applied in Ps, which starts after this Pt goes on, worker 0 would copy W before it
+                # is applied and the others after (SimPy runs a new process before the other Pt's resume).
                 if s.rounds > 0:
                     apply_round(s.rounds - 1)
                 sim.process(ps(w, s))

@@ -1,9 +1,17 @@
 """Overlap-SGP (Assran et al.): SGP whose communication overlaps tau gradient steps.
 
-Exactly SGP's push-sum step, except that at iteration k a node consumes every share
-that has arrived from iterations <= k and waits only for shares of iterations
-<= k - tau. A share that arrives late is added when it arrives, so push-sum's mass
-is still conserved; 1-OSGP never blocks on the message it just caused.
+    every node i, iteration k = 0, 1, ...:
+        z_i <- x_i / w_i
+        g   <- gradient on the next batch at z_i
+        x_i <- x_i - lr * g
+        send (p_ji x_i, p_ji w_i) to each out-neighbour j;  keep (p_ii x_i, p_ii w_i)
+        receive every share that has come; wait only for those of iterations <= k - tau
+        x_i <- own share + received x shares;  w_i <- own share + received w shares
+
+It is SGP's push-sum step (:mod:`strategies._push_sum`), except that at iteration k a
+node consumes every share that has arrived from iterations <= k and waits only for
+shares of iterations <= k - tau. A share that arrives late is added when it arrives, so
+push-sum's mass stays conserved; 1-OSGP never blocks on the message it just caused.
 ``overlap: 0`` is SGP, bit for bit.
 """
 
@@ -15,7 +23,8 @@ from pydantic import Field
 
 from fred.scenario.registry import register
 from fred.simulation.engine import Simulation
-from strategies.sgp import SGP, run_push_sum
+from strategies._push_sum import run_push_sum
+from strategies.sgp import SGP
 
 
 class OSGP(SGP):

@@ -12,7 +12,8 @@ The staleness is exactly k (k = 1 is the paper's choice; k = 0 is AR-SGD, bit fo
 bit). In steady state an iteration takes max(l_up + l_comp, l_comm). With
 ``pipeline_level: 2`` the gradient is all-reduced in ``segments`` pieces one after
 another (L times the latency and sync terms). Compression changes the bytes on the
-wire and the numbers: the update uses what the receivers reconstruct.
+wire and the numbers: the update uses what the receivers reconstruct
+(``compression: {kind: fp16}`` or ``{kind: int8}``, :mod:`fred.numerics.codecs.quantize`).
 
 The codec's time (``codec_s_per_byte`` per raw byte) is charged where the paper's
 implementation spends it. ``codec_at: ends`` charges the compression of g_local and the
@@ -27,17 +28,19 @@ interleaved with them when the members run alike: every step waits for its neigh
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import simpy
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from fred.numerics.compression import Scheme, roundtrip, wire_bytes
 from fred.numerics.gradients import GradSum
 from fred.numerics.optim import make_sum_step, optimizer_for
 from fred.scenario.registry import register
 from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
 from fred.simulation.engine import Simulation, Worker
+from strategies._compression import FP16, Int8, compression_by_kind, quantizer
+
+Compression = Annotated[Union[FP16, Int8], Field(discriminator="kind")]
 
 
 class PipeSGD(StrategyConfig):
@@ -47,13 +50,17 @@ class PipeSGD(StrategyConfig):
     staleness: int = Field(default=1, ge=0, description="k: iteration t applies the sum of iteration t-(k+1)")
     pipeline_level: Literal[1, 2] = 1
     segments: int = Field(default=4, ge=1, le=4096, description="L: gradient pieces all-reduced in turn at level 2")
-    compression: Scheme = "none"
+    compression: Compression | None = Field(
+        default=None, description="round every value on the wire: {kind: fp16} (half the bytes) or {kind: int8} "
+        "(a quarter, plus min and max per tensor); none: plain (docs/strategies.md, pipe_sgd)")
     codec_s_per_byte: float = Field(default=0.0, ge=0, description="compress or decompress cost per raw byte")
     codec_at: Literal["ends", "every_hop"] = Field(
         default="ends", description="ends: compress g_local and decompress g_sum on the compute thread; "
         "every_hop: also decompress, add and recompress at each reduce-scatter step of the ring"
     )
     update_s: float = Field(default=0.0, ge=0, description="l_up: time to apply one update")
+
+    _compression_kind = field_validator("compression", mode="before")(compression_by_kind)
 
     def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
         # every worker computes k + 1 iterations before the first update (the pipeline's fill), then one an update
@@ -74,8 +81,9 @@ def start(sim: Simulation, config: PipeSGD):
     models = {0: sim.init_params}  # w[t], the same on every worker: computed once
     states = {0: opt.init(sim.init_params)}  # the optimizer's state that came with w[t]
     tensors = len(sim.init_params)
-    wire = wire_bytes(config.compression, sim.param_bytes, tensors)
-    codec_s = config.codec_s_per_byte * sim.param_bytes if config.compression != "none" else 0.0
+    codec = None if config.compression is None else quantizer(config.compression)
+    wire = float(sim.param_bytes) if codec is None else codec.wire_bytes(sim.param_bytes, tensors)
+    codec_s = config.codec_s_per_byte * sim.param_bytes if codec is not None else 0.0
     every_hop = codec_s and config.codec_at == "every_hop"
     hop_s = ring_codec_s(len(sim.workers), sim.param_bytes, config.codec_s_per_byte) if every_hop else 0.0
     sums: dict[tuple[int, int], simpy.Event] = {}  # (worker, t) -> g_sum[t] ready on that worker
@@ -88,8 +96,8 @@ def start(sim: Simulation, config: PipeSGD):
         if t not in models:
             previous = models[t - 1]
             # The worker making w[t] got g_sum[t-k-1], so every worker has finished iteration
-            # t-k-1 and reads w[t-k] or later: older versions go. (Dropping w[t-1] here broke
-            # k >= 2, where a slower worker can still be about to read it.)
+            # t-k-1 and reads w[t-k] or later: older versions go (with k >= 2 a slower worker
+            # can still be about to read w[t-1], so that one stays).
             models.pop(t - k - 1, None)
             state = states.pop(t - 1)  # only w[t] is ever made from it
             models[t], states[t] = previous, state
@@ -112,8 +120,8 @@ def start(sim: Simulation, config: PipeSGD):
             g = yield from sim.compute(w, model(t, arrived, g_sum))
             if codec_s:
                 yield from sim.work(w.name, codec_s, "compress")
-            if config.compression != "none" and g is not None:
-                g = GradSum(roundtrip(config.compression, g.grad), g.loss, g.count)
+            if codec is not None and g is not None:
+                g = GradSum(codec.roundtrip(g.grad), g.loss, g.count)
             yield outbox.put((t, g))
 
     def comm_thread(w: Worker, outbox: simpy.Store):

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import fred
-from fred.numerics.compression import fp16_truncate, int8_quantize, wire_bytes
+from fred.numerics.codecs import QUANTIZERS
+from fred.numerics.codecs.quantize import fp16_truncate, int8_quantize
 from fred.scenario.schema import NetworkConfig
 from fred.simulation.network import ring_allreduce_time_s
 from tests.conftest import tiny
@@ -52,19 +53,19 @@ def test_pipe_sgd_staleness_is_exactly_k_after_warm_up():
     assert (result.updates[result.updates["update"] > 2]["staleness"] == 2).all()
 
 
-@pytest.mark.parametrize("scheme, ratio", [("fp16_truncate", 0.5), ("int8_quantize", 0.25)])
+@pytest.mark.parametrize("scheme, ratio", [("fp16", 0.5), ("int8", 0.25)])
 def test_compression_shrinks_the_bytes_on_the_wire_and_changes_the_numbers(scheme, ratio):
     plain = fred.run(tiny(strategy={"name": "pipe_sgd"}, stop={"max_updates": 10}))
-    packed = fred.run(tiny(strategy={"name": "pipe_sgd", "compression": scheme}, stop={"max_updates": 10}))
+    packed = fred.run(tiny(strategy={"name": "pipe_sgd", "compression": {"kind": scheme}}, stop={"max_updates": 10}))
     tensors = len(plain.params)
-    expected = wire_bytes(scheme, plain.summary["param_bytes"], tensors) / plain.summary["param_bytes"]
+    expected = QUANTIZERS[scheme]().wire_bytes(plain.summary["param_bytes"], tensors) / plain.summary["param_bytes"]
     assert expected == pytest.approx(ratio, abs=0.01)
     assert packed.summary["bytes_sent"] == pytest.approx(plain.summary["bytes_sent"] * expected)
     assert packed.summary["params_sha256"] != plain.summary["params_sha256"]
 
 
 def test_compression_time_is_charged_on_the_compute_thread():
-    data = tiny(strategy={"name": "pipe_sgd", "compression": "fp16_truncate", "codec_s_per_byte": 1e-8}, stop={"max_updates": 6})
+    data = tiny(strategy={"name": "pipe_sgd", "compression": {"kind": "fp16"}, "codec_s_per_byte": 1e-8}, stop={"max_updates": 6})
     result = fred.run(data)
     codec = result.events[result.events["kind"].isin(["compress", "decompress"])]
     assert len(codec) > 0

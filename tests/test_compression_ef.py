@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 import fred
-from fred.numerics import error_feedback as ef
+from fred.numerics import codecs
+from fred.numerics.codecs import low_rank as psgd
+from fred.numerics.codecs import sparsify as topk_codec
 from fred.numerics.rng import jax_key
 from fred.scenario.loading import ScenarioError, validate
 from fred.scenario.schema import NetworkConfig
@@ -183,7 +185,7 @@ def test_a_topk_round_takes_an_all_gathers_time_not_an_all_reduces(topk_run):
     pd.testing.assert_frame_equal(timed.events, real.events)
     cfg, p = NetworkConfig(**NET), 4
     payload = 8 * (103 + 2 + 16 + 1)  # k = ceil(0.1 n) of 16, 1024, 10 and 160 entries, 4 B value + 4 B index
-    assert payload == ef.topk_payload_bytes(0.1, {k: np.zeros(s) for k, s in SHAPES.items()})
+    assert payload == topk_codec.topk_payload_bytes(0.1, {k: np.zeros(s) for k, s in SHAPES.items()})
     codec_s = CODEC_S_PER_BYTE * real.summary["param_bytes"]  # compress and decompress: a pass each
     np.testing.assert_allclose(periods(timed), STEP_S + 2 * codec_s + allgather_time_s(p, payload, cfg), rtol=1e-9)
     gathers = timed.events[timed.events["kind"] == "allgather"]
@@ -223,8 +225,8 @@ def test_without_compression_nothing_changes():
 def test_topk_sends_the_largest_entries_and_keeps_the_rest_as_its_error():
     rng = np.random.default_rng(0)
     grad = {"a": rng.normal(size=(7, 5)).astype(np.float32), "b": rng.normal(size=(9,)).astype(np.float32)}
-    memory = ef.ErrorMemory({k: rng.normal(size=v.shape).astype(np.float32) for k, v in grad.items()})
-    sent, after = ef.topk_compress(0.3)(grad, memory)
+    memory = codecs.ErrorMemory({k: rng.normal(size=v.shape).astype(np.float32) for k, v in grad.items()})
+    sent, after = topk_codec.topk_compress(0.3)(grad, memory)
     for k in grad:
         m = (grad[k] + memory.error[k]).ravel()
         index, value = np.asarray(sent.index[k]), np.asarray(sent.value[k])
@@ -234,27 +236,27 @@ def test_topk_sends_the_largest_entries_and_keeps_the_rest_as_its_error():
         dense = np.zeros_like(m)
         dense[index] = value
         np.testing.assert_array_equal(dense + np.asarray(after.error[k]).ravel(), m)  # nothing lost, nothing doubled
-    total, _ = ef.sparse_sum([sent, sent], [jnp.float32(1), jnp.float32(2)], grad)
+    total, _ = topk_codec.sparse_sum([sent, sent], [jnp.float32(1), jnp.float32(2)], grad)
     np.testing.assert_array_equal(np.asarray(total["b"]), 2 * (np.asarray(grad["b"]) + memory.error["b"] - after.error["b"]))
 
 
 def test_powersgd_keeps_in_its_error_what_the_low_rank_product_misses():
     rng = np.random.default_rng(1)
     grad = {"w": rng.normal(size=(3, 4, 6)).astype(np.float32), "b": rng.normal(size=(6,)).astype(np.float32)}
-    state, memory = ef.powersgd_init(2)(grad, jax.random.PRNGKey(0))
+    state, memory = psgd.powersgd_init(2)(grad, jax.random.PRNGKey(0))
     assert [q.shape for q in state.q] == [(12, 2)]  # the matrix is out x rest: 6 x 12
-    m, p, vectors = ef.powersgd_p(grad, memory, state)
-    p_hat = ef.orthogonalize(p)
+    m, p, vectors = psgd.compress_p(grad, memory, state)
+    p_hat = psgd.orthogonalize(p)
     np.testing.assert_allclose(np.asarray(p_hat[0]).T @ np.asarray(p_hat[0]), np.eye(2), atol=1e-6)
-    q_sum = ef.powersgd_q(m, p_hat)
-    after = ef.powersgd_memory(m, p_hat, q_sum, 1)
-    total, state = ef.powersgd_aggregate(p_hat, q_sum, vectors, 1, grad)
+    q_sum = psgd.compress_q(m, p_hat)
+    after = psgd.feedback(m, p_hat, q_sum, 1)
+    total, state = psgd.decompress(p_hat, q_sum, vectors, 1, grad)
     matrix = np.moveaxis(np.asarray(total["w"]), -1, 0).reshape(6, 12)
     np.testing.assert_allclose(matrix + np.asarray(after.error[0]), np.asarray(m[0]), atol=1e-5)
     assert np.linalg.matrix_rank(matrix) == 2 and np.abs(np.asarray(after.error[0])).max() > 0.1
     np.testing.assert_array_equal(np.asarray(total["b"]), grad["b"])  # vectors go uncompressed
-    assert ef.powersgd_bytes(2, grad) == (4 * 2 * 6, 4 * 2 * 12, 4 * 6, 4 * 72)
-    assert ef.powersgd_bytes(9, grad).p == 4 * 6 * 6  # clamped to min(rows, cols)
+    assert psgd.powersgd_bytes(2, grad) == (4 * 2 * 6, 4 * 2 * 12, 4 * 6, 4 * 72)
+    assert psgd.powersgd_bytes(9, grad).p == 4 * 6 * 6  # clamped to min(rows, cols)
 
 
 # ----------------------------------------------------------------------------- refusals
@@ -318,3 +320,33 @@ def test_compressed_runs_replay_and_resume_bit_for_bit(compression, tmp_path):
     resumed = execute(sc, resume=checkpoint.load(tmp_path / "ck"))
     assert resumed.summary["params_sha256"] == clean.summary["params_sha256"]
     pd.testing.assert_frame_equal(resumed.events, clean.events)
+
+
+# ----------------------------------------------------------------------------- one compression format
+@pytest.mark.parametrize("old, kind", [("fp16_truncate", "fp16"), ("int8_quantize", "int8")])
+def test_the_old_string_form_warns_naming_the_new_one_and_runs_the_same(old, kind):
+    new = fred.run(tiny(strategy={"name": "pipe_sgd", "compression": {"kind": kind}}, stop={"max_updates": 6}))
+    with pytest.warns(DeprecationWarning, match=rf"compression: {old} is deprecated; write compression: \{{kind: {kind}\}}"):
+        deprecated = fred.run(tiny(strategy={"name": "pipe_sgd", "compression": old}, stop={"max_updates": 6}))
+    assert deprecated.summary["params_sha256"] == new.summary["params_sha256"]
+    assert deprecated.summary["bytes_sent"] == new.summary["bytes_sent"]
+    pd.testing.assert_frame_equal(deprecated.events, new.events)
+
+
+@pytest.mark.parametrize("strategy, kind, allowed", [
+    ("pipe_sgd", "topk", "fp16, int8"),
+    ("pipe_sgd", "fp32", "fp16, int8"),
+    ("arsgd", "fp16", "topk, powersgd"),
+    ("ssgd", "int4", "topk, powersgd"),
+])
+def test_a_bad_kind_is_refused_naming_the_field_the_value_and_the_allowed_kinds(strategy, kind, allowed):
+    problem = f"strategy.compression.kind: got {kind!r}[^\\n]* allowed: {allowed}"
+    for compression in (kind, {"kind": kind}):
+        with pytest.raises(ScenarioError, match=problem):
+            validate(tiny(strategy={"name": strategy, "compression": compression}))
+
+
+def test_none_and_a_bare_kind_read_as_the_mapping_form():
+    assert validate(tiny(strategy={"name": "pipe_sgd", "compression": "none"})).strategy.compression is None
+    bare = validate(tiny(strategy={"name": "pipe_sgd", "compression": "fp16"})).strategy.compression
+    assert bare == validate(tiny(strategy={"name": "pipe_sgd", "compression": {"kind": "fp16"}})).strategy.compression

@@ -10,7 +10,8 @@ import pytest
 import fred
 from fred.runs.runner import build
 from fred.scenario.loading import validate
-from strategies.sgp import SGP, mixing, run_push_sum
+from strategies._push_sum import mixing, run_push_sum
+from strategies.sgp import SGP
 from tests.conftest import tiny
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fred
-from fred.numerics.compression import wire_bytes
+from fred.numerics.codecs import int8
 from fred.simulation.network import ring_allreduce_time_s
 from scenarios.pipe_sgd import validation
 from strategies import pipe_sgd
@@ -55,7 +55,8 @@ def test_the_ceilings_are_what_hiding_compute_and_shrinking_bytes_allow(quick):
 
 def test_the_numbers_come_from_the_simulation(monkeypatch, quick):
     # Send int8 gradients at full size: its ceiling falls to the uncompressed one.
-    monkeypatch.setattr(pipe_sgd, "wire_bytes", lambda scheme, param_bytes, tensors: float(param_bytes))
+    full_size = int8()._replace(wire_bytes=lambda param_bytes, tensors: float(param_bytes))
+    monkeypatch.setattr(pipe_sgd, "quantizer", lambda compression: full_size)
     rows = speedups(validation.section(quick=True))
     assert rows["8-bit quantisation, free codec"] == pytest.approx(rows["no compression"], rel=0.01)
     assert rows["8-bit quantisation, free codec"] < speedups(quick)["8-bit quantisation, free codec"] / 2
@@ -81,7 +82,7 @@ def test_every_hop_adds_the_rings_decompress_add_recompress_to_the_communication
     )
     hops_s = 2 * (p - 1) / p * n * codec if codec_at == "every_hop" else 0.0
     tensors = 2 * len(scenario.model.hidden) + 2  # the MLP's weights and biases
-    ring_s = ring_allreduce_time_s(p, wire_bytes("int8_quantize", n, tensors), scenario.network)
+    ring_s = ring_allreduce_time_s(p, int8().wire_bytes(n, tensors), scenario.network)
     assert period_s(result) == pytest.approx(max(compute_s + 2 * n * codec, ring_s + hops_s), rel=1e-9)
     codec_events = result.events[(result.events["entity"] == "worker0") & (result.events["kind"] == "codec")]
     durations = (codec_events["end_s"] - codec_events["start_s"]).to_numpy()

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 import fred
-from fred.numerics.compression import wire_bytes
+from fred.numerics.codecs import QUANTIZERS
 from fred.simulation.network import ring_allreduce_time_s
 
 HERE = Path(__file__).resolve().parent
@@ -35,8 +35,10 @@ def model_s(r: fred.RunResult) -> tuple[float, float]:
     if strategy.name == "arsgd":
         l_comm = ring_allreduce_time_s(n, r.summary["param_bytes"], s.network)
         return l_comp + l_comm, l_comp / (l_comp + l_comm)
-    codec = strategy.codec_s_per_byte * r.summary["param_bytes"] if strategy.compression != "none" else 0.0
-    wire = wire_bytes(strategy.compression, r.summary["param_bytes"], len(r.params))
+    raw = r.summary["param_bytes"]
+    codec = strategy.codec_s_per_byte * raw if strategy.compression is not None else 0.0
+    wire = float(raw) if strategy.compression is None else QUANTIZERS[strategy.compression.kind]().wire_bytes(
+        raw, len(r.params))
     segments = strategy.segments if strategy.pipeline_level == 2 else 1
     l_comm = ring_allreduce_time_s(n, wire, s.network, segments=segments)
     l_busy = strategy.update_s + codec + l_comp + codec

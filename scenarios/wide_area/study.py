@@ -148,9 +148,9 @@ def _along(dilocos: list, synchronous: list, h: int) -> list[tuple[int, float, f
 def powersgd_share(rank: int = 4) -> float:
     """The share of this model's gradient bytes PowerSGD sends at ``rank`` (its P, Q and vectors)."""
     import fred
-    from fred.numerics import error_feedback as ef
+    from fred.numerics.codecs import powersgd_bytes
 
-    sizes = ef.powersgd_bytes(rank, fred.run(HERE / "powersgd.yaml", stop={"max_updates": 1}).params)
+    sizes = powersgd_bytes(rank, fred.run(HERE / "powersgd.yaml", stop={"max_updates": 1}).params)
     return (sizes.p + sizes.q + sizes.vectors) / (sizes.matrices + sizes.vectors)  # the vectors go as they are
 
 
