@@ -23,7 +23,8 @@ from fred.numerics.tape import op
 class Stacked(NamedTuple):
     """The shard sums of one gradient call, stacked along a leading axis of length ``shards``;
     ``cover``, for a call told where its shards lie in the global batch, the sums of the global
-    tree's nodes that cover them (shard after shard, in leaf order), then a row of zeros (:func:`fred.numerics.kernels.cover_sums`)."""
+    tree's nodes that cover them (shard after shard, in leaf order), then a row of zeros (the
+    padding of a fold, :mod:`fred.numerics.kernels`)."""
 
     loss: jax.Array
     grad: Params
@@ -228,8 +229,9 @@ def _whole_calls(parts: Sequence[GradSum]) -> list[Stacked] | None:
 def parts_of(
     result: list[GradSum] | Stacked, shards: int, per_shard: int, starts: Sequence[int] | None = None, tile: int = 1
 ) -> list[GradSum]:
-    """Each shard's :class:`GradSum` from what :meth:`fred.numerics.gradients.Numerics.gradients` returned for shards of
-    ``per_shard`` rows whose leaves (of ``tile`` rows) begin at ``starts`` in the global batch."""
+    """Each shard's :class:`GradSum` from what :meth:`fred.numerics.gradients.Numerics.gradients`
+    returned for shards of ``per_shard`` rows whose leaves (of ``tile`` rows) begin at ``starts``
+    in the global batch."""
     if not isinstance(result, Stacked):
         return result
     source = _Source(result, shards)
@@ -266,7 +268,8 @@ def take_row(stacked: Stacked, i: jax.Array) -> tuple[jax.Array, Params]:
 @op("fred.numerics.assembly:unstack")
 @jax.jit
 def unstack(stacked: Stacked) -> list[tuple[jax.Array, Params]]:
-    """Every row of a stacked call in one call, for the tapes that record it (a run itself uses :func:`take_row`)."""
+    """Every row of a stacked call in one call, for the tapes that record it (a run itself
+    uses :func:`take_row`)."""
     return [(stacked.loss[i], jax.tree.map(lambda g, i=i: g[i], stacked.grad)) for i in range(stacked.loss.shape[0])]
 
 

@@ -29,7 +29,8 @@ def eval_chunk_rows(width: int) -> int:
     return max(1, EVAL_BYTES // (16 * max(width, 1)))
 
 
-def mean_loss(model: Model, task: str, params: Params, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+def mean_loss(model: Model, task: str, params: Params, x: jax.Array,
+              y: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Mean loss and accuracy of the whole set ``x, y`` in one call."""
     out = model.apply(params, x)
     return loss(model, task, out, y, "mean"), _accuracy(task, out, y)

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fred.numerics import evaluation, kernels, losses
+from fred.numerics import evaluation, kernels
 from fred.numerics.assembly import (  # noqa: F401 - the names strategies and the engine import from here
     Cover,
     GradSum,
@@ -53,6 +53,7 @@ from fred.numerics.assembly import (  # noqa: F401 - the names strategies and th
 from fred.numerics.data import Dataset
 from fred.numerics.evaluation import EVAL_BYTES, eval_chunk_rows  # noqa: F401 - as above
 from fred.numerics.kernels import CHUNK_ROWS  # noqa: F401 - as above
+from fred.numerics.losses import batch_loss, example_loss
 from fred.numerics.models import Model, Params
 
 # Rows of one exact gradient call serving several workers, at most: the same bits, and faster than
@@ -71,9 +72,9 @@ class Numerics:
 
     ``tile``: rows per leaf of the exact reduction's tree (``strategy.exact_tile``). One row
     makes per-example leaves, computed by a vmap in 64-row chunks; more make tiles, each one
-    batched gradient (:func:`kernels.stored_tiles`). A call's tiles are computed in one program when
-    they are at most :meth:`tiles_per_program`, else in pieces of that many, summed by a
-    program of their own: the same bits either way, a compile time that stays bounded.
+    batched gradient (:func:`fred.numerics.kernels.stored_tiles`). A call's tiles are computed in
+    one program when they are at most :meth:`tiles_per_program`, else in pieces of that many, summed
+    by a program of their own: the same bits either way, a compile time that stays bounded.
     """
 
     def __init__(self, model: Model, task: Literal["classification", "regression"], reduction: str, tile: int = 1):
@@ -81,25 +82,27 @@ class Numerics:
             raise ValueError(model.exact_issue)
         self.model, self.task, self.reduction = model, task, reduction
         self.tile = tile if reduction == "exact" else 1
-        loss = functools.partial(losses.example_loss, model, task)
-        per_example = jax.vmap(jax.value_and_grad(loss), in_axes=(None, 0, 0))
+        one = functools.partial(example_loss, model, task)
+        per_example = jax.vmap(jax.value_and_grad(one), in_axes=(None, 0, 0))
         self._per_example = jax.jit(per_example)  # one chunk alone: what the exact program must match
-        batch_loss = functools.partial(losses.batch_loss, model, task)
-        self._tile_grad = jax.value_and_grad(batch_loss)
+        summed = functools.partial(batch_loss, model, task)
+        self._tile_grad = jax.value_and_grad(summed)
         if self.tile == 1:
             leaves_of = functools.partial(kernels.stored_chunks, per_example)
         else:
             leaves_of = functools.partial(kernels.stored_tiles, self._tile_grad, self.tile)
         self._exact_at = {
-            stack: jax.jit(functools.partial(kernels.exact_gathered, leaves_of, stack), static_argnums=(5, 6, 7, 8))
+            stack: jax.jit(functools.partial(kernels.exact_gathered, leaves_of, stack),
+                           static_argnums=(5, 6, 7, 8))
             for stack in (False, True)
         }
         self._piece = jax.jit(functools.partial(kernels.piece_leaves, leaves_of), static_argnums=(5,))
         self._pieces_at = {
-            stack: jax.jit(functools.partial(kernels.pieces_summed, stack), static_argnums=(2, 3, 4)) for stack in (False, True)
+            stack: jax.jit(functools.partial(kernels.pieces_summed, stack), static_argnums=(2, 3, 4))
+            for stack in (False, True)
         }
         self._fast_at = {
-            stack: jax.jit(functools.partial(kernels.fast_gathered, batch_loss, stack), static_argnums=(4,))
+            stack: jax.jit(functools.partial(kernels.fast_gathered, summed, stack), static_argnums=(4,))
             for stack in (False, True)
         }
         self._evaluate = jax.jit(functools.partial(evaluation.mean_loss, model, task))
@@ -191,6 +194,9 @@ class Numerics:
 
     def _call(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int, stack: bool,
               starts: tuple[int, ...] | None = None, per_tile: bool = False):
+        """One gradient call's compiled programs on the rows ``rows``: the fast one in pieces of at most
+        :meth:`tiles_per_program` blocks; the exact one over 64-row chunks, or over tiles in one
+        program or in pieces summed by a program of their own."""
         x_all, y_all, zero = self._on_device(dataset)
         if self.reduction == "fast":  # at most as many blocks a program as tiles: the same bound on compile time
             blocks, most = rows.reshape(shards, -1), self.tiles_per_program(params, dataset)
@@ -220,7 +226,8 @@ class Numerics:
         device = str(jax.config.jax_default_device)
         cached = self._device_data
         if cached is None or cached[0] is not dataset or cached[1] != device:
-            on_device = (jnp.asarray(dataset.x_train), jnp.asarray(dataset.y_train), jnp.asarray(kernels.ZERO))
+            x_train, y_train = jnp.asarray(dataset.x_train), jnp.asarray(dataset.y_train)
+            on_device = (x_train, y_train, jnp.asarray(kernels.ZERO))
             cached = self._device_data = (dataset, device, *on_device)
         return cached[2], cached[3], cached[4]
 

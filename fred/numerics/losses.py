@@ -3,9 +3,9 @@
 A model's own ``loss`` (the user's, or one chosen by name) comes first; otherwise regression is
 half the squared error of the first output and classification the cross-entropy of the label's
 logits, for a sequence the mean over its tokens. :func:`loss` computes it for one example, for
-each example of a batch, or as a batch's mean. Each form is written as the float operations
-its caller has always compiled, so that each one's bits stay what they are
-(``tests/test_losses.py`` checks them).
+each example of a batch, or as a batch's mean. Each form fixes its float operations and their
+order (a batch's mean over all tokens differs in its last bits from the mean of its sequences'
+means), so each caller's bits are fixed; ``tests/test_losses.py`` compares the programs.
 """
 
 from __future__ import annotations
