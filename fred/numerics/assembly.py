@@ -20,6 +20,12 @@ from fred.numerics import canonical
 from fred.numerics.models import Params
 from fred.numerics.tape import op
 
+# The module the numerics tape names this one's functions and classes by (``module:name``, its
+# calls' and trees' names): the one that re-exports them. Tapes and checkpoints hold these names,
+# so that replay and resume find the same calls; a tape's digest does not depend on where code lives.
+TAPE_MODULE = "fred.numerics.gradients"
+
+
 class Stacked(NamedTuple):
     """The shard sums of one gradient call, stacked along a leading axis of length ``shards``;
     ``cover``, for a call told where its shards lie in the global batch, the sums of the global
@@ -29,6 +35,9 @@ class Stacked(NamedTuple):
     loss: jax.Array
     grad: Params
     cover: Stacked | None = None
+
+
+Stacked.__module__ = TAPE_MODULE  # the tape writes a named tuple by its class's module and name
 
 
 class Cover(NamedTuple):
@@ -122,6 +131,9 @@ class GradSum:
         return f"GradSum(count={self.count}, row={self.row if self.source is not None else None})"
 
 
+GradSum.__module__ = TAPE_MODULE  # as Stacked's
+
+
 def pairwise_sum(x: jax.Array) -> jax.Array:
     """Sum over axis 1 of ``(groups, rows, ...)`` by a balanced binary tree of adjacent pairs.
 
@@ -137,7 +149,7 @@ def pairwise_sum(x: jax.Array) -> jax.Array:
     return x[:, 0]
 
 
-@op("fred.numerics.assembly:tree_sum")
+@op(f"{TAPE_MODULE}:tree_sum")
 @jax.jit
 def tree_sum(trees: Sequence[Params]) -> Params:
     """Pairwise sum of several pytrees, in list order (the cross-worker step of the tree)."""
@@ -191,7 +203,7 @@ def add_pair(a: Any, b: Any) -> Any:
     return jax.tree.map(jnp.add, a, b)
 
 
-@op("fred.numerics.assembly:assemble")
+@op(f"{TAPE_MODULE}:assemble")
 @functools.partial(jax.jit, static_argnums=1)
 def assemble(sums: Sequence[Stacked], layout: str) -> tuple[Params, jax.Array]:
     """The global batch's tree from the sums of its nodes: (gradient sum, loss sum).
@@ -245,7 +257,7 @@ def parts_of(
     return parts
 
 
-@op("fred.numerics.assembly:stacked_sum")
+@op(f"{TAPE_MODULE}:stacked_sum")
 @jax.jit
 def stacked_sum(calls: Sequence[Stacked]) -> tuple[Params, jax.Array]:
     """:func:`tree_sum` of the rows of ``calls`` laid end to end: (gradient sum, loss sum)."""
@@ -254,7 +266,7 @@ def stacked_sum(calls: Sequence[Stacked]) -> tuple[Params, jax.Array]:
     return jax.tree.map(lambda leaf: pairwise_sum(leaf)[0], stacked)  # type: ignore[return-value]
 
 
-@op("fred.numerics.assembly:take_row")
+@op(f"{TAPE_MODULE}:take_row")
 @jax.jit
 def take_row(stacked: Stacked, i: jax.Array) -> tuple[jax.Array, Params]:
     """Row ``i`` of a stacked call as its own (loss, gradient sum): a copy, no arithmetic.
@@ -265,7 +277,7 @@ def take_row(stacked: Stacked, i: jax.Array) -> tuple[jax.Array, Params]:
     return stacked.loss[i], jax.tree.map(lambda g: g[i], stacked.grad)
 
 
-@op("fred.numerics.assembly:unstack")
+@op(f"{TAPE_MODULE}:unstack")
 @jax.jit
 def unstack(stacked: Stacked) -> list[tuple[jax.Array, Params]]:
     """Every row of a stacked call in one call, for the tapes that record it (a run itself
@@ -273,14 +285,14 @@ def unstack(stacked: Stacked) -> list[tuple[jax.Array, Params]]:
     return [(stacked.loss[i], jax.tree.map(lambda g, i=i: g[i], stacked.grad)) for i in range(stacked.loss.shape[0])]
 
 
-@op("fred.numerics.assembly:mean_grad")
+@op(f"{TAPE_MODULE}:mean_grad")
 @jax.jit
 def mean_grad(total: GradSum) -> Params:
     """The mean gradient of a sum: every leaf divided by its example count."""
     return jax.tree.map(lambda g: g / total.count, total.grad)
 
 
-@op("fred.numerics.assembly:divide")
+@op(f"{TAPE_MODULE}:divide")
 @functools.partial(jax.jit, static_argnums=1)
 def divide(tree: Params, n: int) -> Params:
     """Every leaf divided by ``n`` (an average from a sum)."""
