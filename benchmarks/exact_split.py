@@ -6,7 +6,7 @@
 
 For a batch per worker that is not a power of two, the exact reduction's gradient calls also
 return the sums of the global tree's nodes inside each shard, and the all-reduce puts the
-large batch's tree together from them (``fred.numerics.gradients.assemble``). This times one
+large batch's tree together from them (``fred.numerics.assembly.assemble``). This times one
 SSGD step's numbers, n workers of batch b on the digits MLP [64]: every worker's request served
 by ``GradientService`` (its calls of up to 256 rows), then ``sum_grads`` over the shards, as an
 all-reduce takes it. ``tiled`` is the product; ``fixed tree`` is the same step with the shards

@@ -71,7 +71,9 @@ from common import (
 import fred
 from fred.numerics import rng
 from fred.numerics.data import GlobalBatchStream
-from fred.numerics.gradients import _ZERO, CHUNK_ROWS, _example_loss, _leaf_sums, _stored_chunks, pairwise_sum, tree_sum
+from fred.numerics.assembly import pairwise_sum, tree_sum
+from fred.numerics.kernels import CHUNK_ROWS, ZERO, leaf_sums, stored_chunks
+from fred.numerics.losses import example_loss
 from fred.numerics.optim import make_sum_step, sgd
 from fred.runs.api import resolve
 from fred.runs.records import Recorder
@@ -179,12 +181,12 @@ def _fast_shard_sums(loss, params, x, y, shards):
 
 
 def _same_bits_shard_sums(per_example, params, x, y, zero, rows, shards):
-    """fred's own exact program with per-example leaves (``fred.numerics.gradients._stored_chunks``:
+    """fred's own exact program with per-example leaves (``fred.numerics.kernels.stored_chunks``:
     per-example gradients 64 rows at a time, each value stored before it is summed, then
-    ``_leaf_sums``: the pairwise tree inside each shard), then fred's tree across shards
+    ``leaf_sums``: the pairwise tree inside each shard), then fred's tree across shards
     (``tree_sum``): fred's bits for any batch size. ``x`` and ``y`` are already padded to a
     multiple of CHUNK_ROWS."""
-    losses, grads = _leaf_sums(_stored_chunks(per_example, params, x, y, zero), zero, rows, shards, None)
+    losses, grads = leaf_sums(stored_chunks(per_example, params, x, y, zero), zero, rows, shards, None)
     return tree_sum(losses), tree_sum(grads)
 
 
@@ -207,7 +209,7 @@ class Bare:
         self.shards = shards
         workers = sc.cluster.workers
         self.updates = sc.stop.max_updates
-        loss = functools.partial(_example_loss, built.numerics.model, ds.task)
+        loss = functools.partial(example_loss, built.numerics.model, ds.task)
         sums = _exact_shard_sums if sc.strategy.reduction == "exact" else _fast_shard_sums
         batch = sc.data.batch_size
         rows = shards * batch
@@ -226,7 +228,7 @@ class Bare:
 
         # The zero is an argument: XLA must not see that the XOR in fred's program changes nothing.
         self.same_bits_step = jax.jit(same_bits_step) if self.exact else None
-        self.zero = jnp.asarray(_ZERO)
+        self.zero = jnp.asarray(ZERO)
 
         def scanned(params, x_all, y_all, idx_all):
             return jax.lax.scan(lambda p, idx: step(p, x_all, y_all, idx), params, idx_all)

@@ -46,7 +46,9 @@ from overhead import (
 )
 
 import fred
-from fred.numerics.gradients import CALL_ROWS, _example_loss, stacked_sum
+from fred.numerics.assembly import stacked_sum
+from fred.numerics.gradients import CALL_ROWS
+from fred.numerics.losses import example_loss
 from fred.numerics.optim import make_sum_step, sgd
 
 RESULTS = RESULTS_DIR / "skeleton.json"
@@ -60,7 +62,7 @@ class Programs:
     """One case's compiled programs: the bare step, the fused parameter-server step, fred's calls."""
 
     def __init__(self, bare: Bare, reduction: str, per_worker_rows: int):
-        loss = functools.partial(_example_loss, bare.numerics.model, bare.dataset.task)
+        loss = functools.partial(example_loss, bare.numerics.model, bare.dataset.task)
         sums = _exact_shard_sums if reduction == "exact" else _fast_shard_sums
 
         def ps_step(server, read, x_all, y_all, idx):  # the gradient at the worker's copy, applied to the server's

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import fred
-from fred.numerics.gradients import Numerics, _example_loss, eval_chunk_rows
+from fred.numerics.gradients import Numerics, eval_chunk_rows
+from fred.numerics.losses import example_loss as _example_loss
 from fred.numerics.models import build_model, param_count
 from fred.numerics.resnet import group_norm
 from fred.runs.memory import Shape, check_fits, estimate, param_count as estimated_params

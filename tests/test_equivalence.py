@@ -148,7 +148,7 @@ def test_in_block_sums_read_in_place_are_the_concatenated_sums_bit_for_bit(per_b
     """Power-of-two blocks are summed straight from the per-example chunks: the same tree, the same bits."""
     import jax
 
-    from fred.numerics.gradients import CHUNK_ROWS, _aligned_block_sums, _concatenated_block_sums
+    from fred.numerics.kernels import CHUNK_ROWS, _aligned_block_sums, _concatenated_block_sums
 
     stream = rng.stream(per_block, blocks, "chunks")
 
@@ -192,7 +192,7 @@ def test_the_one_program_exact_gradients_are_one_call_per_chunk_bit_for_bit(mode
     multiply-add (seen as 1e-8..1e-6 differences here for every model but the bias-only sums)."""
     import jax
 
-    from fred.numerics.gradients import CHUNK_ROWS, _concatenated_block_sums
+    from fred.numerics.kernels import CHUNK_ROWS, _concatenated_block_sums
     from fred.numerics.models import build_model as build
 
     ds = load_dataset(DataConfig(), rng.stream(0, "data", "load"))
@@ -240,7 +240,7 @@ def test_an_all_reduce_of_whole_stacked_calls_adds_the_same_bits_as_of_split_par
 def test_the_rows_of_a_stacked_call_are_copied_out_by_one_program_whatever_their_number():
     # One program returning every row compiled in time and memory growing with the rows (24 s,
     # GBs, for 1,024 batch-1 workers); the copy must stay exact, as the bits of every run rely on.
-    from fred.numerics import gradients as numerics
+    from fred.numerics import assembly as numerics
 
     program = numerics.take_row.__wrapped__
     for rows in (5, 40):

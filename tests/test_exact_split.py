@@ -238,14 +238,9 @@ def test_ssgd_with_n_workers_of_whole_tiles_is_sgd_with_batch_nb_many_draws(layo
 def test_the_assembled_tree_is_pairwise_sum_bit_for_bit_with_signed_zeros(shards, batch):
     """Over made-up per-example values whose columns of -0.0 the padded tree turns to +0.0: XLA
     would keep them -0.0 if the padding were a zero it could see (it simplifies ``x + 0`` to ``x``)."""
-    from fred.numerics.gradients import (
-        _ZERO,
-        CHUNK_ROWS,
-        Stacked,
-        _cover_plan,
-        _cover_sums,
-        pairwise_sum,
-    )
+    from fred.numerics.assembly import Stacked, pairwise_sum
+    from fred.numerics.kernels import CHUNK_ROWS, _cover_plan, _cover_sums
+    from fred.numerics.kernels import ZERO as _ZERO
 
     stream = rng.stream(shards, batch, "signed zeros")
     rows = shards * batch

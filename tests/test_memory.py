@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import fred.runs.runner
-from fred.numerics import gradients
+from fred.numerics import evaluation
 from fred.numerics.data import load_dataset
 from fred.numerics.gradients import Numerics
 from fred.numerics.models import build_model
@@ -113,7 +113,7 @@ def test_a_large_evaluation_set_is_evaluated_in_chunks_with_the_same_result(task
     params = model.init(jax.random.PRNGKey(1))
     numerics = Numerics(model, task, "exact")
     whole = numerics.evaluate(params, dataset.x_eval, dataset.y_eval)
-    monkeypatch.setattr(gradients, "EVAL_BYTES", 16 * model.width * 64)  # 64 rows a call: 200 rows in 4 chunks
+    monkeypatch.setattr(evaluation, "EVAL_BYTES", 16 * model.width * 64)  # 64 rows a call: 200 rows in 4 chunks
     calls = []
     sums = numerics._evaluate_sums
     numerics._evaluate_sums = lambda *args: calls.append(args[1].shape) or sums(*args)
