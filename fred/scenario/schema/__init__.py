@@ -124,3 +124,11 @@ from fred.scenario.schema.scenario import (  # noqa: F401
     update_steps,
     worker_steps,
 )
+
+
+def __getattr__(name: str) -> type[ModelSection]:
+    """A model kind's section by its class name (``MLPModel``), as scenarios built in Python name them."""
+    for section in KINDS:
+        if section.__name__ == name:
+            return section
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
