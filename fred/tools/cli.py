@@ -18,6 +18,7 @@ from fred.runs.paths import (  # os and pathlib only: the heavy libraries load i
     output_file,
     write_whole,
 )
+from fred.scenario.errors import Refusal  # no imports of its own
 
 if TYPE_CHECKING:
     from fred.scenario.schema import Scenario
@@ -54,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = args.handler(args)
         args.done = True  # for the line a signal from now on ends the command with
         return code
-    except BaseException as err:  # each kind is answered in _ended; a bug, or argparse's exit, goes on
+    except BaseException as err:  # each kind is answered in _ended; argparse's exit goes on
         code = _ended(err, args)
         if code is None:
             raise
@@ -65,7 +66,8 @@ _current: argparse.Namespace | None = None  # the command being run, for the lin
 
 
 def _ended(err: BaseException, args: argparse.Namespace | None) -> int | None:
-    """Say what ended the command early and return its status; None for a bug or argparse's exit.
+    """Say what ended the command early and return its status: 2 for input refused on purpose
+    (:mod:`fred.tools.refusals`), :data:`INTERNAL` for a bug; None for argparse's exit.
 
     A stop comes first: asked for by a signal, whatever it became on its way out (an
     ImportError from an import it cut short, a ValueError a library made of it).
@@ -77,9 +79,9 @@ def _ended(err: BaseException, args: argparse.Namespace | None) -> int | None:
         return interrupt.STATUS[signum]
     if isinstance(err, SystemExit):
         return None
-    from fred.scenario.loading import ScenarioError
+    from fred.tools.refusals import is_refusal
 
-    if isinstance(err, (ScenarioError, FileNotFoundError, ValueError)):  # data files, shard sizes, a missing extra: not bugs
+    if is_refusal(err):  # a bad scenario, data file, shard size or path, a missing extra: refused on purpose
         print(f"fred: {_readable(str(err))}", file=sys.stderr)
         return 2
     if isinstance(err, BrokenPipeError):  # `fred compare ... | head` closed the pipe: the reader has what it wanted
@@ -101,7 +103,37 @@ def _ended(err: BaseException, args: argparse.Namespace | None) -> int | None:
         print(f"fred: out of memory ({_readable(str(err), lines=1)}); make the data set or the model smaller, "
               "or give the memory this machine has with --memory-limit-gb N", file=sys.stderr)
         return 1
+    if isinstance(err, Exception):
+        return _internal(err, args)
     return None
+
+
+INTERNAL = 3  # the exit status of a bug in fred, apart from 2 (input refused) and 1 (a failed run, the machine)
+
+
+def _internal(err: Exception, args: argparse.Namespace | None) -> int:
+    """Report a bug in fred: one line that says so and where its traceback is (a file, or
+    stderr with ``--debug``), and :data:`INTERNAL`."""
+    import tempfile
+    import traceback
+
+    text = "".join(traceback.format_exception(err))
+    what = _readable(f"{type(err).__name__}: {err}", width=300, lines=1)
+    if getattr(args, "debug", False):
+        print(text, end="", file=sys.stderr)
+        print(f"fred: internal error, a bug in fred and not in your input ({what}); its traceback is above",
+              file=sys.stderr)
+        return INTERNAL
+    try:
+        handle, name = tempfile.mkstemp(prefix="fred-traceback-", suffix=".txt")
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(f"fred {' '.join(sys.argv[1:])}\n{text}")
+    except OSError:  # no writable temporary folder: the traceback goes to stderr
+        print(text, end="", file=sys.stderr)
+        name = "above"
+    print(f"fred: internal error, a bug in fred and not in your input ({what}); its traceback is in {name} "
+          "(--debug prints it here); please report it with that file", file=sys.stderr)
+    return INTERNAL
 
 
 @contextlib.contextmanager
@@ -112,7 +144,7 @@ def _memory_limit(gb: float | None) -> Iterator[None]:
         yield
         return
     if not 0 < gb < float("inf"):
-        raise ValueError(f"--memory-limit-gb {gb}: give the memory runs may use, in GB, e.g. --memory-limit-gb 64")
+        raise Refusal(f"--memory-limit-gb {gb}: give the memory runs may use, in GB, e.g. --memory-limit-gb 64")
     before = os.environ.get("FRED_MEMORY_LIMIT_GB")
     os.environ["FRED_MEMORY_LIMIT_GB"] = repr(gb)
     try:
@@ -259,6 +291,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="run, compare, sweep, calibrate and replay keep the programs JAX compiles in ~/.cache/fred/jax "
                "($XDG_CACHE_HOME/fred/jax if set), one folder per CPU, for later processes (the same bits, "
                "seconds sooner); FRED_JAX_CACHE=off turns that off, FRED_JAX_CACHE=DIR moves it.")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run one scenario and write its run directory")
     run.add_argument("scenario", nargs="?", help="scenario YAML file (not with --resume)")
@@ -368,7 +401,13 @@ def _parser() -> argparse.ArgumentParser:
                      help="stop after N evaluations of the fitted rows (default 200)")
     fit.add_argument("-o", "--output", default="fit.yaml", help="the profile to write (default: fit.yaml)")
     fit.set_defaults(handler=_fit)
+    for command in sub.choices.values():  # after the command too: fred run S.yaml --debug
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return parser
+
+
+DEBUG_HELP = ("a bug in fred (exit status 3) prints its traceback here, not only the line that says where "
+              "it is kept")
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -388,7 +427,7 @@ def _refuse_user_code(scenarios: Sequence[Scenario], where: str) -> None:
     for scenario in scenarios:
         named = names_user_code(scenario)
         if named:
-            raise ValueError(f"{where}: {' and '.join(named)} would be imported and run, and --no-user-code refuses "
+            raise Refusal(f"{where}: {' and '.join(named)} would be imported and run, and --no-user-code refuses "
                              "user code; leave --no-user-code out only if you trust that code")
 
 
@@ -406,11 +445,12 @@ def _run(args: argparse.Namespace) -> int:
                 _refuse_user_code([validate(read_yaml(saved, own=True), str(saved))], str(saved))
         return _resume(args)
     if not args.scenario:
-        raise ValueError("fred run needs a scenario file, or --resume RUN_DIR")
+        raise Refusal("fred run needs a scenario file, or --resume RUN_DIR")
     scenario = load_scenario(args.scenario, args.sets, args.seed)
     if args.no_user_code:
         _refuse_user_code([scenario], args.scenario)
     out = Path(args.out) if args.out else default_run_dir(scenario)
+    _replaceable(out)
     _stop_says(args, out)
     if args.checkpoint_every_s is not None:  # a scenario read from the checkpoint folder would go with it
         from fred.runs.checkpoint import check_folder, checkpoint_dir
@@ -425,6 +465,23 @@ def _run(args: argparse.Namespace) -> int:
     if not args.quiet:
         _print_summary(result.summary, out)
     return _status(result.summary, out)
+
+
+def _replaceable(out: Path, option: str = "--out") -> None:
+    """Refuse, before the run, a run directory's place the finished run could not be put in.
+
+    The run is written beside ``out`` and renamed onto it: a folder that is a mount point, or on a
+    read-only file system, refuses the rename (EBUSY, EROFS) only once the whole run is done.
+    The folder ``out`` is made in is checked by :func:`fred.runs.paths.check_out`.
+    """
+    if not out.is_dir() or out.is_symlink():  # a link or a file: check_out says why not
+        return
+    if os.path.ismount(out):
+        raise Refusal(f"{option} {out} is a mount point, and the run directory is renamed into place when it is "
+                      f"written, which a mount point refuses: give a folder inside it, e.g. --out {out / 'run'}")
+    if not os.access(out, os.W_OK):  # read-only: its permissions, or a read-only file system even for root
+        raise Refusal(f"{option} {out} is not writable, and the run directory replaces it when it is written: "
+                      "give another --out")
 
 
 def _status(summary: dict, out: Path) -> int:
@@ -448,7 +505,8 @@ def _resume(args: argparse.Namespace) -> int:
     from fred.runs.api import resume
 
     if args.scenario or args.sets or args.seed is not None or args.out:
-        raise ValueError("--resume takes only the run directory: the scenario is the checkpoint's")
+        raise Refusal("--resume takes only the run directory: the scenario is the checkpoint's")
+    _replaceable(Path(args.resume), "--resume")
     _stop_says(args, Path(args.resume))
     def restarting(reason: str) -> None:  # said before the long part, not after it
         if not args.quiet:

@@ -16,6 +16,7 @@ from fred.runs.analysis import SUMMARY_FIELDS_COMPARED, summary_row, with_summar
 from fred.runs.api import default_run_dir, finished_run, load_run, run
 from fred.runs.paths import output_dir, runs_folder, write_whole
 from fred.runs.runner import RunResult
+from fred.scenario.errors import Refusal
 from fred.scenario.loading import load_scenario
 from fred.scenario.schema import Scenario
 from fred.tools.examples_curves import loss_vs_examples
@@ -78,11 +79,11 @@ def _refuse_sets_on_runs(items: list[str], sets: list[str] | None, seeds: list[i
     finished = [item for item in items if _is_finished(Path(item))]
     for flag, given in (("--set", sets), ("--seeds", seeds)):
         if given and finished:
-            raise ValueError(f"{flag} applies to scenario files, and {finished[0]} is a finished run (or a sweep's runs): "
+            raise Refusal(f"{flag} applies to scenario files, and {finished[0]} is a finished run (or a sweep's runs): "
                              f"give its scenario.yaml instead, or compare without {flag}")
     seeded = [item for item in sets or [] if item.partition("=")[0].strip() == "seed"]
     if seeds and seeded:
-        raise ValueError(f"--set {seeded[0]} and --seeds both choose the seed: give the seeds with --seeds alone")
+        raise Refusal(f"--set {seeded[0]} and --seeds both choose the seed: give the seeds with --seeds alone")
 
 
 def _comparable(result: RunResult) -> RunResult:
@@ -96,7 +97,7 @@ def _refuse_repeated_items(items: list[str]) -> None:
     for item in items:
         where = Path(item).resolve()
         if where in first:
-            raise ValueError(f"{item} is given twice (as {first[where]} too); give each run once")
+            raise Refusal(f"{item} is given twice (as {first[where]} too); give each run once")
         first[where] = item
 
 
@@ -106,7 +107,7 @@ def _refuse_repeated_runs(results: list[RunResult], origins: list[str]) -> None:
     for result, origin in zip(results, origins):
         where = result.path.resolve() if result.path is not None else None
         if where in first:
-            raise ValueError(f"{first[where]} and {origin} are the same run, {result.path}; give it once")
+            raise Refusal(f"{first[where]} and {origin} are the same run, {result.path}; give it once")
         if where is not None:
             first[where] = origin
 
@@ -165,11 +166,11 @@ def sweep_runs(table_path: str | Path) -> list[RunResult]:
     try:
         table = pd.read_parquet(table_path)
     except FileNotFoundError:
-        raise ValueError(f"{table_path}: no such sweep table") from None
+        raise Refusal(f"{table_path}: no such sweep table") from None
     except Exception as err:  # pyarrow's errors for a file that is not parquet
-        raise ValueError(f"{table_path} is not a parquet table ({type(err).__name__}); give a table written by fred sweep") from None
+        raise Refusal(f"{table_path} is not a parquet table ({type(err).__name__}); give a table written by fred sweep") from None
     if "run_dir" not in table.columns:
-        raise ValueError(f"{table_path} has no run_dir column, so it is not a fred sweep table")
+        raise Refusal(f"{table_path} has no run_dir column, so it is not a fred sweep table")
     runs = []
     for row in table.itertuples(index=False):
         run_dir = _run_dir(Path(row.run_dir), table_path)
@@ -185,7 +186,7 @@ def _run_dir(recorded: Path, table_path: Path) -> Path:
     for candidate in (recorded, table_path.parent / recorded):
         if candidate.is_dir():
             return candidate
-    raise ValueError(f"{table_path} lists {recorded}, which is not here: run the sweep again, or compare from where it ran")
+    raise Refusal(f"{table_path} lists {recorded}, which is not here: run the sweep again, or compare from where it ran")
 
 
 def compare(
@@ -201,7 +202,7 @@ def compare(
     ``per_seed``, or when no two runs differ only by their seed, a row and a curve per run.
     """
     if target_loss is not None and math.isnan(target_loss):  # every run would be "never reached"
-        raise ValueError("--target-loss nan: give the eval loss to reach, a number such as 0.3")
+        raise Refusal("--target-loss nan: give the eval loss to reach, a number such as 0.3")
     runs_root = runs_folder(runs_root)
     out = output_dir(out)  # before running anything: a refused path would lose the runs' summary
     results, ran = gather(items, runs_root, watch, sets, seeds)

@@ -20,6 +20,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from matplotlib.transforms import ScaledTranslation, blended_transform_factory
 
 from fred.runs.paths import output_dir, write_whole
+from fred.scenario.errors import Refusal
 from fred.tools.seeds import band
 
 COMMUNICATION = {"push", "fetch", "send", "allreduce", "allgather", "lost"}  # a lost transfer was on the wire too
@@ -240,15 +241,15 @@ def timeline_window(
     the two edges (``--from``, ``--to`` on the command line), for the error messages."""
     for name, value in zip(names, (start_s, end_s)):
         if value is not None and not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"{name} {value:g}: a window edge is a time in simulated seconds, finite and 0 or more; "
+            raise Refusal(f"{name} {value:g}: a window edge is a time in simulated seconds, finite and 0 or more; "
                              f"give one such as {name} 0.5")
     last = float(events["end_s"].max()) if len(events) else 0.0
     if start_s is not None and start_s >= last:
-        raise ValueError(f"{names[0]} {start_s:g}: the run's last event ends at {last:.6g} s; give a start before that")
+        raise Refusal(f"{names[0]} {start_s:g}: the run's last event ends at {last:.6g} s; give a start before that")
     start = 0.0 if start_s is None else start_s
     end = end_s if end_s is not None else (last if last > start else start + 1.0)  # a run without events: any window
     if start >= end:
-        raise ValueError(f"{names[0]} {start:g} {names[1]} {end:g}: the window must start before it ends; "
+        raise Refusal(f"{names[0]} {start:g} {names[1]} {end:g}: the window must start before it ends; "
                          f"give a {names[0]} smaller than {names[1]}")
     return start, end
 
