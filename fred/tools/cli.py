@@ -374,7 +374,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="local: this machine's processes; ray: Ray tasks, on the cluster RAY_ADDRESS names "
                          "or a Ray started here (needs pip install -e \".[ray]\" in fred's checkout)")
     sw.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
-    sw.add_argument("--out", default="sweep.parquet", help="the gathered table (default: sweep.parquet)")
+    sw.add_argument("--out", help="the gathered table, or a folder to write it in (default: RUNS/sweep-NAME.parquet, "
+                    "NAME the scenario file's name without .yaml, in the --runs folder beside the sweep's runs)")
     sw.add_argument("--per-seed", action="store_true",
                     help="print a row for each run; without it, runs that differ only by their seed are one row "
                          "(mean ± sd over the seeds), as fred compare prints them")
@@ -595,13 +596,12 @@ def _sweep(args: argparse.Namespace) -> int:
     from fred.tools.compare import comparison_table, readable_table, sweep_runs
     from fred.tools.formats import count
     from fred.tools.seeds import parse_seeds
-    from fred.tools.sweep import parse_grid, sweep, with_seeds
+    from fred.tools.sweep import parse_grid, sweep, sweep_table_name, with_seeds
 
     grid = parse_grid(args.grid)
     if args.seeds is not None:
         grid = with_seeds(grid, parse_seeds(args.seeds), args.sets)
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # a line per finished run
-    out = output_file(args.out, "sweep.parquet", (args.scenario,))  # before the runs: a bad path fails at once
     if args.no_user_code:
         from fred.scenario.loading import apply_overrides, read_yaml
         from fred.tools.sweep import expand
@@ -609,6 +609,8 @@ def _sweep(args: argparse.Namespace) -> int:
         base = apply_overrides(read_yaml(args.scenario), list(args.sets))
         combos = expand(base, grid, args.scenario, Path(args.scenario).parent)
         _refuse_user_code([scenario for _, scenario in combos], args.scenario)
+    table_name = sweep_table_name(args.scenario)  # beside its runs, not in the working directory
+    out = output_file(args.out or Path(args.runs) / table_name, table_name, (args.scenario,))  # fails before the runs
     table, ran = sweep(args.scenario, grid, Path(args.runs), args.jobs, args.executor, args.sets, progress)
     write_whole(out, lambda partial: table.to_parquet(partial, index=False))  # a Ctrl-C now leaves the earlier table whole
     args.done = True  # the runs and the table are written: a Ctrl-C now only cuts the printing short

@@ -269,6 +269,12 @@ def _ray(todo: Todo, jobs: int, done: Done) -> None:
 EXECUTORS: dict[str, Callable[[Todo, int, Done], None]] = {"local": _local, "ray": _ray}
 
 
+def sweep_table_name(scenario: str | Path) -> str:
+    """The file name of a sweep's gathered table, by default in its runs folder: ``sweep-NAME.parquet``,
+    NAME the scenario file's stem, so that sweeps of two scenarios sharing a runs folder keep both tables."""
+    return f"sweep-{Path(scenario).stem}.parquet"
+
+
 def grid_label(settings: dict[str, Any]) -> str:
     """A combination as one line, ``strategy.lr=0.1, seed=2``: how ``fred compare`` names its run."""
     return ", ".join(f"{path}={value}" for path, value in settings.items())
