@@ -79,7 +79,7 @@ def test_a_bad_timeline_window_is_refused_and_nothing_is_written(tmp_path, capsy
 def test_plot_draws_the_timeline_window_it_is_given(tmp_path, capsys):
     out = tmp_path / "run"
     fred.run(tiny(), out=out)
-    assert main(["plot", str(out), "--from", "0.01", "--to", "0.02"]) == 0
+    assert main(["plot", str(out), "--from", "0.01", "--to", "0.02", "--svg"]) == 0
     assert (out / "plots" / "timeline.svg").read_text().count("0.01 to 0.02 s of") == 1
 
 
@@ -178,7 +178,7 @@ def test_every_activity_of_a_row_shows_in_the_png_where_activities_overlap(monke
     monkeypatch.setattr(plots, "_save", lambda fig, out, stem: made.append(fig) or save(fig, out, stem))
     path = Path(__file__).resolve().parents[1] / "scenarios" / scenario
     result = fred.run(path, workload={"timing_only": True}, stop={"max_sim_time_s": window[1] + 0.5})
-    png, _ = plots.timeline(result, tmp_path, *window)
+    [png] = plots.timeline(result, tmp_path, *window)  # no SVG unless asked
     for counts in _row_colours(png, made[0], workers):
         assert all(counts[group] > 100 for group in ("compute", "communicate", "wait")), counts
     ax = made[0].axes[0]

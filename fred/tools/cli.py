@@ -333,6 +333,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="the timeline starts at S simulated seconds (default: 0)")
     plot.add_argument("--to", dest="end_s", type=float, metavar="S",
                       help="the timeline ends at S simulated seconds (default: the run's last event)")
+    plot.add_argument("--workers", metavar="N,A-B",
+                      help="the workers the timeline draws, e.g. --workers 0-7,100 (default: every worker up to 32; "
+                           "of more, the first 8, the last 4 and the slowest)")
+    plot.add_argument("--svg", action="store_true", help="write each figure as SVG too, beside the PNG")
     plot.set_defaults(handler=_plot)
     cal = sub.add_parser("calibrate", help="measure real per-batch gradient time; write a compute profile")
     cal.add_argument("scenario", nargs="?",
@@ -624,16 +628,21 @@ def _sweep(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     from fred.runs.analysis import SUMMARY_FIELDS_PLOTTED, with_summary_fields
     from fred.runs.api import load_run
-    from fred.tools.plots import loss_curves, staleness_histograms, timeline, timeline_window
+    from fred.tools.plots import loss_curves, staleness_histograms, timeline, timeline_window, timeline_entities
+    from fred.tools.timeline_rows import check_workers, parse_workers
 
     result = with_summary_fields(load_run(args.run_dir), SUMMARY_FIELDS_PLOTTED, "plot")  # before any figure is written
     window = timeline_window(result.events, args.start_s, args.end_s, ("--from", "--to"))  # so is a bad window
+    workers = parse_workers(args.workers) if args.workers is not None else None
+    if workers is not None:  # and workers the run has not got
+        check_workers(timeline_entities(result.events), workers)
     out = Path(args.out) if args.out else Path(args.run_dir) / "plots"
     args.writing = f"{out} may hold only some of the figures (each is written whole)"  # for the message after a Ctrl-C
-    losses = loss_curves([result], out)
+    losses = loss_curves([result], out, svg=args.svg)
     if not losses:
         print("note: no loss curves: the run has no evaluation losses (a timing-only run)", file=sys.stderr)
-    paths = losses + staleness_histograms([result], out) + timeline(result, out, *window)
+    paths = losses + staleness_histograms([result], out, args.svg) + timeline(result, out, *window, workers=workers,
+                                                                                svg=args.svg)
     print("\n".join(str(p) for p in paths))
     return 0
 
