@@ -178,7 +178,7 @@ def test_every_activity_of_a_row_shows_in_the_png_where_activities_overlap(monke
     monkeypatch.setattr(plots, "_save", lambda fig, out, stem: made.append(fig) or save(fig, out, stem))
     path = Path(__file__).resolve().parents[1] / "scenarios" / scenario
     result = fred.run(path, workload={"timing_only": True}, stop={"max_sim_time_s": window[1] + 0.5})
-    [png] = plots.timeline(result, tmp_path, *window)  # no SVG unless asked
+    png, _ = plots.timeline(result, tmp_path, *window)
     for counts in _row_colours(png, made[0], workers):
         assert all(counts[group] > 100 for group in ("compute", "communicate", "wait")), counts
     ax = made[0].axes[0]

@@ -378,8 +378,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="local: this machine's processes; ray: Ray tasks, on the cluster RAY_ADDRESS names "
                          "or a Ray started here (needs pip install -e \".[ray]\" in fred's checkout)")
     sw.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
-    sw.add_argument("--out", help="the gathered table, or a folder to write it in (default: RUNS/sweep-NAME.parquet, "
-                    "NAME the scenario file's name without .yaml, in the --runs folder beside the sweep's runs)")
+    sw.add_argument("--out", help="the gathered table, or a folder to write sweep.parquet in (default: "
+                    "RUNS/sweep-NAME.parquet, NAME the scenario file's name without .yaml, in the --runs folder "
+                    "beside the sweep's runs)")
     sw.add_argument("--per-seed", action="store_true",
                     help="print a row for each run; without it, runs that differ only by their seed are one row "
                          "(mean ± sd over the seeds), as fred compare prints them")
@@ -614,7 +615,7 @@ def _sweep(args: argparse.Namespace) -> int:
         combos = expand(base, grid, args.scenario, Path(args.scenario).parent)
         _refuse_user_code([scenario for _, scenario in combos], args.scenario)
     table_name = sweep_table_name(args.scenario)  # beside its runs, not in the working directory
-    out = output_file(args.out or Path(args.runs) / table_name, table_name, (args.scenario,))  # fails before the runs
+    out = output_file(args.out or Path(args.runs) / table_name, "sweep.parquet", (args.scenario,))  # fails before the runs
     table, ran = sweep(args.scenario, grid, Path(args.runs), args.jobs, args.executor, args.sets, progress)
     write_whole(out, lambda partial: table.to_parquet(partial, index=False))  # a Ctrl-C now leaves the earlier table whole
     args.done = True  # the runs and the table are written: a Ctrl-C now only cuts the printing short

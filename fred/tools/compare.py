@@ -209,9 +209,9 @@ def compare(
     results, ran = gather(items, runs_root, watch, sets, seeds)
     table, shown = comparison_table(results, target_loss, per_seed)
     write_whole(out / "comparison.csv", lambda partial: table.to_csv(partial, index=False))  # an earlier table or this one, whole
-    loss_curves(shown, out, target_loss, svg=True)  # line plots: SVGs of a few kB, unlike a timeline's
-    loss_vs_examples(shown, out, target_loss, svg=True)  # one x axis for updates that are not alike (an SSGD round, an ASGD gradient)
-    staleness_histograms(shown, out, svg=True)
+    loss_curves(shown, out, target_loss)  # with SVGs: line plots of a few kB, unlike a timeline's
+    loss_vs_examples(shown, out, target_loss)  # one x axis for updates that are not alike (an SSGD round, an ASGD gradient)
+    staleness_histograms(shown, out)
     return table, ran
 
 

@@ -33,8 +33,8 @@ def with_examples(run) -> pd.DataFrame:
     return metrics
 
 
-def loss_vs_examples(results: Sequence, out: Path, target_loss: float | None = None, svg: bool = False) -> list[Path]:
-    """``loss_vs_examples.png`` (and ``.svg`` with ``svg``): a line per run with losses (a group of
+def loss_vs_examples(results: Sequence, out: Path, target_loss: float | None = None, svg: bool = True) -> list[Path]:
+    """``loss_vs_examples.png`` (and ``.svg`` unless ``svg=False``): a line per run with losses (a group of
     runs that differ only by seed: their mean, in a band from the least to the greatest), the
     target loss and the data's loss floor, as the other loss curves are drawn; no figure when no
     run has losses (timing-only runs)."""
@@ -57,7 +57,7 @@ def loss_vs_examples(results: Sequence, out: Path, target_loss: float | None = N
     if target_loss is not None:
         ax.axhline(target_loss, color="0.25", linestyle=(0, (5, 3)), linewidth=1, label=f"target loss {target_loss:g}")
     plots._loss_floor(ax, with_losses)
-    ax.set(xlabel=XLABEL, ylabel=plots.LOSS_AXIS, yscale="log", title="eval loss vs examples computed")
+    ax.set(xlabel=XLABEL, ylabel="eval loss", yscale="log", title=f"{plots.LOSS_LOG} vs examples computed")
     ax.set_xlim(left=0)
     plots._plain_log_labels(ax.yaxis)
     ax.grid(alpha=0.3)

@@ -3,7 +3,8 @@
 Figures are made as :class:`matplotlib.figure.Figure` objects, not through pyplot: they need
 no display and no backend, and importing this module leaves the caller's backend alone (a
 notebook's inline figures go on working). Every figure is written as PNG, and as SVG too
-when asked (``svg=True``, ``fred plot --svg``): a long run's timeline is an SVG of many megabytes.
+unless ``svg=False``: ``fred plot`` writes SVG files only with ``--svg``, since a long run's
+timeline is an SVG of many megabytes.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def _runs(item) -> list:
     return list(getattr(item, "runs", [item]))
 
 
-def loss_curves(results: Sequence, out: Path, target_loss: float | None = None, svg: bool = False) -> list[Path]:
+def loss_curves(results: Sequence, out: Path, target_loss: float | None = None, svg: bool = True) -> list[Path]:
     """Eval loss against simulated time and against updates, one line per run that has losses
     (a timing-only run has none), and the target loss as a horizontal line; no figure when no
     run has losses. Both x axes are linear: a log axis drops update 0 and squeezes the late
@@ -96,7 +97,7 @@ def loss_curves(results: Sequence, out: Path, target_loss: float | None = None, 
         if target_loss is not None:
             ax.axhline(target_loss, color="0.25", linestyle=(0, (5, 3)), linewidth=1, label=f"target loss {target_loss:g}")
         _loss_floor(ax, with_losses)
-        ax.set(xlabel=xlabel, ylabel=LOSS_AXIS, yscale="log", title=f"eval loss vs {xlabel}")
+        ax.set(xlabel=xlabel, ylabel="eval loss", yscale="log", title=f"{LOSS_LOG} vs {xlabel}")
         ax.set_xlim(left=0)
         _plain_log_labels(ax.yaxis)
         ax.grid(alpha=0.3)
@@ -106,7 +107,7 @@ def loss_curves(results: Sequence, out: Path, target_loss: float | None = None, 
 
 
 BAND_ALPHA = 0.2
-LOSS_AXIS = "eval loss (log scale)"
+LOSS_LOG = "eval loss (log scale)"  # the title says the y axis is logarithmic, above the labels that show it
 
 
 def _loss_floor(ax, results: Sequence) -> None:
@@ -167,12 +168,12 @@ ONE_HISTOGRAM_IN = (10.0, 4.5)  # one run's: as wide as its timeline (10 in), wh
 HISTOGRAM_IN = (5.0, 3.6)  # each of several runs': 3 to a row is a figure 15 in (1,500 px) wide
 
 
-def staleness_histograms(results: Sequence, out: Path, svg: bool = False) -> list[Path]:
+def staleness_histograms(results: Sequence, out: Path, svg: bool = True) -> list[Path]:
     """One staleness histogram per run, three to a row (one row of 190 runs' made a PNG 66,000 px
     wide), each large enough to read beside the timeline (at 3.5 x 3.2 in, 340 x 290 px, it was
     not); one run's as wide as its timeline. A group of runs that differ only by seed has one:
     the mean count per seed, and whiskers from the least to the greatest seed's. The mean and
-    the max are said in the title, where they cover no bar."""
+    the max are said in a legend where it covers fewest bars."""
     columns = max(1, min(len(results), HISTOGRAMS_PER_ROW))
     rows = -(-len(results) // columns)
     width_in, height_in = ONE_HISTOGRAM_IN if len(results) == 1 else HISTOGRAM_IN
@@ -183,13 +184,12 @@ def staleness_histograms(results: Sequence, out: Path, svg: bool = False) -> lis
     for ax, r in zip(axes.flat, results):
         runs = _runs(r)
         if len(runs) > 1:
-            said = _staleness_over_seeds(ax, [run.updates["staleness"].to_numpy(dtype=float) for run in runs])
+            _staleness_over_seeds(ax, [run.updates["staleness"].to_numpy(dtype=float) for run in runs])
             title = f"{_label(r)}, {len(runs)} seeds"
         else:
-            said = _staleness_histogram(ax, runs[0].updates["staleness"].to_numpy(dtype=float))
+            _staleness_histogram(ax, runs[0].updates["staleness"].to_numpy(dtype=float))
             title = _label(r)
-        width = 60 if len(results) == 1 else 50  # side by side: no overlap
-        ax.set_title(textwrap.fill(title, width) + (f"\n{said}" if said else ""), fontsize=11)
+        ax.set_title(textwrap.fill(title, 60 if len(results) == 1 else 50), fontsize=11)  # side by side: no overlap
         ax.tick_params(labelsize=10)
         ax.xaxis.label.set_size(11)
         ax.yaxis.label.set_size(11)
@@ -197,40 +197,47 @@ def staleness_histograms(results: Sequence, out: Path, svg: bool = False) -> lis
     return _saved(fig, out, "staleness", svg)
 
 
-def _staleness_histogram(ax, staleness: np.ndarray) -> str:
+def _staleness_histogram(ax, staleness: np.ndarray) -> None:
     """Staleness is a whole number of versions: one bar per value, centred on it (edges at
-    k - 0.5), so SSGD's all-zero staleness is one bar at 0, not a bar spanning 0 to 1. Returns
-    the mean and the max, for the title."""
+    k - 0.5), so SSGD's all-zero staleness is one bar at 0, not a bar spanning 0 to 1; the
+    mean and the max in the legend."""
     ax.set(xlabel="staleness (model versions behind)", ylabel="gradients applied")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if not len(staleness):
         ax.text(0.5, 0.5, "no gradients applied", transform=ax.transAxes, ha="center", va="center")
-        return ""
+        return
     top = int(staleness.max())
-    ax.hist(staleness, bins=np.arange(-0.5, top + 1.5), rwidth=0.85, color=COLOURS["compute"])
+    ax.hist(staleness, bins=np.arange(-0.5, top + 1.5), rwidth=0.85, color=COLOURS["compute"],
+            label=f"mean {staleness.mean():.2f}, max {top}")
     ax.set_xlim(-0.75, max(top, 4) + 0.75)  # a lone bar at 0 stays a bar, not the whole panel
-    return f"staleness mean {staleness.mean():.2f}, max {top}"
+    _said(ax)
 
 
-def _staleness_over_seeds(ax, per_seed: list[np.ndarray]) -> str:
+def _said(ax) -> None:
+    """The legend of a staleness panel, where it covers the fewest bars (text at a fixed corner
+    covers the bars that reach that corner)."""
+    ax.legend(loc="best", fontsize=9, handlelength=1, framealpha=0.9)
+
+
+def _staleness_over_seeds(ax, per_seed: list[np.ndarray]) -> None:
     """The seeds' staleness histograms as one: bars of the mean count per seed, whiskers from
-    the least seed's count to the greatest's; returns the mean and max over all the seeds'
-    gradients, and what the whiskers are, for the title."""
+    the least seed's count to the greatest's; the legend says the mean and max over all the
+    seeds' gradients, and what the whiskers are."""
     ax.set(xlabel="staleness (model versions behind)", ylabel="gradients applied, mean per seed")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     pooled = np.concatenate(per_seed)
     if not len(pooled):
         ax.text(0.5, 0.5, "no gradients applied", transform=ax.transAxes, ha="center", va="center")
-        return ""
+        return
     top = int(pooled.max())
     values = np.arange(top + 1)
     counts = np.array([np.bincount(s.astype(int), minlength=top + 1) for s in per_seed])
     mean = counts.mean(axis=0)
-    ax.bar(values, mean, width=0.85, color=COLOURS["compute"])
+    ax.bar(values, mean, width=0.85, color=COLOURS["compute"], label=f"mean {pooled.mean():.2f}, max {top}")
     ax.errorbar(values, mean, yerr=[mean - counts.min(axis=0), counts.max(axis=0) - mean], fmt="none", ecolor="0.2",
-                elinewidth=1, capsize=2)
+                elinewidth=1, capsize=2, label="least to greatest seed")
     ax.set_xlim(-0.75, max(top, 4) + 0.75)
-    return f"staleness mean {pooled.mean():.2f}, max {top}\nwhiskers: least to greatest seed"
+    _said(ax)
 
 
 MAX_EVENTS = 20_000  # more in the window, and each row shows shares per pixel column instead of single bars
@@ -238,7 +245,7 @@ MAX_EVENTS = 20_000  # more in the window, and each row shows shares per pixel c
 
 def timeline(
     result, out: Path, start_s: float | None = None, end_s: float | None = None, max_events: int = MAX_EVENTS,
-    workers: Sequence[int] | None = None, svg: bool = False,
+    workers: Sequence[int] | None = None, svg: bool = True,
 ) -> list[Path]:
     """A Gantt chart, one row per entity: compute, communication and waiting over simulated time,
     between ``start_s`` and ``end_s`` (default: the whole run). Of a run of many workers it draws
