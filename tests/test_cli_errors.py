@@ -13,9 +13,9 @@ import yaml
 from fred.scenario import registry
 from fred.scenario.errors import Refusal
 from fred.scenario.loading import validate
-from fred.tools import cli
+
 from fred.tools.cli import main
-from fred.tools.refusals import is_refusal
+from fred.tools.refusals import INTERNAL, is_refusal
 from fred.tools.sweep_jobs import run_one
 from tests.conftest import tiny
 
@@ -38,12 +38,16 @@ def traceback_folder(tmp_path, monkeypatch) -> Path:
     return folder
 
 
-def test_an_internal_value_error_exits_3_and_keeps_its_traceback_in_a_file(traceback_folder, monkeypatch, capsys):
+def test_an_internal_value_error_exits_3_and_keeps_its_traceback_in_a_file(
+    traceback_folder, monkeypatch, capsys
+):
     monkeypatch.setattr(registry, "all_strategies", numpy_bug)
-    assert main(["list"]) == cli.INTERNAL == 3
+    assert main(["list"]) == INTERNAL == 3
     err = capsys.readouterr().err
     [kept] = traceback_folder.glob("fred-traceback-*.txt")
-    assert err.startswith("fred: internal error, a bug in fred and not in your input (ValueError: cannot reshape")
+    assert err.startswith(
+        "fred: internal error, a bug in fred and not in your input (ValueError: cannot reshape"
+    )
     assert str(kept) in err and len(err.splitlines()) == 1 and "Traceback" not in err
     text = kept.read_text()
     assert "Traceback (most recent call last)" in text and "numpy_bug" in text and "reshape" in text
@@ -60,11 +64,17 @@ def test_debug_prints_the_traceback_of_a_bug(traceback_folder, monkeypatch, caps
 
 
 def test_a_bad_scenario_and_a_refused_path_still_exit_2(tmp_path, traceback_folder, capsys):
-    assert main(["run", str(write(tmp_path, tiny(cluster={"wrokers": 3}))), "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(["run", str(write(tmp_path, tiny(cluster={"wrokers": 3}))), "--out", str(tmp_path / "o")]) == 2
+    )
     assert "did you mean 'workers'" in capsys.readouterr().err
     (tmp_path / "file").write_text("")
-    assert main(["run", str(write(tmp_path, tiny())), "--out", str(tmp_path / "file" / "run"), "--quiet"]) == 2
-    assert "is a file: choose another --out" in capsys.readouterr().err  # a plain ValueError of fred.runs.paths
+    assert (
+        main(["run", str(write(tmp_path, tiny())), "--out", str(tmp_path / "file" / "run"), "--quiet"]) == 2
+    )
+    assert (
+        "is a file: choose another --out" in capsys.readouterr().err
+    )  # a plain ValueError of fred.runs.paths
     assert main(["run", "--memory-limit-gb", "-1"]) == 2  # a Refusal of the command line's own
     assert list(traceback_folder.iterdir()) == []
 
@@ -99,10 +109,15 @@ def test_an_out_that_cannot_take_the_run_is_refused_before_the_run(place, tmp_pa
         monkeypatch.setattr(os.path, "ismount", lambda path: Path(path) == out)
     else:  # what access(2) says of a read-only file system, even to root (chmod does not stop root)
         real = os.access
-        monkeypatch.setattr(os, "access", lambda path, mode: real(path, mode) and not (Path(path) == out and mode & os.W_OK))
+        monkeypatch.setattr(
+            os, "access", lambda path, mode: real(path, mode) and not (Path(path) == out and mode & os.W_OK)
+        )
     import fred.runs.api
 
     monkeypatch.setattr(fred.runs.api, "run", lambda *a, **k: pytest.fail("the run started"))
     assert main(["run", str(write(tmp_path, tiny())), "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"fred: --out {out} is ") and place.split()[-1].replace("read-only", "not writable") in err
+    assert (
+        err.startswith(f"fred: --out {out} is ")
+        and place.split()[-1].replace("read-only", "not writable") in err
+    )

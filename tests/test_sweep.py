@@ -190,7 +190,9 @@ def test_fred_sweep_writes_the_table(scenario, tmp_path, capsys):
     assert len(pd.read_parquet(out)) == 2 and "2 combinations: 2 made, 0 reused" in capsys.readouterr().out
 
 
-def test_fred_sweep_writes_its_table_beside_its_runs_not_in_the_working_directory(scenario, tmp_path, monkeypatch, capsys):
+def test_fred_sweep_writes_its_table_beside_its_runs_not_in_the_working_directory(
+    scenario, tmp_path, monkeypatch, capsys
+):
     here = tmp_path / "here"
     here.mkdir()
     monkeypatch.chdir(here)

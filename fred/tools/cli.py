@@ -67,7 +67,7 @@ _current: argparse.Namespace | None = None  # the command being run, for the lin
 
 def _ended(err: BaseException, args: argparse.Namespace | None) -> int | None:
     """Say what ended the command early and return its status: 2 for input refused on purpose
-    (:mod:`fred.tools.refusals`), :data:`INTERNAL` for a bug; None for argparse's exit.
+    (:mod:`fred.tools.refusals`), 3 for a bug; None for argparse's exit.
 
     A stop comes first: asked for by a signal, whatever it became on its way out (an
     ImportError from an import it cut short, a ValueError a library made of it).
@@ -104,36 +104,11 @@ def _ended(err: BaseException, args: argparse.Namespace | None) -> int | None:
               "or give the memory this machine has with --memory-limit-gb N", file=sys.stderr)
         return 1
     if isinstance(err, Exception):
-        return _internal(err, args)
-    return None
+        from fred.tools.refusals import INTERNAL, report_bug
 
-
-INTERNAL = 3  # the exit status of a bug in fred, apart from 2 (input refused) and 1 (a failed run, the machine)
-
-
-def _internal(err: Exception, args: argparse.Namespace | None) -> int:
-    """Report a bug in fred: one line that says so and where its traceback is (a file, or
-    stderr with ``--debug``), and :data:`INTERNAL`."""
-    import tempfile
-    import traceback
-
-    text = "".join(traceback.format_exception(err))
-    what = _readable(f"{type(err).__name__}: {err}", width=300, lines=1)
-    if getattr(args, "debug", False):
-        print(text, end="", file=sys.stderr)
-        print(f"fred: internal error, a bug in fred and not in your input ({what}); its traceback is above",
-              file=sys.stderr)
+        report_bug(err, getattr(args, "debug", False))
         return INTERNAL
-    try:
-        handle, name = tempfile.mkstemp(prefix="fred-traceback-", suffix=".txt")
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(f"fred {' '.join(sys.argv[1:])}\n{text}")
-    except OSError:  # no writable temporary folder: the traceback goes to stderr
-        print(text, end="", file=sys.stderr)
-        name = "above"
-    print(f"fred: internal error, a bug in fred and not in your input ({what}); its traceback is in {name} "
-          "(--debug prints it here); please report it with that file", file=sys.stderr)
-    return INTERNAL
+    return None
 
 
 @contextlib.contextmanager
@@ -334,8 +309,8 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--to", dest="end_s", type=float, metavar="S",
                       help="the timeline ends at S simulated seconds (default: the run's last event)")
     plot.add_argument("--workers", metavar="N,A-B",
-                      help="the workers the timeline draws, e.g. --workers 0-7,100 (default: every worker up to 32; "
-                           "of more, the first 8, the last 4 and the slowest)")
+                      help="the workers the timeline draws, e.g. --workers 0-7,100 (default: every worker "
+                           "up to 32; of more, the first 8, the last 4 and the slowest)")
     plot.add_argument("--svg", action="store_true", help="write each figure as SVG too, beside the PNG")
     plot.set_defaults(handler=_plot)
     cal = sub.add_parser("calibrate", help="measure real per-batch gradient time; write a compute profile")
@@ -379,8 +354,8 @@ def _parser() -> argparse.ArgumentParser:
                          "or a Ray started here (needs pip install -e \".[ray]\" in fred's checkout)")
     sw.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
     sw.add_argument("--out", help="the gathered table, or a folder to write sweep.parquet in (default: "
-                    "RUNS/sweep-NAME.parquet, NAME the scenario file's name without .yaml, in the --runs folder "
-                    "beside the sweep's runs)")
+                    "RUNS/sweep-NAME.parquet, NAME the scenario file's name without .yaml, in the --runs "
+                    "folder beside the sweep's runs)")
     sw.add_argument("--per-seed", action="store_true",
                     help="print a row for each run; without it, runs that differ only by their seed are one row "
                          "(mean ± sd over the seeds), as fred compare prints them")
@@ -483,11 +458,12 @@ def _replaceable(out: Path, option: str = "--out") -> None:
     if not out.is_dir() or out.is_symlink():  # a link or a file: check_out says why not
         return
     if os.path.ismount(out):
-        raise Refusal(f"{option} {out} is a mount point, and the run directory is renamed into place when it is "
-                      f"written, which a mount point refuses: give a folder inside it, e.g. --out {out / 'run'}")
+        raise Refusal(f"{option} {out} is a mount point, and the run directory is renamed into place when "
+                      f"it is written, which a mount point refuses: give a folder inside it, "
+                      f"e.g. --out {out / 'run'}")
     if not os.access(out, os.W_OK):  # read-only: its permissions, or a read-only file system even for root
-        raise Refusal(f"{option} {out} is not writable, and the run directory replaces it when it is written: "
-                      "give another --out")
+        raise Refusal(f"{option} {out} is not writable, and the run directory replaces it when it is "
+                      "written: give another --out")
 
 
 def _status(summary: dict, out: Path) -> int:
@@ -615,7 +591,7 @@ def _sweep(args: argparse.Namespace) -> int:
         combos = expand(base, grid, args.scenario, Path(args.scenario).parent)
         _refuse_user_code([scenario for _, scenario in combos], args.scenario)
     table_name = sweep_table_name(args.scenario)  # beside its runs, not in the working directory
-    out = output_file(args.out or Path(args.runs) / table_name, "sweep.parquet", (args.scenario,))  # fails before the runs
+    out = output_file(args.out or Path(args.runs) / table_name, "sweep.parquet", (args.scenario,))
     table, ran = sweep(args.scenario, grid, Path(args.runs), args.jobs, args.executor, args.sets, progress)
     write_whole(out, lambda partial: table.to_parquet(partial, index=False))  # a Ctrl-C now leaves the earlier table whole
     args.done = True  # the runs and the table are written: a Ctrl-C now only cuts the printing short
@@ -629,7 +605,8 @@ def _sweep(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     from fred.runs.analysis import SUMMARY_FIELDS_PLOTTED, with_summary_fields
     from fred.runs.api import load_run
-    from fred.tools.plots import loss_curves, staleness_histograms, timeline, timeline_window, timeline_entities
+    from fred.tools.plots import loss_curves, staleness_histograms, timeline, timeline_entities
+    from fred.tools.plots import timeline_window
     from fred.tools.timeline_rows import check_workers, parse_workers
 
     result = with_summary_fields(load_run(args.run_dir), SUMMARY_FIELDS_PLOTTED, "plot")  # before any figure is written
@@ -642,8 +619,8 @@ def _plot(args: argparse.Namespace) -> int:
     losses = loss_curves([result], out, svg=args.svg)
     if not losses:
         print("note: no loss curves: the run has no evaluation losses (a timing-only run)", file=sys.stderr)
-    paths = losses + staleness_histograms([result], out, args.svg) + timeline(result, out, *window, workers=workers,
-                                                                                svg=args.svg)
+    paths = losses + staleness_histograms([result], out, args.svg)
+    paths += timeline(result, out, *window, workers=workers, svg=args.svg)
     print("\n".join(str(p) for p in paths))
     return 0
 

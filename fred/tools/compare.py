@@ -265,9 +265,10 @@ def strategy_settings(items: Sequence[RunResult | SeedGroup]) -> list[str]:
 
 
 def _strategy_fields(item: RunResult | SeedGroup) -> dict[str, object]:
-    """The strategy's resolved fields but its name, ``{"strategy.lr": 0.1, ...}``; unset (None) ones left out."""
+    """The strategy's resolved fields but its name, ``{"strategy.lr": 0.1, ...}``; unset (None) ones out."""
     fields = item.flat if isinstance(item, SeedGroup) else scenario_fields(item.scenario.resolved())
-    return {k: v for k, v in fields.items() if k.startswith("strategy.") and k != "strategy.name" and v is not None}
+    return {k: v for k, v in fields.items()
+            if k.startswith("strategy.") and k != "strategy.name" and v is not None}
 
 
 def _setting(key: str, value: object) -> str:
@@ -278,14 +279,15 @@ def _setting(key: str, value: object) -> str:
 def _with_sites(table: pd.DataFrame, shown: Sequence[RunResult | SeedGroup]) -> pd.DataFrame:
     """``table`` with :data:`BETWEEN_SITES` (mean, ``_sd`` and ``_n`` over a group's seeds) where
     any run has sites; NaN for a run without."""
-    per_item = [[float(run.summary.get(BETWEEN_SITES, math.nan)) for run in getattr(item, "runs", [item])] for item in shown]
+    per_item = [[float(run.summary.get(BETWEEN_SITES, math.nan)) for run in getattr(item, "runs", [item])]
+                for item in shown]
     if all(math.isnan(v) for values in per_item for v in values):
         return table
     if "n_seeds" not in table.columns:
         return table.assign(**{BETWEEN_SITES: [values[0] for values in per_item]})
     stats = [mean_sd(np.array(values)) for values in per_item]
-    return table.assign(**{BETWEEN_SITES: [m for m, _, _ in stats], f"{BETWEEN_SITES}_sd": [sd for _, sd, _ in stats],
-                           f"{BETWEEN_SITES}_n": [n for _, _, n in stats]})
+    means, sds, counts = (list(column) for column in zip(*stats))
+    return table.assign(**{BETWEEN_SITES: means, f"{BETWEEN_SITES}_sd": sds, f"{BETWEEN_SITES}_n": counts})
 
 
 def readable_table(table: pd.DataFrame, width: int = 80) -> str:
@@ -330,7 +332,9 @@ def _readable_columns(table: pd.DataFrame) -> list[Column]:
             (f"updates to\nloss {target:g}", _reached(table["updates_to_target"], losses, lambda v: f"{int(v):,}"), True),
         ]
     staleness = zip(table["staleness_mean"], table["staleness_p50"], table["staleness_p99"])
-    between = [("between\nsites", [_or_dash(x, bytes_) for x in table[BETWEEN_SITES]], True)] if BETWEEN_SITES in table else []
+    between = []
+    if BETWEEN_SITES in table:
+        between = [("between\nsites", [_or_dash(x, bytes_) for x in table[BETWEEN_SITES]], True)]
     return columns + [
         ("sent", [bytes_(x) for x in table["bytes_sent"]], True), *between,
         ("staleness\nmean/p50/p99", ["-" if pd.isna(m) else f"{m:.3g} / {p:g} / {q:g}" for m, p, q in staleness], True),
@@ -373,7 +377,9 @@ def _seed_columns(table: pd.DataFrame) -> list[Column]:
             (("staleness_mean", lambda v: f"{v:.3g}"), ("staleness_p50", lambda v: f"{v:g}"), ("staleness_p99", lambda v: f"{v:g}")))
         for _, row in table.iterrows()
     ]
-    between = [("between\nsites", _bytes_spread(table, BETWEEN_SITES), True)] if BETWEEN_SITES in table else []
+    between = []
+    if BETWEEN_SITES in table:
+        between = [("between\nsites", _bytes_spread(table, BETWEEN_SITES), True)]
     return columns + [("sent", sent, True), *between, ("staleness\nmean/p50/p99", staleness, True)]
 
 
@@ -437,7 +443,8 @@ def _notes(columns: list[Column]) -> list[str]:
              "is one ASGD gradient); the plot loss_vs_examples compares runs by the examples they computed instead",
              "sent: bytes on the network, in decimal units (1 MB = 10^6 bytes, 1 GB = 10^9)"]
     if any(header == "between\nsites" for header, _, _ in columns):
-        notes.append("between sites: the part of sent that crossed the wide-area links between sites (network.sites)")
+        notes.append("between sites: the part of sent that crossed the wide-area links between sites "
+                     "(network.sites)")
     if any(header == "seeds" for header, _, _ in columns):
         notes.append("seeds: runs that differ only by their seed, as one row; a ± b: the mean over the seeds ± their "
                      "standard deviation (sample, n - 1); a number alone is the same for every seed")

@@ -33,7 +33,9 @@ def with_examples(run) -> pd.DataFrame:
     return metrics
 
 
-def loss_vs_examples(results: Sequence, out: Path, target_loss: float | None = None, svg: bool = True) -> list[Path]:
+def loss_vs_examples(
+    results: Sequence, out: Path, target_loss: float | None = None, svg: bool = True,
+) -> list[Path]:
     """``loss_vs_examples.png`` (and ``.svg`` unless ``svg=False``): a line per run with losses (a group of
     runs that differ only by seed: their mean, in a band from the least to the greatest), the
     target loss and the data's loss floor, as the other loss curves are drawn; no figure when no

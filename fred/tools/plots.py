@@ -30,9 +30,14 @@ COMMUNICATION = {"push", "fetch", "send", "allreduce", "allgather", "lost"}  # a
 # Drawing order: "other" first, underneath, as it holds conditions (a degraded link, a worker
 # left out) that span activities; drawn last it hid every compute and push inside them.
 DRAWN = ("other", "compute", "communicate", "wide_area", "wait")
-COLOURS = {"compute": "#4C72B0", "communicate": "#DD8452", "wide_area": "#8172B3", "wait": "#B0B0B0", "other": "#55A868"}
-LEGEND = {"compute": "compute", "communicate": "communication", "wide_area": "wide-area transfer (between sites)",
-          "wait": "waiting", "other": "other"}
+COLOURS = {
+    "compute": "#4C72B0", "communicate": "#DD8452", "wide_area": "#8172B3", "wait": "#B0B0B0",
+    "other": "#55A868",
+}
+LEGEND = {
+    "compute": "compute", "communicate": "communication", "wide_area": "wide-area transfer (between sites)",
+    "wait": "waiting", "other": "other",
+}
 OTHERS_NAMED = 4  # the kinds of event the legend's "other" names
 
 
@@ -71,7 +76,9 @@ def _runs(item) -> list:
     return list(getattr(item, "runs", [item]))
 
 
-def loss_curves(results: Sequence, out: Path, target_loss: float | None = None, svg: bool = True) -> list[Path]:
+def loss_curves(
+    results: Sequence, out: Path, target_loss: float | None = None, svg: bool = True,
+) -> list[Path]:
     """Eval loss against simulated time and against updates, one line per run that has losses
     (a timing-only run has none), and the target loss as a horizontal line; no figure when no
     run has losses. Both x axes are linear: a log axis drops update 0 and squeezes the late
@@ -130,7 +137,7 @@ def _band(ax, group, x: str, style: dict[str, str]) -> None:
     ax.fill_between(grid, low, high, color=style["color"], alpha=BAND_ALPHA, linewidth=0)
 
 
-MANTISSAS = ((1,), (1, 2, 5), (1, 2, 3, 5), tuple(range(1, 10)))  # a log axis's labelled values in a decade, coarsest first
+MANTISSAS = ((1,), (1, 2, 5), (1, 2, 3, 5), tuple(range(1, 10)))  # labels in a decade, coarsest first
 MIN_LOG_LABELS = 3
 
 
@@ -148,7 +155,8 @@ def _plain_log_labels(axis) -> None:
         if len(ticks) >= MIN_LOG_LABELS:
             break
     else:
-        ticks = [t for t in MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(low, high) if low <= t <= high]
+        linear = MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(low, high)
+        ticks = [t for t in linear if low <= t <= high]
     axis.set_major_locator(FixedLocator(ticks))
     axis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
     axis.set_minor_formatter(NullFormatter())
@@ -536,5 +544,6 @@ def _legend(fig, ax, shown: pd.DataFrame) -> None:
 def _other_label(shown: pd.DataFrame) -> str:
     """``other`` in the legend, with the kinds of event it holds: ``other (crash, lost)``."""
     kinds = shown.loc[shown["group"] == "other", "kind"].value_counts().index.tolist()
-    named = ", ".join(kinds[:OTHERS_NAMED]) + (f" and {len(kinds) - OTHERS_NAMED} more" if len(kinds) > OTHERS_NAMED else "")
+    more = len(kinds) - OTHERS_NAMED
+    named = ", ".join(kinds[:OTHERS_NAMED]) + (f" and {more} more" if more > 0 else "")
     return f"{LEGEND['other']} ({named})"

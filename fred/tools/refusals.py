@@ -1,4 +1,5 @@
-"""Which exceptions are refusals (bad input, exit status 2) and which are bugs in fred (exit status 3).
+"""Which exceptions are refusals (bad input, exit status 2) and which are bugs in fred (exit status 3),
+and how a bug is reported.
 
 A refusal is an exception fred raises on purpose, with a message that says the fix: a
 :class:`~fred.scenario.errors.Refusal`, a :class:`~fred.scenario.loading.ScenarioError`, one of the
@@ -14,7 +15,10 @@ its refusals raise :class:`~fred.scenario.errors.Refusal`.
 from __future__ import annotations
 
 import linecache
+import os
 import sys
+import tempfile
+import traceback
 from types import TracebackType
 
 from fred.scenario.errors import Refusal
@@ -27,8 +31,13 @@ NAMED = (  # (module, class): refusals by name, looked up only where their modul
 )
 
 PLAIN_VALUE_ERRORS = (  # module prefixes whose `raise ValueError(...)` statements are refusals
-    "fred.scenario.", "fred.numerics.", "fred.simulation.", "strategies.", "fred.runs.",
-    "fred.tools.replay", "fred.tools.calibrate",
+    "fred.scenario.",
+    "fred.numerics.",
+    "fred.simulation.",
+    "strategies.",
+    "fred.runs.",
+    "fred.tools.replay",
+    "fred.tools.calibrate",
 )
 
 
@@ -42,7 +51,7 @@ def is_refusal(err: BaseException) -> bool:
 
 
 def _named() -> list[type]:
-    """The named refusal classes whose modules are loaded (an error of an unloaded module's class cannot be)."""
+    """The named refusal classes whose modules are loaded (no error is of an unloaded module's class)."""
     return [getattr(sys.modules[module], name) for module, name in NAMED if module in sys.modules]
 
 
@@ -57,3 +66,32 @@ def _raised_by(tb: TracebackType | None, prefixes: tuple[str, ...]) -> bool:
         return False
     line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_globals)
     return line.lstrip().startswith("raise ")
+
+
+INTERNAL = (
+    3  # the exit status of a bug in fred, apart from 2 (input refused) and 1 (a failed run, the machine)
+)
+
+
+def report_bug(err: BaseException, debug: bool = False) -> None:
+    """Say on stderr, in one line, that ``err`` is a bug in fred and where its traceback is: a
+    file ``fred-traceback-*.txt`` in the temporary folder, or above the line with ``debug``."""
+    text = "".join(traceback.format_exception(err))
+    what = f"{type(err).__name__}: {' '.join(str(err).split())}"
+    what = what if len(what) <= 300 else f"{what[:299]}…"
+    name = "above"
+    if not debug:
+        try:
+            handle, name = tempfile.mkstemp(prefix="fred-traceback-", suffix=".txt")
+            with os.fdopen(handle, "w", encoding="utf-8") as file:
+                file.write(f"fred {' '.join(sys.argv[1:])}\n{text}")
+        except OSError:  # no writable temporary folder: the traceback goes to stderr
+            debug, name = True, "above"
+    if debug:
+        print(text, end="", file=sys.stderr)
+    kept = (
+        "its traceback is above"
+        if debug
+        else f"its traceback is in {name} (--debug prints it here); please report it with that file"
+    )
+    print(f"fred: internal error, a bug in fred and not in your input ({what}); {kept}", file=sys.stderr)

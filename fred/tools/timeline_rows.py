@@ -27,8 +27,10 @@ def parse_workers(text: str, flag: str = "--workers") -> list[int]:
     for part in text.split(","):
         found = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
         if found is None:
-            raise Refusal(f"{flag} {text}: {part.strip() or 'an empty item'} is not a worker number or a range; "
-                          f"give numbers and ranges, e.g. {flag} 0-7,100")
+            raise Refusal(
+                f"{flag} {text}: {part.strip() or 'an empty item'} is not a worker number or a range; "
+                f"give numbers and ranges, e.g. {flag} 0-7,100"
+            )
         low, high = int(found[1]), int(found[2] if found[2] is not None else found[1])
         if high < low:
             raise Refusal(f"{flag} {text}: the range {low}-{high} runs backwards; write it {high}-{low}")
@@ -49,7 +51,7 @@ def mean_steps(shown: pd.DataFrame, entities: list[str]) -> pd.Series:
 
 
 def chosen(entities: list[str], steps: pd.Series, workers: list[int] | None) -> tuple[list[str], str | None]:
-    """The rows to draw, in ``entities``' order, and a line that says which workers they are (None when all)."""
+    """The rows to draw, in ``entities``' order, and a line that says which workers they are (None: all)."""
     numbers = {e: worker_number(e) for e in entities}
     every = sorted(n for n in numbers.values() if n is not None)
     if workers is not None:
