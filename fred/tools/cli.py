@@ -590,9 +590,10 @@ def _sweep(args: argparse.Namespace) -> int:
         base = apply_overrides(read_yaml(args.scenario), list(args.sets))
         combos = expand(base, grid, args.scenario, Path(args.scenario).parent)
         _refuse_user_code([scenario for _, scenario in combos], args.scenario)
-    table_name = sweep_table_name(args.scenario)  # beside its runs, not in the working directory
-    out = output_file(args.out or Path(args.runs) / table_name, "sweep.parquet", (args.scenario,))
+    out = output_file(args.out, "sweep.parquet", (args.scenario,)) if args.out else None  # a bad --out: at once
     table, ran = sweep(args.scenario, grid, Path(args.runs), args.jobs, args.executor, args.sets, progress)
+    if out is None:  # beside its runs, not in the working directory; the runs folder is checked and made by now
+        out = output_file(Path(args.runs) / sweep_table_name(args.scenario), "sweep.parquet", (args.scenario,))
     write_whole(out, lambda partial: table.to_parquet(partial, index=False))  # a Ctrl-C now leaves the earlier table whole
     args.done = True  # the runs and the table are written: a Ctrl-C now only cuts the printing short
     readable, _ = comparison_table(sweep_runs(out), per_seed=args.per_seed)  # fred compare's table: seeds averaged
