@@ -285,7 +285,7 @@ def timeline(
     if picked is not None:
         _gaps(ax, entities)
     _annotate_rows(ax, shown, end_s - start_s, bool(split), float(steps.median()) if len(steps) else math.nan)
-    subtitle = _subtitle(result.events, shown, start_s, end_s, aggregated, columns, len(split))
+    subtitle = _subtitle(result.events, shown, start_s, end_s, aggregated, columns, len(split), picked is not None)
     ax.set_title(f"{_label(result)}\n{subtitle}" + (f"\n{picked}" if picked else ""), fontsize=10)
     _legend(fig, ax, shown)
     return _saved(fig, out, "timeline", svg)
@@ -512,16 +512,17 @@ def _duration(seconds: float) -> str:
 
 
 def _subtitle(events: pd.DataFrame, shown: pd.DataFrame, start_s: float, end_s: float, aggregated: bool, columns: int,
-              split: int) -> str:
-    """What the chart shows of the run: the window, how the events in it are drawn, and how many
-    rows are split because their activities overlap."""
+              split: int, subset: bool = False) -> str:
+    """What the chart shows of the run: the window, how the events in it are drawn (of the rows
+    drawn, with ``subset``), and how many rows are split because their activities overlap."""
+    counted = f"{len(shown):,} events" + (" in the rows drawn" if subset else "")
     last = float(events["end_s"].max()) if len(events) else 0.0
     window = f"{start_s:.4g} to {end_s:.4g} s of {last:.4g} s" if (start_s, end_s) != (0.0, last) else f"the whole run, {last:.4g} s"
     if aggregated:
-        text = (f"{window}: {len(shown):,} events, too many to draw one by one, aggregated:\n"
+        text = (f"{window}: {counted}, too many to draw one by one, aggregated:\n"
                 f"each row shows, per {_duration((end_s - start_s) / columns)} column, the share of it spent in each activity")
     else:
-        text = (f"{window}: {len(shown):,} events; a bar narrower than a pixel is drawn one pixel wide\n"
+        text = (f"{window}: {counted}; a bar narrower than a pixel is drawn one pixel wide\n"
                 "(the shares beside the rows are exact)")
     if split:
         rows = "1 row whose activities overlap" if split == 1 else f"{split} rows whose activities overlap"
