@@ -414,7 +414,8 @@ def test_ctrl_c_while_plot_or_trace_writes_leaves_whole_files_and_says_so(tmp_pa
         assert main(["plot", str(run_dir)]) == 130
     plots = run_dir / "plots"
     assert capsys.readouterr().err == f"fred: interrupted; {plots} may hold only some of the figures (each is written whole)\n"
-    assert sorted(p.name for p in plots.iterdir()) == ["loss_vs_time.png", "loss_vs_time.svg"]  # no half file, no temporary
+    # no half file, no temporary
+    assert sorted(p.name for p in plots.iterdir()) == ["loss_vs_time.png", "loss_vs_updates.png"]
 
     trace = tmp_path / "t.json"
     trace.write_text("the earlier trace")

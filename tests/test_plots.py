@@ -79,7 +79,7 @@ def test_a_bad_timeline_window_is_refused_and_nothing_is_written(tmp_path, capsy
 def test_plot_draws_the_timeline_window_it_is_given(tmp_path, capsys):
     out = tmp_path / "run"
     fred.run(tiny(), out=out)
-    assert main(["plot", str(out), "--from", "0.01", "--to", "0.02"]) == 0
+    assert main(["plot", str(out), "--from", "0.01", "--to", "0.02", "--svg"]) == 0
     assert (out / "plots" / "timeline.svg").read_text().count("0.01 to 0.02 s of") == 1
 
 

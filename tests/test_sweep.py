@@ -190,6 +190,18 @@ def test_fred_sweep_writes_the_table(scenario, tmp_path, capsys):
     assert len(pd.read_parquet(out)) == 2 and "2 combinations: 2 made, 0 reused" in capsys.readouterr().out
 
 
+def test_fred_sweep_writes_its_table_beside_its_runs_not_in_the_working_directory(
+    scenario, tmp_path, monkeypatch, capsys
+):
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert main(["sweep", str(scenario), "--grid", "seed=5", "--runs", str(tmp_path / "runs")]) == 0
+    table = tmp_path / "runs" / "sweep-s.parquet"  # named by the scenario file: s.yaml
+    assert list(here.iterdir()) == [] and len(pd.read_parquet(table)) == 1
+    assert capsys.readouterr().out.rstrip().endswith(f"table in {table} (fred compare {table} plots it)")
+
+
 def test_fred_sweep_prints_the_table_fred_compare_prints_of_it(scenario, tmp_path, capsys):
     # The averaged table came only from fred compare sweep.parquet; the sweep printed a count.
     out = tmp_path / "sweep.parquet"

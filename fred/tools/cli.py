@@ -18,6 +18,7 @@ from fred.runs.paths import (  # os and pathlib only: the heavy libraries load i
     output_file,
     write_whole,
 )
+from fred.scenario.errors import Refusal  # no imports of its own
 
 if TYPE_CHECKING:
     from fred.scenario.schema import Scenario
@@ -54,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = args.handler(args)
         args.done = True  # for the line a signal from now on ends the command with
         return code
-    except BaseException as err:  # each kind is answered in _ended; a bug, or argparse's exit, goes on
+    except BaseException as err:  # each kind is answered in _ended; argparse's exit goes on
         code = _ended(err, args)
         if code is None:
             raise
@@ -65,7 +66,8 @@ _current: argparse.Namespace | None = None  # the command being run, for the lin
 
 
 def _ended(err: BaseException, args: argparse.Namespace | None) -> int | None:
-    """Say what ended the command early and return its status; None for a bug or argparse's exit.
+    """Say what ended the command early and return its status: 2 for input refused on purpose
+    (:mod:`fred.tools.refusals`), 3 for a bug; None for argparse's exit.
 
     A stop comes first: asked for by a signal, whatever it became on its way out (an
     ImportError from an import it cut short, a ValueError a library made of it).
@@ -77,9 +79,9 @@ def _ended(err: BaseException, args: argparse.Namespace | None) -> int | None:
         return interrupt.STATUS[signum]
     if isinstance(err, SystemExit):
         return None
-    from fred.scenario.loading import ScenarioError
+    from fred.tools.refusals import is_refusal
 
-    if isinstance(err, (ScenarioError, FileNotFoundError, ValueError)):  # data files, shard sizes, a missing extra: not bugs
+    if is_refusal(err):  # a bad scenario, data file, shard size or path, a missing extra: refused on purpose
         print(f"fred: {_readable(str(err))}", file=sys.stderr)
         return 2
     if isinstance(err, BrokenPipeError):  # `fred compare ... | head` closed the pipe: the reader has what it wanted
@@ -101,6 +103,11 @@ def _ended(err: BaseException, args: argparse.Namespace | None) -> int | None:
         print(f"fred: out of memory ({_readable(str(err), lines=1)}); make the data set or the model smaller, "
               "or give the memory this machine has with --memory-limit-gb N", file=sys.stderr)
         return 1
+    if isinstance(err, Exception):
+        from fred.tools.refusals import INTERNAL, report_bug
+
+        report_bug(err, getattr(args, "debug", False))
+        return INTERNAL
     return None
 
 
@@ -112,7 +119,7 @@ def _memory_limit(gb: float | None) -> Iterator[None]:
         yield
         return
     if not 0 < gb < float("inf"):
-        raise ValueError(f"--memory-limit-gb {gb}: give the memory runs may use, in GB, e.g. --memory-limit-gb 64")
+        raise Refusal(f"--memory-limit-gb {gb}: give the memory runs may use, in GB, e.g. --memory-limit-gb 64")
     before = os.environ.get("FRED_MEMORY_LIMIT_GB")
     os.environ["FRED_MEMORY_LIMIT_GB"] = repr(gb)
     try:
@@ -259,6 +266,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="run, compare, sweep, calibrate and replay keep the programs JAX compiles in ~/.cache/fred/jax "
                "($XDG_CACHE_HOME/fred/jax if set), one folder per CPU, for later processes (the same bits, "
                "seconds sooner); FRED_JAX_CACHE=off turns that off, FRED_JAX_CACHE=DIR moves it.")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run one scenario and write its run directory")
     run.add_argument("scenario", nargs="?", help="scenario YAML file (not with --resume)")
@@ -300,6 +308,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="the timeline starts at S simulated seconds (default: 0)")
     plot.add_argument("--to", dest="end_s", type=float, metavar="S",
                       help="the timeline ends at S simulated seconds (default: the run's last event)")
+    plot.add_argument("--workers", metavar="N,A-B",
+                      help="the workers the timeline draws, e.g. --workers 0-7,100 (default: every worker "
+                           "up to 32; of more, the first 8, the last 4 and the slowest)")
+    plot.add_argument("--svg", action="store_true", help="write each figure as SVG too, beside the PNG")
     plot.set_defaults(handler=_plot)
     cal = sub.add_parser("calibrate", help="measure real per-batch gradient time; write a compute profile")
     cal.add_argument("scenario", nargs="?",
@@ -341,7 +353,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="local: this machine's processes; ray: Ray tasks, on the cluster RAY_ADDRESS names "
                          "or a Ray started here (needs pip install -e \".[ray]\" in fred's checkout)")
     sw.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
-    sw.add_argument("--out", default="sweep.parquet", help="the gathered table (default: sweep.parquet)")
+    sw.add_argument("--out", help="the gathered table, or a folder to write sweep.parquet in (default: "
+                    "RUNS/sweep-NAME.parquet, NAME the scenario file's name without .yaml, in the --runs "
+                    "folder beside the sweep's runs)")
     sw.add_argument("--per-seed", action="store_true",
                     help="print a row for each run; without it, runs that differ only by their seed are one row "
                          "(mean ± sd over the seeds), as fred compare prints them")
@@ -368,7 +382,13 @@ def _parser() -> argparse.ArgumentParser:
                      help="stop after N evaluations of the fitted rows (default 200)")
     fit.add_argument("-o", "--output", default="fit.yaml", help="the profile to write (default: fit.yaml)")
     fit.set_defaults(handler=_fit)
+    for command in sub.choices.values():  # after the command too: fred run S.yaml --debug
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return parser
+
+
+DEBUG_HELP = ("a bug in fred (exit status 3) prints its traceback here, not only the line that says where "
+              "it is kept")
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -388,7 +408,7 @@ def _refuse_user_code(scenarios: Sequence[Scenario], where: str) -> None:
     for scenario in scenarios:
         named = names_user_code(scenario)
         if named:
-            raise ValueError(f"{where}: {' and '.join(named)} would be imported and run, and --no-user-code refuses "
+            raise Refusal(f"{where}: {' and '.join(named)} would be imported and run, and --no-user-code refuses "
                              "user code; leave --no-user-code out only if you trust that code")
 
 
@@ -406,11 +426,12 @@ def _run(args: argparse.Namespace) -> int:
                 _refuse_user_code([validate(read_yaml(saved, own=True), str(saved))], str(saved))
         return _resume(args)
     if not args.scenario:
-        raise ValueError("fred run needs a scenario file, or --resume RUN_DIR")
+        raise Refusal("fred run needs a scenario file, or --resume RUN_DIR")
     scenario = load_scenario(args.scenario, args.sets, args.seed)
     if args.no_user_code:
         _refuse_user_code([scenario], args.scenario)
     out = Path(args.out) if args.out else default_run_dir(scenario)
+    _replaceable(out)
     _stop_says(args, out)
     if args.checkpoint_every_s is not None:  # a scenario read from the checkpoint folder would go with it
         from fred.runs.checkpoint import check_folder, checkpoint_dir
@@ -425,6 +446,24 @@ def _run(args: argparse.Namespace) -> int:
     if not args.quiet:
         _print_summary(result.summary, out)
     return _status(result.summary, out)
+
+
+def _replaceable(out: Path, option: str = "--out") -> None:
+    """Refuse, before the run, a run directory's place the finished run could not be put in.
+
+    The run is written beside ``out`` and renamed onto it: a folder that is a mount point, or on a
+    read-only file system, refuses the rename (EBUSY, EROFS) only once the whole run is done.
+    The folder ``out`` is made in is checked by :func:`fred.runs.paths.check_out`.
+    """
+    if not out.is_dir() or out.is_symlink():  # a link or a file: check_out says why not
+        return
+    if os.path.ismount(out):
+        raise Refusal(f"{option} {out} is a mount point, and the run directory is renamed into place when "
+                      f"it is written, which a mount point refuses: give a folder inside it, "
+                      f"e.g. --out {out / 'run'}")
+    if not os.access(out, os.W_OK):  # read-only: its permissions, or a read-only file system even for root
+        raise Refusal(f"{option} {out} is not writable, and the run directory replaces it when it is "
+                      "written: give another --out")
 
 
 def _status(summary: dict, out: Path) -> int:
@@ -448,7 +487,8 @@ def _resume(args: argparse.Namespace) -> int:
     from fred.runs.api import resume
 
     if args.scenario or args.sets or args.seed is not None or args.out:
-        raise ValueError("--resume takes only the run directory: the scenario is the checkpoint's")
+        raise Refusal("--resume takes only the run directory: the scenario is the checkpoint's")
+    _replaceable(Path(args.resume), "--resume")
     _stop_says(args, Path(args.resume))
     def restarting(reason: str) -> None:  # said before the long part, not after it
         if not args.quiet:
@@ -537,13 +577,12 @@ def _sweep(args: argparse.Namespace) -> int:
     from fred.tools.compare import comparison_table, readable_table, sweep_runs
     from fred.tools.formats import count
     from fred.tools.seeds import parse_seeds
-    from fred.tools.sweep import parse_grid, sweep, with_seeds
+    from fred.tools.sweep import parse_grid, sweep, sweep_table_name, with_seeds
 
     grid = parse_grid(args.grid)
     if args.seeds is not None:
         grid = with_seeds(grid, parse_seeds(args.seeds), args.sets)
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # a line per finished run
-    out = output_file(args.out, "sweep.parquet", (args.scenario,))  # before the runs: a bad path fails at once
     if args.no_user_code:
         from fred.scenario.loading import apply_overrides, read_yaml
         from fred.tools.sweep import expand
@@ -551,7 +590,10 @@ def _sweep(args: argparse.Namespace) -> int:
         base = apply_overrides(read_yaml(args.scenario), list(args.sets))
         combos = expand(base, grid, args.scenario, Path(args.scenario).parent)
         _refuse_user_code([scenario for _, scenario in combos], args.scenario)
+    out = output_file(args.out, "sweep.parquet", (args.scenario,)) if args.out else None  # a bad --out: at once
     table, ran = sweep(args.scenario, grid, Path(args.runs), args.jobs, args.executor, args.sets, progress)
+    if out is None:  # beside its runs, not in the working directory; the runs folder is checked and made by now
+        out = output_file(Path(args.runs) / sweep_table_name(args.scenario), "sweep.parquet", (args.scenario,))
     write_whole(out, lambda partial: table.to_parquet(partial, index=False))  # a Ctrl-C now leaves the earlier table whole
     args.done = True  # the runs and the table are written: a Ctrl-C now only cuts the printing short
     readable, _ = comparison_table(sweep_runs(out), per_seed=args.per_seed)  # fred compare's table: seeds averaged
@@ -564,16 +606,22 @@ def _sweep(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     from fred.runs.analysis import SUMMARY_FIELDS_PLOTTED, with_summary_fields
     from fred.runs.api import load_run
-    from fred.tools.plots import loss_curves, staleness_histograms, timeline, timeline_window
+    from fred.tools.plots import loss_curves, staleness_histograms, timeline, timeline_entities
+    from fred.tools.plots import timeline_window
+    from fred.tools.timeline_rows import check_workers, parse_workers
 
     result = with_summary_fields(load_run(args.run_dir), SUMMARY_FIELDS_PLOTTED, "plot")  # before any figure is written
     window = timeline_window(result.events, args.start_s, args.end_s, ("--from", "--to"))  # so is a bad window
+    workers = parse_workers(args.workers) if args.workers is not None else None
+    if workers is not None:  # and workers the run has not got
+        check_workers(timeline_entities(result.events), workers)
     out = Path(args.out) if args.out else Path(args.run_dir) / "plots"
     args.writing = f"{out} may hold only some of the figures (each is written whole)"  # for the message after a Ctrl-C
-    losses = loss_curves([result], out)
+    losses = loss_curves([result], out, svg=args.svg)
     if not losses:
         print("note: no loss curves: the run has no evaluation losses (a timing-only run)", file=sys.stderr)
-    paths = losses + staleness_histograms([result], out) + timeline(result, out, *window)
+    paths = losses + staleness_histograms([result], out, args.svg)
+    paths += timeline(result, out, *window, workers=workers, svg=args.svg)
     print("\n".join(str(p) for p in paths))
     return 0
 

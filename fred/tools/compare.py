@@ -10,18 +10,20 @@ import textwrap
 from pathlib import Path
 from typing import Callable, ContextManager, Sequence
 
+import numpy as np
 import pandas as pd
 
 from fred.runs.analysis import SUMMARY_FIELDS_COMPARED, summary_row, with_summary_fields
 from fred.runs.api import default_run_dir, finished_run, load_run, run
 from fred.runs.paths import output_dir, runs_folder, write_whole
 from fred.runs.runner import RunResult
+from fred.scenario.errors import Refusal
 from fred.scenario.loading import load_scenario
 from fred.scenario.schema import Scenario
 from fred.tools.examples_curves import loss_vs_examples
 from fred.tools.formats import byte_unit, bytes_, plus_minus, seconds
 from fred.tools.plots import loss_curves, staleness_histograms
-from fred.tools.seeds import SeedGroup, aggregated, by_seed, seed_table
+from fred.tools.seeds import SeedGroup, aggregated, by_seed, mean_sd, seed_table
 from fred.tools.seeds import flat as scenario_fields
 
 Watch = Callable[[Scenario], ContextManager[Callable[[float, int, float], None] | None]]
@@ -78,11 +80,11 @@ def _refuse_sets_on_runs(items: list[str], sets: list[str] | None, seeds: list[i
     finished = [item for item in items if _is_finished(Path(item))]
     for flag, given in (("--set", sets), ("--seeds", seeds)):
         if given and finished:
-            raise ValueError(f"{flag} applies to scenario files, and {finished[0]} is a finished run (or a sweep's runs): "
+            raise Refusal(f"{flag} applies to scenario files, and {finished[0]} is a finished run (or a sweep's runs): "
                              f"give its scenario.yaml instead, or compare without {flag}")
     seeded = [item for item in sets or [] if item.partition("=")[0].strip() == "seed"]
     if seeds and seeded:
-        raise ValueError(f"--set {seeded[0]} and --seeds both choose the seed: give the seeds with --seeds alone")
+        raise Refusal(f"--set {seeded[0]} and --seeds both choose the seed: give the seeds with --seeds alone")
 
 
 def _comparable(result: RunResult) -> RunResult:
@@ -96,7 +98,7 @@ def _refuse_repeated_items(items: list[str]) -> None:
     for item in items:
         where = Path(item).resolve()
         if where in first:
-            raise ValueError(f"{item} is given twice (as {first[where]} too); give each run once")
+            raise Refusal(f"{item} is given twice (as {first[where]} too); give each run once")
         first[where] = item
 
 
@@ -106,7 +108,7 @@ def _refuse_repeated_runs(results: list[RunResult], origins: list[str]) -> None:
     for result, origin in zip(results, origins):
         where = result.path.resolve() if result.path is not None else None
         if where in first:
-            raise ValueError(f"{first[where]} and {origin} are the same run, {result.path}; give it once")
+            raise Refusal(f"{first[where]} and {origin} are the same run, {result.path}; give it once")
         if where is not None:
             first[where] = origin
 
@@ -165,11 +167,11 @@ def sweep_runs(table_path: str | Path) -> list[RunResult]:
     try:
         table = pd.read_parquet(table_path)
     except FileNotFoundError:
-        raise ValueError(f"{table_path}: no such sweep table") from None
+        raise Refusal(f"{table_path}: no such sweep table") from None
     except Exception as err:  # pyarrow's errors for a file that is not parquet
-        raise ValueError(f"{table_path} is not a parquet table ({type(err).__name__}); give a table written by fred sweep") from None
+        raise Refusal(f"{table_path} is not a parquet table ({type(err).__name__}); give a table written by fred sweep") from None
     if "run_dir" not in table.columns:
-        raise ValueError(f"{table_path} has no run_dir column, so it is not a fred sweep table")
+        raise Refusal(f"{table_path} has no run_dir column, so it is not a fred sweep table")
     runs = []
     for row in table.itertuples(index=False):
         run_dir = _run_dir(Path(row.run_dir), table_path)
@@ -185,7 +187,7 @@ def _run_dir(recorded: Path, table_path: Path) -> Path:
     for candidate in (recorded, table_path.parent / recorded):
         if candidate.is_dir():
             return candidate
-    raise ValueError(f"{table_path} lists {recorded}, which is not here: run the sweep again, or compare from where it ran")
+    raise Refusal(f"{table_path} lists {recorded}, which is not here: run the sweep again, or compare from where it ran")
 
 
 def compare(
@@ -201,13 +203,13 @@ def compare(
     ``per_seed``, or when no two runs differ only by their seed, a row and a curve per run.
     """
     if target_loss is not None and math.isnan(target_loss):  # every run would be "never reached"
-        raise ValueError("--target-loss nan: give the eval loss to reach, a number such as 0.3")
+        raise Refusal("--target-loss nan: give the eval loss to reach, a number such as 0.3")
     runs_root = runs_folder(runs_root)
     out = output_dir(out)  # before running anything: a refused path would lose the runs' summary
     results, ran = gather(items, runs_root, watch, sets, seeds)
     table, shown = comparison_table(results, target_loss, per_seed)
     write_whole(out / "comparison.csv", lambda partial: table.to_csv(partial, index=False))  # an earlier table or this one, whole
-    loss_curves(shown, out, target_loss)
+    loss_curves(shown, out, target_loss)  # with SVGs: line plots of a few kB, unlike a timeline's
     loss_vs_examples(shown, out, target_loss)  # one x axis for updates that are not alike (an SSGD round, an ASGD gradient)
     staleness_histograms(shown, out)
     return table, ran
@@ -221,8 +223,71 @@ def comparison_table(
     groups = [] if per_seed else by_seed(results)
     if aggregated(groups):
         _name_apart(groups, [group.flat for group in groups])
-        return seed_table(groups, target_loss), groups
-    return pd.DataFrame([summary_row(r, target_loss) for r in results]), results
+        table, shown = seed_table(groups, target_loss), groups
+    else:
+        table, shown = pd.DataFrame([summary_row(r, target_loss) for r in results]), results
+    return _with_sites(_with_settings(table, shown), shown), shown
+
+
+SETTINGS = "strategy_settings"  # the column of what tells apart runs of one strategy (arsgd: top-k, PowerSGD)
+BETWEEN_SITES = "bytes_between_sites"  # the summary's bytes on wide-area links, in runs with network.sites
+
+
+def _with_settings(table: pd.DataFrame, shown: Sequence[RunResult | SeedGroup]) -> pd.DataFrame:
+    """``table`` with :data:`SETTINGS` where rows share a strategy's name but not its settings,
+    each row's told in short (``topk ratio=0.01``); each run or group keeps them as
+    ``strategy_settings`` too, for the plots' labels."""
+    settings = strategy_settings(shown)
+    for item, said in zip(shown, settings):
+        item.strategy_settings = said
+    if not any(settings):
+        return table
+    return table.assign(**{SETTINGS: settings})[[*table.columns[:2], SETTINGS, *table.columns[2:]]]
+
+
+def strategy_settings(items: Sequence[RunResult | SeedGroup]) -> list[str]:
+    """For each run (or group of seeds) whose strategy another shares by name, the strategy's
+    fields in which they differ, as ``topk ratio=0.01`` (a ``kind`` by its value alone); '' for
+    the rest, and where the run's title says those fields already (``lr1 (strategy.lr=0.1)``)."""
+    flats = [_strategy_fields(item) for item in items]
+    settings = [""] * len(items)
+    by_name: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        by_name.setdefault(str(item.summary["strategy"]), []).append(i)
+    for places in by_name.values():
+        keys = list(dict.fromkeys(k for i in places for k in flats[i]))
+        differ = [k for k in keys if len({repr(flats[i].get(k)) for i in places}) > 1]
+        for i in places:
+            mine = [k for k in differ if k in flats[i]]
+            if not all(f"{k}=" in items[i].title for k in mine):
+                settings[i] = " ".join(_setting(k, flats[i][k]) for k in mine)
+    return settings
+
+
+def _strategy_fields(item: RunResult | SeedGroup) -> dict[str, object]:
+    """The strategy's resolved fields but its name, ``{"strategy.lr": 0.1, ...}``; unset (None) ones out."""
+    fields = item.flat if isinstance(item, SeedGroup) else scenario_fields(item.scenario.resolved())
+    return {k: v for k, v in fields.items()
+            if k.startswith("strategy.") and k != "strategy.name" and v is not None}
+
+
+def _setting(key: str, value: object) -> str:
+    leaf = key.rsplit(".", 1)[-1]
+    return f"{value}" if leaf == "kind" else f"{leaf}={value}"
+
+
+def _with_sites(table: pd.DataFrame, shown: Sequence[RunResult | SeedGroup]) -> pd.DataFrame:
+    """``table`` with :data:`BETWEEN_SITES` (mean, ``_sd`` and ``_n`` over a group's seeds) where
+    any run has sites; NaN for a run without."""
+    per_item = [[float(run.summary.get(BETWEEN_SITES, math.nan)) for run in getattr(item, "runs", [item])]
+                for item in shown]
+    if all(math.isnan(v) for values in per_item for v in values):
+        return table
+    if "n_seeds" not in table.columns:
+        return table.assign(**{BETWEEN_SITES: [values[0] for values in per_item]})
+    stats = [mean_sd(np.array(values)) for values in per_item]
+    means, sds, counts = (list(column) for column in zip(*stats))
+    return table.assign(**{BETWEEN_SITES: means, f"{BETWEEN_SITES}_sd": sds, f"{BETWEEN_SITES}_n": counts})
 
 
 def readable_table(table: pd.DataFrame, width: int = 80) -> str:
@@ -251,7 +316,7 @@ def _readable_columns(table: pd.DataFrame) -> list[Column]:
     target = table["target_loss"].iloc[0] if len(table) else math.nan
     columns = [
         ("run", table["run"].astype(str).tolist(), False),
-        ("strategy", table["strategy"].astype(str).tolist(), False),
+        ("strategy", _strategies(table), False),
         ("workers", [f"{w}" for w in table["workers"]], True),
         ("status", table["status"].astype(str).tolist(), False),
         ("final\nloss", [_or_dash(x, lambda v: f"{v:.4g}") for x in table["final_loss"]], True),
@@ -267,10 +332,19 @@ def _readable_columns(table: pd.DataFrame) -> list[Column]:
             (f"updates to\nloss {target:g}", _reached(table["updates_to_target"], losses, lambda v: f"{int(v):,}"), True),
         ]
     staleness = zip(table["staleness_mean"], table["staleness_p50"], table["staleness_p99"])
+    between = []
+    if BETWEEN_SITES in table:
+        between = [("between\nsites", [_or_dash(x, bytes_) for x in table[BETWEEN_SITES]], True)]
     return columns + [
-        ("sent", [bytes_(x) for x in table["bytes_sent"]], True),
+        ("sent", [bytes_(x) for x in table["bytes_sent"]], True), *between,
         ("staleness\nmean/p50/p99", ["-" if pd.isna(m) else f"{m:.3g} / {p:g} / {q:g}" for m, p, q in staleness], True),
     ]
+
+
+def _strategies(table: pd.DataFrame) -> list[str]:
+    """The strategy column as printed: the name, and the settings that tell runs of it apart."""
+    settings = table[SETTINGS] if SETTINGS in table else [""] * len(table)
+    return [f"{name} ({said})" if said else str(name) for name, said in zip(table["strategy"], settings)]
 
 
 def _seed_columns(table: pd.DataFrame) -> list[Column]:
@@ -282,7 +356,7 @@ def _seed_columns(table: pd.DataFrame) -> list[Column]:
     count = lambda v: f"{int(v):,}"  # noqa: E731
     columns = [
         ("run", table["run"].astype(str).tolist(), False),
-        ("strategy", table["strategy"].astype(str).tolist(), False),
+        ("strategy", _strategies(table), False),
         ("workers", [f"{w}" for w in table["workers"]], True),
         ("seeds", [f"{n}" for n in table["n_seeds"]], True),
         ("status", table["status"].astype(str).tolist(), False),
@@ -296,15 +370,23 @@ def _seed_columns(table: pd.DataFrame) -> list[Column]:
             (f"time to\nloss {target:g}", _spread(table, "time_to_target_s", seconds, unit=" s", missing=losses), True),
             (f"updates to\nloss {target:g}", _spread(table, "updates_to_target", count, missing=losses), True),
         ]
-    sent = [plus_minus(m, sd, bytes_, byte_unit(m)[1], f" {byte_unit(m)[0]}") if pd.notna(m) else "-"
-            for m, sd in zip(table["bytes_sent"], table["bytes_sent_sd"])]
+    sent = _bytes_spread(table, "bytes_sent")
     staleness = [
         "-" if pd.isna(row["staleness_mean"]) else " / ".join(
             plus_minus(row[c], row[f"{c}_sd"], shown) for c, shown in
             (("staleness_mean", lambda v: f"{v:.3g}"), ("staleness_p50", lambda v: f"{v:g}"), ("staleness_p99", lambda v: f"{v:g}")))
         for _, row in table.iterrows()
     ]
-    return columns + [("sent", sent, True), ("staleness\nmean/p50/p99", staleness, True)]
+    between = []
+    if BETWEEN_SITES in table:
+        between = [("between\nsites", _bytes_spread(table, BETWEEN_SITES), True)]
+    return columns + [("sent", sent, True), *between, ("staleness\nmean/p50/p99", staleness, True)]
+
+
+def _bytes_spread(table: pd.DataFrame, column: str) -> list[str]:
+    """Each group's bytes as mean ± sd in one unit (``1.2 ± 0.1 GB``), "-" where none."""
+    return [plus_minus(m, sd, bytes_, byte_unit(m)[1], f" {byte_unit(m)[0]}") if pd.notna(m) else "-"
+            for m, sd in zip(table[column], table[f"{column}_sd"])]
 
 
 def _spread(
@@ -360,6 +442,9 @@ def _notes(columns: list[Column]) -> list[str]:
     notes = ["updates: model updates as each strategy makes them (an SSGD round of n workers' gradients is one, and so "
              "is one ASGD gradient); the plot loss_vs_examples compares runs by the examples they computed instead",
              "sent: bytes on the network, in decimal units (1 MB = 10^6 bytes, 1 GB = 10^9)"]
+    if any(header == "between\nsites" for header, _, _ in columns):
+        notes.append("between sites: the part of sent that crossed the wide-area links between sites "
+                     "(network.sites)")
     if any(header == "seeds" for header, _, _ in columns):
         notes.append("seeds: runs that differ only by their seed, as one row; a ± b: the mean over the seeds ± their "
                      "standard deviation (sample, n - 1); a number alone is the same for every seed")

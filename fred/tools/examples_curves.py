@@ -33,10 +33,13 @@ def with_examples(run) -> pd.DataFrame:
     return metrics
 
 
-def loss_vs_examples(results: Sequence, out: Path, target_loss: float | None = None) -> list[Path]:
-    """``loss_vs_examples.png`` and ``.svg``: a line per run with losses (a group of runs that
-    differ only by seed: their mean, in a band from the least to the greatest), as the other
-    loss curves are drawn; no figure when no run has losses (timing-only runs)."""
+def loss_vs_examples(
+    results: Sequence, out: Path, target_loss: float | None = None, svg: bool = True,
+) -> list[Path]:
+    """``loss_vs_examples.png`` (and ``.svg`` unless ``svg=False``): a line per run with losses (a group of
+    runs that differ only by seed: their mean, in a band from the least to the greatest), the
+    target loss and the data's loss floor, as the other loss curves are drawn; no figure when no
+    run has losses (timing-only runs)."""
     with_losses = [r for r in results if any(run.metrics["eval_loss"].notna().any() for run in plots._runs(r))]
     if not with_losses:
         return []
@@ -55,9 +58,10 @@ def loss_vs_examples(results: Sequence, out: Path, target_loss: float | None = N
         ax.fill_between([], [], [], color="0.5", alpha=plots.BAND_ALPHA, linewidth=0, label="band: least to greatest of the seeds")
     if target_loss is not None:
         ax.axhline(target_loss, color="0.25", linestyle=(0, (5, 3)), linewidth=1, label=f"target loss {target_loss:g}")
-    ax.set(xlabel=XLABEL, ylabel="eval loss", yscale="log", title="eval loss vs examples computed")
+    plots._loss_floor(ax, with_losses)
+    ax.set(xlabel=XLABEL, ylabel="eval loss", yscale="log", title=f"{plots.LOSS_LOG} vs examples computed")
     ax.set_xlim(left=0)
     plots._plain_log_labels(ax.yaxis)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return plots._save(fig, out, "loss_vs_examples")
+    return plots._saved(fig, out, "loss_vs_examples", svg)

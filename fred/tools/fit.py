@@ -49,6 +49,7 @@ import yaml
 from fred.runs.api import run
 from fred.runs.paths import output_file, write_whole
 from fred.scenario import registry
+from fred.scenario.errors import Refusal
 from fred.scenario.loading import ScenarioError, get_path, include_profiles, read_yaml, set_path, validate
 from fred.scenario.schema import Scenario
 from fred.tools.formats import count
@@ -227,7 +228,7 @@ class Predictor:
         result = run(self.scenario(row, values, stop_updates))
         summary, counted = result.summary, timed(result)
         if summary["status"] != "completed" or not counted.steps or not counted.gradients:
-            raise ValueError(f"{row.label} (row {row.number}) did not run to its end ({summary['status']}: "
+            raise Refusal(f"{row.label} (row {row.number}) did not run to its end ({summary['status']}: "
                              f"{summary.get('failure') or summary.get('stop_reason')}) with {self.describe(values)}")
         return counted
 
@@ -345,7 +346,7 @@ def least_squares(
 
     x, r = x0.copy(), f(x0)
     if r is None:
-        raise ValueError("the starting values cannot be evaluated")
+        raise Refusal("the starting values cannot be evaluated")
     lam, converged, J = 1e-3, False, np.zeros((len(r), len(x)))
     for iteration in range(1, max_evals + 1):
         J = _jacobian(f, x, r)
@@ -435,10 +436,10 @@ def plan(
         raise ScenarioError([f"{count(len(fitted), 'row')} to fit {count(len(paths), 'constant')}: a least-squares fit needs at least as "
                              "many rows as constants; give more measurements, hold out fewer or fit fewer constants"], "--fit")
     if iterations < 1 or warmup < 0:
-        raise ValueError(f"--iterations {iterations} --warmup {warmup}: give at least 1 iteration of each worker to time "
+        raise Refusal(f"--iterations {iterations} --warmup {warmup}: give at least 1 iteration of each worker to time "
                          "(20 is the default) after 0 or more left out (5 is the default)")
     if max_evals < len(paths) + 2:
-        raise ValueError(f"--max-evals {max_evals}: give at least {len(paths) + 2} (a Jacobian and a step; 200 is the default)")
+        raise Refusal(f"--max-evals {max_evals}: give at least {len(paths) + 2} (a Jacobian and a step; 200 is the default)")
     predictor = Predictor(rows, list(paths), iterations, warmup)
     start, notes = starting_values(rows, paths, predictor)
     try:

@@ -2,7 +2,9 @@
 
 Figures are made as :class:`matplotlib.figure.Figure` objects, not through pyplot: they need
 no display and no backend, and importing this module leaves the caller's backend alone (a
-notebook's inline figures go on working). Every figure is written as PNG and SVG.
+notebook's inline figures go on working). Every figure is written as PNG, and as SVG too
+unless ``svg=False``: ``fred plot`` writes SVG files only with ``--svg``, since a long run's
+timeline is an SVG of many megabytes.
 """
 
 from __future__ import annotations
@@ -16,36 +18,54 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullFormatter
 from matplotlib.transforms import ScaledTranslation, blended_transform_factory
 
 from fred.runs.paths import output_dir, write_whole
+from fred.scenario.errors import Refusal
 from fred.tools.seeds import band
+from fred.tools.timeline_rows import SLOW, chosen, mean_steps, worker_number
 
 COMMUNICATION = {"push", "fetch", "send", "allreduce", "allgather", "lost"}  # a lost transfer was on the wire too
 # Drawing order: "other" first, underneath, as it holds conditions (a degraded link, a worker
 # left out) that span activities; drawn last it hid every compute and push inside them.
-DRAWN = ("other", "compute", "communicate", "wait")
-COLOURS = {"compute": "#4C72B0", "communicate": "#DD8452", "wait": "#B0B0B0", "other": "#55A868"}
-LEGEND = {"compute": "compute", "communicate": "communication", "wait": "waiting", "other": "other (faults, drops)"}
+DRAWN = ("other", "compute", "communicate", "wide_area", "wait")
+COLOURS = {
+    "compute": "#4C72B0", "communicate": "#DD8452", "wide_area": "#8172B3", "wait": "#B0B0B0",
+    "other": "#55A868",
+}
+LEGEND = {
+    "compute": "compute", "communicate": "communication", "wide_area": "wide-area transfer (between sites)",
+    "wait": "waiting", "other": "other",
+}
+OTHERS_NAMED = 4  # the kinds of event the legend's "other" names
 
 
 def _save(fig, out: Path, stem: str) -> list[Path]:
-    """The figure as PNG and SVG, each file whole or not at all. (Made without pyplot, the
-    figure is in no registry that a notebook would have to close.)"""
-    paths = [out / f"{stem}.png", out / f"{stem}.svg"]
-    output_dir(out)
-    for path in paths:
-        metadata = {"Date": None} if path.suffix == ".svg" else None
-        write_whole(path, lambda partial: fig.savefig(partial, bbox_inches="tight", metadata=metadata))
-    return paths
+    """The figure as PNG, whole or not at all. (Made without pyplot, the figure is in no
+    registry that a notebook would have to close.)"""
+    return [_written(fig, out / f"{stem}.png")]
+
+
+def _saved(fig, out: Path, stem: str, svg: bool) -> list[Path]:
+    """The figure as PNG (:func:`_save`), and as SVG too with ``svg``."""
+    return _save(fig, out, stem) + ([_written(fig, out / f"{stem}.svg")] if svg else [])
+
+
+def _written(fig, path: Path) -> Path:
+    output_dir(path.parent)
+    metadata = {"Date": None} if path.suffix == ".svg" else None
+    return write_whole(path, lambda partial: fig.savefig(partial, bbox_inches="tight", metadata=metadata))
 
 
 def _label(result) -> str:
+    """A run's name in a legend or a title, with its strategy (and the settings that tell it from
+    another run of that strategy, which fred compare sets) and its workers."""
     s, title = result.summary, result.title
     said = []  # not twice what a compare label already says
     if f"strategy.name={s['strategy']}" not in title:
-        said.append(str(s["strategy"]))
+        settings = getattr(result, "strategy_settings", "")
+        said.append(f"{s['strategy']} {settings}" if settings else str(s["strategy"]))
     if "cluster.workers=" not in title:
         said.append(f"{s['workers']} workers")
     return f"{title} ({', '.join(said)})" if said else title
@@ -56,7 +76,9 @@ def _runs(item) -> list:
     return list(getattr(item, "runs", [item]))
 
 
-def loss_curves(results: Sequence, out: Path, target_loss: float | None = None) -> list[Path]:
+def loss_curves(
+    results: Sequence, out: Path, target_loss: float | None = None, svg: bool = True,
+) -> list[Path]:
     """Eval loss against simulated time and against updates, one line per run that has losses
     (a timing-only run has none), and the target loss as a horizontal line; no figure when no
     run has losses. Both x axes are linear: a log axis drops update 0 and squeezes the late
@@ -82,16 +104,17 @@ def loss_curves(results: Sequence, out: Path, target_loss: float | None = None) 
         if target_loss is not None:
             ax.axhline(target_loss, color="0.25", linestyle=(0, (5, 3)), linewidth=1, label=f"target loss {target_loss:g}")
         _loss_floor(ax, with_losses)
-        ax.set(xlabel=xlabel, ylabel="eval loss", yscale="log", title=f"eval loss vs {xlabel}")
+        ax.set(xlabel=xlabel, ylabel="eval loss", yscale="log", title=f"{LOSS_LOG} vs {xlabel}")
         ax.set_xlim(left=0)
         _plain_log_labels(ax.yaxis)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: never over a curve
-        written += _save(fig, out, stem)
+        written += _saved(fig, out, stem, svg)
     return written
 
 
 BAND_ALPHA = 0.2
+LOSS_LOG = "eval loss (log scale)"  # the title says the y axis is logarithmic, above the labels that show it
 
 
 def _loss_floor(ax, results: Sequence) -> None:
@@ -114,10 +137,29 @@ def _band(ax, group, x: str, style: dict[str, str]) -> None:
     ax.fill_between(grid, low, high, color=style["color"], alpha=BAND_ALPHA, linewidth=0)
 
 
+MANTISSAS = ((1,), (1, 2, 5), (1, 2, 3, 5), tuple(range(1, 10)))  # labels in a decade, coarsest first
+MIN_LOG_LABELS = 3
+
+
 def _plain_log_labels(axis) -> None:
-    """A log axis labelled 0.2, 0.3, 0.5, 1, 2 rather than 2×10⁻¹ and, within a decade, nothing."""
+    """A log axis labelled 0.2, 0.3, 0.5, 1, 2 rather than 2×10⁻¹, with at least :data:`MIN_LOG_LABELS`
+    labels in sight, where a loss that moves within a decade (1.5 to 2.3) would get one, or none. Within
+    less than a decade's steps the labels are a linear axis's (2.15, 2.2, 2.25, 2.3). Call it once the
+    axis's data are drawn: the labels are chosen for its limits."""
+    low, high = sorted(axis.get_view_interval())
+    if not 0 < low < high:
+        return
+    decades = range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+    for mantissas in MANTISSAS:
+        ticks = [t for t in (round(m * 10.0**d, 12) for d in decades for m in mantissas) if low <= t <= high]
+        if len(ticks) >= MIN_LOG_LABELS:
+            break
+    else:
+        linear = MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(low, high)
+        ticks = [t for t in linear if low <= t <= high]
+    axis.set_major_locator(FixedLocator(ticks))
     axis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-    axis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if f"{y:.0e}"[0] in "235" else ""))
+    axis.set_minor_formatter(NullFormatter())
 
 
 LINE_STYLES = ("-", "--", ":", "-.")
@@ -134,11 +176,12 @@ ONE_HISTOGRAM_IN = (10.0, 4.5)  # one run's: as wide as its timeline (10 in), wh
 HISTOGRAM_IN = (5.0, 3.6)  # each of several runs': 3 to a row is a figure 15 in (1,500 px) wide
 
 
-def staleness_histograms(results: Sequence, out: Path) -> list[Path]:
+def staleness_histograms(results: Sequence, out: Path, svg: bool = True) -> list[Path]:
     """One staleness histogram per run, three to a row (one row of 190 runs' made a PNG 66,000 px
     wide), each large enough to read beside the timeline (at 3.5 x 3.2 in, 340 x 290 px, it was
     not); one run's as wide as its timeline. A group of runs that differ only by seed has one:
-    the mean count per seed, and whiskers from the least to the greatest seed's."""
+    the mean count per seed, and whiskers from the least to the greatest seed's. The mean and
+    the max are said in a legend where it covers fewest bars."""
     columns = max(1, min(len(results), HISTOGRAMS_PER_ROW))
     rows = -(-len(results) // columns)
     width_in, height_in = ONE_HISTOGRAM_IN if len(results) == 1 else HISTOGRAM_IN
@@ -159,26 +202,35 @@ def staleness_histograms(results: Sequence, out: Path) -> list[Path]:
         ax.xaxis.label.set_size(11)
         ax.yaxis.label.set_size(11)
     fig.tight_layout()
-    return _save(fig, out, "staleness")
+    return _saved(fig, out, "staleness", svg)
 
 
 def _staleness_histogram(ax, staleness: np.ndarray) -> None:
     """Staleness is a whole number of versions: one bar per value, centred on it (edges at
-    k - 0.5), so SSGD's all-zero staleness is one bar at 0, not a bar spanning 0 to 1."""
+    k - 0.5), so SSGD's all-zero staleness is one bar at 0, not a bar spanning 0 to 1; the
+    mean and the max in the legend."""
     ax.set(xlabel="staleness (model versions behind)", ylabel="gradients applied")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if not len(staleness):
         ax.text(0.5, 0.5, "no gradients applied", transform=ax.transAxes, ha="center", va="center")
         return
     top = int(staleness.max())
-    ax.hist(staleness, bins=np.arange(-0.5, top + 1.5), rwidth=0.85, color=COLOURS["compute"])
+    ax.hist(staleness, bins=np.arange(-0.5, top + 1.5), rwidth=0.85, color=COLOURS["compute"],
+            label=f"mean {staleness.mean():.2f}, max {top}")
     ax.set_xlim(-0.75, max(top, 4) + 0.75)  # a lone bar at 0 stays a bar, not the whole panel
-    ax.text(0.97, 0.95, f"mean {staleness.mean():.2f}\nmax {top}", transform=ax.transAxes, ha="right", va="top", fontsize=10)
+    _said(ax)
+
+
+def _said(ax) -> None:
+    """The legend of a staleness panel, where it covers the fewest bars (text at a fixed corner
+    covers the bars that reach that corner)."""
+    ax.legend(loc="best", fontsize=9, handlelength=1, framealpha=0.9)
 
 
 def _staleness_over_seeds(ax, per_seed: list[np.ndarray]) -> None:
     """The seeds' staleness histograms as one: bars of the mean count per seed, whiskers from
-    the least seed's count to the greatest's; the mean and max said are over all the seeds' gradients."""
+    the least seed's count to the greatest's; the legend says the mean and max over all the
+    seeds' gradients, and what the whiskers are."""
     ax.set(xlabel="staleness (model versions behind)", ylabel="gradients applied, mean per seed")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     pooled = np.concatenate(per_seed)
@@ -189,12 +241,11 @@ def _staleness_over_seeds(ax, per_seed: list[np.ndarray]) -> None:
     values = np.arange(top + 1)
     counts = np.array([np.bincount(s.astype(int), minlength=top + 1) for s in per_seed])
     mean = counts.mean(axis=0)
-    ax.bar(values, mean, width=0.85, color=COLOURS["compute"])
+    ax.bar(values, mean, width=0.85, color=COLOURS["compute"], label=f"mean {pooled.mean():.2f}, max {top}")
     ax.errorbar(values, mean, yerr=[mean - counts.min(axis=0), counts.max(axis=0) - mean], fmt="none", ecolor="0.2",
-                elinewidth=1, capsize=2)
+                elinewidth=1, capsize=2, label="least to greatest seed")
     ax.set_xlim(-0.75, max(top, 4) + 0.75)
-    ax.text(0.97, 0.95, f"mean {pooled.mean():.2f}\nmax {top}\nwhiskers: least to\ngreatest seed", transform=ax.transAxes,
-            ha="right", va="top", fontsize=10)
+    _said(ax)
 
 
 MAX_EVENTS = 20_000  # more in the window, and each row shows shares per pixel column instead of single bars
@@ -202,9 +253,11 @@ MAX_EVENTS = 20_000  # more in the window, and each row shows shares per pixel c
 
 def timeline(
     result, out: Path, start_s: float | None = None, end_s: float | None = None, max_events: int = MAX_EVENTS,
+    workers: Sequence[int] | None = None, svg: bool = True,
 ) -> list[Path]:
     """A Gantt chart, one row per entity: compute, communication and waiting over simulated time,
-    between ``start_s`` and ``end_s`` (default: the whole run).
+    between ``start_s`` and ``end_s`` (default: the whole run). Of a run of many workers it draws
+    a few (:mod:`fred.tools.timeline_rows`), or the ``workers`` given by number.
 
     Up to ``max_events`` events in the window are drawn one by one, each at least a pixel wide;
     beyond that each row shows, per pixel column, the share of time in each activity. A row whose
@@ -213,8 +266,11 @@ def timeline(
     much longer is marked.
     """
     start_s, end_s = timeline_window(result.events, start_s, end_s)
-    entities = _entities(result.events)
-    shown = _in_window(result.events, entities, start_s, end_s)
+    everyone = timeline_entities(result.events)
+    steps = mean_steps(_in_window(result.events, everyone, start_s, end_s), everyone)
+    entities, picked = chosen(everyone, steps, None if workers is None else list(workers))
+    events = result.events if picked is None else result.events[result.events["entity"].isin(entities)]
+    shown = _in_window(events, entities, start_s, end_s)
     split = split_rows(shown, end_s - start_s)
     fig = Figure(figsize=(10, 0.35 * len(entities) + 2.0))
     ax = fig.subplots()
@@ -226,11 +282,21 @@ def timeline(
     else:
         _draw_bars(ax, shown, (end_s - start_s) / columns, split)
     ax.set(yticks=range(len(entities)), yticklabels=entities, ylim=(-0.6, len(entities) - 0.4), xlabel="simulated time (s)")
-    _annotate_rows(ax, shown, end_s - start_s, bool(split))
-    subtitle = _subtitle(result.events, shown, start_s, end_s, aggregated, columns, len(split))
-    ax.set_title(f"{_label(result)}\n{subtitle}", fontsize=10)
+    if picked is not None:
+        _gaps(ax, entities)
+    _annotate_rows(ax, shown, end_s - start_s, bool(split), float(steps.median()) if len(steps) else math.nan)
+    subtitle = _subtitle(result.events, shown, start_s, end_s, aggregated, columns, len(split), picked is not None)
+    ax.set_title(f"{_label(result)}\n{subtitle}" + (f"\n{picked}" if picked else ""), fontsize=10)
     _legend(fig, ax, shown)
-    return _save(fig, out, "timeline")
+    return _saved(fig, out, "timeline", svg)
+
+
+def _gaps(ax, entities: list[str]) -> None:
+    """A dotted line between two rows of workers whose numbers are not consecutive: workers not drawn."""
+    numbers = [worker_number(e) for e in entities]
+    for row in range(1, len(numbers)):
+        if numbers[row] is not None and numbers[row - 1] is not None and numbers[row] != numbers[row - 1] + 1:
+            ax.axhline(row - 0.5, color="0.45", linestyle=":", linewidth=1)
 
 
 def timeline_window(
@@ -240,30 +306,31 @@ def timeline_window(
     the two edges (``--from``, ``--to`` on the command line), for the error messages."""
     for name, value in zip(names, (start_s, end_s)):
         if value is not None and not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"{name} {value:g}: a window edge is a time in simulated seconds, finite and 0 or more; "
+            raise Refusal(f"{name} {value:g}: a window edge is a time in simulated seconds, finite and 0 or more; "
                              f"give one such as {name} 0.5")
     last = float(events["end_s"].max()) if len(events) else 0.0
     if start_s is not None and start_s >= last:
-        raise ValueError(f"{names[0]} {start_s:g}: the run's last event ends at {last:.6g} s; give a start before that")
+        raise Refusal(f"{names[0]} {start_s:g}: the run's last event ends at {last:.6g} s; give a start before that")
     start = 0.0 if start_s is None else start_s
     end = end_s if end_s is not None else (last if last > start else start + 1.0)  # a run without events: any window
     if start >= end:
-        raise ValueError(f"{names[0]} {start:g} {names[1]} {end:g}: the window must start before it ends; "
+        raise Refusal(f"{names[0]} {start:g} {names[1]} {end:g}: the window must start before it ends; "
                          f"give a {names[0]} smaller than {names[1]}")
     return start, end
 
 
-def _entities(events: pd.DataFrame) -> list[str]:
+def timeline_entities(events: pd.DataFrame) -> list[str]:
     """Workers first, in number order, then servers and the rest: every entity of the run, so a
     window where one is idle still shows its row."""
     return sorted(set(events["entity"]), key=lambda e: (not e.startswith("worker"), len(e), e))
 
 
 def _group(kinds: np.ndarray) -> np.ndarray:
-    """Each event's kind as compute, communicate, wait or other (faults, dropped messages)."""
+    """Each event's kind as compute, communicate, wide_area (a transfer between sites), wait or
+    other (faults, dropped messages, compression, ...)."""
     grouped = np.full(len(kinds), "other", dtype=object)
     grouped[np.isin(kinds, list(COMMUNICATION))] = "communicate"
-    for same in ("compute", "wait"):
+    for same in ("compute", "wait", "wide_area"):
         grouped[kinds == same] = same
     grouped[kinds == "host"] = "compute"  # a step's host part, off a shared device
     return grouped
@@ -276,7 +343,8 @@ def _in_window(events: pd.DataFrame, entities: list[str], start_s: float, end_s:
     inside = (end >= start_s) & (start <= end_s)
     rows = pd.Categorical(events["entity"].astype(str).to_numpy()[inside], categories=entities).codes
     return pd.DataFrame({
-        "row": rows, "group": _group(events["kind"].astype(str).to_numpy()[inside]),
+        "row": rows, "kind": events["kind"].astype(str).to_numpy()[inside],
+        "group": _group(events["kind"].astype(str).to_numpy()[inside]),
         "start": np.maximum(start[inside], start_s), "end": np.minimum(end[inside], end_s),
         "length": end[inside] - start[inside],
         "step": events["kind"].astype(str).to_numpy()[inside] == "compute",  # a host part is not a step of its own
@@ -401,20 +469,19 @@ def _covered(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndar
     return np.diff(before)
 
 
-SLOW = 1.5  # a mean compute step this many times the workers' median marks a straggler
 SHARES = (("compute", "compute"), ("communicate", "comm"), ("wait", "wait"))  # said beside each row, as named there
 
 
-def _annotate_rows(ax, shown: pd.DataFrame, window_s: float, overlapping: bool) -> None:
+def _annotate_rows(ax, shown: pd.DataFrame, window_s: float, overlapping: bool, median: float) -> None:
     """Beside each row, its share of the window in each activity and its mean compute step;
-    a row whose steps are much longer than the median is marked, label and all. A share is the
+    a row whose steps are much longer than ``median`` (every worker's, drawn or not) is marked,
+    label and all. A share is the
     part of the window in which the row does that at all (two concurrent pushes count once);
     where activities overlap, each counts, and the shares may add up to more than 100 %, which
     a heading over them says."""
     durations = {key: _busy_s(spans) for key, spans in shown.groupby(["row", "group"])}
     computes = shown[shown["step"] & (shown["length"] > 0)].groupby("row")["length"]
     steps, counts = computes.mean(), computes.size()
-    median = float(steps.median()) if len(steps) else math.nan
     at = blended_transform_factory(ax.transAxes, ax.transData)
     events = shown["row"].value_counts()
     for row, label in enumerate(ax.get_yticklabels()):
@@ -422,7 +489,7 @@ def _annotate_rows(ax, shown: pd.DataFrame, window_s: float, overlapping: bool) 
         parts = [f"{share:.0%} {name}" for name, share in shares.items() if share >= 0.005]
         text = " · ".join(parts) or (_events_without_duration(events.get(row, 0)) if row in events.index else "idle")
         if row in steps.index:
-            text += f" | {counts[row]:,} steps of {_duration(steps[row])}"
+            text += f" | {counts[row]:,} step{'s' if counts[row] != 1 else ''} of {_duration(steps[row])}"
             if steps[row] > SLOW * median:
                 text += f", {steps[row] / median:.1f}× the median"
                 label.set(fontweight="bold", color="#B22222")
@@ -445,16 +512,17 @@ def _duration(seconds: float) -> str:
 
 
 def _subtitle(events: pd.DataFrame, shown: pd.DataFrame, start_s: float, end_s: float, aggregated: bool, columns: int,
-              split: int) -> str:
-    """What the chart shows of the run: the window, how the events in it are drawn, and how many
-    rows are split because their activities overlap."""
+              split: int, subset: bool = False) -> str:
+    """What the chart shows of the run: the window, how the events in it are drawn (of the rows
+    drawn, with ``subset``), and how many rows are split because their activities overlap."""
+    counted = f"{len(shown):,} events" + (" in the rows drawn" if subset else "")
     last = float(events["end_s"].max()) if len(events) else 0.0
     window = f"{start_s:.4g} to {end_s:.4g} s of {last:.4g} s" if (start_s, end_s) != (0.0, last) else f"the whole run, {last:.4g} s"
     if aggregated:
-        text = (f"{window}: {len(shown):,} events, too many to draw one by one, aggregated:\n"
+        text = (f"{window}: {counted}, too many to draw one by one, aggregated:\n"
                 f"each row shows, per {_duration((end_s - start_s) / columns)} column, the share of it spent in each activity")
     else:
-        text = (f"{window}: {len(shown):,} events; a bar narrower than a pixel is drawn one pixel wide\n"
+        text = (f"{window}: {counted}; a bar narrower than a pixel is drawn one pixel wide\n"
                 "(the shares beside the rows are exact)")
     if split:
         rows = "1 row whose activities overlap" if split == 1 else f"{split} rows whose activities overlap"
@@ -463,10 +531,20 @@ def _subtitle(events: pd.DataFrame, shown: pd.DataFrame, start_s: float, end_s: 
 
 
 def _legend(fig, ax, shown: pd.DataFrame) -> None:
-    """The colours, in a row under the axis label (beside the axes stand the rows' shares); "other"
-    only where the run has such events."""
-    groups = [g for g in COLOURS if g != "other" or (shown["group"] == "other").any()]
+    """The colours, in a row under the axis label (beside the axes stand the rows' shares);
+    wide-area transfers and "other" only where the run has such events, "other" with the kinds
+    of event it holds."""
+    groups = [g for g in COLOURS if g in ("compute", "communicate", "wait") or (shown["group"] == g).any()]
     handles = [Rectangle((0, 0), 1, 1, color=COLOURS[g]) for g in groups]
+    labels = [_other_label(shown) if g == "other" else LEGEND[g] for g in groups]
     below = ax.transAxes + ScaledTranslation(0, -0.45, fig.dpi_scale_trans)
-    ax.legend(handles, [LEGEND[g] for g in groups], loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below,
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below,
               ncol=len(groups), fontsize=8, frameon=False)
+
+
+def _other_label(shown: pd.DataFrame) -> str:
+    """``other`` in the legend, with the kinds of event it holds: ``other (crash, lost)``."""
+    kinds = shown.loc[shown["group"] == "other", "kind"].value_counts().index.tolist()
+    more = len(kinds) - OTHERS_NAMED
+    named = ", ".join(kinds[:OTHERS_NAMED]) + (f" and {more} more" if more > 0 else "")
+    return f"{LEGEND['other']} ({named})"

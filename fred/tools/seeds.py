@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from fred.runs.analysis import summary_row
+from fred.scenario.errors import Refusal
 
 if TYPE_CHECKING:
     from fred.runs.runner import RunResult
@@ -38,15 +39,15 @@ def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
     parts = [part.strip() for part in str(text).split(",")]
     fix = f"give how many seeds ({flag} 3 runs seeds 0, 1, 2) or the seeds themselves ({flag} 0,4,7)"
     if not all(re.fullmatch(r"\d+", part) for part in parts):
-        raise ValueError(f"{flag} {text}: seeds are whole numbers, 0 or more; {fix}")
+        raise Refusal(f"{flag} {text}: seeds are whole numbers, 0 or more; {fix}")
     numbers = [int(part) for part in parts]
     if len(numbers) == 1:
         if numbers[0] < 1:
-            raise ValueError(f"{flag} {text}: that is no seeds at all; {fix}")
+            raise Refusal(f"{flag} {text}: that is no seeds at all; {fix}")
         return list(range(numbers[0]))
     repeated = sorted({n for n in numbers if numbers.count(n) > 1})
     if repeated:
-        raise ValueError(f"{flag} {text}: seed {repeated[0]} is given twice; give each seed once")
+        raise Refusal(f"{flag} {text}: seed {repeated[0]} is given twice; give each seed once")
     return numbers
 
 
@@ -147,7 +148,7 @@ def _refuse_repeated_seeds(runs: list[RunResult]) -> None:
     for run in runs:
         seed = run.scenario.seed
         if seed in first:
-            raise ValueError(
+            raise Refusal(
                 f"{first[seed].path} and {run.path} are runs of one scenario with one seed ({seed}): averaged over "
                 "seeds they would count as two; give one of them, or compare with --per-seed to show every run"
             )

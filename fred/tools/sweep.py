@@ -28,6 +28,7 @@ from fred.runs import interrupt
 from fred.runs.api import DAMAGED, default_run_dir, finished_run, load_run
 from fred.runs.paths import runs_folder
 from fred.runs.runner import RunResult
+from fred.scenario.errors import Refusal
 from fred.scenario.loading import (
     ScenarioError,
     apply_overrides,
@@ -268,6 +269,12 @@ def _ray(todo: Todo, jobs: int, done: Done) -> None:
 EXECUTORS: dict[str, Callable[[Todo, int, Done], None]] = {"local": _local, "ray": _ray}
 
 
+def sweep_table_name(scenario: str | Path) -> str:
+    """The file name of a sweep's gathered table, by default in its runs folder: ``sweep-NAME.parquet``,
+    NAME the scenario file's stem, so that sweeps of two scenarios sharing a runs folder keep both tables."""
+    return f"sweep-{Path(scenario).stem}.parquet"
+
+
 def grid_label(settings: dict[str, Any]) -> str:
     """A combination as one line, ``strategy.lr=0.1, seed=2``: how ``fred compare`` names its run."""
     return ", ".join(f"{path}={value}" for path, value in settings.items())
@@ -288,9 +295,9 @@ def sweep(
     --set``), not grid columns; ``progress`` is told one line per run as it finishes.
     """
     if executor not in EXECUTORS:
-        raise ValueError(f"executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
+        raise Refusal(f"executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
     if jobs < 1:
-        raise ValueError(f"--jobs {jobs}: give 1 or more runs at once")
+        raise Refusal(f"--jobs {jobs}: give 1 or more runs at once")
     runs_root = runs_folder(runs_root)  # a link or a file there: refused before anything runs
     base = apply_overrides(read_yaml(scenario_path), list(sets))
     with blaming_sets(list(sets)):
