@@ -50,7 +50,9 @@ class Case:
 
     def batched(self) -> list[GradSum]:
         rows = self.rows.reshape(-1)
-        return jax.block_until_ready(self.numerics.shard_sums_of(self.params, self.dataset, rows, len(self.rows)))
+        return jax.block_until_ready(
+            self.numerics.shard_sums_of(self.params, self.dataset, rows, len(self.rows))
+        )
 
     def looped(self) -> list[GradSum]:
         sums = [self.numerics.shard_sums_of(self.params, self.dataset, rows, 1)[0] for rows in self.rows]
@@ -82,7 +84,9 @@ def max_abs_diff(a: list[GradSum], b: list[GradSum]) -> float:
 
 def bit_identical(a: list[GradSum], b: list[GradSum]) -> bool:
     leaves = lambda sums: jax.tree.leaves([(s.grad, s.loss, s.count) for s in sums])
-    return all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(leaves(a), leaves(b), strict=True))
+    return all(
+        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(leaves(a), leaves(b), strict=True)
+    )
 
 
 def same_program_up_to(case: Case, most_rows: int) -> int:
@@ -94,7 +98,9 @@ def same_program_up_to(case: Case, most_rows: int) -> int:
     reference = jax.tree.leaves(numerics._per_example(case.params, x[:CHUNK_ROWS], y[:CHUNK_ROWS]))
     for n in range(2 * CHUNK_ROWS, most_rows + 1, CHUNK_ROWS):
         leaves = jax.tree.leaves(numerics._per_example(case.params, x[:n], y[:n]))
-        if not all(np.array_equal(np.asarray(a)[:CHUNK_ROWS], np.asarray(b)) for a, b in zip(leaves, reference)):
+        if not all(
+            np.array_equal(np.asarray(a)[:CHUNK_ROWS], np.asarray(b)) for a, b in zip(leaves, reference)
+        ):
             return n - CHUNK_ROWS
     return most_rows
 
@@ -132,13 +138,24 @@ def measure(reduction: str, workers: int, repeats: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = options(__doc__, "best of 5 instead of 20", "timed repeats per measurement (best is kept)", RESULTS)
+    parser = options(
+        __doc__, "best of 5 instead of 20", "timed repeats per measurement (best is kept)", RESULTS
+    )
     args, t_start, facts = begin(parser, argv, full=20, quick=5)
     repeats = args.repeats
     print(f"digits MLP [64], batch {BATCH} per worker; best of {repeats} after one warm-up\n")
 
     rows = [measure(reduction, workers, repeats) for reduction in ("exact", "fast") for workers in WORKERS]
-    headers = ["reduction", "workers", "rows", "batched ms", "looped ms", "speed-up", "service ms", "speed-up"]
+    headers = [
+        "reduction",
+        "workers",
+        "rows",
+        "batched ms",
+        "looped ms",
+        "speed-up",
+        "service ms",
+        "speed-up",
+    ]
     headers += ["bit-identical", "max |diff|"]
     cells = [
         [r["reduction"], r["workers"], r["rows"], 1e3 * r["batched_s"], 1e3 * r["looped_s"]]
@@ -149,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table(headers, cells))
     print("   batched: one shard_sums_of over every worker's rows; looped: one call per worker;")
     print("   service: the same through GradientService (requests, then one flush); speed-up = looped / that")
-    print("   bit-identical / max |diff|: batched vs looped gradient sums, loss sums and counts, every worker")
+    print(
+        "   bit-identical / max |diff|: batched vs looped gradient sums, loss sums and counts, every worker"
+    )
     if not all(r["service_bit_identical_to_batched"] for r in rows):
         print("   NOTE: GradientService's results differ from the direct batched call")
     most_rows = max(WORKERS) * BATCH

@@ -132,15 +132,23 @@ def options(doc: str, quick: str, repeats: str, results: Path) -> argparse.Argum
     return parser
 
 
-def begin(parser: argparse.ArgumentParser, argv: list[str] | None, full: int, quick: int,
-          first_line: str | None = None) -> tuple[argparse.Namespace, float, dict[str, Any]]:
+def begin(
+    parser: argparse.ArgumentParser,
+    argv: list[str] | None,
+    full: int,
+    quick: int,
+    first_line: str | None = None,
+) -> tuple[argparse.Namespace, float, dict[str, Any]]:
     """Parse the options (``args.repeats`` defaults to ``full``, or ``quick`` with ``--quick``),
     note the start time and the machine, and print the first line: ``first_line``, or what
     was measured on what. Returns (options, start time, machine facts)."""
     args = parser.parse_args(argv)
     args.repeats = args.repeats or (quick if args.quick else full)
     started, facts = time.perf_counter(), machine()
-    print(first_line or f"fred {fred.__version__} | jax {facts['jax']} on {facts['backend']} | {facts['cpu_count']} CPUs")
+    print(
+        first_line
+        or f"fred {fred.__version__} | jax {facts['jax']} on {facts['backend']} | {facts['cpu_count']} CPUs"
+    )
     return args, started, facts
 
 
@@ -167,4 +175,3 @@ def _fmt(v: Any) -> str:
     if isinstance(v, int):
         return f"{v:,}"
     return str(v)
-

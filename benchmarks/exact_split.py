@@ -78,7 +78,9 @@ def measure_step(workers: int, batch: int, repeats: int) -> dict[str, Any]:
         with Untiled():
             return step(numerics, dataset, params, rows)
 
-    best, _ = best_in_turn({"tiled": lambda: step(numerics, dataset, params, rows), "fixed": untiled}, repeats)
+    best, _ = best_in_turn(
+        {"tiled": lambda: step(numerics, dataset, params, rows), "fixed": untiled}, repeats
+    )
     return {"workers": workers, "batch": batch, "tiled_s": best["tiled"], "fixed_s": best["fixed"]}
 
 
@@ -91,21 +93,37 @@ def measure_run(workers: int, batch: int, steps: int, repeats: int) -> dict[str,
             run()
 
     best, _ = best_in_turn({"tiled": run, "fixed": untiled}, repeats)
-    return {"workers": workers, "batch": batch, "steps": steps, "tiled_s": best["tiled"], "fixed_s": best["fixed"]}
+    return {
+        "workers": workers,
+        "batch": batch,
+        "steps": steps,
+        "tiled_s": best["tiled"],
+        "fixed_s": best["fixed"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = options(__doc__, "best of 5 instead of 20", "timed repeats per measurement (best is kept)", RESULTS)
+    parser = options(
+        __doc__, "best of 5 instead of 20", "timed repeats per measurement (best is kept)", RESULTS
+    )
     args, t_start, facts = begin(parser, argv, full=20, quick=5)
     print(f"digits MLP [64], SSGD; best of {args.repeats} after one warm-up\n")
     steps = [measure_step(n, b, args.repeats) for n, b in LAYOUTS]
-    cells = [[s["workers"], s["batch"], 1e3 * s["fixed_s"], 1e3 * s["tiled_s"], s["tiled_s"] / s["fixed_s"]] for s in steps]
+    cells = [
+        [s["workers"], s["batch"], 1e3 * s["fixed_s"], 1e3 * s["tiled_s"], s["tiled_s"] / s["fixed_s"]]
+        for s in steps
+    ]
     print(table(["workers", "batch", "fixed tree ms", "tiled ms", "ratio"], cells))
     runs = [measure_run(n, b, 200, max(args.repeats // 4, 2)) for n, b in RUN_LAYOUTS]
-    cells = [[r["workers"], r["batch"], r["steps"], r["fixed_s"], r["tiled_s"], r["tiled_s"] / r["fixed_s"]] for r in runs]
+    cells = [
+        [r["workers"], r["batch"], r["steps"], r["fixed_s"], r["tiled_s"], r["tiled_s"] / r["fixed_s"]]
+        for r in runs
+    ]
     print("\nwhole runs (fred.run, warm):")
     print(table(["workers", "batch", "steps", "fixed tree s", "tiled s", "ratio"], cells))
-    write_results(args.out, {"machine": facts, "repeats": args.repeats, "steps": steps, "runs": runs}, t_start)
+    write_results(
+        args.out, {"machine": facts, "repeats": args.repeats, "steps": steps, "runs": runs}, t_start
+    )
     return 0
 
 

@@ -32,8 +32,13 @@ RESULTS = RESULTS_DIR / "first_run.json"
 def command_s(env: dict[str, str], out: Path) -> float:
     """Wall seconds of one ``fred run`` of the quickstart in a new process."""
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "fred", "run", str(QUICKSTART), "--out", str(out)],
-                   env=env, check=True, capture_output=True, cwd=out.parent)
+    subprocess.run(
+        [sys.executable, "-m", "fred", "run", str(QUICKSTART), "--out", str(out)],
+        env=env,
+        check=True,
+        capture_output=True,
+        cwd=out.parent,
+    )
     return time.perf_counter() - started
 
 

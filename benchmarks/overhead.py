@@ -70,8 +70,8 @@ from common import (
 
 import fred
 from fred.numerics import rng
-from fred.numerics.data import GlobalBatchStream
 from fred.numerics.assembly import pairwise_sum, tree_sum
+from fred.numerics.data import GlobalBatchStream
 from fred.numerics.kernels import CHUNK_ROWS, ZERO, leaf_sums, stored_chunks
 from fred.numerics.losses import example_loss
 from fred.numerics.optim import make_sum_step, sgd
@@ -84,10 +84,14 @@ PERF_TARGET_RATIO = 1.3  # fred over the fastest loop giving its bits: all eight
 EVENT_RATE_TARGET = 0.5  # a timing-only run's SimPy events per second over a bare SimPy loop's
 WORKERS = (8, 64)  # the overhead is measured at both cluster sizes
 BATCH = 32
-# Section 4's models, each with its SSGD rounds at 8 workers (fewer for costlier steps: each case about a second).
+# Section 4's models, each with its SSGD rounds at 8 workers (fewer for costlier steps: each case about a
+# second).
 WIDE_MLP = {"kind": "mlp", "hidden": [512, 512], "activation": "relu"}
 CNN = {"kind": "cnn", "channels": [8, 16], "kernel_size": 3, "hidden": 64}  # on digits' 8 x 8 x 1 images
-WIDER: tuple[tuple[str, dict[str, Any], int], ...] = (("MLP [512, 512]", WIDE_MLP, 16), ("CNN [8, 16] k3, 64", CNN, 50))
+WIDER: tuple[tuple[str, dict[str, Any], int], ...] = (
+    ("MLP [512, 512]", WIDE_MLP, 16),
+    ("CNN [8, 16] k3, 64", CNN, 50),
+)
 # ASGD makes as many updates on every model: with fewer, the gradients its workers have in flight when
 # the run stops (computed by fred, never applied, absent from the loop) would be a large part of it.
 ASGD_UPDATES = 300
@@ -145,7 +149,13 @@ def events_scenario(updates: int, workers: int = 64) -> dict[str, Any]:
             "compute": {"step_time_s": 0.01},
             "jitter": {"kind": "lognormal", "sigma": 0.1},
         },
-        "strategy": {"name": "ssgd", "lr": LR, "aggregation": "allreduce", "reduction": "exact", "exact_tile": 1},
+        "strategy": {
+            "name": "ssgd",
+            "lr": LR,
+            "aggregation": "allreduce",
+            "reduction": "exact",
+            "exact_tile": 1,
+        },
         "stop": {"max_updates": updates},
         "eval": {"every_updates": updates},
     }
@@ -223,7 +233,9 @@ class Bare:
         per_example = jax.vmap(jax.value_and_grad(loss), in_axes=(None, 0, 0))
 
         def same_bits_step(params, x_all, y_all, idx, zero):
-            loss_sum, grad_sum = _same_bits_shard_sums(per_example, params, x_all[idx], y_all[idx], zero, rows, shards)
+            loss_sum, grad_sum = _same_bits_shard_sums(
+                per_example, params, x_all[idx], y_all[idx], zero, rows, shards
+            )
             return _sgd(params, grad_sum, rows), loss_sum
 
         # The zero is an argument: XLA must not see that the XOR in fred's program changes nothing.
@@ -285,9 +297,14 @@ class Bare:
         :meth:`calls_step`, so the calls loop's always is; SSGD's final parameters check it)."""
         fred_params, _ = self.calls_step(self.init_params, self.opt.init(self.init_params), self.idx[0])
         plain, _ = self.step(self.init_params, self.x, self.y, self.idx[0])
-        same = plain if self.same_bits_step is None else self.same_bits_step(
-            self.init_params, self.x, self.y, self.idx_padded[0], self.zero)[0]
-        equal = lambda p: all(np.array_equal(np.asarray(p[k]), np.asarray(fred_params[k])) for k in fred_params)
+        same = (
+            plain
+            if self.same_bits_step is None
+            else self.same_bits_step(self.init_params, self.x, self.y, self.idx_padded[0], self.zero)[0]
+        )
+        equal = lambda p: all(
+            np.array_equal(np.asarray(p[k]), np.asarray(fred_params[k])) for k in fred_params
+        )
         return {"plain": equal(plain), "same_bits": equal(same), "calls": True}
 
     def call_s(self, calls: int = 300) -> float:
@@ -380,10 +397,13 @@ def python_thread(scenario: dict[str, Any], loop, repeats: int) -> dict[str, flo
 
     best, _ = best_in_turn({"taped": lambda: run(True), "untaped": lambda: run(False)}, repeats)
     fred_cpu, loop_cpu = busiest_run(lambda: run(True), repeats), busiest_run(loop, repeats)
-    return {"python_cpu_over_wall": fred_cpu["thread_cpu_over_wall"],
-            "process_cpu_over_wall": fred_cpu["process_cpu_over_wall"],
-            "loop_process_cpu_over_wall": loop_cpu["process_cpu_over_wall"],
-            "untaped_s": best["untaped"], "taped_s": best["taped"]}
+    return {
+        "python_cpu_over_wall": fred_cpu["thread_cpu_over_wall"],
+        "process_cpu_over_wall": fred_cpu["process_cpu_over_wall"],
+        "loop_process_cpu_over_wall": loop_cpu["process_cpu_over_wall"],
+        "untaped_s": best["untaped"],
+        "taped_s": best["taped"],
+    }
 
 
 def max_abs_diff(a, b) -> float:
@@ -403,8 +423,14 @@ def overhead(updates: int, repeats: int, workers: int) -> list[dict[str, Any]]:
             timing_only = {**scn, "workload": {"timing_only": True}}
             bare = Bare(scn, shards=workers if strategy == "ssgd" else 1)
             best, out = best_in_turn(
-                {"fred": lambda: fred.run(scn), "timing_only": lambda: fred.run(timing_only), "plain": bare.run_loop,
-                 "same_bits": bare.run_same_bits, "calls": bare.run_calls, "scan": bare.run_scan},
+                {
+                    "fred": lambda: fred.run(scn),  # noqa: B023 (called within this iteration)
+                    "timing_only": lambda: fred.run(timing_only),  # noqa: B023 (called within this iteration)
+                    "plain": bare.run_loop,
+                    "same_bits": bare.run_same_bits,
+                    "calls": bare.run_calls,
+                    "scan": bare.run_scan,
+                },
                 repeats,
             )
             result = out["fred"]
@@ -440,7 +466,11 @@ def overhead(updates: int, repeats: int, workers: int) -> list[dict[str, Any]]:
             row.update({f"{loop}_gives_fred_bits": gives[loop] for loop in LOOPS})
             same_bits = [best[loop] for loop in LOOPS if gives[loop]]
             row["fastest_same_bits_loop_s"] = min(same_bits) if same_bits else float("nan")
-            for name, key in (("bare_loop", "bare_loop_s"), ("fastest_same_bits", "fastest_same_bits_loop_s"), ("bare_scan", "bare_scan_s")):
+            for name, key in (
+                ("bare_loop", "bare_loop_s"),
+                ("fastest_same_bits", "fastest_same_bits_loop_s"),
+                ("bare_scan", "bare_scan_s"),
+            ):
                 row[f"ratio_fred_over_{name}"] = row["fred_s"] / row[key]
             rows.append(row)
     return rows
@@ -449,12 +479,16 @@ def overhead(updates: int, repeats: int, workers: int) -> list[dict[str, Any]]:
 LOOPS = ("plain", "same_bits", "calls")  # the bare loops each case times beside fred
 
 
-def fred_bits(bare: Bare, strategy: str, fred_params: Any, outs: dict[str, Any],
-              first: dict[str, bool] | None = None) -> dict[str, bool]:
+def fred_bits(
+    bare: Bare, strategy: str, fred_params: Any, outs: dict[str, Any], first: dict[str, bool] | None = None
+) -> dict[str, bool]:
     """Which bare loops computed fred's bits, by loop: the first step, and for SSGD (the same
     batches, the same updates) the final parameters too. Sections 1 and 4 both decide with it."""
     first = first or bare.first_step_equal()
-    return {loop: first[loop] and (strategy != "ssgd" or max_abs_diff(fred_params, outs[loop]) == 0.0) for loop in LOOPS}
+    return {
+        loop: first[loop] and (strategy != "ssgd" or max_abs_diff(fred_params, outs[loop]) == 0.0)
+        for loop in LOOPS
+    }
 
 
 def simulation_floor(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -468,11 +502,27 @@ def simulation_floor(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for r in rows:
         calls_s = r["recorded_calls_per_update"] * r["updates"] * r["min_call_s"]
-        out.append({**{k: r[k] for k in ("workers", "strategy", "reduction", "fred_s", "bare_loop_s", "timing_only_s",
-                                         "recorded_calls_per_update", "min_call_s", "fastest_same_bits_loop_s")},
-                    "timing_only_over_bare_loop": r["timing_only_s"] / r["bare_loop_s"],
-                    "call_floor_over_same_bits": (r["timing_only_s"] + calls_s) / r["fastest_same_bits_loop_s"],
-                    "fred_over_same_bits": r["ratio_fred_over_fastest_same_bits"]})
+        out.append(
+            {
+                **{
+                    k: r[k]
+                    for k in (
+                        "workers",
+                        "strategy",
+                        "reduction",
+                        "fred_s",
+                        "bare_loop_s",
+                        "timing_only_s",
+                        "recorded_calls_per_update",
+                        "min_call_s",
+                        "fastest_same_bits_loop_s",
+                    )
+                },
+                "timing_only_over_bare_loop": r["timing_only_s"] / r["bare_loop_s"],
+                "call_floor_over_same_bits": (r["timing_only_s"] + calls_s) / r["fastest_same_bits_loop_s"],
+                "fred_over_same_bits": r["ratio_fred_over_fastest_same_bits"],
+            }
+        )
     return out
 
 
@@ -486,8 +536,13 @@ def python_threads(rows: list[dict[str, Any]], repeats: int) -> list[dict[str, A
         bare = Bare(scn, shards=r["workers"] if r["strategy"] == "ssgd" else 1)
         plain = r["plain_gives_fred_bits"] and r["bare_loop_s"] <= r["same_bits_loop_s"]
         share = python_thread(scn, bare.run_loop if plain else bare.run_same_bits, repeats)
-        out.append({**{k: r[k] for k in ("workers", "strategy", "reduction", "updates")}, **share,
-                    "tape_ms_per_update": 1e3 * (share["taped_s"] - share["untaped_s"]) / r["updates"]})
+        out.append(
+            {
+                **{k: r[k] for k in ("workers", "strategy", "reduction", "updates")},
+                **share,
+                "tape_ms_per_update": 1e3 * (share["taped_s"] - share["untaped_s"]) / r["updates"],
+            }
+        )
     return out
 
 
@@ -500,7 +555,9 @@ def fixed_cost(repeats: int) -> float:
 def exact_vs_fast(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by = {(r["workers"], r["strategy"], r["reduction"]): r for r in rows}
     out = []
-    for workers, strategy in sorted({(r["workers"], r["strategy"]) for r in rows}, key=lambda k: (k[0], k[1] != "ssgd")):
+    for workers, strategy in sorted(
+        {(r["workers"], r["strategy"]) for r in rows}, key=lambda k: (k[0], k[1] != "ssgd")
+    ):
         e, f = by[(workers, strategy, "exact")], by[(workers, strategy, "fast")]
         out.append(
             {
@@ -585,9 +642,11 @@ def timing_only_rates(digits_updates: int, event_rounds: int, repeats: int) -> l
     until the stop; not building, the final evaluation or the tables), and, for reference,
     over the whole ``fred.run``. The bare loop's rate is its events over ``env.run()``'s seconds.
     """
-    cases = (("8 workers, SSGD, digits MLP [64]", digits_scenario("ssgd", "exact", digits_updates)),
-             ("8 workers, ASGD, digits MLP [64]", digits_scenario("asgd", "exact", digits_updates)),
-             ("64 workers, SSGD, logistic (as 3)", events_scenario(event_rounds)))
+    cases = (
+        ("8 workers, SSGD, digits MLP [64]", digits_scenario("ssgd", "exact", digits_updates)),
+        ("8 workers, ASGD, digits MLP [64]", digits_scenario("asgd", "exact", digits_updates)),
+        ("64 workers, SSGD, logistic (as 3)", events_scenario(event_rounds)),
+    )
     rows = []
     for label, scn in cases:
         scn = {**scn, "workload": {"timing_only": True}}
@@ -603,12 +662,27 @@ def timing_only_rates(digits_updates: int, event_rounds: int, repeats: int) -> l
                 fred.run(scn)
                 run_s = time.perf_counter() - t0
             bare_s = bare()
-            best = {"run": min(best["run"], run_s), "loop": min(best["loop"], loop_s[0]), "bare": min(best["bare"], bare_s)}
-        rows.append({"case": label, "workers": workers, "updates": scn["stop"]["max_updates"], "simpy_events": events,
-                     "run_s": best["run"], "loop_s": best["loop"], "events_per_s_of_run": events / best["run"],
-                     "events_per_s": events / best["loop"], "bare_events": bare_events, "bare_loop_s": best["bare"],
-                     "bare_events_per_s": bare_events / best["bare"],
-                     "events_per_s_over_bare": (events / best["loop"]) / (bare_events / best["bare"])})
+            best = {
+                "run": min(best["run"], run_s),
+                "loop": min(best["loop"], loop_s[0]),
+                "bare": min(best["bare"], bare_s),
+            }
+        rows.append(
+            {
+                "case": label,
+                "workers": workers,
+                "updates": scn["stop"]["max_updates"],
+                "simpy_events": events,
+                "run_s": best["run"],
+                "loop_s": best["loop"],
+                "events_per_s_of_run": events / best["run"],
+                "events_per_s": events / best["loop"],
+                "bare_events": bare_events,
+                "bare_loop_s": best["bare"],
+                "bare_events_per_s": bare_events / best["bare"],
+                "events_per_s_over_bare": (events / best["loop"]) / (bare_events / best["bare"]),
+            }
+        )
     return rows
 
 
@@ -617,10 +691,21 @@ def compare(scn: dict[str, Any], repeats: int) -> dict[str, Any]:
     """fred against both bare loops on one scenario, timed in turn, and which loops give fred's
     bits (first step; SSGD, whose loop makes the same updates of the same batches: the final
     parameters too). A case of section 4 and of ``model_size.py``."""
-    strategy, workers, updates = scn["strategy"]["name"], scn["cluster"]["workers"], scn["stop"]["max_updates"]
+    strategy, workers, updates = (
+        scn["strategy"]["name"],
+        scn["cluster"]["workers"],
+        scn["stop"]["max_updates"],
+    )
     bare = Bare(scn, shards=workers if strategy == "ssgd" else 1)
-    best, out = best_in_turn({"fred": lambda: fred.run(scn), "plain": bare.run_loop, "same_bits": bare.run_same_bits,
-                              "calls": bare.run_calls}, repeats)
+    best, out = best_in_turn(
+        {
+            "fred": lambda: fred.run(scn),
+            "plain": bare.run_loop,
+            "same_bits": bare.run_same_bits,
+            "calls": bare.run_calls,
+        },
+        repeats,
+    )
     gives_bits = fred_bits(bare, strategy, out["fred"].params, out)
     same_bits = [best[loop] for loop in LOOPS if gives_bits[loop]]
     fastest = min(best["plain"], best["same_bits"])
@@ -649,7 +734,8 @@ def compare(scn: dict[str, Any], repeats: int) -> dict[str, Any]:
 
 
 def exact_refusal(model: dict[str, Any]) -> str:
-    """Why fred refuses ``reduction: exact`` for ``model`` on digits (``Model.exact_issue``; "" if it does not)."""
+    """Why fred refuses ``reduction: exact`` for ``model`` on digits (``Model.exact_issue``; "" if it does
+    not)."""
     scn = {**digits_scenario("ssgd", "fast", 1), "model": model}
     return build(resolve(scn)).numerics.model.exact_issue
 
@@ -673,8 +759,12 @@ def wider_models(quick: bool, repeats: int) -> tuple[list[dict[str, Any]], dict[
                     scn = {**digits_scenario(strategy, reduction, updates, workers), "model": model}
                     rows.append({"model": label, **compare(scn, repeats)})
                     r = rows[-1]
-                    print(f"  4. {label}, {workers} workers {strategy} {reduction}: fred/same-bits "
-                          f"{r['ratio_fred_over_fastest_same_bits']:.2f}", file=sys.stderr, flush=True)
+                    print(
+                        f"  4. {label}, {workers} workers {strategy} {reduction}: fred/same-bits "
+                        f"{r['ratio_fred_over_fastest_same_bits']:.2f}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     return rows, refused
 
 
@@ -689,11 +779,20 @@ def verdicts(wider: list[dict[str, Any]], rates: list[dict[str, Any]]) -> list[d
         out.append({"target": what, "value": value, "limit": f"{sense} {limit}", "met": bool(met)})
 
     for r in (r for r in wider if r["model"] == WIDER[0][0]):
-        target(f"{WIDER[0][0]}, {r['workers']} workers, {r['strategy']} {r['reduction']}: fred / fastest same-bits loop",
-               r["ratio_fred_over_fastest_same_bits"], "<=", PERF_TARGET_RATIO)
+        target(
+            f"{WIDER[0][0]}, {r['workers']} workers, {r['strategy']} {r['reduction']}: fred / fastest "
+            "same-bits loop",
+            r["ratio_fred_over_fastest_same_bits"],
+            "<=",
+            PERF_TARGET_RATIO,
+        )
     for r in rates:
-        target(f"timing only, {r['case']}: SimPy events/s over a bare SimPy loop's", r["events_per_s_over_bare"],
-               ">=", EVENT_RATE_TARGET)
+        target(
+            f"timing only, {r['case']}: SimPy events/s over a bare SimPy loop's",
+            r["events_per_s_over_bare"],
+            ">=",
+            EVENT_RATE_TARGET,
+        )
     return out
 
 
@@ -730,8 +829,12 @@ def _short(filename: str) -> str:
 
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
-    parser = options(__doc__, "30 updates per digits run, 5 rounds of 64 workers",
-                     "timed repeats per measurement (best is kept; default 3)", RESULTS)
+    parser = options(
+        __doc__,
+        "30 updates per digits run, 5 rounds of 64 workers",
+        "timed repeats per measurement (best is kept; default 3)",
+        RESULTS,
+    )
     parser.add_argument(
         "--profile",
         nargs="?",
@@ -742,50 +845,123 @@ def main(argv: list[str] | None = None) -> int:
     args, t_start, facts = begin(parser, argv, full=3, quick=3)
     updates = 30 if args.quick else 300
     event_updates = 5 if args.quick else 20
-    rate_updates, rate_rounds = (100, 20) if args.quick else (1000, 100)  # 3b: enough events for a steady rate
+    rate_updates, rate_rounds = (
+        (100, 20) if args.quick else (1000, 100)
+    )  # 3b: enough events for a steady rate
     print(f"{'quick' if args.quick else 'full'} run: best of {args.repeats} after one warm-up\n")
 
     rows = [r for w in WORKERS for r in overhead(updates, args.repeats, w)]
     print(
-        f"1. Overhead: {WORKERS[0]} workers x batch {batch_for(WORKERS[0])} and {WORKERS[1]} x {batch_for(WORKERS[1])}, "
-        f"digits MLP [64], {updates} updates (SSGD at {WORKERS[1]} workers: {ssgd_rounds(updates, WORKERS[1], 5)}) "
+        f"1. Overhead: {WORKERS[0]} workers x batch {batch_for(WORKERS[0])} and {WORKERS[1]} x "
+        f"{batch_for(WORKERS[1])}, "
+        f"digits MLP [64], {updates} updates (SSGD at {WORKERS[1]} workers: "
+        f"{ssgd_rounds(updates, WORKERS[1], 5)}) "
         "(a regression record: its floor is one call per computed value, docs/determinism.md; no target)"
     )
     headers = ["workers", "strategy", "reduction", "grads", "fred s", "bare loop s", "fred/bare"]
-    headers += ["same-bits s", "calls s", "fred/fastest same-bits", "bare scan s", "fred/scan", "ms/update", "in grads"]
-    keys = ["workers", "strategy", "reduction", "gradients", "fred_s", "bare_loop_s", "ratio_fred_over_bare_loop"]
-    keys += ["same_bits_loop_s", "calls_loop_s", "ratio_fred_over_fastest_same_bits", "bare_scan_s", "ratio_fred_over_bare_scan"]
+    headers += [
+        "same-bits s",
+        "calls s",
+        "fred/fastest same-bits",
+        "bare scan s",
+        "fred/scan",
+        "ms/update",
+        "in grads",
+    ]
+    keys = [
+        "workers",
+        "strategy",
+        "reduction",
+        "gradients",
+        "fred_s",
+        "bare_loop_s",
+        "ratio_fred_over_bare_loop",
+    ]
+    keys += [
+        "same_bits_loop_s",
+        "calls_loop_s",
+        "ratio_fred_over_fastest_same_bits",
+        "bare_scan_s",
+        "ratio_fred_over_bare_scan",
+    ]
     keys += ["fred_ms_per_update"]
     print(table(headers, [[r[k] for k in keys] + [f"{100 * r['gradient_share']:.0f}%"] for r in rows]))
     fixed = fixed_cost(args.repeats)
-    print(f"   fixed cost of a fred.run (1-update SSGD exact run: build, eval, tables, summary): {fixed:.3f} s")
-    print("   in grads: share of an instrumented fred.run spent in GradientService._flush_like (gradient math)")
-    print("   same-bits: a loop of one program per update, fred's exact gradient program and the update (fast: the bare")
-    print("   loop); calls: a loop of fred's own calls (gradient, sum over shards, update: fred's dispatches, fred's bits);")
-    print("   fred/same-bits is over the fastest loop that gave fred's bits (first step, and SSGD's final parameters):")
+    print(
+        f"   fixed cost of a fred.run (1-update SSGD exact run: build, eval, tables, summary): {fixed:.3f} s"
+    )
+    print(
+        "   in grads: share of an instrumented fred.run spent in GradientService._flush_like (gradient math)"
+    )
+    print(
+        "   same-bits: a loop of one program per update, fred's exact gradient program and the update (fast: "
+        "the bare"
+    )
+    print(
+        "   loop); calls: a loop of fred's own calls (gradient, sum over shards, update: fred's dispatches, "
+        "fred's bits);"
+    )
+    print(
+        "   fred/same-bits is over the fastest loop that gave fred's bits (first step, and SSGD's final "
+        "parameters):"
+    )
     for r in rows:
-        line = f"   {r['workers']} workers {r['strategy']} {r['reduction']}: first step plain {_yes(r['first_step_equal_plain'])}"
+        line = (
+            f"   {r['workers']} workers {r['strategy']} {r['reduction']}: first step plain "
+            f"{_yes(r['first_step_equal_plain'])}"
+        )
         line += f", same-bits {_yes(r['first_step_equal_same_bits'])}"
         if "max_abs_param_diff_vs_bare" in r:
             line += f"; final max |fred - bare| {r['max_abs_param_diff_vs_bare']:.3g}, |fred - same-bits| "
-            line += f"{r['max_abs_param_diff_vs_same_bits']:.3g}, |fred - calls| {r['max_abs_param_diff_vs_calls']:.3g}"
+            line += (
+                f"{r['max_abs_param_diff_vs_same_bits']:.3g}, |fred - calls| "
+                f"{r['max_abs_param_diff_vs_calls']:.3g}"
+            )
         print(line)
     print()
 
     floor = simulation_floor(rows)
-    print("1b. The simulation alone: workload.timing_only (same events, no numerics), and the floor of one call per value")
+    print(
+        "1b. The simulation alone: workload.timing_only (same events, no numerics), and the floor of one "
+        "call per value"
+    )
     print(
         table(
-            ["workers", "strategy", "reduction", "fred s", "timing-only s", "bare loop s", "timing-only/bare",
-             "calls/update", "min call ms", "floor/same-bits", "fred/same-bits"],
-            [[f["workers"], f["strategy"], f["reduction"], f["fred_s"], f["timing_only_s"], f["bare_loop_s"],
-              f["timing_only_over_bare_loop"], f["recorded_calls_per_update"], 1e3 * f["min_call_s"],
-              f["call_floor_over_same_bits"], f["fred_over_same_bits"]]
-             for f in floor],
+            [
+                "workers",
+                "strategy",
+                "reduction",
+                "fred s",
+                "timing-only s",
+                "bare loop s",
+                "timing-only/bare",
+                "calls/update",
+                "min call ms",
+                "floor/same-bits",
+                "fred/same-bits",
+            ],
+            [
+                [
+                    f["workers"],
+                    f["strategy"],
+                    f["reduction"],
+                    f["fred_s"],
+                    f["timing_only_s"],
+                    f["bare_loop_s"],
+                    f["timing_only_over_bare_loop"],
+                    f["recorded_calls_per_update"],
+                    1e3 * f["min_call_s"],
+                    f["call_floor_over_same_bits"],
+                    f["fred_over_same_bits"],
+                ]
+                for f in floor
+            ],
         )
     )
     print("   fred/bare cannot fall below timing-only/bare, however cheap the numerics become")
-    print("   floor/same-bits: (timing-only + recorded calls x min call) / the fastest loop giving fred's bits;")
+    print(
+        "   floor/same-bits: (timing-only + recorded calls x min call) / the fastest loop giving fred's bits;"
+    )
     print("   no run that issues one call per computed value, as fred does, can go below it\n")
 
     threads = python_threads(rows, args.repeats)
@@ -793,17 +969,47 @@ def main(argv: list[str] | None = None) -> int:
     cores = facts["cpu_count"]
     print(
         table(
-            ["workers", "strategy", "python cpu/wall", "fred cores busy", "loop cores busy", "fred s", "fred s, tape off",
-             "tape ms/update"],
-            [[t["workers"], t["strategy"], t["python_cpu_over_wall"], t["process_cpu_over_wall"],
-              t["loop_process_cpu_over_wall"], t["taped_s"], t["untaped_s"], t["tape_ms_per_update"]]
-             for t in threads],
+            [
+                "workers",
+                "strategy",
+                "python cpu/wall",
+                "fred cores busy",
+                "loop cores busy",
+                "fred s",
+                "fred s, tape off",
+                "tape ms/update",
+            ],
+            [
+                [
+                    t["workers"],
+                    t["strategy"],
+                    t["python_cpu_over_wall"],
+                    t["process_cpu_over_wall"],
+                    t["loop_process_cpu_over_wall"],
+                    t["taped_s"],
+                    t["untaped_s"],
+                    t["tape_ms_per_update"],
+                ]
+                for t in threads
+            ],
         )
     )
-    print("   python cpu/wall near 1: the Python thread is busy for nearly the whole run (simulating, issuing calls,")
-    print("   taping) while XLA computes beside it; the run is bound by Python. cores busy: the whole process's CPU")
-    print(f"   seconds over wall seconds (this machine has {cores}), for fred and for the fastest bare loop giving its")
-    print("   bits, measured in the same call; where the loop alone keeps the cores busy, fred's Python thread takes")
+    print(
+        "   python cpu/wall near 1: the Python thread is busy for nearly the whole run (simulating, issuing "
+        "calls,"
+    )
+    print(
+        "   taping) while XLA computes beside it; the run is bound by Python. cores busy: the whole "
+        "process's CPU"
+    )
+    print(
+        f"   seconds over wall seconds (this machine has {cores}), for fred and for the fastest bare loop "
+        "giving its"
+    )
+    print(
+        "   bits, measured in the same call; where the loop alone keeps the cores busy, fred's Python thread "
+        "takes"
+    )
     print("   CPU from XLA. tape off: recording bypassed (not replayable)\n")
 
     evf = exact_vs_fast(rows)
@@ -812,7 +1018,14 @@ def main(argv: list[str] | None = None) -> int:
         table(
             ["workers", "strategy", "fred exact s", "fred fast s", "fred exact/fast", "bare exact/fast"],
             [
-                [r["workers"], r["strategy"], r["fred_exact_s"], r["fred_fast_s"], r["fred_exact_over_fast"], r["bare_exact_over_fast"]]
+                [
+                    r["workers"],
+                    r["strategy"],
+                    r["fred_exact_s"],
+                    r["fred_fast_s"],
+                    r["fred_exact_over_fast"],
+                    r["bare_exact_over_fast"],
+                ]
                 for r in evf
             ],
         )
@@ -820,7 +1033,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
 
     ev = event_throughput(event_updates, args.repeats)
-    print(f"3. Event throughput: {ev['workers']} workers, logistic model, SSGD ring all-reduce, {ev['updates']} updates")
+    print(
+        f"3. Event throughput: {ev['workers']} workers, logistic model, SSGD ring all-reduce, "
+        f"{ev['updates']} updates"
+    )
     print(
         table(
             ["measure", "count", "wall s", "per second"],
@@ -832,7 +1048,12 @@ def main(argv: list[str] | None = None) -> int:
                     ev["fred_run_s"],
                     ev["ring_chunk_transfers_per_s"],
                 ],
-                ["env.step() loop: SimPy events", ev["simpy_events"], ev["simpy_loop_s"], ev["simpy_events_per_s"]],
+                [
+                    "env.step() loop: SimPy events",
+                    ev["simpy_events"],
+                    ev["simpy_loop_s"],
+                    ev["simpy_events_per_s"],
+                ],
                 [
                     "  same, gradient time excluded",
                     ev["simpy_events"],
@@ -843,7 +1064,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     print(
-        f"   each all-reduce over {ev['workers']} workers simulates 2*{ev['workers'] - 1} chunk transfers per member "
+        f"   each all-reduce over {ev['workers']} workers simulates 2*{ev['workers'] - 1} chunk transfers "
+        "per member "
         f"({2 * (ev['workers'] - 1) * ev['workers']:,} per round), none a SimPy event or an event row; "
         "on idle links a round books them in one pass (Network.ring_on_idle_links), on busy ones one by one"
     )
@@ -851,40 +1073,131 @@ def main(argv: list[str] | None = None) -> int:
 
     rates = timing_only_rates(rate_updates, rate_rounds, args.repeats)
     print("3b. Timing-only runs (workload.timing_only) against a bare SimPy loop, timed in turn")
-    print(table(["case", "updates", "SimPy events", "loop s", "events/s", "events/s, whole run", "bare loop events",
-                 "bare loop s", "bare events/s", "events/s over bare"],
-                [[r["case"], r["updates"], r["simpy_events"], r["loop_s"], r["events_per_s"], r["events_per_s_of_run"],
-                  r["bare_events"], r["bare_loop_s"], r["bare_events_per_s"], r["events_per_s_over_bare"]] for r in rates]))
-    print("   events: SimPy events the run processes (env.step() calls, counted in an untimed run); loop s: its simulation")
-    print("   loop (stepping to the stop, with the controller's checks; not building, the final evaluation, the tables);")
-    print("   whole run: over fred.run's wall. Bare loop: as many SimPy processes as workers, each waiting out one")
-    print("   env.timeout after another (no two at the same time), as many events in all, each process's start and end")
+    print(
+        table(
+            [
+                "case",
+                "updates",
+                "SimPy events",
+                "loop s",
+                "events/s",
+                "events/s, whole run",
+                "bare loop events",
+                "bare loop s",
+                "bare events/s",
+                "events/s over bare",
+            ],
+            [
+                [
+                    r["case"],
+                    r["updates"],
+                    r["simpy_events"],
+                    r["loop_s"],
+                    r["events_per_s"],
+                    r["events_per_s_of_run"],
+                    r["bare_events"],
+                    r["bare_loop_s"],
+                    r["bare_events_per_s"],
+                    r["events_per_s_over_bare"],
+                ]
+                for r in rates
+            ],
+        )
+    )
+    print(
+        "   events: SimPy events the run processes (env.step() calls, counted in an untimed run); loop s: "
+        "its simulation"
+    )
+    print(
+        "   loop (stepping to the stop, with the controller's checks; not building, the final evaluation, "
+        "the tables);"
+    )
+    print(
+        "   whole run: over fred.run's wall. Bare loop: as many SimPy processes as workers, each waiting out "
+        "one"
+    )
+    print(
+        "   env.timeout after another (no two at the same time), as many events in all, each process's start "
+        "and end"
+    )
     print(f"   included; its time is env.run()'s (target: events/s over bare >= {EVENT_RATE_TARGET})\n")
 
     wider, refused = wider_models(args.quick, args.repeats)
     sizes = f"{WORKERS[0]} workers, fast only" if args.quick else f"{WORKERS[0]} and {WORKERS[1]} workers"
     print(f"4. Wider models on digits: {', '.join(label for label, _, _ in WIDER)}, {sizes}, batch as in 1")
-    print(table(["model", "workers", "strategy", "reduction", "params", "updates", "grads: fred, loop", "loop ms/update",
-                 "fred/fastest loop", "fred/same-bits", "fred adds ms/update", "plain: fred's bits", "same-bits: fred's bits"],
-                [[r["model"], r["workers"], r["strategy"], r["reduction"], r["params"], r["updates"],
-                  f"{r['fred_gradients']:,}, {r['loop_gradients']:,}", r["fastest_loop_ms_per_update"],
-                  r["ratio_fred_over_fastest_loop"], r["ratio_fred_over_fastest_same_bits"], r["fred_added_ms_per_update"],
-                  r["plain_gives_fred_bits"], r["same_bits_gives_fred_bits"]] for r in wider]))
+    print(
+        table(
+            [
+                "model",
+                "workers",
+                "strategy",
+                "reduction",
+                "params",
+                "updates",
+                "grads: fred, loop",
+                "loop ms/update",
+                "fred/fastest loop",
+                "fred/same-bits",
+                "fred adds ms/update",
+                "plain: fred's bits",
+                "same-bits: fred's bits",
+            ],
+            [
+                [
+                    r["model"],
+                    r["workers"],
+                    r["strategy"],
+                    r["reduction"],
+                    r["params"],
+                    r["updates"],
+                    f"{r['fred_gradients']:,}, {r['loop_gradients']:,}",
+                    r["fastest_loop_ms_per_update"],
+                    r["ratio_fred_over_fastest_loop"],
+                    r["ratio_fred_over_fastest_same_bits"],
+                    r["fred_added_ms_per_update"],
+                    r["plain_gives_fred_bits"],
+                    r["same_bits_gives_fred_bits"],
+                ]
+                for r in wider
+            ],
+        )
+    )
     for label, issue in refused.items():
         print(f"   {label}: fred refuses reduction: exact ({issue}); fast only")
-    print("   loop ms/update: the faster bare loop (plain or same-bits) whatever its bits; fred/same-bits: over the")
+    print(
+        "   loop ms/update: the faster bare loop (plain or same-bits) whatever its bits; fred/same-bits: "
+        "over the"
+    )
     print("   faster loop that gave fred's bits (first step; SSGD: final parameters too; nan: neither did);")
-    print(f"   fred adds: (fred - that loop) / updates (target: fred/same-bits <= {PERF_TARGET_RATIO} on {WIDER[0][0]})\n")
+    print(
+        f"   fred adds: (fred - that loop) / updates (target: fred/same-bits <= {PERF_TARGET_RATIO} on "
+        f"{WIDER[0][0]})\n"
+    )
 
     verdict = verdicts(wider, rates)
-    print("Verdicts" + (" (a quick run: smoke numbers, fewer cases; the full run measures the targets)" if args.quick else ""))
-    print(table(["target", "measured", "limit", "met"], [[v["target"], v["value"], v["limit"], v["met"]] for v in verdict]))
+    print(
+        "Verdicts"
+        + (
+            " (a quick run: smoke numbers, fewer cases; the full run measures the targets)"
+            if args.quick
+            else ""
+        )
+    )
+    print(
+        table(
+            ["target", "measured", "limit", "met"],
+            [[v["target"], v["value"], v["limit"], v["met"]] for v in verdict],
+        )
+    )
     print(f"   {sum(v['met'] for v in verdict)} of {len(verdict)} met\n")
 
     results: dict[str, Any] = {
         "quick": args.quick,
         "repeats": args.repeats,
-        "targets": {"wide_mlp_ratio": PERF_TARGET_RATIO, "timing_only_events_per_s_over_bare": EVENT_RATE_TARGET},
+        "targets": {
+            "wide_mlp_ratio": PERF_TARGET_RATIO,
+            "timing_only_events_per_s_over_bare": EVENT_RATE_TARGET,
+        },
         "machine": facts,
         "overhead": rows,
         "fixed_cost_s": fixed,

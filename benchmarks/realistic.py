@@ -56,8 +56,8 @@ from common import RESULTS_DIR, begin, best_in_turn, options, table, write_resul
 import fred
 from fred.numerics import rng
 from fred.numerics.data import GlobalBatchStream
-from fred.runs.api import resolve
 from fred.runs import runner
+from fred.runs.api import resolve
 from fred.runs.runner import build
 
 RESULTS = RESULTS_DIR / "realistic.json"
@@ -83,8 +83,16 @@ def scenario(strategy: str, workers: int, numerics: str, steps: int) -> dict[str
         "name": f"realistic-{strategy}-{workers}-{numerics}",
         "seed": 0,
         "model": {"kind": "resnet", "depth": 20, "width": 16, "norm": "group"},
-        "data": {"source": {"kind": "synthetic_images", "examples": 4096}, "batch_size": BATCH, "eval_examples": 256},
-        "cluster": {"workers": workers, "compute": {"step_time_s": 0.05}, "jitter": {"kind": "lognormal", "sigma": 0.1}},
+        "data": {
+            "source": {"kind": "synthetic_images", "examples": 4096},
+            "batch_size": BATCH,
+            "eval_examples": 256,
+        },
+        "cluster": {
+            "workers": workers,
+            "compute": {"step_time_s": 0.05},
+            "jitter": {"kind": "lognormal", "sigma": 0.1},
+        },
         "network": {"latency_s": 5.0e-5, "bandwidth_bps": 1.25e9},
         "strategy": strat,
         "stop": {"max_updates": updates},
@@ -185,7 +193,9 @@ def case(strategy: str, workers: int, steps: int, repeats: int) -> dict[str, Any
 def peak_rss_mb(strategy: str, workers: int, steps: int, what: str) -> float:
     """Peak resident set of a process that runs one case once: fred with ``what`` numerics, or a bare loop."""
     spec = json.dumps({"strategy": strategy, "workers": workers, "steps": steps, "what": what})
-    done = subprocess.run([sys.executable, __file__, "--memory-of", spec], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--memory-of", spec], capture_output=True, text=True, check=True
+    )
     return float(done.stdout.strip().splitlines()[-1])
 
 
@@ -217,8 +227,11 @@ def memory(strategy: str, workers: int) -> dict[str, float]:
     steps = workers * (SYNC_EVERY if strategy == "local_sgd" else 1)
     rss = {what: peak_rss_mb(strategy, workers, steps, what) for what in [*NUMERICS, *loops]}
     bare = min(rss[loop] for loop in loops)
-    return {**{f"{k}_rss_mb": v for k, v in rss.items()}, "bare_rss_mb": bare,
-            **{f"{name}_rss_over_bare": rss[name] / bare for name in NUMERICS}}
+    return {
+        **{f"{k}_rss_mb": v for k, v in rss.items()},
+        "bare_rss_mb": bare,
+        **{f"{name}_rss_over_bare": rss[name] / bare for name in NUMERICS},
+    }
 
 
 # ----------------------------------------------------------------------------- verdicts
@@ -234,7 +247,9 @@ def verdicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         target(f"{label}: fast / bare loop", r["fast_over_bare"], TARGETS["fast"])
         target(f"{label}: default peak RSS / bare loop's", r["default_rss_over_bare"], TARGETS["memory"])
         if r["workers"] == 16 and r["strategy"] in ("local_sgd", "sgp"):
-            target(f"{label}: default / per-worker loop", r["default_over_per_worker"], TARGETS["per_worker_16"])
+            target(
+                f"{label}: default / per-worker loop", r["default_over_per_worker"], TARGETS["per_worker_16"]
+            )
     return out
 
 
@@ -243,8 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--memory-of"]:
         _memory_of(json.loads(argv[1]))
         return 0
-    parser = options(__doc__, "8 workers only, 16 steps a worker count, best of 1", "timed repeats (default 3; quick 1)",
-                     RESULTS)
+    parser = options(
+        __doc__,
+        "8 workers only, 16 steps a worker count, best of 1",
+        "timed repeats (default 3; quick 1)",
+        RESULTS,
+    )
     args, started, facts = begin(parser, argv, full=3, quick=1)
     worker_counts = (8,) if args.quick else (8, 16)
     rows = []
@@ -254,26 +273,82 @@ def main(argv: list[str] | None = None) -> int:
             row = case(strategy, workers, steps, args.repeats)
             row.update(memory(strategy, workers))
             rows.append(row)
-            print(f"  {workers} workers {strategy}: default/bare {row['default_over_bare']:.2f}, "
-                  f"fast/bare {row['fast_over_bare']:.2f}, per-example/bare {row['per_example_over_bare']:.2f}",
-                  file=sys.stderr, flush=True)
-    print("\nResNet-20 (GroupNorm), batch 32 a worker: fred's training seconds over the bare loop's "
-          "(evaluation and building the run excluded, reported apart)")
-    print(table(["workers", "strategy", "grads", "bare ms/step", "default", "per-example", "fast", "default/per-worker",
-                 "eval s", "build s"],
-                [[r["workers"], r["strategy"], r["gradients"]["default"], r["ms_per_step_bare"], r["default_over_bare"],
-                  r["per_example_over_bare"], r["fast_over_bare"], r["default_over_per_worker"], r["default_eval_s"],
-                  r["default_build_s"]] for r in rows]))
+            print(
+                f"  {workers} workers {strategy}: default/bare {row['default_over_bare']:.2f}, "
+                f"fast/bare {row['fast_over_bare']:.2f}, per-example/bare {row['per_example_over_bare']:.2f}",
+                file=sys.stderr,
+                flush=True,
+            )
+    print(
+        "\nResNet-20 (GroupNorm), batch 32 a worker: fred's training seconds over the bare loop's "
+        "(evaluation and building the run excluded, reported apart)"
+    )
+    print(
+        table(
+            [
+                "workers",
+                "strategy",
+                "grads",
+                "bare ms/step",
+                "default",
+                "per-example",
+                "fast",
+                "default/per-worker",
+                "eval s",
+                "build s",
+            ],
+            [
+                [
+                    r["workers"],
+                    r["strategy"],
+                    r["gradients"]["default"],
+                    r["ms_per_step_bare"],
+                    r["default_over_bare"],
+                    r["per_example_over_bare"],
+                    r["fast_over_bare"],
+                    r["default_over_per_worker"],
+                    r["default_eval_s"],
+                    r["default_build_s"],
+                ]
+                for r in rows
+            ],
+        )
+    )
     print("\nPeak memory (RSS, MB) of one process running the case once")
-    print(table(["workers", "strategy", "bare", "default", "per-example", "fast", "default/bare"],
-                [[r["workers"], r["strategy"], r["bare_rss_mb"], r["default_rss_mb"], r["per_example_rss_mb"],
-                  r["fast_rss_mb"], r["default_rss_over_bare"]] for r in rows]))
+    print(
+        table(
+            ["workers", "strategy", "bare", "default", "per-example", "fast", "default/bare"],
+            [
+                [
+                    r["workers"],
+                    r["strategy"],
+                    r["bare_rss_mb"],
+                    r["default_rss_mb"],
+                    r["per_example_rss_mb"],
+                    r["fast_rss_mb"],
+                    r["default_rss_over_bare"],
+                ]
+                for r in rows
+            ],
+        )
+    )
     verdict = verdicts(rows)
     print("\nVerdicts")
-    print(table(["target", "value", "limit", "met"], [[v["target"], v["value"], v["limit"], v["met"]] for v in verdict]))
+    print(
+        table(
+            ["target", "value", "limit", "met"],
+            [[v["target"], v["value"], v["limit"], v["met"]] for v in verdict],
+        )
+    )
     print(f"   {sum(v['met'] for v in verdict)} of {len(verdict)} met\n")
-    results = {"quick": args.quick, "repeats": args.repeats, "targets": TARGETS, "machine": facts, "cases": rows,
-               "verdicts": verdict}
+    results = {
+        "quick": args.quick,
+        "repeats": args.repeats,
+        "targets": TARGETS,
+        "machine": facts,
+        "cases": rows,
+        "verdicts": verdict,
+    }
     write_results(args.out, results, started)
     return 0
 

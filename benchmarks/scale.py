@@ -60,7 +60,9 @@ RESULTS = RESULTS_DIR / "scale.json"
 ONCE_OVER_S = 5.0  # a run this long is timed once: its noise is small next to its length
 
 
-def scenario(strategy: dict[str, Any], workers: int, iterations: int, network: dict[str, Any] | None = None) -> dict[str, Any]:
+def scenario(
+    strategy: dict[str, Any], workers: int, iterations: int, network: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """ResNet-50 messages and 0.1 s steps; evaluation (NaN rows in timing-only runs) only at the ends."""
     per_iteration = {"arsgd": 1, "sasgd": strategy.get("n_soft", workers)}.get(strategy["name"], workers)
     updates = iterations * per_iteration
@@ -171,11 +173,18 @@ def fit(rows: list[dict[str, Any]], seconds: str) -> dict[str, Any]:
         sub = [r for r in rows if r["iterations"] == iterations]
         slope, _ = np.polyfit(np.log([r["workers"] for r in sub]), np.log([r[seconds] for r in sub]), 1)
         alone[iterations] = float(slope)
-    return {"a": float(a), "workers_exponent": float(b), "iterations_exponent": float(c), "workers_exponent_at": alone}
+    return {
+        "a": float(a),
+        "workers_exponent": float(b),
+        "iterations_exponent": float(c),
+        "workers_exponent_at": alone,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = options(__doc__, "32 and 256 workers only", "timed repeats per run (best is kept; default 3)", RESULTS)
+    parser = options(
+        __doc__, "32 and 256 workers only", "timed repeats per run (best is kept; default 3)", RESULTS
+    )
     first_line = f"fred {fred.__version__} | simpy {simpy.__version__} | {os.cpu_count()} CPUs | timing only"
     args, t_start, facts = begin(parser, argv, full=3, quick=3, first_line=first_line)
     workers = (32, 256) if args.quick else (32, 256, 1024)
@@ -186,7 +195,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = [measure(label, n, k, args.repeats) for label in STRATEGIES for n in workers for k in iterations]
     headers = ["strategy", "workers", "iters", "updates", "wall s", "loop s", "SimPy events", "events/s"]
     headers += ["event rows", "rows/s", "link bookings", "bookings/s", "one-pass rings"]
-    keys = ["strategy", "workers", "iterations", "updates", "wall_s", "loop_s", "simpy_events", "simpy_events_per_s"]
+    keys = [
+        "strategy",
+        "workers",
+        "iterations",
+        "updates",
+        "wall_s",
+        "loop_s",
+        "simpy_events",
+        "simpy_events_per_s",
+    ]
     keys += ["event_rows", "event_rows_per_s", "link_bookings", "link_bookings_per_s", "one_pass_rings"]
     print(table(headers, [[r[k] for k in keys] for r in rows]))
     print("   wall: fred.run; loop: its simulation loop alone; per second: over the loop's time")
@@ -201,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     for seconds, by_strategy in fits.items():
         for label, f in by_strategy.items():
             per = ", ".join(f"{b:.2f} at {k}" for k, b in f["workers_exponent_at"].items())
-            cells.append([label, seconds.removesuffix("_s"), f["workers_exponent"], f["iterations_exponent"], per])
+            cells.append(
+                [label, seconds.removesuffix("_s"), f["workers_exponent"], f["iterations_exponent"], per]
+            )
     print(table(["strategy", "of", "b (workers)", "c (iterations)", "b alone, per iteration count"], cells))
     print()
 

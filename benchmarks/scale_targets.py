@@ -24,7 +24,16 @@ from typing import Any
 
 import numpy as np
 import simpy
-from common import RESULTS_DIR, bare_simpy_loop, begin, counted_steps, options, table, timed_loop, write_results
+from common import (
+    RESULTS_DIR,
+    bare_simpy_loop,
+    begin,
+    counted_steps,
+    options,
+    table,
+    timed_loop,
+    write_results,
+)
 from scale import STRATEGIES, scenario
 
 import fred
@@ -42,9 +51,13 @@ RESULTS = RESULTS_DIR / "scale_targets.json"
 
 
 def case(strategy: dict[str, Any], workers: int, network: dict[str, Any]) -> dict[str, Any]:
-    """``scale.py``'s scenario on synthetic data large enough for 4,096 workers' batches (digits has 1,437 rows)."""
+    """``scale.py``'s scenario on synthetic data large enough for 4,096 workers' batches (digits has 1,437
+    rows)."""
     scn = scenario(strategy, workers, ITERATIONS, {**network, "sharing": "fair"})
-    scn["data"] = {"source": {"kind": "synthetic", "features": 8, "classes": 2, "examples": 10_000}, "batch_size": 1}
+    scn["data"] = {
+        "source": {"kind": "synthetic", "features": 8, "classes": 2, "examples": 10_000},
+        "batch_size": 1,
+    }
     return scn
 
 
@@ -65,7 +78,10 @@ def bare_simpy_events_per_s(processes: int, events: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = options(__doc__, "256 and 1,024 workers only", "unused (each run is timed once)", RESULTS)
-    first_line = f"fred {fred.__version__} | simpy {simpy.__version__} | {os.cpu_count()} CPUs | timing only, sharing fair"
+    first_line = (
+        f"fred {fred.__version__} | simpy {simpy.__version__} | {os.cpu_count()} CPUs | timing only, sharing "
+        "fair"
+    )
     args, t_start, facts = begin(parser, argv, full=1, quick=1, first_line=first_line)
     sizes = (256, 1024) if args.quick else (256, 1024, 4096)
     fred.run(scenario(STRATEGIES["sgp"], 4, 1))  # warm: imports, data loading, model init
@@ -74,19 +90,57 @@ def main(argv: list[str] | None = None) -> int:
         for workers in sizes:
             wall_s, loop_s, events = run_counted(case(strategy, workers, network))
             bare = bare_simpy_events_per_s(workers, events)
-            rows.append({"case": label, "workers": workers, "iterations": ITERATIONS, "wall_s": wall_s,
-                         "loop_s": loop_s, "simpy_events": events, "events_per_s": events / loop_s,
-                         "bare_events_per_s": bare, "vs_bare": events / loop_s / bare})
+            rows.append(
+                {
+                    "case": label,
+                    "workers": workers,
+                    "iterations": ITERATIONS,
+                    "wall_s": wall_s,
+                    "loop_s": loop_s,
+                    "simpy_events": events,
+                    "events_per_s": events / loop_s,
+                    "bare_events_per_s": bare,
+                    "vs_bare": events / loop_s / bare,
+                }
+            )
             print(f"  {label} at {workers}: {wall_s:.1f} s", flush=True)
-    print(table(["case", "workers", "wall s", "loop s", "SimPy events", "events/s", "bare SimPy events/s", "ratio"],
-                [[r["case"], r["workers"], r["wall_s"], r["loop_s"], r["simpy_events"], r["events_per_s"],
-                  r["bare_events_per_s"], r["vs_bare"]] for r in rows]))
+    print(
+        table(
+            [
+                "case",
+                "workers",
+                "wall s",
+                "loop s",
+                "SimPy events",
+                "events/s",
+                "bare SimPy events/s",
+                "ratio",
+            ],
+            [
+                [
+                    r["case"],
+                    r["workers"],
+                    r["wall_s"],
+                    r["loop_s"],
+                    r["simpy_events"],
+                    r["events_per_s"],
+                    r["bare_events_per_s"],
+                    r["vs_bare"],
+                ]
+                for r in rows
+            ],
+        )
+    )
     exponents = {}
     for label in CASES:
         sub = [r for r in rows if r["case"] == label]
-        exponents[label] = float(np.polyfit(np.log([r["workers"] for r in sub]), np.log([r["wall_s"] for r in sub]), 1)[0])
+        exponents[label] = float(
+            np.polyfit(np.log([r["workers"] for r in sub]), np.log([r["wall_s"] for r in sub]), 1)[0]
+        )
     print(table(["case", "growth exponent of wall time in workers"], [[k, v] for k, v in exponents.items()]))
-    write_results(args.out, {"quick": args.quick, "machine": facts, "runs": rows, "exponents": exponents}, t_start)
+    write_results(
+        args.out, {"quick": args.quick, "machine": facts, "runs": rows, "exponents": exponents}, t_start
+    )
     return 0
 
 

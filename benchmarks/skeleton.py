@@ -65,7 +65,9 @@ class Programs:
         loss = functools.partial(example_loss, bare.numerics.model, bare.dataset.task)
         sums = _exact_shard_sums if reduction == "exact" else _fast_shard_sums
 
-        def ps_step(server, read, x_all, y_all, idx):  # the gradient at the worker's copy, applied to the server's
+        def ps_step(
+            server, read, x_all, y_all, idx
+        ):  # the gradient at the worker's copy, applied to the server's
             _, grad_sum = sums(loss, read, x_all[idx], y_all[idx], 1)
             return _sgd(server, grad_sum, idx.shape[0])
 
@@ -80,10 +82,15 @@ class Programs:
         return self.bare.numerics._call(params, self.bare.dataset, rows, shards, stack)
 
     def fred_round(self, params, state, idx: np.ndarray, workers: int):
-        """fred's SSGD round: gradient calls of up to CALL_ROWS rows (fast: one), the sum across them, the update."""
+        """fred's SSGD round: gradient calls of up to CALL_ROWS rows (fast: one), the sum across them, the
+        update."""
         per_call = workers if self.reduction == "fast" else max(1, CALL_ROWS // self.rows)
-        calls = [self.gradient(params, idx[s * self.rows : (s + per_call) * self.rows], min(per_call, workers - s), True)
-                 for s in range(0, workers, per_call)]
+        calls = [
+            self.gradient(
+                params, idx[s * self.rows : (s + per_call) * self.rows], min(per_call, workers - s), True
+            )
+            for s in range(0, workers, per_call)
+        ]
         grad, _ = stacked_sum(calls)
         return self.sum_step(params, state, grad, len(idx))
 
@@ -96,7 +103,12 @@ def ring(progs: Programs, workers: int, numbers: str, durations_s: np.ndarray) -
 
     def run():
         env = simpy.Environment()
-        st = {"params": bare.init_params, "opt": progs.opt.init(bare.init_params), "arrived": 0, "reduced": env.event()}
+        st = {
+            "params": bare.init_params,
+            "opt": progs.opt.init(bare.init_params),
+            "arrived": 0,
+            "reduced": env.event(),
+        }
 
         def worker(i: int):
             for k in range(bare.updates):
@@ -121,7 +133,9 @@ def ring(progs: Programs, workers: int, numbers: str, durations_s: np.ndarray) -
     return run
 
 
-def parameter_server(progs: Programs, workers: int, numbers: str, durations_s: np.ndarray) -> Callable[[], Any]:
+def parameter_server(
+    progs: Programs, workers: int, numbers: str, durations_s: np.ndarray
+) -> Callable[[], Any]:
     """ASGD: a worker computes on its copy, pushes, the server applies it at once, the worker fetches.
     ``numbers`` as for :func:`ring`."""
     bare = progs.bare
@@ -144,7 +158,9 @@ def parameter_server(progs: Programs, workers: int, numbers: str, durations_s: n
                 if numbers == "fused":
                     st["params"] = progs.ps_step(st["params"], held, bare.x, bare.y, bare.idx[k])
                 elif numbers == "programs":
-                    st["params"], st["opt"] = progs.sum_step(st["params"], st["opt"], grads[0], len(bare.idx[k]))
+                    st["params"], st["opt"] = progs.sum_step(
+                        st["params"], st["opt"], grads[0], len(bare.idx[k])
+                    )
                 st["k"] += 1
                 yield env.timeout(TRANSFER_S)
                 held = st["params"]
@@ -167,13 +183,23 @@ def case(strategy: str, reduction: str, workers: int, repeats: int) -> dict[str,
     durations_s = 0.01 * rng.lognormal(0.0, 0.1, size=(updates + workers, workers))
     model = ring if strategy == "ssgd" else parameter_server
     timing_only = {**scn, "workload": {"timing_only": True}}
-    best, out = best_in_turn({"bare": bare.run_loop, "simpy": model(progs, workers, "none", durations_s),
-                            "fused": model(progs, workers, "fused", durations_s),
-                            "programs": model(progs, workers, "programs", durations_s),
-                            "fred_timing_only": lambda: fred.run(timing_only), "fred": lambda: fred.run(scn)}, repeats)
+    best, out = best_in_turn(
+        {
+            "bare": bare.run_loop,
+            "simpy": model(progs, workers, "none", durations_s),
+            "fused": model(progs, workers, "fused", durations_s),
+            "programs": model(progs, workers, "programs", durations_s),
+            "fred_timing_only": lambda: fred.run(timing_only),
+            "fred": lambda: fred.run(scn),
+        },
+        repeats,
+    )
     per_update_us = {name: 1e6 * seconds / updates for name, seconds in best.items()}
     return {
-        "workers": workers, "strategy": strategy, "reduction": reduction, "updates": updates,
+        "workers": workers,
+        "strategy": strategy,
+        "reduction": reduction,
+        "updates": updates,
         **{f"{name}_s": seconds for name, seconds in best.items()},
         "bare_us_per_update": per_update_us["bare"],
         "simpy_model_us_per_update": per_update_us["simpy"],
@@ -184,36 +210,102 @@ def case(strategy: str, reduction: str, workers: int, repeats: int) -> dict[str,
         "fred_rest_us_per_update": per_update_us["fred"] - per_update_us["programs"],
         # SSGD's rounds are the same batches in any schedule: making fred's calls must give fred's bits
         # (a check that the skeleton does fred's work); ASGD's order depends on the schedule, so no check.
-        "programs_max_abs_diff_vs_fred": max_abs_diff(out["programs"], out["fred"].params) if strategy == "ssgd" else None,
+        "programs_max_abs_diff_vs_fred": max_abs_diff(out["programs"], out["fred"].params)
+        if strategy == "ssgd"
+        else None,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = options(__doc__, "8 workers only", "timed repeats per case, in turn (best is kept); default 5, --quick 2", RESULTS)
+    parser = options(
+        __doc__,
+        "8 workers only",
+        "timed repeats per case, in turn (best is kept); default 5, --quick 2",
+        RESULTS,
+    )
     args, started, facts = begin(parser, argv, full=5, quick=2)
     repeats = args.repeats
-    print(f"{'quick' if args.quick else 'full'} run: best of {repeats} after one warm-up, all four timed in turn\n")
+    print(
+        f"{'quick' if args.quick else 'full'} run: best of {repeats} after one warm-up, all four timed in "
+        "turn\n"
+    )
     rows = []
     for workers in WORKERS[:1] if args.quick else WORKERS:
         for strategy in ("ssgd", "asgd"):
             for reduction in ("exact", "fast"):
                 rows.append(case(strategy, reduction, workers, repeats))
-                print(f"  {workers} workers {strategy} {reduction}: fred/bare {rows[-1]['ratio_fred_over_bare']:.2f}",
-                      file=sys.stderr, flush=True)
-    print(f"Skeletons: overhead.py's digits MLP [64] cases, each over its bare loop (target {PERF_TARGET_RATIO})")
-    print(table(["workers", "strategy", "reduction", "updates", "bare us/update", "SimPy model us/update",
-                 "fred timing-only us/update", "fused skeleton", "fred's programs", "fred", "rest of fred us/update",
-                 "programs vs fred: max abs diff"],
-                [[r["workers"], r["strategy"], r["reduction"], r["updates"], r["bare_us_per_update"],
-                  r["simpy_model_us_per_update"], r["fred_timing_only_us_per_update"], r["ratio_fused_over_bare"],
-                  r["ratio_programs_over_bare"], r["ratio_fred_over_bare"], r["fred_rest_us_per_update"],
-                  "-" if r["programs_max_abs_diff_vs_fred"] is None else r["programs_max_abs_diff_vs_fred"]] for r in rows]))
-    print("   SimPy model: the skeleton computing nothing; fred timing-only: fred computing nothing (workload.timing_only);")
-    print("   fused: the skeleton making one bare-step call per update; fred's programs: the skeleton making fred's calls;")
-    print("   the last three over the bare loop; rest of fred: (fred - fred's programs) / updates, the Python fred adds;")
-    print("   max abs diff: the skeleton's final parameters against fred's (SSGD only: ASGD's order depends on the schedule)\n")
-    write_results(args.out, {"quick": args.quick, "repeats": repeats, "target_ratio": PERF_TARGET_RATIO,
-                             "machine": facts, "cases": rows}, started)
+                print(
+                    f"  {workers} workers {strategy} {reduction}: fred/bare "
+                    f"{rows[-1]['ratio_fred_over_bare']:.2f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    print(
+        "Skeletons: overhead.py's digits MLP [64] cases, each over its bare loop (target "
+        f"{PERF_TARGET_RATIO})"
+    )
+    print(
+        table(
+            [
+                "workers",
+                "strategy",
+                "reduction",
+                "updates",
+                "bare us/update",
+                "SimPy model us/update",
+                "fred timing-only us/update",
+                "fused skeleton",
+                "fred's programs",
+                "fred",
+                "rest of fred us/update",
+                "programs vs fred: max abs diff",
+            ],
+            [
+                [
+                    r["workers"],
+                    r["strategy"],
+                    r["reduction"],
+                    r["updates"],
+                    r["bare_us_per_update"],
+                    r["simpy_model_us_per_update"],
+                    r["fred_timing_only_us_per_update"],
+                    r["ratio_fused_over_bare"],
+                    r["ratio_programs_over_bare"],
+                    r["ratio_fred_over_bare"],
+                    r["fred_rest_us_per_update"],
+                    "-" if r["programs_max_abs_diff_vs_fred"] is None else r["programs_max_abs_diff_vs_fred"],
+                ]
+                for r in rows
+            ],
+        )
+    )
+    print(
+        "   SimPy model: the skeleton computing nothing; fred timing-only: fred computing nothing "
+        "(workload.timing_only);"
+    )
+    print(
+        "   fused: the skeleton making one bare-step call per update; fred's programs: the skeleton making "
+        "fred's calls;"
+    )
+    print(
+        "   the last three over the bare loop; rest of fred: (fred - fred's programs) / updates, the Python "
+        "fred adds;"
+    )
+    print(
+        "   max abs diff: the skeleton's final parameters against fred's (SSGD only: ASGD's order depends on "
+        "the schedule)\n"
+    )
+    write_results(
+        args.out,
+        {
+            "quick": args.quick,
+            "repeats": repeats,
+            "target_ratio": PERF_TARGET_RATIO,
+            "machine": facts,
+            "cases": rows,
+        },
+        started,
+    )
     return 0
 
 

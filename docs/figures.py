@@ -16,9 +16,8 @@ for RESNET_S simulated seconds each, and plots them alike (the tutorial's sectio
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import sys
+from pathlib import Path
 
 import matplotlib
 
@@ -33,7 +32,11 @@ OUT = ROOT / "docs" / "img" / "convergence.png"
 
 RESNET_OUT = ROOT / "docs" / "img" / "resnet20.png"
 RESNET_S = 1.0  # simulated seconds a run: up to 5,000 ResNet-20 gradients of 32 images at 1.6 ms a step
-RESNET_DATA = {"source": {"kind": "synthetic_images", "examples": 8192}, "batch_size": 32, "eval_examples": 512}
+RESNET_DATA = {
+    "source": {"kind": "synthetic_images", "examples": 8192},
+    "batch_size": 32,
+    "eval_examples": 512,
+}
 RESNET_RUNS = [
     ("ssgd.yaml", "SSGD (ring all-reduce)", "tab:blue"),
     ("asgd.yaml", "ASGD (parameter server)", "tab:orange"),
@@ -56,8 +59,9 @@ def main() -> None:
         result = fred.run(ROOT / "scenarios" / "baselines" / file)
         m = result.metrics
         updates = int(result.summary["updates"])
-        ax.plot(m["sim_time_s"], m["eval_loss"], style, color=colour, lw=2,
-                label=f"{label}: {updates:,} updates")
+        ax.plot(
+            m["sim_time_s"], m["eval_loss"], style, color=colour, lw=2, label=f"{label}: {updates:,} updates"
+        )
     ax.set_xlabel("simulated wall-clock time (s)")
     ax.set_ylabel("held-out loss (cross-entropy)")
     ax.set_yscale("log")
@@ -76,21 +80,36 @@ def resnet() -> None:
     for file, label, colour in RESNET_RUNS:
         # The quick variant (synthetic images) with the full scenario's strategy, batch and length.
         strategy = read_yaml(ROOT / "scenarios" / "cifar" / file)["strategy"]
-        result = fred.run(ROOT / "scenarios" / "cifar" / "quick" / file, data=RESNET_DATA, strategy=strategy,
-                          stop={"max_updates": None, "max_sim_time_s": RESNET_S},
-                          eval={"every_updates": None, "every_s": RESNET_S / 20})
+        result = fred.run(
+            ROOT / "scenarios" / "cifar" / "quick" / file,
+            data=RESNET_DATA,
+            strategy=strategy,
+            stop={"max_updates": None, "max_sim_time_s": RESNET_S},
+            eval={"every_updates": None, "every_s": RESNET_S / 20},
+        )
         m = result.metrics
         steps = int((result.events["kind"] == "compute").sum())  # gradient steps, Local SGD's local ones too
         accuracy = m["eval_accuracy"].iloc[-1]
-        ax.plot(m["sim_time_s"], m["eval_loss"], color=colour, lw=2,
-                label=f"{label}: {steps:,} gradient steps, {accuracy:.0%} accuracy")
-        print(f"  {file}: {steps} gradient steps, final eval loss {m['eval_loss'].iloc[-1]:.3f}, "
-              f"accuracy {m['eval_accuracy'].iloc[-1]:.3f}, {result.summary['wall_time_s']:.0f} s", flush=True)
+        ax.plot(
+            m["sim_time_s"],
+            m["eval_loss"],
+            color=colour,
+            lw=2,
+            label=f"{label}: {steps:,} gradient steps, {accuracy:.0%} accuracy",
+        )
+        print(
+            f"  {file}: {steps} gradient steps, final eval loss {m['eval_loss'].iloc[-1]:.3f}, "
+            f"accuracy {m['eval_accuracy'].iloc[-1]:.3f}, {result.summary['wall_time_s']:.0f} s",
+            flush=True,
+        )
     ax.set_xlabel("simulated wall-clock time (s)")
     ax.set_ylabel("held-out loss (cross-entropy)")
     ax.set_yscale("log")
     ax.set_xlim(0, RESNET_S)
-    ax.set_title("ResNet-20 (GroupNorm), 8 simulated workers of 32 images\non synthetic CIFAR-shaped images (32×32×3, 10 classes)")
+    ax.set_title(
+        "ResNet-20 (GroupNorm), 8 simulated workers of 32 images\non synthetic CIFAR-shaped images (32×32×3, "
+        "10 classes)"
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=9, frameon=False, ncol=1, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     fig.tight_layout()

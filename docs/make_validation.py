@@ -16,7 +16,15 @@ from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "validation.md"
-PAPERS = ["sgp", "ddp", "hpsgd", "pipe_sgd", "fasgd", "hybrid", "collectives"]  # scenarios/<name>/validation.py, in the page's order
+PAPERS = [
+    "sgp",
+    "ddp",
+    "hpsgd",
+    "pipe_sgd",
+    "fasgd",
+    "hybrid",
+    "collectives",
+]  # scenarios/<name>/validation.py, in the page's order
 
 INTRODUCTION = """\
 # Validation: measured tables, predicted

@@ -23,13 +23,20 @@ from fred.simulation.worker import Worker  # noqa: E402
 
 NBYTES = 102e6  # ResNet-50's gradient in float32
 LINK = dict(latency_s=50e-6, bandwidth_bps=1.25e9, reduce_s_per_byte=1e-10)  # 10 GbE, ~10 GB/s summation
-STYLE = {"ring": ("tab:blue", "o"), "recursive_doubling": ("tab:red", "s"), "halving_doubling": ("tab:green", "^"),
-         "binary_tree": ("tab:purple", "D"), "double_binary_tree": ("tab:brown", "v")}
+STYLE = {
+    "ring": ("tab:blue", "o"),
+    "recursive_doubling": ("tab:red", "s"),
+    "halving_doubling": ("tab:green", "^"),
+    "binary_tree": ("tab:purple", "D"),
+    "double_binary_tree": ("tab:brown", "v"),
+}
 
 
 def simulated_s(algorithm: str, p: int) -> float:
     crew = [Worker(i, lambda: np.arange(1)) for i in range(p)]
-    sim = Simulation(simpy.Environment(), crew, Network(NetworkConfig(allreduce=algorithm, **LINK)), None, None, {}, 0, 0)
+    sim = Simulation(
+        simpy.Environment(), crew, Network(NetworkConfig(allreduce=algorithm, **LINK)), None, None, {}, 0, 0
+    )
     for w in crew:
         sim.process(sim.allreduce(crew, w, NBYTES))
     sim.env.run()
@@ -42,14 +49,33 @@ def main(out: Path = Path("docs/img/allreduce-vs-p.png")) -> None:
     fig, ax = plt.subplots(figsize=(7.2, 3.6), dpi=110)
     for algorithm, (colour, marker) in STYLE.items():
         cfg = NetworkConfig(allreduce=algorithm, **LINK)
-        ax.plot(sizes, [allreduce_time_s(algorithm, int(p), NBYTES, cfg) for p in sizes], color=colour, lw=1.4,
-                marker=marker, markevery=[int(p) - 2 for p in marked], mfc="none", ms=0, label=algorithm.replace("_", " "))
-        ax.plot(marked, [simulated_s(algorithm, p) for p in marked], ls="none", marker=marker, color=colour, ms=5,
-                mfc="none")
+        ax.plot(
+            sizes,
+            [allreduce_time_s(algorithm, int(p), NBYTES, cfg) for p in sizes],
+            color=colour,
+            lw=1.4,
+            marker=marker,
+            markevery=[int(p) - 2 for p in marked],
+            mfc="none",
+            ms=0,
+            label=algorithm.replace("_", " "),
+        )
+        ax.plot(
+            marked,
+            [simulated_s(algorithm, p) for p in marked],
+            ls="none",
+            marker=marker,
+            color=colour,
+            ms=5,
+            mfc="none",
+        )
     ax.set_xlabel("members in the all-reduce (p)")
     ax.set_ylabel("all-reduce time (s)")
-    ax.set_title("All-reduce of 102 MB (ResNet-50) on idle 10 GbE links\nlines: closed form; markers: fred's simulation",
-                 fontsize=9)
+    ax.set_title(
+        "All-reduce of 102 MB (ResNet-50) on idle 10 GbE links\nlines: closed form; markers: fred's "
+        "simulation",
+        fontsize=9,
+    )
     ax.set_ylim(bottom=0)
     ax.set_xlim(0, 66)
     ax.grid(alpha=0.3)

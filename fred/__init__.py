@@ -27,7 +27,16 @@ _SOURCES = {
     "validate": "fred.scenario.loading",
 }
 
-__all__ = ["RunResult", "Scenario", "ScenarioError", "load_run", "load_scenario", "run", "validate", "__version__"]
+__all__ = [
+    "RunResult",
+    "Scenario",
+    "ScenarioError",
+    "load_run",
+    "load_scenario",
+    "run",
+    "validate",
+    "__version__",
+]
 
 if _typing.TYPE_CHECKING:  # what type checkers and editors see
     from fred.runs.api import load_run, run
@@ -44,4 +53,6 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted(name for name in {*globals(), *_SOURCES} if not name.startswith("_") or name.startswith("__"))
+    return sorted(
+        name for name in {*globals(), *_SOURCES} if not name.startswith("_") or name.startswith("__")
+    )

@@ -17,7 +17,8 @@ for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
             importlib.import_module(f"{__name__}.{_module}")
         except Exception as _err:  # every command imports every strategy: say which one broke them all
             raise ImportError(
-                f"strategies/{_module}.py failed to import ({type(_err).__name__}: {_err}); fix it, or rename it "
+                f"strategies/{_module}.py failed to import ({type(_err).__name__}: {_err}); fix it, or "
+                "rename it "
                 f"_{_module}.py to leave it out"
             ) from _err
 

@@ -36,12 +36,17 @@ class CompressedAllReduce(StrategyConfig):
     """The settings of an all-reduce that may be compressed: ``compression`` and the codec's cost."""
 
     compression: Compression | None = Field(
-        default=None, description="compress the all-reduce, with error feedback: {kind: topk, ratio: 0.01} "
+        default=None,
+        description="compress the all-reduce, with error feedback: {kind: topk, ratio: 0.01} "
         "(ratio in (0, 1]) or {kind: powersgd, rank: 4} (rank >= 1); none: plain "
-        "(docs/strategies.md#compressed-all-reduce-with-error-feedback)")
+        "(docs/strategies.md#compressed-all-reduce-with-error-feedback)",
+    )
     codec_s_per_byte: float = Field(
-        default=0.0, ge=0, description="compression's compute per raw gradient byte, per pass of the codec "
-        "(top-k: 2 a round, PowerSGD: 3 over its matrices), as pipe_sgd's")
+        default=0.0,
+        ge=0,
+        description="compression's compute per raw gradient byte, per pass of the codec "
+        "(top-k: 2 a round, PowerSGD: 3 over its matrices), as pipe_sgd's",
+    )
 
     _compression_kind = field_validator("compression", mode="before")(compression_by_kind)
 
@@ -62,11 +67,16 @@ def check_compression(compression: TopK | PowerSGD | None, scenario: Scenario) -
     """Compression works on each whole gradient after its backward pass: no gradient buckets."""
     if compression is None:
         return
-    for field, value in (("workload.bucket_bytes", scenario.workload.bucket_bytes),
-                         ("cluster.compute.bucket_overhead_s", scenario.cluster.compute.bucket_overhead_s)):
+    for field, value in (
+        ("workload.bucket_bytes", scenario.workload.bucket_bytes),
+        ("cluster.compute.bucket_overhead_s", scenario.cluster.compute.bucket_overhead_s),
+    ):
         if value:
-            raise ValueError(f"{field} {value:g}: strategy.compression ({compression.kind}) compresses each whole gradient "
-                             f"after its backward pass, not in buckets; drop {field} or strategy.compression")
+            raise ValueError(
+                f"{field} {value:g}: strategy.compression ({compression.kind}) compresses each whole "
+                "gradient "
+                f"after its backward pass, not in buckets; drop {field} or strategy.compression"
+            )
 
 
 def allreduce_faults(compression: TopK | PowerSGD | None) -> frozenset[str]:
@@ -74,8 +84,9 @@ def allreduce_faults(compression: TopK | PowerSGD | None) -> frozenset[str]:
     return ALLREDUCE_FAULTS if compression is None else frozenset()
 
 
-def run_allreduce_sgd(sim: Simulation, opt, step, compression: TopK | PowerSGD | None = None,
-                      codec_s_per_byte: float = 0.0):
+def run_allreduce_sgd(
+    sim: Simulation, opt, step, compression: TopK | PowerSGD | None = None, codec_s_per_byte: float = 0.0
+):
     """Replicas that all-reduce every gradient and apply the same update.
 
     Faults: the all-reduce goes on without a crashed worker once it is given up on
@@ -175,7 +186,9 @@ def topk_exchange(sim: Simulation, ratio: float, codec_s_per_byte: float):
             return None
 
         def total() -> GradSum:
-            grad, loss = codec.decode([s for s, _, _ in gathered], [loss for _, loss, _ in gathered], sim.init_params)
+            grad, loss = codec.decode(
+                [s for s, _, _ in gathered], [loss for _, loss, _ in gathered], sim.init_params
+            )
             return GradSum(grad, loss, sum(count for _, _, count in gathered))
 
         return once(version, "total", total)
@@ -189,10 +202,15 @@ def _check_rank(rank: int, sim: Simulation) -> None:
 
     largest, shape = codecs.largest_rank(sim.init_params)
     if rank > largest:
-        fix = (f"its largest matrix, of shape {shape}, has rank at most {largest}: give a rank of 1 to {largest}"
-               if shape else "it has no matrices (tensors of two axes or more): drop strategy.compression")
-        raise ScenarioError([f"strategy.compression.rank: got {rank}, above the rank of every matrix of the model; {fix}"],
-                            "scenario")
+        fix = (
+            f"its largest matrix, of shape {shape}, has rank at most {largest}: give a rank of 1 to {largest}"
+            if shape
+            else "it has no matrices (tensors of two axes or more): drop strategy.compression"
+        )
+        raise ScenarioError(
+            [f"strategy.compression.rank: got {rank}, above the rank of every matrix of the model; {fix}"],
+            "scenario",
+        )
 
 
 def powersgd_exchange(sim: Simulation, rank: int, codec_s_per_byte: float):
@@ -202,7 +220,9 @@ def powersgd_exchange(sim: Simulation, rank: int, codec_s_per_byte: float):
     scale = _message_scale(sim)
     sizes = codec.message_bytes(sim.init_params)
     p_bytes, q_bytes, vector_bytes = sizes.p * scale, sizes.q * scale, sizes.vectors * scale
-    codec_s = codec_s_per_byte * sizes.matrices * scale  # a pass over the matrices: M Q, M^T P, P Q^T and M - P Q^T
+    codec_s = (
+        codec_s_per_byte * sizes.matrices * scale
+    )  # a pass over the matrices: M Q, M^T P, P Q^T and M - P Q^T
     start, empty = None, None  # Q's first draw and e = 0; a timing-only run has no numbers
     if not sim.timing_only:
         start, empty = codec.init(sim.init_params, jax_key(sim.seed, "powersgd", "q"))
@@ -216,7 +236,9 @@ def powersgd_exchange(sim: Simulation, rank: int, codec_s_per_byte: float):
             m, p, vectors = codec.compress_p(g.grad, memory.get(w.index, empty), states[version])
         if codec_s:
             yield from sim.work(w.name, codec_s, "compress")  # P = M Q
-        p_sum = yield from sim.allreduce(sim.workers, w, p_bytes, None if g is None else GradSum(p, g.loss, g.count))
+        p_sum = yield from sim.allreduce(
+            sim.workers, w, p_bytes, None if g is None else GradSum(p, g.loss, g.count)
+        )
         vectors_sum = ()
         if vector_bytes:
             vectors_sum = yield from sim.allreduce(sim.workers, w, vector_bytes, vectors)
@@ -233,8 +255,9 @@ def powersgd_exchange(sim: Simulation, rank: int, codec_s_per_byte: float):
             return None
         n = len(sim.participants(sim.workers))
         memory[w.index] = codec.feedback(m, p_hat, q_sum, n)
-        grad, states[version + 1] = once(version, "total", lambda: codec.decompress(p_hat, q_sum, vectors_sum, n,
-                                                                                     sim.init_params))
+        grad, states[version + 1] = once(
+            version, "total", lambda: codec.decompress(p_hat, q_sum, vectors_sum, n, sim.init_params)
+        )
         states.pop(version, None)
         return GradSum(grad, p_sum.loss, p_sum.count)
 

@@ -50,16 +50,25 @@ class TopK(Section):
     """Top-k sparsification with error feedback: each tensor's ceil(ratio n) largest entries, all-gathered."""
 
     kind: Literal["topk"] = "topk"
-    ratio: float = Field(default=0.01, gt=0, le=1, description="the fraction of each tensor's entries sent: "
-                         "k = ceil(ratio n) (value and int32 index, 8 bytes each); 1 sends everything")
+    ratio: float = Field(
+        default=0.01,
+        gt=0,
+        le=1,
+        description="the fraction of each tensor's entries sent: "
+        "k = ceil(ratio n) (value and int32 index, 8 bytes each); 1 sends everything",
+    )
 
 
 class PowerSGD(Section):
     """PowerSGD: each matrix's rank-r approximation by one warm-started power-iteration step."""
 
     kind: Literal["powersgd"] = "powersgd"
-    rank: int = Field(default=4, ge=1, description="r; a matrix of smaller min(rows, cols) uses that, and a "
-                      "rank above every matrix's is refused")
+    rank: int = Field(
+        default=4,
+        ge=1,
+        description="r; a matrix of smaller min(rows, cols) uses that, and a "
+        "rank above every matrix's is refused",
+    )
 
 
 def compression_by_kind(value: Any) -> Any:
@@ -69,8 +78,11 @@ def compression_by_kind(value: Any) -> Any:
         return None
     if isinstance(value, str) and value in DEPRECATED_KINDS:
         kind = DEPRECATED_KINDS[value]
-        warnings.warn(f"strategy.compression: {value} is deprecated; write compression: {{kind: {kind}}}",
-                      CompressionDeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"strategy.compression: {value} is deprecated; write compression: {{kind: {kind}}}",
+            CompressionDeprecationWarning,
+            stacklevel=2,
+        )
         return {"kind": kind}
     return {"kind": value} if isinstance(value, str) else value
 

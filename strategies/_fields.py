@@ -17,8 +17,12 @@ from typing import Any, NamedTuple
 import annotated_types
 from pydantic import Field, ValidationInfo, field_validator
 
-_TESTS = ((annotated_types.Gt, "gt", operator.gt), (annotated_types.Ge, "ge", operator.ge),
-          (annotated_types.Lt, "lt", operator.lt), (annotated_types.Le, "le", operator.le))
+_TESTS = (
+    (annotated_types.Gt, "gt", operator.gt),
+    (annotated_types.Ge, "ge", operator.ge),
+    (annotated_types.Lt, "lt", operator.lt),
+    (annotated_types.Le, "le", operator.le),
+)
 
 
 class Fix(NamedTuple):
@@ -36,8 +40,9 @@ def bounded(default: Any, *, fix: str, description: str | None = None, **bounds:
 
 def within(value: float, metadata: list[Any]) -> bool:
     """Whether ``value`` meets every bound among a Field's ``metadata``."""
-    return all(test(value, getattr(m, name)) for kind, name, test in _TESTS
-               for m in metadata if isinstance(m, kind))
+    return all(
+        test(value, getattr(m, name)) for kind, name, test in _TESTS for m in metadata if isinstance(m, kind)
+    )
 
 
 def _refuse(cls: Any, value: Any, info: ValidationInfo) -> Any:

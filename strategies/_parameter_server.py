@@ -84,13 +84,17 @@ def run_parameter_server(
             if sim.faults.down:  # short because of a crash: wait for the timeout, or fail without one
                 senders = {con.worker for con, _ in pending}
                 if all(i in senders or i in sim.faults.down for i in everyone):
-                    sim.faults.blocked([i for i in everyone if i not in senders], "the parameter server's update")
+                    sim.faults.blocked(
+                        [i for i in everyone if i not in senders], "the parameter server's update"
+                    )
             return
         batch = sorted(pending, key=lambda item: item[0].worker)
         state["pending"] = []
         if not sim.timing_only:  # a timing-only run has no gradients: the schedule goes on without them
             staleness = [server.version - con.version_read for con, _ in batch]
-            server.params, state["rule"] = rule.apply(server.params, state["rule"], [g for _, g in batch], staleness)
+            server.params, state["rule"] = rule.apply(
+                server.params, state["rule"], [g for _, g in batch], staleness
+            )
         sim.applied([con for con, _ in batch], server.version)
         server.version += 1
         release()
@@ -143,7 +147,10 @@ def run_parameter_server(
             known = statistic()  # the server's reply carries its statistic
             if gate is None or gate.fetch(w, fetches, known):
                 carried: list[float | None] = []  # the statistic the reply carries, taken as it is sent
-                params, version = held[w.index] = yield from server.fetch(w, reply=lambda: carried.append(statistic()))
+                params, version = held[w.index] = yield from server.fetch(
+                    w,
+                    reply=lambda: carried.append(statistic()),  # noqa: B023 (called within this iteration)
+                )
                 known = carried[-1]
             else:
                 server.dropped(w, "fetch")

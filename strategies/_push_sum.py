@@ -198,7 +198,11 @@ def run_push_sum(
     def missing(w: Worker, node: Node, due: int) -> list[int]:
         """Senders still owed for iterations <= ``due`` (iterations found complete are remembered)."""
         while node.complete_below <= due:
-            owed = [j for j in senders(node.complete_below, w.index) if j not in node.heard.get(node.complete_below, set())]
+            owed = [
+                j
+                for j in senders(node.complete_below, w.index)
+                if j not in node.heard.get(node.complete_below, set())
+            ]
             if owed:
                 return owed
             node.heard.pop(node.complete_below, None)
@@ -239,7 +243,9 @@ def run_push_sum(
             g = yield from sim.compute(w, state.z(node))
             # g is None in a timing-only run: the same messages and weights, with no parameters in them.
             x_half = node.x
-            if g is not None and not step_after_mix:  # the optimizer steps the numerator x_i with the gradient at z_i (the paper's)
+            if (
+                g is not None and not step_after_mix
+            ):  # the optimizer steps the numerator x_i with the gradient at z_i (the paper's)
                 x_half, node.opt = step(node.x, node.opt, g.grad, g.count)
             own: list[tuple[Params | None, float]] = []  # none when p_ii = 0: it gives all of x_i away
             outgoing = []
@@ -250,12 +256,17 @@ def run_push_sum(
                 else:
                     outgoing.append(send_share(w, j, k, x_share, p * node.w))
             yield from exchange(w, node, k, outgoing)
-            arrived = sorted((m for m in node.inbox if m[0] <= k), key=lambda m: m[:2])  # none from the future
+            arrived = sorted(
+                (m for m in node.inbox if m[0] <= k), key=lambda m: m[:2]
+            )  # none from the future
             node.inbox = [m for m in node.inbox if m[0] > k]
             parts = [x for x, _ in own] + [x for _, _, x, _ in arrived]
             if not parts:  # p_ii = 0 and its in-neighbours crashed: no mass, w = 0, z = x / w undefined
-                sim.fail(f"push-sum node {w.index} received no share in iteration {k}: its matrix column gives it no "
-                         "self weight and its in-neighbours crashed; give the node a self weight (p_ii > 0)")
+                sim.fail(
+                    f"push-sum node {w.index} received no share in iteration {k}: its matrix column gives it "
+                    "no "
+                    "self weight and its in-neighbours crashed; give the node a self weight (p_ii > 0)"
+                )
                 return
             node.x = None if x_half is None else tree_sum(parts) if len(parts) > 1 else parts[0]
             if g is not None and step_after_mix:

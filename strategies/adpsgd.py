@@ -46,8 +46,9 @@ class ADPSGD(StrategyConfig):
     lr: float = Field(default=0.1, ge=0)
     topology: Literal["ring", "complete"] = "ring"
     order: Literal["average_then_step", "step_then_average"] = Field(
-        default="average_then_step", description="average_then_step: average with the neighbour, then apply the "
-        "gradient taken before (Lian et al. 2018); step_then_average: apply it, then average"
+        default="average_then_step",
+        description="average_then_step: average with the neighbour, then apply the "
+        "gradient taken before (Lian et al. 2018); step_then_average: apply it, then average",
     )
 
     def model_copies_per_worker(self) -> int:
@@ -103,6 +104,7 @@ def start(sim: Simulation, config: ADPSGD):
 
     def node(w: Worker):
         choose = rng.stream(sim.seed, "adpsgd", w.index)
+
         def apply(g, read: int) -> None:
             models[w.index], opt_states[w.index] = step(models[w.index], opt_states[w.index], g.grad, g.count)
             sim.applied([(w.index, read)], versions[w.index])
@@ -121,6 +123,7 @@ def start(sim: Simulation, config: ADPSGD):
 
     for w in sim.workers:
         sim.process(node(w))
+
     def average() -> Params:
         running = [m for i, m in enumerate(models) if i not in sim.faults.down] or models
         return divide(tree_sum(running), len(running)) if len(running) > 1 else running[0]

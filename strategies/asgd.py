@@ -34,4 +34,6 @@ class ASGD(ParameterServerConfig):
 
 @register(ASGD, timing_only=True)
 def start(sim: Simulation, config: ASGD):
-    return run_parameter_server(sim, sasgd_rule(optimizer_for(config), staleness_aware=False), c=1, clock=config.clock)
+    return run_parameter_server(
+        sim, sasgd_rule(optimizer_for(config), staleness_aware=False), c=1, clock=config.clock
+    )

@@ -1,4 +1,5 @@
-"""DiLoCo (Douillard et al., 2023): replicas train H inner steps apart, then one outer Nesterov step on their mean change.
+"""DiLoCo (Douillard et al., 2023): replicas train H inner steps apart, then one outer Nesterov step
+on their mean change.
 
 The paper's Algorithm 1 (a paper "worker" is a replica here: ``replica_workers`` workers doing
 synchronous data parallelism among themselves):
@@ -44,30 +45,52 @@ from pydantic import Field
 
 from fred.numerics.gradients import divide
 from fred.numerics.models import Params
-from fred.numerics.optim import GradientTransformation, OptState, build, make_step, make_sum_step, optimizer_for
+from fred.numerics.optim import (
+    GradientTransformation,
+    OptState,
+    build,
+    make_step,
+    make_sum_step,
+    optimizer_for,
+)
 from fred.numerics.tape import op
 from fred.scenario.registry import register
 from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
 from fred.simulation.engine import Simulation, Worker
 from strategies._fields import bounded, refuse_out_of_bounds
 
+
 class DiLoCo(StrategyConfig):
     name: Literal["diloco"] = "diloco"
     applies_optimizer = True
     lr: float = Field(default=0.1, gt=0, description="the inner optimizer's learning rate")
     inner_steps: int = bounded(
-        8, ge=1, fix="use at least 1 inner step per outer step (the paper: 500)",
+        8,
+        ge=1,
+        fix="use at least 1 inner step per outer step (the paper: 500)",
         description="H: inner steps of every replica between outer steps (the paper: 500, in runs of 88,000 "
-        "steps; 8 is local_sgd's sync_every, so that by default the two differ only in the outer step)")
+        "steps; 8 is local_sgd's sync_every, so that by default the two differ only in the outer step)",
+    )
     replica_workers: int = Field(
-        default=1, ge=1, description="workers a model replica, synchronous data parallel inside it; must divide "
-        "cluster.workers (cluster.workers / replica_workers replicas)")
+        default=1,
+        ge=1,
+        description="workers a model replica, synchronous data parallel inside it; must divide "
+        "cluster.workers (cluster.workers / replica_workers replicas)",
+    )
     outer_lr: float = bounded(
-        0.7, gt=0, fix="use an outer learning rate above 0 (the paper: 0.7; 1 with outer_momentum 0 is parameter "
-        "averaging)", description="the outer SGD's learning rate (the paper's 0.7)")
+        0.7,
+        gt=0,
+        fix="use an outer learning rate above 0 (the paper: 0.7; 1 with outer_momentum 0 is parameter "
+        "averaging)",
+        description="the outer SGD's learning rate (the paper's 0.7)",
+    )
     outer_momentum: float = bounded(
-        0.9, ge=0, lt=1, fix="use a momentum in [0, 1) (the paper: 0.9; 0: plain outer SGD)",
-        description="the outer SGD's Nesterov momentum (the paper's 0.9); 0: plain outer SGD")
+        0.9,
+        ge=0,
+        lt=1,
+        fix="use a momentum in [0, 1) (the paper: 0.9; 0: plain outer SGD)",
+        description="the outer SGD's Nesterov momentum (the paper's 0.9); 0: plain outer SGD",
+    )
 
     _bounds = refuse_out_of_bounds()
 
@@ -75,19 +98,27 @@ class DiLoCo(StrategyConfig):
         n = scenario.cluster.workers
         if n % self.replica_workers:
             divisors = ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
-            raise ValueError(f"strategy.replica_workers is {self.replica_workers} but cluster.workers is {n}, which it "
-                             f"does not divide: replicas are replica_workers workers each; use a divisor of {n}: {divisors}")
+            raise ValueError(
+                f"strategy.replica_workers is {self.replica_workers} but cluster.workers is {n}, which it "
+                f"does not divide: replicas are replica_workers workers each; use a divisor of {n}: "
+                f"{divisors}"
+            )
 
     def buckets_gradients(self) -> bool:
-        return self.replica_workers > 1  # a replica all-reduces each inner gradient, in buckets when the scenario has them
+        return (
+            self.replica_workers > 1
+        )  # a replica all-reduces each inner gradient, in buckets when the scenario has them
 
     def model_copies_per_worker(self) -> int:
-        # its replica and gradient, theta, the outer gradient it sends and the sum it receives, the outer momentum
+        # its replica and gradient, theta, the outer gradient it sends and the sum it receives, the outer
+        # momentum
         return 5 + (self.outer_momentum > 0)
 
     def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
         # an update is an outer step: inner_steps steps of every worker
-        return GradientSteps(updates * self.inner_steps * scenario.cluster.workers, "a smaller strategy.inner_steps")
+        return GradientSteps(
+            updates * self.inner_steps * scenario.cluster.workers, "a smaller strategy.inner_steps"
+        )
 
 
 def outer_optimizer(config: DiLoCo) -> GradientTransformation:
@@ -99,7 +130,8 @@ def outer_optimizer(config: DiLoCo) -> GradientTransformation:
 @op("strategies.diloco:outer_gradient")
 @jax.jit
 def outer_gradient(theta: Params, replica: Params) -> Params:
-    """``delta_i = theta(t-1) - theta_i(t)``: how far the replica moved, as a gradient (a descent direction's negative)."""
+    """``delta_i = theta(t-1) - theta_i(t)``: how far the replica moved, as a gradient (a descent direction's
+    negative)."""
     return jax.tree.map(jnp.subtract, theta, replica)
 
 
@@ -131,8 +163,10 @@ def start(sim: Simulation, config: DiLoCo):
     inner, outer = optimizer_for(config), outer_optimizer(config)
     inner_step, outer_step = make_sum_step(inner), make_step(outer)
     glob = OuterState(sim.init_params, outer.init(sim.init_params))
-    glob.replicas = [Replica(sim.workers[i : i + m], sim.init_params, inner.init(sim.init_params))
-                     for i in range(0, len(sim.workers), m)]
+    glob.replicas = [
+        Replica(sim.workers[i : i + m], sim.init_params, inner.init(sim.init_params))
+        for i in range(0, len(sim.workers), m)
+    ]
 
     def inner_gradient(w: Worker, rep: Replica):
         """A gradient of the replica's batch: the worker's own, or all-reduced over the replica's workers."""

@@ -46,23 +46,27 @@ class DPSGD(StrategyConfig):
     applies_optimizer = True
     lr: float = Field(default=0.1, ge=0)
     topology: Literal["ring", "bipartite_exponential"] = Field(
-        default="ring", description="ring: both neighbours, weights 1/3; bipartite_exponential: one peer per "
-        "iteration from the SGP authors' bipartite exponential graph, weights 1/2 (needs an even node count)"
+        default="ring",
+        description="ring: both neighbours, weights 1/3; bipartite_exponential: one peer per "
+        "iteration from the SGP authors' bipartite exponential graph, weights 1/2 (needs an even node count)",
     )
     exchange: Literal["nonblocking", "blocking"] = Field(
-        default="nonblocking", description="blocking: an odd node sends then receives, an even node receives "
-        "then sends, each send blocking until delivered (the SGP authors' PushPull gossiper)"
+        default="nonblocking",
+        description="blocking: an odd node sends then receives, an even node receives "
+        "then sends, each send blocking until delivered (the SGP authors' PushPull gossiper)",
     )
     order: Order = Field(
-        default="average_then_step", description="average_then_step: Lian et al.'s x <- W x - lr g(x); "
-        "step_then_average: W (x - lr g), as SGP (the neighbours' gradients are mixed in)"
+        default="average_then_step",
+        description="average_then_step: Lian et al.'s x <- W x - lr g(x); "
+        "step_then_average: W (x - lr g), as SGP (the neighbours' gradients are mixed in)",
     )
 
     def check(self, scenario: Scenario) -> None:
         n = scenario.cluster.workers
         if self.topology == "bipartite_exponential" and n % 2:
             raise ValueError(
-                f"strategy.topology: bipartite_exponential pairs odd with even nodes, and {n} workers is odd; "
+                f"strategy.topology: bipartite_exponential pairs odd with even nodes, and {n} workers is "
+                "odd; "
                 "give an even cluster.workers or use topology: ring"
             )
 
@@ -117,4 +121,6 @@ def start(sim: Simulation, config: DPSGD):
     n = len(sim.workers)
     shares = bipartite_mixing(n) if config.topology == "bipartite_exponential" else ring_mixing(n)
     receives_first = passive if config.exchange == "blocking" else None
-    return run_push_sum(sim, config, debiased=False, shares=shares, passive=receives_first, order=config.order).average
+    return run_push_sum(
+        sim, config, debiased=False, shares=shares, passive=receives_first, order=config.order
+    ).average

@@ -45,7 +45,9 @@ class FASGD(SASGD):
     lr: float = Field(default=0.005, gt=0)
     statistic: Literal["std", "abs"] = "std"
     gamma: float = Field(default=0.9, ge=0, lt=1, description="moving-average weight of the gradient moments")
-    beta: float = Field(default=0.9, ge=0, lt=1, description="moving-average weight of the standard deviation")
+    beta: float = Field(
+        default=0.9, ge=0, lt=1, description="moving-average weight of the standard deviation"
+    )
     eps: float = Field(
         default=None,  # type: ignore[assignment]
         gt=0,
@@ -53,16 +55,21 @@ class FASGD(SASGD):
     )
     bias_correction: bool = Field(
         default=False,
-        description="divide each zero-started moving average by 1 - weight^t, as Adam does; false: the paper's and "
-                    "the released code's form, whose first steps are large",
+        description="divide each zero-started moving average by 1 - weight^t, as Adam does; false: the "
+        "paper's and "
+        "the released code's form, whose first steps are large",
     )
 
     def optimizer_refusal(self) -> str | None:
         # FASGD's division by v is its own adaptive step; Adam's by its second moment would stack on it.
         if self.optimizer.kind != "sgd":
-            return (f"optimizer.kind is {self.optimizer.kind!r}: {self.name} already divides every gradient by a "
-                    "running per-element statistic (its adaptive step), and Adam would divide it again; allowed with "
-                    f"{self.name}: sgd (its momentum and weight decay apply to FASGD's step), or use asgd or sasgd with adam")
+            return (
+                f"optimizer.kind is {self.optimizer.kind!r}: {self.name} already divides every gradient by a "
+                "running per-element statistic (its adaptive step), and Adam would divide it again; allowed "
+                "with "
+                f"{self.name}: sgd (its momentum and weight decay apply to FASGD's step), or use asgd or "
+                "sasgd with adam"
+            )
         return super().optimizer_refusal()
 
     @model_validator(mode="before")
@@ -103,8 +110,9 @@ def _unbias(tree: Params, weight: float, t: jax.Array) -> Params:
     return jax.tree.map(lambda x: x / scale, tree)
 
 
-def update_moments(m: Moments | CorrectedMoments, g: Params, statistic: str, gamma: float, beta: float,
-                   eps: float) -> Moments | CorrectedMoments:
+def update_moments(
+    m: Moments | CorrectedMoments, g: Params, statistic: str, gamma: float, beta: float, eps: float
+) -> Moments | CorrectedMoments:
     """One gradient's effect on the running statistics (pure, element-wise)."""
     ema = lambda old, new, w: jax.tree.map(lambda o, x: w * o + (1 - w) * x, old, new)
     corrected = isinstance(m, CorrectedMoments)
@@ -130,8 +138,14 @@ def statistic_of(m: Moments | CorrectedMoments, statistic: str, gamma: float, be
     return m.v
 
 
-def divide_by_statistic(g: Params, m: Moments | CorrectedMoments, statistic: str, eps: float, gamma: float = 0.0,
-                        beta: float = 0.0) -> Params:
+def divide_by_statistic(
+    g: Params,
+    m: Moments | CorrectedMoments,
+    statistic: str,
+    eps: float,
+    gamma: float = 0.0,
+    beta: float = 0.0,
+) -> Params:
     v = statistic_of(m, statistic, gamma, beta)
     if statistic == "abs":
         return jax.tree.map(lambda g_, v_: g_ / (v_ + eps), g, v)
@@ -145,7 +159,9 @@ def mean_statistic(m: Moments) -> jax.Array:
 
 
 @functools.cache
-def corrected_mean_statistic(statistic: str, gamma: float, beta: float) -> Callable[[CorrectedMoments], jax.Array]:
+def corrected_mean_statistic(
+    statistic: str, gamma: float, beta: float
+) -> Callable[[CorrectedMoments], jax.Array]:
     """:func:`mean_statistic` of the corrected ``v`` (B-FASGD's scalar with ``bias_correction``)."""
 
     @op("strategies.fasgd:corrected_mean_statistic", (statistic, gamma, beta))
@@ -161,10 +177,13 @@ _mean_statistic = op("strategies.fasgd:_mean_statistic")(jax.jit(mean_statistic)
 
 
 @functools.cache
-def fasgd_one(statistic: str, gamma: float, beta: float, eps: float,
-              bias_correction: bool = False) -> Callable[..., tuple[Moments, Params]]:
+def fasgd_one(
+    statistic: str, gamma: float, beta: float, eps: float, bias_correction: bool = False
+) -> Callable[..., tuple[Moments, Params]]:
     """One gradient through the statistics: ``(moments, g, scale) -> (moments, scale * g / v)``."""
-    key = (statistic, gamma, beta, eps) + ((True,) if bias_correction else ())  # the paper's form keeps the shorter key
+    key = (statistic, gamma, beta, eps) + (
+        (True,) if bias_correction else ()
+    )  # the paper's form keeps the shorter key
 
     @op("strategies.fasgd:fasgd_one", key)
     @jax.jit
@@ -177,8 +196,15 @@ def fasgd_one(statistic: str, gamma: float, beta: float, eps: float,
 
 
 @functools.cache  # one compiled rule per hyper-parameter set, shared by runs in a process
-def fasgd_rule(opt: GradientTransformation, staleness_aware: bool, statistic: str, gamma: float, beta: float,
-               eps: float, bias_correction: bool = False) -> Rule:
+def fasgd_rule(
+    opt: GradientTransformation,
+    staleness_aware: bool,
+    statistic: str,
+    gamma: float,
+    beta: float,
+    eps: float,
+    bias_correction: bool = False,
+) -> Rule:
     """``opt`` (SGD: ``-lr * x``, or with momentum) turns ``sum_k delta_k`` into the step."""
     step = make_step(opt)
     one = fasgd_one(statistic, gamma, beta, eps, bias_correction)
@@ -201,8 +227,15 @@ def fasgd_rule(opt: GradientTransformation, staleness_aware: bool, statistic: st
 
 
 def rule_for(config: FASGD) -> Rule:
-    return fasgd_rule(optimizer_for(config), config.staleness_aware, config.statistic, config.gamma, config.beta, config.eps,
-                      config.bias_correction)
+    return fasgd_rule(
+        optimizer_for(config),
+        config.staleness_aware,
+        config.statistic,
+        config.gamma,
+        config.beta,
+        config.eps,
+        config.bias_correction,
+    )
 
 
 @register(FASGD)

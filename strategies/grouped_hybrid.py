@@ -64,8 +64,10 @@ class GroupedHybrid(StrategyConfig):
     groups: int | None = Field(default=None, ge=1, description="or: the number of groups")
     regroup_every_s: float | None = Field(default=None, gt=0)
     group_update: Literal["mean", "sum"] = Field(
-        default="mean", description="mean: one step on the group's average gradient (SSGD's, for a group of all); "
-        "sum: one step on the sum of the members' mean gradients (k times as long; the paper does not say which)"
+        default="mean",
+        description="mean: one step on the group's average gradient (SSGD's, for a group of all); "
+        "sum: one step on the sum of the members' mean gradients (k times as long; the paper does not say "
+        "which)",
     )
 
     def has_server(self) -> bool:
@@ -83,19 +85,30 @@ class GroupedHybrid(StrategyConfig):
         n = scenario.cluster.workers
         if self.groups is not None and self.groups > n:
             raise ValueError(f"strategy.groups is {self.groups} but there are {n} workers; use 1..{n}")
-        if self.group_size is not None and self.group_size > n:  # a typo, not a wish: it would be one group of all
-            raise ValueError(f"strategy.group_size is {self.group_size} but there are {n} workers; "
-                             f"use 1..{n} ({n}: one group of all, SSGD on a parameter server)")
+        if (
+            self.group_size is not None and self.group_size > n
+        ):  # a typo, not a wish: it would be one group of all
+            raise ValueError(
+                f"strategy.group_size is {self.group_size} but there are {n} workers; "
+                f"use 1..{n} ({n}: one group of all, SSGD on a parameter server)"
+            )
         # The probe makes no updates (unless kept), so max_updates does not end it: 1e300 s ran for ever.
         if self.probe_s is not None:
             until_s = min(self.probe_s, scenario.stop.max_sim_time_s or math.inf)
             steps = worker_steps(scenario, until_s)
             if steps > MAX_STEPS:
-                raise ValueError(f"strategy.probe_s is {self.probe_s} s: the probe alone is {steps:.3g} steps of {n} workers; "
-                                 f"at most {MAX_STEPS:,} (probe_s <= {until_s * MAX_STEPS / steps:.3g}), or give probe_iterations")
+                raise ValueError(
+                    f"strategy.probe_s is {self.probe_s} s: the probe alone is {steps:.3g} steps of {n} "
+                    "workers; "
+                    f"at most {MAX_STEPS:,} (probe_s <= {until_s * MAX_STEPS / steps:.3g}), or give "
+                    "probe_iterations"
+                )
         if self.probe_iterations is not None and n * self.probe_iterations > MAX_STEPS:
-            raise ValueError(f"strategy.probe_iterations is {self.probe_iterations}: up to {n * self.probe_iterations:.3g} steps "
-                             f"of {n} workers; at most {MAX_STEPS:,} (probe_iterations <= {MAX_STEPS // n:,})")
+            raise ValueError(
+                f"strategy.probe_iterations is {self.probe_iterations}: up to "
+                f"{n * self.probe_iterations:.3g} steps "
+                f"of {n} workers; at most {MAX_STEPS:,} (probe_iterations <= {MAX_STEPS // n:,})"
+            )
 
     def probe_limit(self) -> int | None:
         return self.probe_iterations if self.probe_iterations is not None or self.probe_s is not None else 10
@@ -110,10 +123,14 @@ class GroupedHybrid(StrategyConfig):
             probe = n * (self.probe_limit() or 0)
         size = self.group_size or 3
         smallest = max(n // self.groups, 1) if self.groups is not None else min(size, n % size or size)
-        return GradientSteps(probe + updates * smallest, "a shorter probe (strategy.probe_s or probe_iterations)")
+        return GradientSteps(
+            probe + updates * smallest, "a shorter probe (strategy.probe_s or probe_iterations)"
+        )
 
 
-def make_groups(step_s: list[float], config: GroupedHybrid, workers: list[int] | None = None) -> list[list[int]]:
+def make_groups(
+    step_s: list[float], config: GroupedHybrid, workers: list[int] | None = None
+) -> list[list[int]]:
     """``workers`` (default: all) sorted by measured seconds per step, fastest first (ties by
     index), cut into groups; with fewer workers than ``config.groups``, fewer groups."""
     order = sorted(range(len(step_s)) if workers is None else workers, key=lambda w: (step_s[w], w))
@@ -159,7 +176,10 @@ def start(sim: Simulation, config: GroupedHybrid):
     def regroup() -> None:
         # Seconds per step, not iteration counts: inside a group everyone runs at the group's
         # pace, so counts after the first grouping would not tell a slow worker from its mates.
-        step_s = [b / c if c else (0.0 if not any(plan.counts) else float("inf")) for b, c in zip(plan.busy_s, plan.counts)]
+        step_s = [
+            b / c if c else (0.0 if not any(plan.counts) else float("inf"))
+            for b, c in zip(plan.busy_s, plan.counts)
+        ]
         # A crashed worker never comes back here (no rejoin): grouped, it would leave a hole in
         # its group, whose all-reduce goes on without it only after sync_timeout_s, every round.
         plan.groups = make_groups(step_s, config, [w for w in range(n) if w not in sim.faults.down])

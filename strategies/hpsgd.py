@@ -85,10 +85,14 @@ class HPSGD(StrategyConfig):
         # There is no gamma: Pt steps for as long as Ps all-reduces, so a round is one step, and as many more
         # as fit in the all-reduce. U updates take U + 1 rounds (the update is one synchronisation behind).
         workers = range(scenario.cluster.workers)
-        step_s = min(step_s for w in workers for _, step_s, _ in speed_spans(scenario, w))  # jitter aside: steps on average
+        step_s = min(
+            step_s for w in workers for _, step_s, _ in speed_spans(scenario, w)
+        )  # jitter aside: steps on average
         per_round = 1 + allreduce_s_at_least(scenario) / step_s
-        return GradientSteps((updates + 1) * per_round * scenario.cluster.workers,
-                             "slower steps against the all-reduce (Pt steps while Ps all-reduces)")
+        return GradientSteps(
+            (updates + 1) * per_round * scenario.cluster.workers,
+            "slower steps against the all-reduce (Pt steps while Ps all-reduces)",
+        )
 
 
 def allreduce_s_at_least(scenario: Scenario) -> float:
@@ -186,7 +190,9 @@ def start(sim: Simulation, config: HPSGD):
             if config.barrier_waits_for_sync:
                 yield from barrier(w)
             syncing = s.status == "syncing"
-            if config.barrier_waits_for_sync and s.synced is not None:  # gloo's barrier: earlier collectives too
+            if (
+                config.barrier_waits_for_sync and s.synced is not None
+            ):  # gloo's barrier: earlier collectives too
                 yield from sim.wait_for(w.name, s.synced)
             if s.acc_steps == 0:
                 s.acc_version = s.replica_version

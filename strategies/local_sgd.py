@@ -35,7 +35,9 @@ class LocalSGD(StrategyConfig):
 
     def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
         # an update is an averaging round: sync_every local steps of every worker
-        return GradientSteps(updates * self.sync_every * scenario.cluster.workers, "a smaller strategy.sync_every")
+        return GradientSteps(
+            updates * self.sync_every * scenario.cluster.workers, "a smaller strategy.sync_every"
+        )
 
 
 @register(LocalSGD, timing_only=True)
@@ -47,7 +49,9 @@ def start(sim: Simulation, config: LocalSGD):
     def finish_round(round_: int, total: Params) -> Params:
         if round_ + 1 not in averaged:  # every replica gets the same average: compute it once
             members = sim.participants(sim.workers)  # all, unless a crashed worker was left out
-            averaged[round_ + 1] = divide(total, len(members)) if total is not None else None  # None: timing only
+            averaged[round_ + 1] = (
+                divide(total, len(members)) if total is not None else None
+            )  # None: timing only
             averaged.pop(round_ - 1, None)
             sim.applied([(i, round_) for i in members], round_)
         return averaged[round_ + 1]
@@ -60,7 +64,9 @@ def start(sim: Simulation, config: LocalSGD):
                 g = yield from sim.compute(w, params)
                 if g is not None:  # None in a timing-only run: the same schedule, no numbers
                     params, opt_state = step(params, opt_state, g.grad, g.count)
-            total = yield from sim.allreduce(sim.workers, w, sim.param_bytes, None if sim.timing_only else params)
+            total = yield from sim.allreduce(
+                sim.workers, w, sim.param_bytes, None if sim.timing_only else params
+            )
             params = finish_round(round_, total)
             round_ += 1
 

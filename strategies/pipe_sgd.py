@@ -49,22 +49,30 @@ class PipeSGD(StrategyConfig):
     lr: float = Field(default=0.1, gt=0)
     staleness: int = Field(default=1, ge=0, description="k: iteration t applies the sum of iteration t-(k+1)")
     pipeline_level: Literal[1, 2] = 1
-    segments: int = Field(default=4, ge=1, le=4096, description="L: gradient pieces all-reduced in turn at level 2")
+    segments: int = Field(
+        default=4, ge=1, le=4096, description="L: gradient pieces all-reduced in turn at level 2"
+    )
     compression: Compression | None = Field(
-        default=None, description="round every value on the wire: {kind: fp16} (half the bytes) or {kind: int8} "
-        "(a quarter, plus min and max per tensor); none: plain (docs/strategies.md, pipe_sgd)")
+        default=None,
+        description="round every value on the wire: {kind: fp16} (half the bytes) or {kind: int8} "
+        "(a quarter, plus min and max per tensor); none: plain (docs/strategies.md, pipe_sgd)",
+    )
     codec_s_per_byte: float = Field(default=0.0, ge=0, description="compress or decompress cost per raw byte")
     codec_at: Literal["ends", "every_hop"] = Field(
-        default="ends", description="ends: compress g_local and decompress g_sum on the compute thread; "
-        "every_hop: also decompress, add and recompress at each reduce-scatter step of the ring"
+        default="ends",
+        description="ends: compress g_local and decompress g_sum on the compute thread; "
+        "every_hop: also decompress, add and recompress at each reduce-scatter step of the ring",
     )
     update_s: float = Field(default=0.0, ge=0, description="l_up: time to apply one update")
 
     _compression_kind = field_validator("compression", mode="before")(compression_by_kind)
 
     def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
-        # every worker computes k + 1 iterations before the first update (the pipeline's fill), then one an update
-        return GradientSteps((updates + self.staleness) * scenario.cluster.workers, "a smaller strategy.staleness")
+        # every worker computes k + 1 iterations before the first update (the pipeline's fill), then one an
+        # update
+        return GradientSteps(
+            (updates + self.staleness) * scenario.cluster.workers, "a smaller strategy.staleness"
+        )
 
 
 def ring_codec_s(p: int, raw_bytes: float, s_per_byte: float) -> float:

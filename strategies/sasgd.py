@@ -37,13 +37,17 @@ from strategies._parameter_server import ParameterServerConfig, Rule, run_parame
 class SASGD(ParameterServerConfig):
     name: Literal["sasgd"] = "sasgd"
     lr: float = Field(default=0.04, gt=0)
-    n_soft: int | None = Field(default=None, ge=1, description="softsync degree; default: the number of workers")
+    n_soft: int | None = Field(
+        default=None, ge=1, description="softsync degree; default: the number of workers"
+    )
     staleness_aware: bool = True
 
     def check(self, scenario: Scenario) -> None:
         workers = scenario.cluster.workers
         if self.n_soft is not None and self.n_soft > workers:
-            raise ValueError(f"strategy.n_soft is {self.n_soft} but there are {workers} workers; use 1..{workers}")
+            raise ValueError(
+                f"strategy.n_soft is {self.n_soft} but there are {workers} workers; use 1..{workers}"
+            )
 
     def gradients_per_update(self, workers: int) -> int:
         """The server's batch ``c = floor(n / n_soft)``."""
@@ -87,4 +91,6 @@ def sasgd_rule(opt: GradientTransformation, staleness_aware: bool) -> Rule:
 @register(SASGD, timing_only=True)
 def start(sim: Simulation, config: SASGD):
     c = config.gradients_per_update(len(sim.workers))
-    return run_parameter_server(sim, sasgd_rule(optimizer_for(config), config.staleness_aware), c, config.clock)
+    return run_parameter_server(
+        sim, sasgd_rule(optimizer_for(config), config.staleness_aware), c, config.clock
+    )

@@ -1,8 +1,8 @@
 """SGD: one worker, the reference every distributed strategy is measured against.
 
-    loop:
-        g <- gradient of the loss on the next batch, at theta
-        theta <- theta - lr * g
+loop:
+    g <- gradient of the loss on the next batch, at theta
+    theta <- theta - lr * g
 """
 
 from __future__ import annotations

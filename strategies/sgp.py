@@ -69,7 +69,8 @@ class SGP(StrategyConfig):
             if empty.size:
                 raise ValueError(
                     f"matrix {k} has row {empty[0]} all zero: node {empty[0]} would receive no share, "
-                    "its push-sum weight would be 0 and z = x / w undefined; give it a self weight or an in-neighbour"
+                    "its push-sum weight would be 0 and z = x / w undefined; give it a self weight or an "
+                    "in-neighbour"
                 )
         return value
 

@@ -35,8 +35,10 @@ class SSGD(CompressedAllReduce):
 
     def check(self, scenario: Scenario) -> None:
         if self.compression is not None and self.aggregation == "ps":
-            raise ValueError(f"strategy.compression: {self.compression.kind} compresses the all-reduce; with aggregation: "
-                             "ps drop compression, or set aggregation: allreduce")
+            raise ValueError(
+                f"strategy.compression: {self.compression.kind} compresses the all-reduce; with aggregation: "
+                "ps drop compression, or set aggregation: allreduce"
+            )
         super().check(scenario)
 
     def fault_support(self) -> frozenset[str]:

@@ -56,7 +56,12 @@ TINY: dict[str, Any] = {
 # strategy may need a line. One that runs on four workers, waits for particular workers
 # and reads no computed number to decide what to do needs none.
 ONE_WORKER = {"sgd"}  # runs on exactly one worker
-NEVER_WAITS = {"asgd", "sasgd", "fasgd", "bfasgd"}  # waits for no particular worker: survives a crash without sync_timeout_s
+NEVER_WAITS = {
+    "asgd",
+    "sasgd",
+    "fasgd",
+    "bfasgd",
+}  # waits for no particular worker: survives a crash without sync_timeout_s
 READS_NUMBERS = {"bfasgd"}  # reads a computed number to decide (its gates): resume must run it from the start
 
 

@@ -19,7 +19,9 @@ NET = {"latency_s": 2e-4, "bandwidth_bps": 1e8, "reduce_s_per_byte": 1e-10, "syn
 
 
 def iteration_period(result: fred.RunResult, worker: str = "worker0", last: int = 5) -> np.ndarray:
-    starts = result.events[(result.events["entity"] == worker) & (result.events["kind"] == "compute")]["start_s"]
+    starts = result.events[(result.events["entity"] == worker) & (result.events["kind"] == "compute")][
+        "start_s"
+    ]
     return np.diff(starts.to_numpy())[-last:]
 
 
@@ -34,7 +36,13 @@ def test_pipe_sgd_steady_state_iteration_is_the_max_of_compute_and_communication
         cluster={"workers": p, "compute": {"step_time_s": l_comp}},
         network=NET,
         workload={"param_bytes": param_bytes},
-        strategy={"name": "pipe_sgd", "staleness": 1, "pipeline_level": level, "segments": segments, "update_s": l_up},
+        strategy={
+            "name": "pipe_sgd",
+            "staleness": 1,
+            "pipeline_level": level,
+            "segments": segments,
+            "update_s": l_up,
+        },
         stop={"max_updates": 25},
     )
     period = iteration_period(fred.run(data))
@@ -56,20 +64,29 @@ def test_pipe_sgd_staleness_is_exactly_k_after_warm_up():
 @pytest.mark.parametrize("scheme, ratio", [("fp16", 0.5), ("int8", 0.25)])
 def test_compression_shrinks_the_bytes_on_the_wire_and_changes_the_numbers(scheme, ratio):
     plain = fred.run(tiny(strategy={"name": "pipe_sgd"}, stop={"max_updates": 10}))
-    packed = fred.run(tiny(strategy={"name": "pipe_sgd", "compression": {"kind": scheme}}, stop={"max_updates": 10}))
+    packed = fred.run(
+        tiny(strategy={"name": "pipe_sgd", "compression": {"kind": scheme}}, stop={"max_updates": 10})
+    )
     tensors = len(plain.params)
-    expected = QUANTIZERS[scheme]().wire_bytes(plain.summary["param_bytes"], tensors) / plain.summary["param_bytes"]
+    expected = (
+        QUANTIZERS[scheme]().wire_bytes(plain.summary["param_bytes"], tensors) / plain.summary["param_bytes"]
+    )
     assert expected == pytest.approx(ratio, abs=0.01)
     assert packed.summary["bytes_sent"] == pytest.approx(plain.summary["bytes_sent"] * expected)
     assert packed.summary["params_sha256"] != plain.summary["params_sha256"]
 
 
 def test_compression_time_is_charged_on_the_compute_thread():
-    data = tiny(strategy={"name": "pipe_sgd", "compression": {"kind": "fp16"}, "codec_s_per_byte": 1e-8}, stop={"max_updates": 6})
+    data = tiny(
+        strategy={"name": "pipe_sgd", "compression": {"kind": "fp16"}, "codec_s_per_byte": 1e-8},
+        stop={"max_updates": 6},
+    )
     result = fred.run(data)
     codec = result.events[result.events["kind"].isin(["compress", "decompress"])]
     assert len(codec) > 0
-    assert codec["end_s"].sub(codec["start_s"]).to_numpy() == pytest.approx(1e-8 * result.summary["param_bytes"])
+    assert codec["end_s"].sub(codec["start_s"]).to_numpy() == pytest.approx(
+        1e-8 * result.summary["param_bytes"]
+    )
 
 
 @settings(max_examples=50, deadline=None)
@@ -128,7 +145,9 @@ def hpsgd_run(k: int = 2, gamma: int = 8, windows: int = 8) -> tuple[fred.RunRes
 @pytest.mark.parametrize("k", [1, 2, 4])
 def test_hpsgd_synchronises_as_often_as_the_paper_says(k):
     result, window, expected = hpsgd_run(k=k)
-    starts = result.events[(result.events["entity"] == "worker0") & (result.events["kind"] == "allreduce")]["start_s"]
+    starts = result.events[(result.events["entity"] == "worker0") & (result.events["kind"] == "allreduce")][
+        "start_s"
+    ]
     counts = [((starts >= w * window) & (starts < (w + 1) * window)).sum() for w in range(1, 8)]
     assert all(abs(c - expected) <= 1 for c in counts), (counts, expected)
 

@@ -22,6 +22,8 @@ from fred.tools.trace import trace_events
 from tests.conftest import load_shipped, missing_data, shipped_scenarios, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
 # Timing-only scenarios (the papers' clusters) have no losses to plot: one trained run per folder,
 # of the scenarios whose data is here (not CIFAR-10's own files). The ResNet and transformer
 # families' runs cost tens of seconds each: checked in the slow suite.
@@ -44,7 +46,10 @@ DEFAULT_FAMILIES = ("pipe_sgd",)  # Pipe-SGD (overlapping activities), 6 s; the 
 
 def family_params() -> list:
     slow = lambda p: p.parent.name not in DEFAULT_FAMILIES or fred.load_scenario(p).model.kind in HEAVY_MODELS
-    return [pytest.param(p, id=p.parent.name, marks=(pytest.mark.slow,) if slow(p) else ()) for p in ONE_PER_FAMILY]
+    return [
+        pytest.param(p, id=p.parent.name, marks=(pytest.mark.slow,) if slow(p) else ())
+        for p in ONE_PER_FAMILY
+    ]
 
 
 def short(path: Path) -> fred.RunResult:
@@ -54,7 +59,11 @@ def short(path: Path) -> fred.RunResult:
 @pytest.mark.parametrize("path", family_params())
 def test_every_shipped_scenario_type_plots(path, tmp_path):
     result = short(path)
-    paths = loss_curves([result], tmp_path) + staleness_histograms([result], tmp_path) + timeline(result, tmp_path)
+    paths = (
+        loss_curves([result], tmp_path)
+        + staleness_histograms([result], tmp_path)
+        + timeline(result, tmp_path)
+    )
     assert len(paths) == 8
     assert all(p.stat().st_size > 1000 for p in paths)
 
@@ -74,7 +83,9 @@ def test_the_trace_is_valid_trace_event_json_with_one_entry_per_event(path):
         assert {"ts", "cat", "args"} <= set(e)
         track = (e["pid"], e["tid"])
         assert e["ts"] >= last[track]
-        assert e["ts"] >= ended[track] - 1e-6, "slices on a track never partly overlap (Perfetto draws only nested ones)"
+        assert e["ts"] >= ended[track] - 1e-6, (
+            "slices on a track never partly overlap (Perfetto draws only nested ones)"
+        )
         last[track], ended[track] = e["ts"], max(ended[track], e["ts"] + e.get("dur", 0))
         assert e.get("dur", 0) >= 0
     json.dumps({"traceEvents": entries})
@@ -91,8 +102,12 @@ def test_compare_reuses_finished_runs(tmp_path):
     table, ran = compare(paths, tmp_path / "out", tmp_path / "runs", target_loss=2.0)
     assert ran == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
-        ["comparison.csv"] + [f"{s}.{e}" for s in ("loss_vs_time", "loss_vs_updates", "loss_vs_examples", "staleness")
-                              for e in ("png", "svg")]
+        ["comparison.csv"]
+        + [
+            f"{s}.{e}"
+            for s in ("loss_vs_time", "loss_vs_updates", "loss_vs_examples", "staleness")
+            for e in ("png", "svg")
+        ]
     )
     run_dirs = sorted((tmp_path / "runs").iterdir())
     table, ran = compare([str(d) for d in run_dirs], tmp_path / "out2", tmp_path / "runs")
@@ -122,7 +137,23 @@ def test_compare_overrides_every_scenario_file_with_set_and_refuses_it_for_finis
         path.write_text(json.dumps(tiny(name=name, strategy={"name": strategy}, stop={"max_updates": 6})))
         paths.append(str(path))
     runs, out = str(tmp_path / "runs"), str(tmp_path / "out")
-    assert main(["compare", *paths, "--runs", runs, "--out", out, "--set", "stop.max_updates=3", "--set", "seed=5"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                *paths,
+                "--runs",
+                runs,
+                "--out",
+                out,
+                "--set",
+                "stop.max_updates=3",
+                "--set",
+                "seed=5",
+            ]
+        )
+        == 0
+    )
     table = pd.read_csv(tmp_path / "out" / "comparison.csv")
     assert list(table["updates"]) == [3, 3]
     assert [fred.load_run(d).scenario.seed for d in sorted((tmp_path / "runs").iterdir())] == [5, 5]
@@ -130,8 +161,10 @@ def test_compare_overrides_every_scenario_file_with_set_and_refuses_it_for_finis
     assert "stop.max_updatez" in capsys.readouterr().err
     run_dir = next((tmp_path / "runs").iterdir())
     assert main(["compare", paths[0], str(run_dir), "--runs", runs, "--out", out, "--set", "seed=6"]) == 2
-    assert capsys.readouterr().err == (f"fred: --set applies to scenario files, and {run_dir} is a finished run (or a sweep's "
-                                       "runs): give its scenario.yaml instead, or compare without --set\n")
+    assert capsys.readouterr().err == (
+        f"fred: --set applies to scenario files, and {run_dir} is a finished run (or a sweep's "
+        "runs): give its scenario.yaml instead, or compare without --set\n"
+    )
 
 
 @pytest.mark.slow  # 4 s on 2 cores: five runs
@@ -141,12 +174,17 @@ def test_compare_tells_apart_runs_of_the_same_name_by_what_differs(tmp_path):
         out.append(str(tmp_path / f"r{seed}{workers}"))
         fred.run(tiny(name="same", seed=seed, cluster={"workers": workers}), out=out[-1])
     table, _ = compare(out, tmp_path / "cmp", tmp_path / "runs", per_seed=True)
-    assert list(table["run"]) == ["same (seed=0, cluster.workers=4)", "same (seed=1, cluster.workers=4)",
-                                  "same (seed=0, cluster.workers=2)"]
+    assert list(table["run"]) == [
+        "same (seed=0, cluster.workers=4)",
+        "same (seed=1, cluster.workers=4)",
+        "same (seed=0, cluster.workers=2)",
+    ]
     table, _ = compare(out, tmp_path / "cmp", tmp_path / "runs")  # runs that differ only by seed: one row
     assert list(table["run"]) == ["same (cluster.workers=4)", "same (cluster.workers=2)"]
     shutil.copytree(out[0], tmp_path / "again")
-    table, _ = compare([out[0], str(tmp_path / "again")], tmp_path / "cmp", tmp_path / "runs")  # nothing differs
+    table, _ = compare(
+        [out[0], str(tmp_path / "again")], tmp_path / "cmp", tmp_path / "runs"
+    )  # nothing differs
     assert list(table["run"]) == ["same (r04)", "same (again)"]
 
 
@@ -172,12 +210,30 @@ def test_a_run_given_twice_is_refused_by_name_before_anything_runs(tmp_path, cap
         compare([str(run_dir), f"{run_dir}/"], tmp_path / "cmp", tmp_path / "runs")
     scenario = tmp_path / "s.yaml"
     scenario.write_text(json.dumps(tiny(name="s", seed=3)))
-    assert main(["compare", str(scenario), str(scenario), "--out", str(tmp_path / "cmp"), "--runs", str(tmp_path / "runs")]) == 2
-    assert capsys.readouterr().err == f"fred: {scenario} is given twice (as {scenario} too); give each run once\n"
+    assert (
+        main(
+            [
+                "compare",
+                str(scenario),
+                str(scenario),
+                "--out",
+                str(tmp_path / "cmp"),
+                "--runs",
+                str(tmp_path / "runs"),
+            ]
+        )
+        == 2
+    )
+    assert (
+        capsys.readouterr().err
+        == f"fred: {scenario} is given twice (as {scenario} too); give each run once\n"
+    )
     assert not (tmp_path / "runs").exists()  # refused before running it
     compare([str(scenario)], tmp_path / "cmp", tmp_path / "runs")
     [made] = (tmp_path / "runs").iterdir()
-    with pytest.raises(ValueError, match=re.escape(f"{scenario} and {made} are the same run, {made}; give it once")):
+    with pytest.raises(
+        ValueError, match=re.escape(f"{scenario} and {made} are the same run, {made}; give it once")
+    ):
         compare([str(scenario), str(made)], tmp_path / "cmp", tmp_path / "runs")
 
 
@@ -193,10 +249,15 @@ def test_a_summary_without_a_field_the_table_needs_is_named_not_a_traceback(tmp_
     for key in ("bytes_sent", "name"):
         (made / "summary.json").write_text(json.dumps({k: v for k, v in summary.items() if k != key}))
         for item in (made, scenario, table):  # a run directory, a scenario whose run is reused, a sweep's run
-            assert main(["compare", str(item), "--out", str(tmp_path / "cmp"), "--runs", str(tmp_path / "runs")]) == 2
+            assert (
+                main(["compare", str(item), "--out", str(tmp_path / "cmp"), "--runs", str(tmp_path / "runs")])
+                == 2
+            )
             assert capsys.readouterr().err == (
                 f"fred: {made / 'summary.json'} has no {key!r}: it was written by an older fred or edited; "
-                f"run its scenario again with this fred (fred run {made / 'scenario.yaml'}) and compare the new run\n")
+                f"run its scenario again with this fred (fred run {made / 'scenario.yaml'}) and compare the "
+                "new run\n"
+            )
 
 
 def test_runs_of_different_strategies_are_told_apart_by_the_strategy_not_by_fields_only_one_has(tmp_path):
@@ -208,7 +269,10 @@ def test_runs_of_different_strategies_are_told_apart_by_the_strategy_not_by_fiel
     fred.run(tiny(name="same", strategy={"name": "asgd", "lr": 0.1}), out=out[0])
     fred.run(tiny(name="same", strategy={"name": "ssgd", "lr": 0.4}), out=out[1])
     table, _ = compare(out, tmp_path / "cmp", tmp_path / "runs")
-    assert list(table["run"]) == ["same (strategy.name=asgd, strategy.lr=0.1)", "same (strategy.name=ssgd, strategy.lr=0.4)"]
+    assert list(table["run"]) == [
+        "same (strategy.name=asgd, strategy.lr=0.1)",
+        "same (strategy.name=ssgd, strategy.lr=0.4)",
+    ]
     results, _ = gather(out, tmp_path / "runs")
     assert _label(results[0]) == "same (strategy.name=asgd, strategy.lr=0.1) (4 workers)"
 
@@ -247,7 +311,9 @@ def test_plot_and_trace_commands(tmp_path, capsys):
     assert main(["trace", str(out), "-o", str(tmp_path / "t.json")]) == 0
     slices = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e["ph"] != "M"]
     rows, twice = len(result.events), int((result.events["peer"] != "").sum())
-    assert f"{rows} events, of which {twice} transfers are drawn twice" in capsys.readouterr().out  # it said "N events" of N + twice slices
+    assert (
+        f"{rows} events, of which {twice} transfers are drawn twice" in capsys.readouterr().out
+    )  # it said "N events" of N + twice slices
     assert len(slices) == rows + twice > rows
 
 
@@ -269,11 +335,18 @@ def test_a_timing_only_run_is_plotted_without_empty_loss_figures(tmp_path, capsy
     fred.run(tiny(workload={"timing_only": True}), out=out)
     assert main(["plot", str(out)]) == 0
     assert "no loss curves" in capsys.readouterr().err
-    assert sorted(p.name for p in (out / "plots").iterdir()) == ["staleness.png", "timeline.png"]  # SVG only with --svg
+    assert sorted(p.name for p in (out / "plots").iterdir()) == [
+        "staleness.png",
+        "timeline.png",
+    ]  # SVG only with --svg
 
 
 def test_staleness_views():
-    result = fred.run(tiny(cluster={"workers": 4, "stragglers": [{"worker": 3, "slow_factor": 3}]}, stop={"max_updates": 80}))
+    result = fred.run(
+        tiny(
+            cluster={"workers": 4, "stragglers": [{"worker": 3, "slow_factor": 3}]}, stop={"max_updates": 80}
+        )
+    )
     overall = result.staleness()
     assert overall["count"].sum() == len(result.updates) and overall["share"].sum() == pytest.approx(1.0)
     per_worker = result.staleness("worker")
@@ -301,7 +374,10 @@ def test_every_worker_has_a_staleness_row_even_one_whose_gradients_never_counted
     result = fred.run(tiny(faults={"worker_crash": [{"worker": 2, "at_s": 0.0}]}))
     per_worker = result.staleness("worker")
     assert list(per_worker.index) == [0, 1, 2, 3] and per_worker.loc[2, "count"] == 0
-    assert per_worker.loc[[0, 1, 3], "count"].sum() == len(result.updates) and per_worker.loc[2, ["mean", "max"]].isna().all()
+    assert (
+        per_worker.loc[[0, 1, 3], "count"].sum() == len(result.updates)
+        and per_worker.loc[2, ["mean", "max"]].isna().all()
+    )
 
 
 def test_each_window_counts_the_updates_between_its_own_edges():
@@ -312,7 +388,9 @@ def test_each_window_counts_the_updates_between_its_own_edges():
     over_time = staleness(updates, "time", bins=22)
     for i, row in over_time.iterrows():
         last = i == len(over_time) - 1  # the last window is closed
-        inside = [t for t in times if row["start_s"] <= t and (t < row["end_s"] or (last and t == row["end_s"]))]
+        inside = [
+            t for t in times if row["start_s"] <= t and (t < row["end_s"] or (last and t == row["end_s"]))
+        ]
         assert row["count"] == len(inside), (row["start_s"], row["end_s"])
         assert row["mean"] == pytest.approx(sum(inside) / len(inside))  # staleness equals time here
     empty = staleness(updates.iloc[:0], "time", bins=3)
@@ -341,8 +419,11 @@ def test_the_timeline_shows_activities_inside_a_fault_and_instant_events(monkeyp
     degrade = {"entity": "worker2", "at_s": 0.0, "duration_s": 1.0, "bandwidth_factor": 0.5}
     timeline(fred.run(tiny(faults={"link_degrade": [degrade]})), tmp_path)
     ax = shown[0].axes[0]
-    row2 = {matplotlib.colors.to_hex(c.get_facecolor()[0]): c.get_paths()[0].get_extents() for c in ax.collections
-            if 1.6 - 1e-9 <= c.get_paths()[0].get_extents().y0 < 2.4}  # worker2's row, split in lanes: each kind its own
+    row2 = {
+        matplotlib.colors.to_hex(c.get_facecolor()[0]): c.get_paths()[0].get_extents()
+        for c in ax.collections
+        if 1.6 - 1e-9 <= c.get_paths()[0].get_extents().y0 < 2.4
+    }  # worker2's row, split in lanes: each kind its own
     other, compute = row2[plots.COLOURS["other"].lower()], row2[plots.COLOURS["compute"].lower()]
     assert other.y1 <= compute.y0 or compute.y1 <= other.y0
     timeline(fred.run(tiny(strategy={"clock": "logical"})), tmp_path)
@@ -361,8 +442,12 @@ def test_a_comparison_of_many_runs_keeps_them_apart_and_its_histograms_in_rows(m
     monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
     metrics = pd.DataFrame({"sim_time_s": [0.0, 1.0], "updates": [0, 5], "eval_loss": [2.0, 1.0]})
     updates = pd.DataFrame({"staleness": [0, 1, 1]})
-    runs = [SimpleNamespace(title=f"run{i}", summary={"strategy": "asgd", "workers": 4}, metrics=metrics, updates=updates)
-            for i in range(23)]
+    runs = [
+        SimpleNamespace(
+            title=f"run{i}", summary={"strategy": "asgd", "workers": 4}, metrics=metrics, updates=updates
+        )
+        for i in range(23)
+    ]
     loss_curves(runs, tmp_path)
     styles = [(line.get_color(), line.get_linestyle()) for line in shown[0].axes[0].lines]
     assert len(styles) == 23 and len(set(styles)) == 23
@@ -391,7 +476,9 @@ def test_one_runs_staleness_histogram_is_as_wide_as_its_timeline_and_its_text_re
     assert min(sizes) >= 10, sizes
 
 
-def test_a_timeline_with_more_events_than_it_draws_aggregates_all_of_them_says_so_and_draws_no_edges(monkeypatch, tmp_path):
+def test_a_timeline_with_more_events_than_it_draws_aggregates_all_of_them_says_so_and_draws_no_edges(
+    monkeypatch, tmp_path
+):
     # It drew the first max_events events and cut the rest: a long run's chart ended early.
     from fred.tools import plots
 
@@ -414,13 +501,26 @@ def test_a_summary_that_is_json_but_not_an_object_is_a_damaged_run_not_a_traceba
     compare([str(scenario)], tmp_path / "cmp", tmp_path / "runs")
     [made] = (tmp_path / "runs").iterdir()
     runs = ["--runs", str(tmp_path / "runs")]
-    for text, shown in [("[]", "[] (a JSON array)"), ("3", "3 (a JSON number)"), ('"x"', '"x" (a JSON string)')]:
+    for text, shown in [
+        ("[]", "[] (a JSON array)"),
+        ("3", "3 (a JSON number)"),
+        ('"x"', '"x" (a JSON string)'),
+    ]:
         (made / "summary.json").write_text(text + "\n")
-        damaged = (f"{made / 'summary.json'} holds {shown}, not the JSON object of fields fred run writes; the run "
-                   f"directory is damaged: run its scenario again to replace it, fred run {made / 'scenario.yaml'} --out {made}")
-        for command in (["compare", str(made), *runs], ["compare", str(scenario), *runs], ["plot", str(made)],
-                        ["trace", str(made)]):
-            assert main([*command, "-o" if command[0] == "trace" else "--out", str(tmp_path / "o")]) == 2, command
+        damaged = (
+            f"{made / 'summary.json'} holds {shown}, not the JSON object of fields fred run writes; the run "
+            f"directory is damaged: run its scenario again to replace it, fred run {made / 'scenario.yaml'} "
+            f"--out {made}"
+        )
+        for command in (
+            ["compare", str(made), *runs],
+            ["compare", str(scenario), *runs],
+            ["plot", str(made)],
+            ["trace", str(made)],
+        ):
+            assert main([*command, "-o" if command[0] == "trace" else "--out", str(tmp_path / "o")]) == 2, (
+                command
+            )
             err = capsys.readouterr().err
             assert damaged in err and "Traceback" not in err, err
         with pytest.raises(fred.ScenarioError, match=re.escape(damaged)):
@@ -437,9 +537,13 @@ def test_plot_names_a_summary_field_it_needs_and_lacks_as_compare_does(tmp_path,
         assert main(["plot", str(made)]) == 2
         assert capsys.readouterr().err == (
             f"fred: {made / 'summary.json'} has no {key!r}: it was written by an older fred or edited; "
-            f"run its scenario again with this fred (fred run {made / 'scenario.yaml'}) and plot the new run\n")
+            f"run its scenario again with this fred (fred run {made / 'scenario.yaml'}) "
+            "and plot the new run\n"
+        )
         assert not (made / "plots").exists()  # refused before any figure
-        assert main(["trace", str(made), "-o", str(tmp_path / "t.json")]) == 0  # the trace reads no summary field
+        assert (
+            main(["trace", str(made), "-o", str(tmp_path / "t.json")]) == 0
+        )  # the trace reads no summary field
 
 
 def test_loss_against_examples_puts_an_ssgd_round_and_asgd_gradients_on_one_axis(tmp_path, monkeypatch):
@@ -457,5 +561,10 @@ def test_loss_against_examples_puts_an_ssgd_round_and_asgd_gradients_on_one_axis
     examples_curves.loss_vs_examples([ssgd, asgd], tmp_path, target_loss=2.0)
     [(stem, fig)] = shown
     ax = fig.axes[0]
-    assert stem == "loss_vs_examples" and ax.get_xlabel() == "examples computed (gradient steps of all workers × batch size)"
-    assert ax.lines[0].get_xdata().max() == 12 * workers * batch  # SSGD's 12 rounds: 4 times ASGD's 12 updates' examples
+    assert (
+        stem == "loss_vs_examples"
+        and ax.get_xlabel() == "examples computed (gradient steps of all workers × batch size)"
+    )
+    assert (
+        ax.lines[0].get_xdata().max() == 12 * workers * batch
+    )  # SSGD's 12 rounds: 4 times ASGD's 12 updates' examples

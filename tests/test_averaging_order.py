@@ -45,17 +45,23 @@ def test_both_orders_move_the_mean_of_x_by_the_mean_gradient_step():
     mixed = one_ring_iteration("step_then_average", spread=0.5)
     for name in own[0]:
         assert not np.allclose(own[0][name], mixed[0][name], atol=1e-6)
-        np.testing.assert_allclose(sum(x[name] for x in own) / 4, sum(x[name] for x in mixed) / 4, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            sum(x[name] for x in own) / 4, sum(x[name] for x in mixed) / 4, rtol=1e-5, atol=1e-6
+        )
 
 
 def test_average_then_step_without_a_gradient_step_keeps_the_sum_and_reaches_consensus():
     scenario = validate(tiny(strategy={"name": "sgp", "lr": 0.0, "init_spread": 0.5}))
     sim = build(scenario).sim
-    state = run_push_sum(sim, scenario.strategy, debiased=False, shares=ring_mixing(4), order="average_then_step")
+    state = run_push_sum(
+        sim, scenario.strategy, debiased=False, shares=ring_mixing(4), order="average_then_step"
+    )
     first = min(state.nodes[0].x)
     start = sum(np.asarray(node.x[first], np.float64) for node in state.nodes)
     sim.env.run(until=60.5 * 0.01)
-    np.testing.assert_allclose(sum(np.asarray(node.x[first], np.float64) for node in state.nodes), start, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        sum(np.asarray(node.x[first], np.float64) for node in state.nodes), start, rtol=1e-5, atol=1e-5
+    )
     spread = np.ptp(np.stack([np.asarray(node.x[first]) for node in state.nodes]), axis=0).max()
     assert spread < 1e-5 and all(node.w == 1.0 for node in state.nodes)
 
@@ -71,7 +77,10 @@ def test_each_order_is_bit_deterministic_replays_and_the_two_differ(name, tmp_pa
         assert again.events.equals(first.events) and again.updates.equals(first.updates)
         assert replay(tmp_path / order).passed
         runs[order] = first
-    assert runs["average_then_step"].summary["params_sha256"] != runs["step_then_average"].summary["params_sha256"]
+    assert (
+        runs["average_then_step"].summary["params_sha256"]
+        != runs["step_then_average"].summary["params_sha256"]
+    )
     if name == "dpsgd":  # the same schedule: only the numbers differ
         assert runs["average_then_step"].events.equals(runs["step_then_average"].events)
 
@@ -85,12 +94,20 @@ def test_adpsgd_applies_each_gradient_after_its_own_average():
     # Average then step: the node's own exchange changed its model under every gradient, so
     # each update's staleness is at least 1; step then average applies some at staleness 0.
     after = fred.run(tiny(strategy={"name": "adpsgd"}, stop={"max_updates": 120})).updates
-    before = fred.run(tiny(strategy={"name": "adpsgd", "order": "step_then_average"}, stop={"max_updates": 120})).updates
+    before = fred.run(
+        tiny(strategy={"name": "adpsgd", "order": "step_then_average"}, stop={"max_updates": 120})
+    ).updates
     assert (after["staleness"] >= 1).all()
     assert (before["staleness"] == 0).any()
 
 
 def test_dpsgd_learns_in_either_order():
     for order in ("average_then_step", "step_then_average"):
-        result = fred.run(tiny(strategy={"name": "dpsgd", "order": order}, stop={"max_updates": 600}, eval={"every_updates": 200}))
+        result = fred.run(
+            tiny(
+                strategy={"name": "dpsgd", "order": order},
+                stop={"max_updates": 600},
+                eval={"every_updates": 200},
+            )
+        )
         assert result.metrics["eval_loss"].iloc[-1] < result.metrics["eval_loss"].iloc[0] / 2, order

@@ -29,18 +29,31 @@ def test_buckets_are_cut_in_backward_order_and_ready_as_the_backward_pass_reache
     # c alone is 40 bytes, under 50: c and b close the first bucket; a is the last
     assert buckets == (Bucket(800.0, (6 + 2 * (3 + 2)) / 18), Bucket(400.0, 1.0))
     assert sum(b.nbytes for b in plan(layers, 1, 1200.0)) == 1200.0
-    assert [b.ready for b in plan(layers, 10**9, 1200.0)] == [1.0]  # one bucket: the whole gradient at the end
+    assert [b.ready for b in plan(layers, 10**9, 1200.0)] == [
+        1.0
+    ]  # one bucket: the whole gradient at the end
 
 
 @pytest.mark.parametrize("sharing", ["fair", "fcfs"])
-@pytest.mark.parametrize("first_bytes, step_s", [(4e7, 0.01), (1e6, 0.5)])  # communication-bound, compute-bound
+@pytest.mark.parametrize(
+    "first_bytes, step_s", [(4e7, 0.01), (1e6, 0.5)]
+)  # communication-bound, compute-bound
 def test_two_buckets_take_the_closed_form_time(sharing, first_bytes, step_s):
     p, last_bytes, ready = 4, 2e7, 0.6
     cfg = NetworkConfig(sharing=sharing, **NET)
     scenario = fred.validate(tiny(cluster={"workers": p, "compute": {"step_time_s": step_s}}))
     crew = [Worker(i, lambda: np.arange(1)) for i in range(p)]
-    sim = Simulation(simpy.Environment(), crew, Network(cfg), ComputeModel(scenario), None, None,  # type: ignore[arg-type]
-                     first_bytes + last_bytes, 0, buckets=(Bucket(first_bytes, ready), Bucket(last_bytes, 1.0)))
+    sim = Simulation(
+        simpy.Environment(),
+        crew,
+        Network(cfg),
+        ComputeModel(scenario),
+        None,
+        None,  # type: ignore[arg-type]
+        first_bytes + last_bytes,
+        0,
+        buckets=(Bucket(first_bytes, ready), Bucket(last_bytes, 1.0)),
+    )
     done: list[float] = []
 
     def member(w):
@@ -59,8 +72,16 @@ def test_two_buckets_take_the_closed_form_time(sharing, first_bytes, step_s):
 def test_buckets_change_the_clock_and_not_the_numbers():
     def run(bucket_bytes):
         workload = {"profile": "resnet50"} | ({"bucket_bytes": bucket_bytes} if bucket_bytes else {})
-        return fred.run(fred.validate(tiny(strategy={"name": "arsgd"}, workload=workload, stop={"max_updates": 3},
-                                           cluster={"workers": 4, "compute": {"step_time_s": 0.3}})))
+        return fred.run(
+            fred.validate(
+                tiny(
+                    strategy={"name": "arsgd"},
+                    workload=workload,
+                    stop={"max_updates": 3},
+                    cluster={"workers": 4, "compute": {"step_time_s": 0.3}},
+                )
+            )
+        )
 
     whole, bucketed = run(None), run(25 * 2**20)
     assert bucketed.summary["params_sha256"] == whole.summary["params_sha256"]
@@ -69,14 +90,28 @@ def test_buckets_change_the_clock_and_not_the_numbers():
     assert len(allreduces) > 3 * 4  # several all-reduces per worker per iteration
 
 
-@pytest.mark.parametrize("overrides, words", [
-    ({"workload": {"bucket_bytes": 1000}, "model": {"kind": "python", "factory": "mymodels:make"}, "strategy": {"name": "arsgd"}},
-     "needs workload.profile with a python model"),
-    ({"workload": {"profile": "resnet50", "bucket_bytes": 1000}, "strategy": {"name": "asgd"}}, "drop bucket_bytes or use"),
-    ({"workload": {"profile": "resnet50", "bucket_bytes": 0}}, "bucket_bytes"),
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (
+            {
+                "workload": {"bucket_bytes": 1000},
+                "model": {"kind": "python", "factory": "mymodels:make"},
+                "strategy": {"name": "arsgd"},
+            },
+            "needs workload.profile with a python model",
+        ),
+        (
+            {"workload": {"profile": "resnet50", "bucket_bytes": 1000}, "strategy": {"name": "asgd"}},
+            "drop bucket_bytes or use",
+        ),
+        ({"workload": {"profile": "resnet50", "bucket_bytes": 0}}, "bucket_bytes"),
+    ],
+)
 def test_buckets_without_layers_or_an_allreduce_are_refused_with_the_fix(overrides, words):
     data = tiny(**{key: value for key, value in overrides.items() if key != "model"})
-    data["model"] = overrides.get("model", data["model"])  # a python model in place of the MLP, not merged into it
+    data["model"] = overrides.get(
+        "model", data["model"]
+    )  # a python model in place of the MLP, not merged into it
     with pytest.raises(ScenarioError, match=words):
         fred.validate(data)

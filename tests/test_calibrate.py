@@ -21,34 +21,59 @@ def test_calibrate_writes_a_profile_that_a_scenario_includes(tmp_path, capsys):
     assert "median" in capsys.readouterr().out
 
     using = tmp_path / "using.yaml"
-    using.write_text(yaml.safe_dump(tiny(cluster={"compute": {"step_time_s": None, "profile": "profile.yaml"}})))
+    using.write_text(
+        yaml.safe_dump(tiny(cluster={"compute": {"step_time_s": None, "profile": "profile.yaml"}}))
+    )
     loaded = fred.load_scenario(using)  # the relative path is found next to the scenario
     assert loaded.cluster.compute.step_time_s == measured["step_time_s"]
     result = fred.run(using)
     computes = result.events[result.events["kind"] == "compute"]
     assert (computes["end_s"] - computes["start_s"]).to_numpy() == pytest.approx(measured["step_time_s"])
     # fred sweep includes the profile too (it once read the YAML without it)
-    assert main(["sweep", str(using), "--grid", "seed=1,2", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "s.parquet")]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                str(using),
+                "--grid",
+                "seed=1,2",
+                "--runs",
+                str(tmp_path / "runs"),
+                "--out",
+                str(tmp_path / "s.parquet"),
+            ]
+        )
+        == 0
+    )
 
 
 def test_a_missing_or_bad_profile_is_named(tmp_path, capsys):
     scenario = tmp_path / "s.yaml"
-    scenario.write_text(yaml.safe_dump(tiny(cluster={"compute": {"step_time_s": None, "profile": "nope.yaml"}})))
+    scenario.write_text(
+        yaml.safe_dump(tiny(cluster={"compute": {"step_time_s": None, "profile": "nope.yaml"}}))
+    )
     assert main(["run", str(scenario), "--out", str(tmp_path / "o")]) == 2
     assert "no such file" in capsys.readouterr().err
     (tmp_path / "bad.yaml").write_text("step_time_s: -1\n")
-    scenario.write_text(yaml.safe_dump(tiny(cluster={"compute": {"step_time_s": None, "profile": "bad.yaml"}})))
+    scenario.write_text(
+        yaml.safe_dump(tiny(cluster={"compute": {"step_time_s": None, "profile": "bad.yaml"}}))
+    )
     assert main(["run", str(scenario), "--out", str(tmp_path / "o")]) == 2
     assert "no positive, finite step_time_s" in capsys.readouterr().err
     (tmp_path / "dir.yaml").mkdir()
     (tmp_path / "latin1.yaml").write_bytes(b"step_time_s: 0.1 # \xe9\n")
-    cases = [("step_time_s: .nan\n", "no positive, finite step_time_s"), ("step_time_s: true\n", "no positive, finite step_time_s"),
-             ("step_time_s: .inf\n", "no positive, finite step_time_s")]
-    for i, (text, needle) in enumerate(cases):
+    cases = [
+        ("step_time_s: .nan\n", "no positive, finite step_time_s"),
+        ("step_time_s: true\n", "no positive, finite step_time_s"),
+        ("step_time_s: .inf\n", "no positive, finite step_time_s"),
+    ]
+    for i, (text, _needle) in enumerate(cases):
         (tmp_path / f"p{i}.yaml").write_text(text)
     named = [(f"p{i}.yaml", needle) for i, (_, needle) in enumerate(cases)]
     for profile, needle in named + [("dir.yaml", "is a directory"), ("latin1.yaml", "is not UTF-8 text")]:
-        scenario.write_text(yaml.safe_dump(tiny(cluster={"compute": {"step_time_s": None, "profile": profile}})))
+        scenario.write_text(
+            yaml.safe_dump(tiny(cluster={"compute": {"step_time_s": None, "profile": profile}}))
+        )
         assert main(["run", str(scenario), "--out", str(tmp_path / "o")]) == 2, profile
         assert needle in capsys.readouterr().err, profile
     (tmp_path / "ok.yaml").write_text("step_time_s: 0.02\n")
@@ -67,7 +92,9 @@ def test_an_absent_backend_is_a_clear_error(tmp_path, capsys):
     assert main(["calibrate", str(scenario), "--backend", "gpu", "-o", str(tmp_path / "p.yaml")]) == 2
     err = capsys.readouterr().err
     assert "no gpu backend here" in err
-    assert f'pip install "jax[cuda13]=={jax.__version__}"' in err and f'"jax[cuda12]=={jax.__version__}"' in err
+    assert (
+        f'pip install "jax[cuda13]=={jax.__version__}"' in err and f'"jax[cuda12]=={jax.__version__}"' in err
+    )
     assert "https://docs.jax.dev/en/latest/installation.html" in err
 
 

@@ -28,7 +28,9 @@ TRANSFORMER = ROOT / "scenarios" / "text" / "transformer.yaml"
 
 
 def test_the_cifar_scenarios_are_the_four_baselines_on_resnet20_with_eight_workers_of_32():
-    assert sorted(p.stem for p in REAL) == sorted(p.stem for p in QUICK) == ["asgd", "local_sgd", "sgp", "ssgd"]
+    assert (
+        sorted(p.stem for p in REAL) == sorted(p.stem for p in QUICK) == ["asgd", "local_sgd", "sgp", "ssgd"]
+    )
     for path in REAL + QUICK:
         scenario = load_shipped(path)
         model = scenario.model
@@ -37,8 +39,13 @@ def test_the_cifar_scenarios_are_the_four_baselines_on_resnet20_with_eight_worke
         assert scenario.strategy.name == path.stem
         assert scenario_workload(scenario).param_count == 269_722
         # timed with the model's own training FLOPs: 3 x 81.1 MFLOP an image
-        assert base_step_time_s(scenario) == pytest.approx(scenario.data.batch_size * 3 * 81.1e6 / 5e12, rel=1e-3)
-    assert yaml.safe_load((REAL[0].parent / "cifar10.yaml").read_text())["data"]["source"]["path"] == "cifar-10-batches-py"
+        assert base_step_time_s(scenario) == pytest.approx(
+            scenario.data.batch_size * 3 * 81.1e6 / 5e12, rel=1e-3
+        )
+    assert (
+        yaml.safe_load((REAL[0].parent / "cifar10.yaml").read_text())["data"]["source"]["path"]
+        == "cifar-10-batches-py"
+    )
     for path in REAL:  # the one thing a user sets, the CIFAR-10 folder, is not here
         assert missing_data(path) and "cifar-10-batches-py does not exist" in missing_data(path)
         scenario = load_shipped(path)
@@ -61,8 +68,12 @@ def quick_run(path: Path, tmp_path: Path, check_replay: bool = True, **overrides
 
 @pytest.mark.slow  # 10 s on 2 cores; tests/test_resnet_exact.py runs the ResNet in the default run
 def test_the_quick_ssgd_scenario_runs(tmp_path):
-    result = quick_run(ROOT / "scenarios" / "cifar" / "quick" / "ssgd.yaml", tmp_path, check_replay=False,
-                       stop={"max_updates": 2})
+    result = quick_run(
+        ROOT / "scenarios" / "cifar" / "quick" / "ssgd.yaml",
+        tmp_path,
+        check_replay=False,
+        stop={"max_updates": 2},
+    )
     assert result.summary["updates"] == 2 and result.summary["param_bytes"] == 4 * 269_722
 
 
@@ -88,7 +99,14 @@ def test_every_quick_scenario_runs_and_replays(path, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.stem)
 def test_every_cifar10_scenario_runs_on_a_folder_in_the_official_format(path, tmp_path):
-    folder, _ = cifar10_folder(tmp_path / "data", per_batch=52, test=8)  # 260 images: 8 workers' batches of 32
-    result = quick_run(path, tmp_path, data={"source": {"path": str(folder)}}, stop={"max_updates": 1, "max_sim_time_s": 0.01})
+    folder, _ = cifar10_folder(
+        tmp_path / "data", per_batch=52, test=8
+    )  # 260 images: 8 workers' batches of 32
+    result = quick_run(
+        path,
+        tmp_path,
+        data={"source": {"path": str(folder)}},
+        stop={"max_updates": 1, "max_sim_time_s": 0.01},
+    )
     assert result.scenario.data.source.path == str(folder)
     assert len(result.metrics) >= 2

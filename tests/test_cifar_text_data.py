@@ -40,10 +40,22 @@ def _py2(obj) -> bytes:
     if isinstance(obj, tuple):
         return b"(" + b"".join(map(_py2, obj)) + b"t"
     if isinstance(obj, np.ndarray):  # numpy 1's ndarray.__reduce__, as the files have it
-        dtype = b"cnumpy\ndtype\n" + _py2((b"u1", 0, 1)) + b"R" + _py2((3, b"|", None, None, None, -1, -1, 0)) + b"b"
+        dtype = (
+            b"cnumpy\ndtype\n"
+            + _py2((b"u1", 0, 1))
+            + b"R"
+            + _py2((3, b"|", None, None, None, -1, -1, 0))
+            + b"b"
+        )
         state = b"(" + _py2(1) + _py2(tuple(obj.shape)) + dtype + _py2(False) + _py2(obj.tobytes()) + b"t"
-        return (b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n" + _py2((0,)) + _py2(b"b") + b"\x87R"
-                + state + b"b")
+        return (
+            b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n"
+            + _py2((0,))
+            + _py2(b"b")
+            + b"\x87R"
+            + state
+            + b"b"
+        )
     raise TypeError(type(obj))
 
 
@@ -64,8 +76,12 @@ def cifar10_folder(root: Path, per_batch: int = 6, test: int | None = 8, seed: i
     names = [f"data_batch_{i}" for i in range(1, 6)] + (["test_batch"] if test is not None else [])
     for name in names:
         count = per_batch if name != "test_batch" else test
-        batch = {b"batch_label": name.encode(), b"labels": [int(v) for v in rng.integers(0, 10, count)],
-                 b"data": images(rng, count), b"filenames": [f"img_{i}.png".encode() for i in range(count)]}
+        batch = {
+            b"batch_label": name.encode(),
+            b"labels": [int(v) for v in rng.integers(0, 10, count)],
+            b"data": images(rng, count),
+            b"filenames": [f"img_{i}.png".encode() for i in range(count)],
+        }
         write_batch(folder / name, batch)
         written[name] = batch
     return folder, written
@@ -78,8 +94,13 @@ def cifar100_folder(root: Path, train: int = 20, test: int = 6) -> tuple[Path, d
     written = {}
     for name, count in [("train", train), ("test", test)]:
         fine = [int(v) for v in rng.integers(0, 100, count)]
-        batch = {b"filenames": [b"x.png"] * count, b"batch_label": name.encode(), b"fine_labels": fine,
-                 b"coarse_labels": [f // 5 for f in fine], b"data": images(rng, count)}
+        batch = {
+            b"filenames": [b"x.png"] * count,
+            b"batch_label": name.encode(),
+            b"fine_labels": fine,
+            b"coarse_labels": [f // 5 for f in fine],
+            b"data": images(rng, count),
+        }
         write_batch(folder / name, batch)
         written[name] = batch
     return folder, written
@@ -91,7 +112,9 @@ def load(source: dict, **data) -> object:
 
 def as_images(data: np.ndarray) -> np.ndarray:
     """The documented layout: 1,024 red, then green, then blue values, each 32 x 32 in row order."""
-    return np.stack([data[:, c * 1024 : (c + 1) * 1024].reshape(-1, 32, 32) for c in range(3)], axis=-1) / 255.0
+    return (
+        np.stack([data[:, c * 1024 : (c + 1) * 1024].reshape(-1, 32, 32) for c in range(3)], axis=-1) / 255.0
+    )
 
 
 # ----------------------------------------------------------------------------- CIFAR
@@ -154,7 +177,9 @@ def test_a_pickle_that_names_any_other_function_is_refused_unread_naming_the_fil
     folder, _ = cifar10_folder(tmp_path)
     marker = tmp_path / "touched"
     (folder / "data_batch_3").write_bytes(pickle.dumps({"data": _Evil(marker)}, protocol=2))
-    with pytest.raises(ValueError, match=r"data_batch_3: not read as a CIFAR batch: it names posix.mkdir, .*refused unread"):
+    with pytest.raises(
+        ValueError, match=r"data_batch_3: not read as a CIFAR batch: it names posix.mkdir, .*refused unread"
+    ):
         load({"kind": "cifar10", "path": str(folder)})
     assert not marker.exists()
     (folder / "data_batch_3").write_bytes(b"\x80\x02cos\nsystem\n(U\x04truetR.")
@@ -164,24 +189,45 @@ def test_a_pickle_that_names_any_other_function_is_refused_unread_naming_the_fil
 
 def test_object_arrays_in_a_batch_are_refused(tmp_path):
     folder, _ = cifar10_folder(tmp_path)
-    (folder / "data_batch_2").write_bytes(pickle.dumps({"data": np.array([1, "a"], dtype=object)}, protocol=2))
+    (folder / "data_batch_2").write_bytes(
+        pickle.dumps({"data": np.array([1, "a"], dtype=object)}, protocol=2)
+    )
     with pytest.raises(ValueError, match="data_batch_2: .*an array of Python objects"):
         load({"kind": "cifar10", "path": str(folder)})
 
 
-@pytest.mark.parametrize("damage, words", [
-    (lambda f: (f / "data_batch_4").unlink(), "lacks data_batch_4"),
-    (lambda f: (f / "data_batch_1").write_text("not a pickle at all"), "data_batch_1 is not a CIFAR batch"),
-    (lambda f: (f / "data_batch_1").write_bytes(b"\x80\x02"), "data_batch_1 is not a CIFAR batch"),
-    (lambda f: write_batch(f / "data_batch_5", [1, 2]), "data_batch_5 holds a list, not the dict"),
-    (lambda f: write_batch(f / "data_batch_5", {b"data": images(np.random.default_rng(0), 2)}), "no 'labels' entry"),
-    (lambda f: write_batch(f / "data_batch_2", {b"data": np.zeros((2, 3072), np.uint8), b"labels": [1, 12]}),
-     r"data_batch_2: 'labels' holds labels outside 0..9"),
-    (lambda f: write_batch(f / "data_batch_2", {b"data": np.zeros((2, 3071), np.uint8), b"labels": [1, 2]}),
-     r"'data' is uint8 \(2, 3071\)"),
-    (lambda f: write_batch(f / "test_batch", {b"data": np.zeros((2, 3072), np.uint8), b"labels": [1]}),
-     r"test_batch: 'labels' is int64 \(1,\); it needs 2 integers"),
-])
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (lambda f: (f / "data_batch_4").unlink(), "lacks data_batch_4"),
+        (
+            lambda f: (f / "data_batch_1").write_text("not a pickle at all"),
+            "data_batch_1 is not a CIFAR batch",
+        ),
+        (lambda f: (f / "data_batch_1").write_bytes(b"\x80\x02"), "data_batch_1 is not a CIFAR batch"),
+        (lambda f: write_batch(f / "data_batch_5", [1, 2]), "data_batch_5 holds a list, not the dict"),
+        (
+            lambda f: write_batch(f / "data_batch_5", {b"data": images(np.random.default_rng(0), 2)}),
+            "no 'labels' entry",
+        ),
+        (
+            lambda f: write_batch(
+                f / "data_batch_2", {b"data": np.zeros((2, 3072), np.uint8), b"labels": [1, 12]}
+            ),
+            r"data_batch_2: 'labels' holds labels outside 0..9",
+        ),
+        (
+            lambda f: write_batch(
+                f / "data_batch_2", {b"data": np.zeros((2, 3071), np.uint8), b"labels": [1, 2]}
+            ),
+            r"'data' is uint8 \(2, 3071\)",
+        ),
+        (
+            lambda f: write_batch(f / "test_batch", {b"data": np.zeros((2, 3072), np.uint8), b"labels": [1]}),
+            r"test_batch: 'labels' is int64 \(1,\); it needs 2 integers",
+        ),
+    ],
+)
 def test_a_damaged_folder_is_refused_naming_the_file(tmp_path, damage, words):
     folder, _ = cifar10_folder(tmp_path)
     damage(folder)
@@ -190,7 +236,10 @@ def test_a_damaged_folder_is_refused_naming_the_file(tmp_path, damage, words):
 
 
 def test_a_missing_folder_says_where_to_get_the_data(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"CIFAR-10 folder .*nowhere does not exist; download the python version \(https"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"CIFAR-10 folder .*nowhere does not exist; download the python version \(https",
+    ):
         load({"kind": "cifar10", "path": str(tmp_path / "nowhere")})
 
 
@@ -198,8 +247,11 @@ def test_a_cifar_run_reads_its_folder_through_the_whole_stack(tmp_path):
     import fred
 
     folder, _ = cifar10_folder(tmp_path, per_batch=8)
-    data = tiny(data={"source": {"kind": "cifar10", "path": str(folder)}, "batch_size": 8}, stop={"max_updates": 2},
-                cluster={"workers": 2})
+    data = tiny(
+        data={"source": {"kind": "cifar10", "path": str(folder)}, "batch_size": 8},
+        stop={"max_updates": 2},
+        cluster={"workers": 2},
+    )
     data["model"] = {"kind": "cnn", "channels": [4], "hidden": 8}
     result = fred.run(data)
     assert result.summary["status"] == "completed" and result.params["conv0_w"].shape == (3, 3, 3, 4)
@@ -231,12 +283,21 @@ def test_a_text_file_by_character_numbers_its_characters_in_code_point_order(tmp
     assert decoded == text[:5] and "".join(alphabet[t] for t in dataset.y_train[0]) == text[1:6]
 
 
-@pytest.mark.parametrize("content, source, words", [
-    (b"caf\xe9 " * 40, {"level": "char"}, r"t.txt is not UTF-8 text \(byte 3.*level: byte"),
-    (b"abc", {}, r"t.txt: 3 tokens split .* each part needs at least context \+ 1 = 65"),
-    (b"aaaaaaaaaaaaaaaaaaaa", {"level": "char", "context": 2}, "uses 1 distinct character; next-token prediction needs at least 2"),
-])
-def test_a_text_file_that_cannot_be_read_as_asked_is_refused_naming_the_file_and_the_fix(tmp_path, content, source, words):
+@pytest.mark.parametrize(
+    "content, source, words",
+    [
+        (b"caf\xe9 " * 40, {"level": "char"}, r"t.txt is not UTF-8 text \(byte 3.*level: byte"),
+        (b"abc", {}, r"t.txt: 3 tokens split .* each part needs at least context \+ 1 = 65"),
+        (
+            b"aaaaaaaaaaaaaaaaaaaa",
+            {"level": "char", "context": 2},
+            "uses 1 distinct character; next-token prediction needs at least 2",
+        ),
+    ],
+)
+def test_a_text_file_that_cannot_be_read_as_asked_is_refused_naming_the_file_and_the_fix(
+    tmp_path, content, source, words
+):
     (tmp_path / "t.txt").write_bytes(content)
     with pytest.raises(ValueError, match=words):
         load({"kind": "text", "path": str(tmp_path / "t.txt"), **source})
@@ -247,7 +308,10 @@ def test_a_text_file_that_cannot_be_read_as_asked_is_refused_naming_the_file_and
 def test_sequence_labels_are_dealt_out_iid_only():
     data = tiny(data={"source": {"kind": "synthetic_tokens"}, "sharding": "by_label"})
     data["model"] = {"kind": "transformer"}
-    with pytest.raises(ScenarioError, match="data.sharding by_label deals examples out by their class.*use data.sharding: iid"):
+    with pytest.raises(
+        ScenarioError,
+        match="data.sharding by_label deals examples out by their class.*use data.sharding: iid",
+    ):
         validate(data)
     y = np.zeros((20, 4), np.int32)
     with pytest.raises(ValueError, match="these labels are sequences .* use sharding 'iid'"):
@@ -255,7 +319,9 @@ def test_sequence_labels_are_dealt_out_iid_only():
 
 
 # ----------------------------------------------------------------------------- synthetic
-@pytest.mark.parametrize("source", [{"kind": "synthetic_images", "examples": 60}, {"kind": "synthetic_tokens", "examples": 60}])
+@pytest.mark.parametrize(
+    "source", [{"kind": "synthetic_images", "examples": 60}, {"kind": "synthetic_tokens", "examples": 60}]
+)
 def test_synthetic_data_is_the_seeds_alone(source):
     first, again = (load_dataset(DataConfig(source=source), np.random.default_rng(3)) for _ in range(2))
     other = load_dataset(DataConfig(source=source), np.random.default_rng(4))
@@ -297,6 +363,8 @@ def test_text_windows_do_not_overlap():
 
 
 def test_the_allowed_globals_are_numpy_array_parts_and_latin1_bytes_only():
-    assert set(cifar.ALLOWED) == {(f"numpy.{core}.{module}", name) for core in ("core", "_core")
-                                  for module, name in [("multiarray", "_reconstruct"), ("numeric", "_frombuffer")]} | {
-        ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
+    assert set(cifar.ALLOWED) == {
+        (f"numpy.{core}.{module}", name)
+        for core in ("core", "_core")
+        for module, name in [("multiarray", "_reconstruct"), ("numeric", "_frombuffer")]
+    } | {("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}

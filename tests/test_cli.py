@@ -29,8 +29,21 @@ def test_fred_run_writes_a_complete_run_directory(tmp_path, capsys):
     assert main(["run", str(write(tmp_path, tiny())), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted([*FILES, "tape.npz"])
     summary = json.loads((out / "summary.json").read_text())
-    for key in ["status", "strategy", "workers", "sim_time_s", "updates", "final_eval_loss", "final_eval_accuracy",
-                "bytes_sent", "params_sha256", "wall_time_s", "fred_version", "strategy_distribution", "strategy_version"]:
+    for key in [
+        "status",
+        "strategy",
+        "workers",
+        "sim_time_s",
+        "updates",
+        "final_eval_loss",
+        "final_eval_accuracy",
+        "bytes_sent",
+        "params_sha256",
+        "wall_time_s",
+        "fred_version",
+        "strategy_distribution",
+        "strategy_version",
+    ]:
         assert key in summary
     assert yaml.safe_load((out / "scenario.yaml").read_text())["network"]["latency_s"] == 5e-5  # resolved
     printed = capsys.readouterr().out
@@ -47,7 +60,17 @@ def test_the_default_run_directory_is_named_by_the_resolved_scenario(tmp_path, m
 
 def test_set_and_seed_override_the_file(tmp_path):
     out = tmp_path / "run"
-    args = ["run", str(write(tmp_path, tiny())), "--out", str(out), "--quiet", "--set", "cluster.workers=2", "--seed", "11"]
+    args = [
+        "run",
+        str(write(tmp_path, tiny())),
+        "--out",
+        str(out),
+        "--quiet",
+        "--set",
+        "cluster.workers=2",
+        "--seed",
+        "11",
+    ]
     assert main(args) == 0
     resolved = yaml.safe_load((out / "scenario.yaml").read_text())
     assert resolved["cluster"]["workers"] == 2 and resolved["seed"] == 11
@@ -72,8 +95,10 @@ def test_missing_mnist_files_are_reported_cleanly(tmp_path, capsys):
     path = write(tmp_path, tiny(data={"source": {"kind": "mnist", "path": "mnist"}}))
     assert main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"fred: {path}: 1 problem\n  - data.source.path: {tmp_path / 'mnist'} does not exist "
-                          f"('mnist' taken from {tmp_path}); give a folder of MNIST IDX files or one .npz file")
+    assert err.startswith(
+        f"fred: {path}: 1 problem\n  - data.source.path: {tmp_path / 'mnist'} does not exist "
+        f"('mnist' taken from {tmp_path}); give a folder of MNIST IDX files or one .npz file"
+    )
     assert not (tmp_path / "o").exists()
 
 
@@ -82,9 +107,11 @@ def test_fred_list_prints_the_registry(capsys):
     lines = capsys.readouterr().out.splitlines()
     names = [line.split()[0] for line in lines]
     assert {"sgd", "ssgd", "asgd"} <= set(names)
-    starts = {len(line) - len(line[len(name):].lstrip()) for line, name in zip(lines, names)}
+    starts = {len(line) - len(line[len(name) :].lstrip()) for line, name in zip(lines, names)}
     assert len(starts) == 1  # one column of summaries, however long a name
-    assert all(line.endswith(".") for line in lines)  # whole first paragraphs, not a wrapped sentence's first line
+    assert all(
+        line.endswith(".") for line in lines
+    )  # whole first paragraphs, not a wrapped sentence's first line
 
 
 def test_a_failure_while_writing_leaves_no_directory_that_looks_complete(tmp_path, monkeypatch, capsys):
@@ -95,9 +122,13 @@ def test_a_failure_while_writing_leaves_no_directory_that_looks_complete(tmp_pat
 
     monkeypatch.setattr(np, "savez", broken)
     out = tmp_path / "run"
-    assert main(["run", str(write(tmp_path, tiny())), "--out", str(out), "--quiet"]) == 1  # the machine, not bad input
+    assert (
+        main(["run", str(write(tmp_path, tiny())), "--out", str(out), "--quiet"]) == 1
+    )  # the machine, not bad input
     err = capsys.readouterr().err
-    assert err.startswith(f"fred: no space left on the device: the run directory run was not written to {tmp_path} (it needs")
+    assert err.startswith(
+        f"fred: no space left on the device: the run directory run was not written to {tmp_path} (it needs"
+    )
     assert len(err.splitlines()) == 1  # one line, no traceback
     assert not out.exists() and not is_complete(out)
     assert list(tmp_path.glob(".run*")) == []
@@ -157,9 +188,16 @@ def test_an_output_given_as_a_directory_goes_in_it(tmp_path):
     assert main(["run", str(scenario), "--out", str(run_dir), "--quiet"]) == 0
     assert main(["calibrate", "--repeats", "1", "-o", str(out)]) == 0
     assert main(["replay", str(run_dir), "--timings", str(out)]) == 0
-    assert main(["sweep", str(scenario), "--grid", "seed=0", "--runs", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    assert (
+        main(
+            ["sweep", str(scenario), "--grid", "seed=0", "--runs", str(tmp_path / "runs"), "--out", str(out)]
+        )
+        == 0
+    )
     assert sorted(p.name for p in out.iterdir()) == ["profile.yaml", "sweep.parquet", "timings.csv"]
-    assert main(["calibrate", "--repeats", "1", "-o", str(tmp_path / "new" / "p.yaml")]) == 0  # parents are made
+    assert (
+        main(["calibrate", "--repeats", "1", "-o", str(tmp_path / "new" / "p.yaml")]) == 0
+    )  # parents are made
     assert (tmp_path / "new" / "p.yaml").is_file()
 
 
@@ -167,17 +205,43 @@ def test_an_output_named_as_a_directory_with_a_slash_is_made_as_one(tmp_path):
     scenario, run_dir = write(tmp_path, tiny()), tmp_path / "run"
     assert main(["run", str(scenario), "--out", str(run_dir), "--quiet"]) == 0
     assert main(["trace", str(run_dir), "-o", f"{tmp_path / 'results'}/"]) == 0
-    assert main(["sweep", str(scenario), "--grid", "seed=0", "--runs", str(tmp_path / "runs"), "--out", f"{tmp_path / 'sw'}/"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                str(scenario),
+                "--grid",
+                "seed=0",
+                "--runs",
+                str(tmp_path / "runs"),
+                "--out",
+                f"{tmp_path / 'sw'}/",
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "results" / "trace.json").is_file() and (tmp_path / "sw" / "sweep.parquet").is_file()
+
 
 def test_an_output_never_replaces_what_the_command_reads(tmp_path, capsys):
     scenario, run_dir = write(tmp_path, tiny()), tmp_path / "run"
     assert main(["run", str(scenario), "--out", str(run_dir), "--quiet"]) == 0
     before = {f.name: f.read_bytes() for f in run_dir.iterdir()}
-    commands = [["calibrate", str(scenario), "-o", str(scenario)],
-                ["sweep", str(scenario), "--grid", "seed=1", "--runs", str(tmp_path / "runs"), "--out", str(scenario)],
-                ["trace", str(run_dir), "-o", str(run_dir / "summary.json")],
-                ["replay", str(run_dir), "--timings", str(run_dir / "events.parquet")]]
+    commands = [
+        ["calibrate", str(scenario), "-o", str(scenario)],
+        [
+            "sweep",
+            str(scenario),
+            "--grid",
+            "seed=1",
+            "--runs",
+            str(tmp_path / "runs"),
+            "--out",
+            str(scenario),
+        ],
+        ["trace", str(run_dir), "-o", str(run_dir / "summary.json")],
+        ["replay", str(run_dir), "--timings", str(run_dir / "events.parquet")],
+    ]
     for command in commands:
         assert main(command) == 2, command
         assert "is what this command reads" in capsys.readouterr().err
@@ -206,16 +270,36 @@ def test_no_command_writes_through_a_link(tmp_path, capsys):
     for name, to in [("dir_link", target), ("file_link", target / "x"), ("runs_link", target)]:
         (tmp_path / name).symlink_to(to)
     (run_dir / "plots").symlink_to(target)
-    commands = [["plot", str(run_dir)],
-                ["plot", str(run_dir), "--out", str(tmp_path / "dir_link")],
-                ["trace", str(run_dir), "-o", str(tmp_path / "file_link")],
-                ["trace", str(run_dir), "-o", str(tmp_path / "dir_link")],
-                ["compare", str(scenario), "--out", str(tmp_path / "dir_link"), "--runs", str(tmp_path / "runs")],
-                ["compare", str(scenario), "--out", str(tmp_path / "cmp"), "--runs", str(tmp_path / "runs_link")],
-                ["sweep", str(scenario), "--grid", "seed=1", "--runs", str(tmp_path / "runs_link"), "--out", str(tmp_path / "s.parquet")],
-                ["sweep", str(scenario), "--grid", "seed=1", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "file_link")],
-                ["replay", str(run_dir), "--timings", str(tmp_path / "file_link")],
-                ["calibrate", "-o", str(tmp_path / "file_link")]]
+    commands = [
+        ["plot", str(run_dir)],
+        ["plot", str(run_dir), "--out", str(tmp_path / "dir_link")],
+        ["trace", str(run_dir), "-o", str(tmp_path / "file_link")],
+        ["trace", str(run_dir), "-o", str(tmp_path / "dir_link")],
+        ["compare", str(scenario), "--out", str(tmp_path / "dir_link"), "--runs", str(tmp_path / "runs")],
+        ["compare", str(scenario), "--out", str(tmp_path / "cmp"), "--runs", str(tmp_path / "runs_link")],
+        [
+            "sweep",
+            str(scenario),
+            "--grid",
+            "seed=1",
+            "--runs",
+            str(tmp_path / "runs_link"),
+            "--out",
+            str(tmp_path / "s.parquet"),
+        ],
+        [
+            "sweep",
+            str(scenario),
+            "--grid",
+            "seed=1",
+            "--runs",
+            str(tmp_path / "runs"),
+            "--out",
+            str(tmp_path / "file_link"),
+        ],
+        ["replay", str(run_dir), "--timings", str(tmp_path / "file_link")],
+        ["calibrate", "-o", str(tmp_path / "file_link")],
+    ]
     for command in commands:
         assert main(command) == 2, command
         err = capsys.readouterr().err
@@ -226,24 +310,48 @@ def test_no_command_writes_through_a_link(tmp_path, capsys):
 
 def test_the_console_script_runs_the_quickstart_shipped_with_the_repo(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "fred.tools.cli", "run", str(ROOT / "scenarios" / "quickstart.yaml"),
-         "--out", str(tmp_path / "q"), "--set", "stop.max_updates=60"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "fred.tools.cli",
+            "run",
+            str(ROOT / "scenarios" / "quickstart.yaml"),
+            "--out",
+            str(tmp_path / "q"),
+            "--set",
+            "stop.max_updates=60",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert "completed" in done.stdout
     assert done.stderr == ""  # no progress bar when not attached to a terminal
 
 
-@pytest.mark.parametrize("delay_s", [0.5] + [pytest.param(d, marks=pytest.mark.slow) for d in (2.0, 3.5, 5.0)])
+@pytest.mark.parametrize(
+    "delay_s", [0.5] + [pytest.param(d, marks=pytest.mark.slow) for d in (2.0, 3.5, 5.0)]
+)
 def test_a_run_killed_at_any_moment_leaves_a_complete_directory_or_none(tmp_path, delay_s):
     import signal
     import time
 
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fred.tools.cli", "run", str(ROOT / "scenarios" / "quickstart.yaml"),
-         "--out", str(out), "--quiet", "--set", "stop.max_updates=300"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "fred.tools.cli",
+            "run",
+            str(ROOT / "scenarios" / "quickstart.yaml"),
+            "--out",
+            str(out),
+            "--quiet",
+            "--set",
+            "stop.max_updates=300",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     time.sleep(delay_s)  # a moment somewhere in start-up, simulation or writing
     proc.send_signal(signal.SIGKILL)
@@ -271,14 +379,24 @@ entry()
 """
 
 
-@pytest.mark.parametrize("command", [pytest.param(["list"], marks=pytest.mark.slow), pytest.param(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "--quiet"],
-                                                                marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["list"], marks=pytest.mark.slow),
+        pytest.param(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "--quiet"], marks=pytest.mark.slow),
+    ],
+)
 def test_ctrl_c_while_fred_loads_its_libraries_ends_quietly_with_130(command, tmp_path):
     # Ctrl-C in a command's first second, while `import fred` loaded jax and pandas, printed a traceback.
     import signal
 
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_FIRST_IMPORT, *command], cwd=tmp_path, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_FIRST_IMPORT, *command],
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout.readline().startswith("importing")
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)  # a hang guard, not a speed check
@@ -290,7 +408,9 @@ def test_ctrl_c_while_fred_loads_its_libraries_ends_quietly_with_130(command, tm
 def test_a_bare_import_of_fred_loads_no_heavy_library():
     # What lets the command take Ctrl-C early: `import fred` loads jax and the rest at their first use.
     script = "import sys, fred; print(sorted({'jax', 'numpy', 'pandas', 'pydantic'} & set(sys.modules)))"
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300
+    )
     assert done.stdout == "[]\n"
 
 
@@ -300,11 +420,20 @@ def test_every_public_name_of_fred_is_its_modules_own():
     from fred.scenario import loading
     from fred.scenario import schema as scenario
 
-    homes = {"run": api, "load_run": api, "ScenarioError": loading, "load_scenario": loading, "validate": loading,
-             "RunResult": runner, "Scenario": scenario}
+    homes = {
+        "run": api,
+        "load_run": api,
+        "ScenarioError": loading,
+        "load_scenario": loading,
+        "validate": loading,
+        "RunResult": runner,
+        "Scenario": scenario,
+    }
     assert set(fred.__all__) == {*homes, "__version__"}
     assert all(getattr(fred, name) is getattr(home, name) for name, home in homes.items())
-    assert fred.tools.compare.sweep_runs and not hasattr(fred, "no_such_name")  # submodules too, as when loaded eagerly
+    assert fred.tools.compare.sweep_runs and not hasattr(
+        fred, "no_such_name"
+    )  # submodules too, as when loaded eagerly
 
 
 def unprivileged() -> list[str]:
@@ -331,15 +460,31 @@ def test_a_read_only_folder_is_refused_before_the_work_not_with_a_traceback_afte
     commands = [
         ["run", str(scenario), "--out", str(locked / "run"), "--quiet"],
         ["run", str(scenario), "--out", str(locked / "run"), "--quiet", "--checkpoint-every-s", "60"],
-        ["sweep", str(scenario), "--grid", "seed=0,1", "--runs", str(locked / "runs"), "--out", str(tmp_path / "t.parquet")],
+        [
+            "sweep",
+            str(scenario),
+            "--grid",
+            "seed=0,1",
+            "--runs",
+            str(locked / "runs"),
+            "--out",
+            str(tmp_path / "t.parquet"),
+        ],
         ["replay", str(done), "--timings", str(locked / "t.csv")],
     ]
-    script = ("import json, sys\nfrom fred.tools.cli import main\n"
-              "for argv in json.loads(sys.argv[1]):\n    print(main(argv), flush=True)\n")
+    script = (
+        "import json, sys\nfrom fred.tools.cli import main\n"
+        "for argv in json.loads(sys.argv[1]):\n    print(main(argv), flush=True)\n"
+    )
     locked.chmod(0o555)
     try:
-        ran = subprocess.run([*unprivileged(), sys.executable, "-c", script, json.dumps(commands)],
-                             capture_output=True, text=True, cwd=ROOT, check=False)
+        ran = subprocess.run(
+            [*unprivileged(), sys.executable, "-c", script, json.dumps(commands)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=False,
+        )
     finally:
         locked.chmod(0o755)
     assert ran.stdout.split() == ["2"] * len(commands), ran.stderr
@@ -377,7 +522,9 @@ def ctrl_c(*args, **kwargs):
     raise KeyboardInterrupt
 
 
-def test_ctrl_c_in_a_command_that_runs_nothing_says_what_it_left_not_that_runs_are_kept(tmp_path, monkeypatch, capsys):
+def test_ctrl_c_in_a_command_that_runs_nothing_says_what_it_left_not_that_runs_are_kept(
+    tmp_path, monkeypatch, capsys
+):
     # fred list, plot and trace said "runs that finished are kept": they run nothing.
     from fred.scenario import registry
 
@@ -413,7 +560,10 @@ def test_ctrl_c_while_plot_or_trace_writes_leaves_whole_files_and_says_so(tmp_pa
         patch.setattr(Figure, "savefig", cut_third)
         assert main(["plot", str(run_dir)]) == 130
     plots = run_dir / "plots"
-    assert capsys.readouterr().err == f"fred: interrupted; {plots} may hold only some of the figures (each is written whole)\n"
+    assert (
+        capsys.readouterr().err
+        == f"fred: interrupted; {plots} may hold only some of the figures (each is written whole)\n"
+    )
     # no half file, no temporary
     assert sorted(p.name for p in plots.iterdir()) == ["loss_vs_time.png", "loss_vs_updates.png"]
 
@@ -429,10 +579,14 @@ def test_ctrl_c_while_plot_or_trace_writes_leaves_whole_files_and_says_so(tmp_pa
         patch.setattr(Path, "write_text", cut)
         assert main(["trace", str(run_dir), "-o", str(trace)]) == 130
     assert capsys.readouterr().err == f"fred: interrupted; {trace} is written whole or not at all\n"
-    assert trace.read_text() == "the earlier trace" and [p.name for p in tmp_path.glob("*t.*json*")] == ["t.json"]
+    assert trace.read_text() == "the earlier trace" and [p.name for p in tmp_path.glob("*t.*json*")] == [
+        "t.json"
+    ]
 
 
-def test_ctrl_c_while_compare_or_sweep_writes_its_table_leaves_the_earlier_table_whole(tmp_path, monkeypatch, capsys):
+def test_ctrl_c_while_compare_or_sweep_writes_its_table_leaves_the_earlier_table_whole(
+    tmp_path, monkeypatch, capsys
+):
     # comparison.csv and sweep.parquet were written in place: a Ctrl-C left half of one.
     import pandas as pd
 
@@ -453,4 +607,6 @@ def test_ctrl_c_while_compare_or_sweep_writes_its_table_leaves_the_earlier_table
         assert main(["compare", str(table), "--runs", runs, "--out", str(csv.parent)]) == 130
     capsys.readouterr()
     assert (table.read_bytes(), csv.read_bytes()) == earlier
-    assert not [p.name for p in [*tmp_path.iterdir(), *csv.parent.iterdir()] if p.name.startswith(".")]  # no partial copy
+    assert not [
+        p.name for p in [*tmp_path.iterdir(), *csv.parent.iterdir()] if p.name.startswith(".")
+    ]  # no partial copy

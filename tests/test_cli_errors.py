@@ -13,7 +13,6 @@ import yaml
 from fred.scenario import registry
 from fred.scenario.errors import Refusal
 from fred.scenario.loading import validate
-
 from fred.tools.cli import main
 from fred.tools.refusals import INTERNAL, is_refusal
 from fred.tools.sweep_jobs import run_one

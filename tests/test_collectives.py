@@ -10,8 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fred.scenario.schema import NetworkConfig
-from fred.simulation.collectives import (ALGORITHMS, allreduce_time_s, binary_tree, bytes_sent, halving_doubling,
-                                         recursive_doubling)
+from fred.simulation.collectives import (
+    ALGORITHMS,
+    allreduce_time_s,
+    binary_tree,
+    bytes_sent,
+    halving_doubling,
+    recursive_doubling,
+)
 from tests.test_network import bare_sim, run_allreduce
 
 ALL = list(ALGORITHMS)  # ring first
@@ -37,10 +43,19 @@ def test_idle_links_take_the_closed_form_time(algorithm, p):
     bandwidth_bps=st.floats(1e6, 1e11),
     reduce_s_per_byte=st.floats(0, 1e-8),  # slower than the link too: the formula has no max in it
 )
-def test_closed_form_holds_for_any_constants(algorithm, p, nbytes, latency_s, bandwidth_bps, reduce_s_per_byte):
-    net = dict(latency_s=latency_s, bandwidth_bps=bandwidth_bps, reduce_s_per_byte=reduce_s_per_byte, allreduce=algorithm)
+def test_closed_form_holds_for_any_constants(
+    algorithm, p, nbytes, latency_s, bandwidth_bps, reduce_s_per_byte
+):
+    net = dict(
+        latency_s=latency_s,
+        bandwidth_bps=bandwidth_bps,
+        reduce_s_per_byte=reduce_s_per_byte,
+        allreduce=algorithm,
+    )
     finished = run_allreduce(bare_sim(p, **net), nbytes)
-    assert max(finished) == pytest.approx(allreduce_time_s(algorithm, p, nbytes, NetworkConfig(**net)), rel=1e-9)
+    assert max(finished) == pytest.approx(
+        allreduce_time_s(algorithm, p, nbytes, NetworkConfig(**net)), rel=1e-9
+    )
 
 
 def test_recursive_doubling_grows_with_log_p_and_the_ring_does_not():
@@ -54,7 +69,9 @@ def test_recursive_doubling_grows_with_log_p_and_the_ring_does_not():
 
 def test_the_binary_tree_beats_the_ring_on_small_messages_and_loses_on_large_ones():
     # 64 members: the ring's 126 latencies against the tree's 16; the tree's 22 whole messages against 2
-    tree, ring = (lambda n, a=a: allreduce_time_s(a, 64, n, NetworkConfig(**NET)) for a in ("binary_tree", "ring"))
+    tree, ring = (
+        lambda n, a=a: allreduce_time_s(a, 64, n, NetworkConfig(**NET)) for a in ("binary_tree", "ring")
+    )
     assert tree(1e3) < 0.2 * ring(1e3)
     assert tree(102e6) > 8 * ring(102e6)
 
@@ -86,15 +103,21 @@ def test_halving_doubling_sends_what_rabenseifner_does(p):
 def test_binary_tree_is_a_heap_floor_log2_p_deep_and_its_parents_take_one_child_a_round(p):
     rounds = binary_tree(p)
     up = [s for steps in rounds for s in steps if s.reduce]
-    assert sorted((s.src, s.dst) for s in up) == [(c, (c - 1) // 2) for c in range(1, p)]  # each child once, to its parent
+    assert sorted((s.src, s.dst) for s in up) == [
+        (c, (c - 1) // 2) for c in range(1, p)
+    ]  # each child once, to its parent
     down = [s for steps in rounds for s in steps if not s.reduce]
     assert sorted((s.dst, s.src) for s in down) == [(c, (c - 1) // 2) for c in range(1, p)]
     assert all(s.reduce for steps in rounds[: len(rounds) // 2] for s in steps)  # all up, then all down
-    depth = p.bit_length() - 1  # two rounds a level, each way; one at the deepest level when it has no right child
+    depth = (
+        p.bit_length() - 1
+    )  # two rounds a level, each way; one at the deepest level when it has no right child
     assert len(rounds) == 2 * (2 * depth - (p == 1 << depth))
     first_up = [steps[0].src for steps in rounds if steps[0].reduce and steps[0].dst == 0]
     assert first_up == ([2, 1] if p > 2 else [1])  # the right child (the smaller subtree) first
-    assert bytes_sent(rounds, p, 1.0) == [float(c > 0) + len([d for d in (2 * c + 1, 2 * c + 2) if d < p]) for c in range(p)]
+    assert bytes_sent(rounds, p, 1.0) == [
+        float(c > 0) + len([d for d in (2 * c + 1, 2 * c + 2) if d < p]) for c in range(p)
+    ]
 
 
 @pytest.mark.parametrize("algorithm", ALL)
@@ -134,11 +157,20 @@ def test_every_allreduce_strategy_runs_on_every_algorithm(strategy):
     import fred
     from tests.conftest import tiny
 
-    runs = {a: fred.run(fred.validate(tiny(strategy={"name": strategy}, cluster={"workers": 5},
-                                           network={"allreduce": a, "reduce_s_per_byte": 1e-9},  # no two tie
-                                           workload={"param_bytes": 10**8},
-                                           stop={"max_updates": 6})))
-            for a in ALL}
+    runs = {
+        a: fred.run(
+            fred.validate(
+                tiny(
+                    strategy={"name": strategy},
+                    cluster={"workers": 5},
+                    network={"allreduce": a, "reduce_s_per_byte": 1e-9},  # no two tie
+                    workload={"param_bytes": 10**8},
+                    stop={"max_updates": 6},
+                )
+            )
+        )
+        for a in ALL
+    }
     assert {a: r.summary["status"] for a, r in runs.items()} == dict.fromkeys(ALL, "completed")
     times = {a: r.summary["sim_time_s"] for a, r in runs.items()}
     assert len(set(times.values())) == len(ALL), times  # the algorithm changes the clock ...
@@ -159,7 +191,9 @@ def test_hierarchical_on_idle_links_takes_its_closed_form_time(across, p):
     from fred.simulation.network import Network
     from fred.simulation.worker import Worker
 
-    cfg = NetworkConfig(allreduce=across, hierarchical=True, intra_node={"latency_s": 3e-6, "bandwidth_bps": 5e10}, **NET)
+    cfg = NetworkConfig(
+        allreduce=across, hierarchical=True, intra_node={"latency_s": 3e-6, "bandwidth_bps": 5e10}, **NET
+    )
     crew = [Worker(i, lambda: np.arange(1)) for i in range(p)]
     sim = Simulation(simpy.Environment(), crew, Network(cfg, 1, PER_NODE[p]), None, None, None, 0, 0)  # type: ignore[arg-type]
     finished = run_allreduce(sim, 102e6)
@@ -181,7 +215,9 @@ def test_hierarchical_beats_a_flat_recursive_doubling_over_shared_nics():
         return max(run_allreduce(sim, 102e6))
 
     flat_s, hierarchical_s = simulated_s(False), simulated_s(True)
-    assert flat_s > allreduce_time_s("recursive_doubling", 32, 102e6, NetworkConfig(**NET))  # the NICs are shared
+    assert flat_s > allreduce_time_s(
+        "recursive_doubling", 32, 102e6, NetworkConfig(**NET)
+    )  # the NICs are shared
     assert hierarchical_s < 0.5 * flat_s
 
 
@@ -190,10 +226,21 @@ def test_hierarchical_keeps_its_numbers_and_survives_a_crash():
     from tests.conftest import tiny
 
     def run(network, faults=None):
-        return fred.run(fred.validate(tiny(strategy={"name": "ssgd"}, stop={"max_updates": 5}, faults=faults or {},
-                                           cluster={"workers": 8, "devices_per_node": 4}, network=network)))
+        return fred.run(
+            fred.validate(
+                tiny(
+                    strategy={"name": "ssgd"},
+                    stop={"max_updates": 5},
+                    faults=faults or {},
+                    cluster={"workers": 8, "devices_per_node": 4},
+                    network=network,
+                )
+            )
+        )
 
     flat, hier = run({}), run({"hierarchical": True, "allreduce": "halving_doubling"})
     assert flat.summary["params_sha256"] == hier.summary["params_sha256"]
-    crashed = run({"hierarchical": True}, {"worker_crash": [{"worker": 0, "at_s": 0.015}], "sync_timeout_s": 0.01})
+    crashed = run(
+        {"hierarchical": True}, {"worker_crash": [{"worker": 0, "at_s": 0.015}], "sync_timeout_s": 0.01}
+    )
     assert crashed.summary["status"] == "completed"  # node 0 goes on with three members and a new leader

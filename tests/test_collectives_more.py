@@ -8,8 +8,14 @@ from __future__ import annotations
 import pytest
 
 from fred.scenario.schema import NetworkConfig
-from fred.simulation.collectives import (Step, _in_order_tree, allreduce_time_s, double_binary_tree, lanes,
-                                         run_rounds)
+from fred.simulation.collectives import (
+    Step,
+    _in_order_tree,
+    allreduce_time_s,
+    double_binary_tree,
+    lanes,
+    run_rounds,
+)
 from tests.test_network import bare_sim, run_allreduce
 
 NET = dict(latency_s=25e-6, bandwidth_bps=1.25e9, reduce_s_per_byte=2e-10, sync_s=1e-4)
@@ -32,13 +38,16 @@ def test_the_closed_form_by_hand():
     b, g = 1 / NET["bandwidth_bps"], NET["reduce_s_per_byte"]
     cfg = NetworkConfig(**NET)
     assert allreduce_time_s("double_binary_tree", 8, n, cfg) == pytest.approx(
-        5 * (a + n / 2 * b + n / 2 * g) + 3 * a + 5 * n / 2 * b + NET["sync_s"], rel=1e-12)
+        5 * (a + n / 2 * b + n / 2 * g) + 3 * a + 5 * n / 2 * b + NET["sync_s"], rel=1e-12
+    )
     # p = 6 (D = 2, not a power of two): 4 hops up, 3 latencies and 4 halves down
     assert allreduce_time_s("double_binary_tree", 6, n, cfg) == pytest.approx(
-        4 * (a + n / 2 * b + n / 2 * g) + 3 * a + 4 * n / 2 * b + NET["sync_s"], rel=1e-12)
+        4 * (a + n / 2 * b + n / 2 * g) + 3 * a + 4 * n / 2 * b + NET["sync_s"], rel=1e-12
+    )
     # two members: each sends the other its half and gets the sum back, as in a ring
     assert allreduce_time_s("double_binary_tree", 2, n, cfg) == pytest.approx(
-        allreduce_time_s("ring", 2, n, cfg), rel=1e-12)
+        allreduce_time_s("ring", 2, n, cfg), rel=1e-12
+    )
 
 
 def test_the_first_tree_is_nccls():
@@ -79,8 +88,12 @@ def test_each_round_is_a_matching_of_one_lane_and_every_member_gets_both_halves_
 def test_a_lane_does_not_wait_for_another_and_a_step_of_no_lane_waits_for_both():
     # lane 0: 0 -> 1 takes 1 s; lane 1: 2 -> 1 then 1 -> 3, which need not wait for it; then a
     # step of no lane from 1, which waits for both of 1's lanes
-    rounds = [[Step(0, 1, 1.0, False, 1, 0)], [Step(2, 1, 0.5, False, 1, 1)], [Step(1, 3, 0.5, False, 1, 1)],
-              [Step(1, 2, 0.25, False)]]
+    rounds = [
+        [Step(0, 1, 1.0, False, 1, 0)],
+        [Step(2, 1, 0.5, False, 1, 1)],
+        [Step(1, 3, 0.5, False, 1, 1)],
+        [Step(1, 2, 0.25, False)],
+    ]
     booked: list[tuple[int, int, float]] = []
 
     def book(src, dst, nbytes, at_s):
@@ -96,8 +109,12 @@ def test_as_flows_too_a_lane_does_not_wait_for_another_and_a_step_of_no_lane_wai
 
     from fred.simulation.rounds_as_flows import RoundsAsFlows
 
-    rounds = [[Step(0, 1, 1.0, False, 1, 0)], [Step(2, 1, 0.5, False, 1, 1)], [Step(1, 3, 0.5, False, 1, 1)],
-              [Step(1, 2, 0.25, False)]]
+    rounds = [
+        [Step(0, 1, 1.0, False, 1, 0)],
+        [Step(2, 1, 0.5, False, 1, 1)],
+        [Step(1, 3, 0.5, False, 1, 1)],
+        [Step(1, 2, 0.25, False)],
+    ]
     env = simpy.Environment()
     started: list[tuple[int, int, float]] = []
     done: list[float] = []
@@ -202,7 +219,9 @@ def _collective_and_a_send(p, algorithm, send_at_s, faults=None, **extra):
 @pytest.mark.parametrize("algorithm", ALGORITHMS_AS_ROUNDS)
 @pytest.mark.parametrize("p", [5, 8])
 @pytest.mark.parametrize("send_at_s", [None, 0.0, 0.03, 0.0801, 0.2, 0.37])
-def test_a_send_into_an_all_reduce_timed_in_one_piece_meets_it_as_it_would_its_flows(monkeypatch, algorithm, p, send_at_s):
+def test_a_send_into_an_all_reduce_timed_in_one_piece_meets_it_as_it_would_its_flows(
+    monkeypatch, algorithm, p, send_at_s
+):
     handed_back = _handed_back(monkeypatch)
     whole = _collective_and_a_send(p, algorithm, send_at_s)
     alone_s = allreduce_time_s(algorithm, p, 1e8, NetworkConfig(**NET))
@@ -215,8 +234,12 @@ def test_a_send_into_an_all_reduce_timed_in_one_piece_meets_it_as_it_would_its_f
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS_AS_ROUNDS)
 @pytest.mark.parametrize("at_s", [0.0, 0.05, 0.21])
-def test_a_link_degraded_during_an_all_reduce_timed_in_one_piece_slows_it_as_its_flows(monkeypatch, algorithm, at_s):
-    faults = {"link_degrade": [{"entity": "worker2", "at_s": at_s, "duration_s": 0.1, "bandwidth_factor": 0.3}]}
+def test_a_link_degraded_during_an_all_reduce_timed_in_one_piece_slows_it_as_its_flows(
+    monkeypatch, algorithm, at_s
+):
+    faults = {
+        "link_degrade": [{"entity": "worker2", "at_s": at_s, "duration_s": 0.1, "bandwidth_factor": 0.3}]
+    }
     handed_back = _handed_back(monkeypatch)
     whole = _collective_and_a_send(8, algorithm, None, faults)
     alone_s = allreduce_time_s(algorithm, 8, 1e8, NetworkConfig(**NET))
@@ -255,7 +278,9 @@ def test_on_idle_links_every_algorithm_is_timed_in_one_piece(monkeypatch, algori
 
     answers: list[bool] = []
     on_idle_links = algorithms.on_idle_links
-    monkeypatch.setattr(algorithms, "on_idle_links", lambda *args: answers.append(on_idle_links(*args)) or answers[-1])
+    monkeypatch.setattr(
+        algorithms, "on_idle_links", lambda *args: answers.append(on_idle_links(*args)) or answers[-1]
+    )
     finished = run_allreduce(bare_sim(p, allreduce=algorithm, sharing="fair", **NET), 102e6)
     assert answers == [True]
     expected = allreduce_time_s(algorithm, p, 102e6, NetworkConfig(allreduce=algorithm, **NET))
@@ -274,8 +299,13 @@ def test_a_hierarchical_double_binary_tree_takes_its_closed_form_under_both_shar
     from fred.simulation.network import Network
     from fred.simulation.worker import Worker
 
-    cfg = NetworkConfig(allreduce="double_binary_tree", hierarchical=True, sharing=sharing,
-                        intra_node={"latency_s": 3e-6, "bandwidth_bps": 5e10}, **NET)
+    cfg = NetworkConfig(
+        allreduce="double_binary_tree",
+        hierarchical=True,
+        sharing=sharing,
+        intra_node={"latency_s": 3e-6, "bandwidth_bps": 5e10},
+        **NET,
+    )
     crew = [Worker(i, lambda: np.arange(1)) for i in range(p)]
     sim = Simulation(simpy.Environment(), crew, Network(cfg, 1, per_node), None, None, None, 0, 0)  # type: ignore[arg-type]
     finished = run_allreduce(sim, 102e6)

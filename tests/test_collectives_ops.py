@@ -11,9 +11,17 @@ import pytest
 
 from fred.scenario.schema import FaultsConfig, NetworkConfig
 from fred.simulation import algorithms
-from fred.simulation.collectives import (allgather_time_s, allreduce_time_s, binomial_broadcast,
-                                         broadcast_time_s, bytes_sent, reduce_scatter_time_s, ring,
-                                         ring_allgather, ring_reduce_scatter)
+from fred.simulation.collectives import (
+    allgather_time_s,
+    allreduce_time_s,
+    binomial_broadcast,
+    broadcast_time_s,
+    bytes_sent,
+    reduce_scatter_time_s,
+    ring,
+    ring_allgather,
+    ring_reduce_scatter,
+)
 from tests.test_network import bare_sim
 
 NET = dict(latency_s=25e-6, bandwidth_bps=1.25e9, reduce_s_per_byte=2e-10, sync_s=1e-4)
@@ -80,13 +88,16 @@ def test_the_broadcast_by_hand():
     assert broadcast_time_s(8, n, NetworkConfig(**NET)) == pytest.approx(expected_s, rel=1e-12)
 
 
-@pytest.mark.parametrize("network, kind, timing", [
-    ({"sharing": "fcfs"}, algorithms.BookedRing, None),
-    ({"sharing": "fair"}, algorithms.RingAsFlows, None),
-    ({"allreduce": "nccl"}, algorithms.Nccl, None),
-    ({"allreduce": "halving_doubling", "sharing": "fcfs"}, algorithms.Scheduled, algorithms.Booked),
-    ({"allreduce": "binary_tree", "sharing": "fair"}, algorithms.Scheduled, algorithms.AsFlows),
-])
+@pytest.mark.parametrize(
+    "network, kind, timing",
+    [
+        ({"sharing": "fcfs"}, algorithms.BookedRing, None),
+        ({"sharing": "fair"}, algorithms.RingAsFlows, None),
+        ({"allreduce": "nccl"}, algorithms.Nccl, None),
+        ({"allreduce": "halving_doubling", "sharing": "fcfs"}, algorithms.Scheduled, algorithms.Booked),
+        ({"allreduce": "binary_tree", "sharing": "fair"}, algorithms.Scheduled, algorithms.AsFlows),
+    ],
+)
 def test_the_all_reduce_is_chosen_once_from_the_network_section(network, kind, timing):
     sim = bare_sim(4, **dict(NET, **network))
     assert type(sim.allreduce_timing) is kind
@@ -105,8 +116,17 @@ def test_a_ring_on_lossy_fair_links_runs_as_phases_and_counts_a_rings_bytes():
     crew = [Worker(i, lambda: np.arange(1)) for i in range(4)]
     lossy = FaultsConfig(message_loss={"probability": 0.1, "retransmit_timeout_s": 0.01})
     network = Network(NetworkConfig(sharing="fair", **NET))
-    sim = Simulation(simpy.Environment(), crew, network, None, None, {}, 0, 0,  # type: ignore[arg-type]
-                     faults=lossy)
+    sim = Simulation(
+        simpy.Environment(),
+        crew,
+        network,
+        None,
+        None,
+        {},
+        0,
+        0,  # type: ignore[arg-type]
+        faults=lossy,
+    )
     assert type(sim.allreduce_timing) is algorithms.ScheduledRing
     assert not sim.allreduce_timing.timing.one_piece
     sent = sim.allreduce_timing.sent_by([0, 1, 2, 3], [w.name for w in sim.workers], 8e6)

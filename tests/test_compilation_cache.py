@@ -29,7 +29,10 @@ def with_cache(folder: Path) -> dict[str, str]:
 def test_the_cache_is_per_cpu_under_the_user_cache_folder(tmp_path):
     assert cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "fred" / "jax" / cpu_fingerprint()
     assert cache_dir({}) == Path.home() / ".cache" / "fred" / "jax" / cpu_fingerprint()
-    assert cache_dir({"FRED_JAX_CACHE": str(tmp_path / "c"), "XDG_CACHE_HOME": "/elsewhere"}) == tmp_path / "c" / cpu_fingerprint()
+    assert (
+        cache_dir({"FRED_JAX_CACHE": str(tmp_path / "c"), "XDG_CACHE_HOME": "/elsewhere"})
+        == tmp_path / "c" / cpu_fingerprint()
+    )
 
 
 @pytest.mark.parametrize("value", ["off", "OFF", "0", "no", "false"])
@@ -53,7 +56,10 @@ def test_a_folder_that_cannot_be_made_leaves_the_cache_off(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     env = with_cache(blocker / "cache")  # under a file: it cannot be made
-    code = "import jax; from fred.tools.compilation_cache import enable; print(enable(), jax.config.jax_compilation_cache_dir)"
+    code = (
+        "import jax; from fred.tools.compilation_cache import enable; print(enable(), "
+        "jax.config.jax_compilation_cache_dir)"
+    )
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["None", "None"]
 
@@ -63,7 +69,10 @@ RUN = """
 import json, sys
 import jax.monitoring
 hits = []
-jax.monitoring.register_event_listener(lambda name, **kw: hits.append(name) if name.endswith("/cache_hits") else None)
+def _count(name, **kw):
+    if name.endswith("/cache_hits"):
+        hits.append(name)
+jax.monitoring.register_event_listener(_count)
 from fred.tools.cli import main
 code = main(["run", sys.argv[1], "--out", sys.argv[2], "--quiet"])
 print(json.dumps({"code": code, "hits": len(hits)}))
@@ -77,8 +86,14 @@ def test_a_run_from_the_cache_is_the_run_a_fresh_compilation_makes(tmp_path):
     env = with_cache(tmp_path / "cache")
 
     def run(out: str) -> dict:
-        done = subprocess.run([sys.executable, "-c", RUN, str(path), str(tmp_path / out)], env=env,
-                              capture_output=True, text=True, check=False, timeout=600)  # a hang guard
+        done = subprocess.run(
+            [sys.executable, "-c", RUN, str(path), str(tmp_path / out)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )  # a hang guard
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -91,8 +106,10 @@ def test_a_run_from_the_cache_is_the_run_a_fresh_compilation_makes(tmp_path):
     for key in ("params_sha256", "tape_sha256", "final_eval_loss"):
         assert summaries[0][key] == summaries[1][key], key
     for table in ("events", "updates", "metrics"):
-        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "cold" / f"{table}.parquet"),
-                                      pd.read_parquet(tmp_path / "warm" / f"{table}.parquet"))
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(tmp_path / "cold" / f"{table}.parquet"),
+            pd.read_parquet(tmp_path / "warm" / f"{table}.parquet"),
+        )
 
 
 def test_an_entry_a_killed_process_left_empty_is_dropped(tmp_path):
@@ -102,5 +119,9 @@ def test_an_entry_a_killed_process_left_empty_is_dropped(tmp_path):
     (folder / "jit_step-0123-cache").write_bytes(b"")
     (folder / "jit_step-4567-cache").write_bytes(b"kept")
     env = with_cache(tmp_path / "cache")
-    subprocess.run([sys.executable, "-c", "from fred.tools.compilation_cache import enable; enable()"], env=env, check=True)
+    subprocess.run(
+        [sys.executable, "-c", "from fred.tools.compilation_cache import enable; enable()"],
+        env=env,
+        check=True,
+    )
     assert sorted(p.name for p in folder.iterdir()) == ["jit_step-4567-cache"]

@@ -33,10 +33,21 @@ POWERSGD = {"kind": "powersgd", "rank": 2}
 SHAPES = {"dense0_b": (16,), "dense0_w": (64, 16), "dense1_b": (10,), "dense1_w": (16, 10)}
 
 
-def scenario(compression, workers: int = 4, updates: int = UPDATES, network: dict | None = None, **overrides) -> dict:
-    return tiny(cluster={"workers": workers, "compute": {"step_time_s": STEP_S}}, network=network or NET,
-                strategy={"name": "arsgd", "lr": LR, "compression": compression, "codec_s_per_byte": CODEC_S_PER_BYTE},
-                stop={"max_updates": updates}, **overrides)
+def scenario(
+    compression, workers: int = 4, updates: int = UPDATES, network: dict | None = None, **overrides
+) -> dict:
+    return tiny(
+        cluster={"workers": workers, "compute": {"step_time_s": STEP_S}},
+        network=network or NET,
+        strategy={
+            "name": "arsgd",
+            "lr": LR,
+            "compression": compression,
+            "codec_s_per_byte": CODEC_S_PER_BYTE,
+        },
+        stop={"max_updates": updates},
+        **overrides,
+    )
 
 
 def recorded(data: dict) -> tuple[fred.RunResult, list[tuple[dict, dict[int, dict]]]]:
@@ -84,7 +95,7 @@ def topk_reference(rounds, ratio: float, steps: int):
     the sum and the update in float64. Yields the parameters before each round, then the last."""
     theta = as_numpy(rounds[0][0], np.float64)
     errors = {i: {k: np.zeros(v.shape, np.float32) for k, v in theta.items()} for i in rounds[0][1]}
-    for params, grads in rounds[:steps]:
+    for _params, grads in rounds[:steps]:
         yield theta
         total = {k: np.zeros_like(v) for k, v in theta.items()}
         for i in sorted(grads):
@@ -109,21 +120,31 @@ def gram_schmidt(p: np.ndarray) -> np.ndarray:
 
 def powersgd_reference(rounds, rank: int, seed: int, steps: int):
     """PowerSGD (Vogels et al., Algorithm 1) in float64 numpy. A tensor (..., out) is the matrix
-    out x rest; Q starts as fred draws it (documented: N(0, 1) from fold_in(key, i), matrix i in key order)."""
+    out x rest; Q starts as fred draws it (documented: N(0, 1) from fold_in(key, i), matrix i in key
+    order)."""
     theta = as_numpy(rounds[0][0], np.float64)
     matrices = [k for k in sorted(theta) if theta[k].ndim >= 2]
     key = jax_key(seed, "powersgd", "q")
     q = {}
     for i, k in enumerate(matrices):
         rows, cols = theta[k].shape[-1], theta[k].size // theta[k].shape[-1]
-        q[k] = np.asarray(jax.random.normal(jax.random.fold_in(key, i), (cols, min(rank, rows, cols)), jnp.float32), np.float64)
+        q[k] = np.asarray(
+            jax.random.normal(jax.random.fold_in(key, i), (cols, min(rank, rows, cols)), jnp.float32),
+            np.float64,
+        )
     workers = sorted(rounds[0][1])
     errors = {i: {k: 0.0 for k in matrices} for i in workers}
-    for params, grads in rounds[:steps]:
+    for _params, grads in rounds[:steps]:
         yield theta
         n = len(grads)
-        m = {i: {k: np.moveaxis(grads[i][k].astype(np.float64), -1, 0).reshape(theta[k].shape[-1], -1) + errors[i][k]
-                 for k in matrices} for i in workers}
+        m = {
+            i: {
+                k: np.moveaxis(grads[i][k].astype(np.float64), -1, 0).reshape(theta[k].shape[-1], -1)
+                + errors[i][k]
+                for k in matrices
+            }
+            for i in workers
+        }
         total = {k: sum(grads[i][k].astype(np.float64) for i in workers) for k in theta if k not in matrices}
         for k in matrices:
             p_hat = gram_schmidt(sum(m[i][k] @ q[k] for i in workers))
@@ -139,18 +160,24 @@ def powersgd_reference(rounds, rank: int, seed: int, steps: int):
 
 def assert_params_close(fred_params: dict, reference: dict, atol: float) -> None:
     for k in reference:
-        np.testing.assert_allclose(np.asarray(fred_params[k], np.float64), reference[k], rtol=0, atol=atol, err_msg=k)
+        np.testing.assert_allclose(
+            np.asarray(fred_params[k], np.float64), reference[k], rtol=0, atol=atol, err_msg=k
+        )
 
 
 def test_topk_with_error_memory_matches_a_numpy_reference(topk_run):
     result, rounds = topk_run
     assert len(rounds) >= UPDATES and all(len(grads) == 4 for _, grads in rounds[:UPDATES])
     expected = list(topk_reference(rounds, TOPK["ratio"], UPDATES))
-    for (params, _), theta in zip(rounds[1:UPDATES], expected[1:]):  # each round starts from the reference's update
+    for (params, _), theta in zip(
+        rounds[1:UPDATES], expected[1:]
+    ):  # each round starts from the reference's update
         assert_params_close(params, theta, 1e-6)
     assert_params_close(result.params, expected[-1], 1e-6)
     uncompressed = list(topk_reference(rounds, 1.0, UPDATES))[-1]
-    assert np.abs(expected[-1]["dense0_w"] - uncompressed["dense0_w"]).max() > 1e-4  # compression did something
+    assert (
+        np.abs(expected[-1]["dense0_w"] - uncompressed["dense0_w"]).max() > 1e-4
+    )  # compression did something
 
 
 def test_powersgd_matches_a_numpy_reference(powersgd_run):
@@ -165,9 +192,19 @@ def test_powersgd_matches_a_numpy_reference(powersgd_run):
 # ----------------------------------------------------------------------------- limits
 def test_topk_with_ratio_1_is_plain_arsgd_and_ssgd_shares_it_bit_for_bit():
     plain = fred.run(tiny(strategy={"name": "arsgd"}, stop={"max_updates": UPDATES}))
-    everything = fred.run(tiny(strategy={"name": "arsgd", "compression": {"kind": "topk", "ratio": 1}}, stop={"max_updates": UPDATES}))
+    everything = fred.run(
+        tiny(
+            strategy={"name": "arsgd", "compression": {"kind": "topk", "ratio": 1}},
+            stop={"max_updates": UPDATES},
+        )
+    )
     assert everything.summary["params_sha256"] == plain.summary["params_sha256"]
-    ssgd = fred.run(tiny(strategy={"name": "ssgd", "compression": {"kind": "topk", "ratio": 1}}, stop={"max_updates": UPDATES}))
+    ssgd = fred.run(
+        tiny(
+            strategy={"name": "ssgd", "compression": {"kind": "topk", "ratio": 1}},
+            stop={"max_updates": UPDATES},
+        )
+    )
     assert ssgd.summary["params_sha256"] == plain.summary["params_sha256"]
     # sent as 8-byte pairs, all-gathered: (p - 1) * 2 * param_bytes per member and round
     assert everything.summary["bytes_sent"] == 4 * UPDATES * 3 * 2 * plain.summary["param_bytes"]
@@ -176,7 +213,9 @@ def test_topk_with_ratio_1_is_plain_arsgd_and_ssgd_shares_it_bit_for_bit():
 # ----------------------------------------------------------------------------- timing
 def periods(result: fred.RunResult) -> np.ndarray:
     events = result.events
-    return np.diff(events[(events["entity"] == "worker0") & (events["kind"] == "compute")]["start_s"].to_numpy())
+    return np.diff(
+        events[(events["entity"] == "worker0") & (events["kind"] == "compute")]["start_s"].to_numpy()
+    )
 
 
 def test_a_topk_round_takes_an_all_gathers_time_not_an_all_reduces(topk_run):
@@ -187,19 +226,26 @@ def test_a_topk_round_takes_an_all_gathers_time_not_an_all_reduces(topk_run):
     payload = 8 * (103 + 2 + 16 + 1)  # k = ceil(0.1 n) of 16, 1024, 10 and 160 entries, 4 B value + 4 B index
     assert payload == topk_codec.topk_payload_bytes(0.1, {k: np.zeros(s) for k, s in SHAPES.items()})
     codec_s = CODEC_S_PER_BYTE * real.summary["param_bytes"]  # compress and decompress: a pass each
-    np.testing.assert_allclose(periods(timed), STEP_S + 2 * codec_s + allgather_time_s(p, payload, cfg), rtol=1e-9)
+    np.testing.assert_allclose(
+        periods(timed), STEP_S + 2 * codec_s + allgather_time_s(p, payload, cfg), rtol=1e-9
+    )
     gathers = timed.events[timed.events["kind"] == "allgather"]
     assert len(gathers) == p * UPDATES and (gathers["bytes"] == (p - 1) * payload).all()
     assert allgather_time_s(p, payload, cfg) != pytest.approx(allreduce_time_s("ring", p, p * payload, cfg))
 
 
-@pytest.mark.parametrize("network", [{"sharing": "fair"}, {"allreduce": "nccl"}, {"allreduce": "halving_doubling"}])
+@pytest.mark.parametrize(
+    "network", [{"sharing": "fair"}, {"allreduce": "nccl"}, {"allreduce": "halving_doubling"}]
+)
 def test_the_all_gather_is_a_ring_on_fairly_shared_links_and_whatever_the_all_reduce(network):
     data = scenario(TOPK, workers=5, workload={"timing_only": True}, network={**NET, **network})
     events = fred.run(data).events
     gathers = events[events["kind"] == "allgather"]
-    np.testing.assert_allclose((gathers["end_s"] - gathers["start_s"]).to_numpy(),
-                               allgather_time_s(5, 976, NetworkConfig(**NET)), rtol=1e-12)
+    np.testing.assert_allclose(
+        (gathers["end_s"] - gathers["start_s"]).to_numpy(),
+        allgather_time_s(5, 976, NetworkConfig(**NET)),
+        rtol=1e-12,
+    )
 
 
 def test_a_powersgd_round_is_all_reduces_of_p_of_the_vectors_and_of_q(powersgd_run):
@@ -207,12 +253,18 @@ def test_a_powersgd_round_is_all_reduces_of_p_of_the_vectors_and_of_q(powersgd_r
     timed = fred.run(scenario(POWERSGD, workers=3, workload={"timing_only": True}))
     pd.testing.assert_frame_equal(timed.events, real.events)
     cfg, p, r = NetworkConfig(**NET), 3, 2
-    p_bytes, q_bytes, vector_bytes = 4 * r * (16 + 10), 4 * r * (64 + 16), 4 * (16 + 10)  # P: out x r, Q: rest x r
+    p_bytes, q_bytes, vector_bytes = (
+        4 * r * (16 + 10),
+        4 * r * (64 + 16),
+        4 * (16 + 10),
+    )  # P: out x r, Q: rest x r
     codec_s = CODEC_S_PER_BYTE * 4 * (64 * 16 + 16 * 10)  # a pass over the matrices: M Q, M^T P, P Q^T
     ring = [allreduce_time_s("ring", p, n, cfg) for n in (p_bytes, vector_bytes, q_bytes)]
     np.testing.assert_allclose(periods(timed), STEP_S + 3 * codec_s + sum(ring), rtol=1e-9)
     sent = timed.events[timed.events["kind"] == "allreduce"].groupby("entity")["bytes"].apply(list)
-    assert sent["worker0"] == pytest.approx([2 * (p - 1) / p * n for n in (p_bytes, vector_bytes, q_bytes)] * UPDATES)
+    assert sent["worker0"] == pytest.approx(
+        [2 * (p - 1) / p * n for n in (p_bytes, vector_bytes, q_bytes)] * UPDATES
+    )
 
 
 def test_without_compression_nothing_changes():
@@ -235,9 +287,13 @@ def test_topk_sends_the_largest_entries_and_keeps_the_rest_as_its_error():
         assert np.abs(m[index]).min() >= np.abs(np.delete(m, index)).max()
         dense = np.zeros_like(m)
         dense[index] = value
-        np.testing.assert_array_equal(dense + np.asarray(after.error[k]).ravel(), m)  # nothing lost, nothing doubled
+        np.testing.assert_array_equal(
+            dense + np.asarray(after.error[k]).ravel(), m
+        )  # nothing lost, nothing doubled
     total, _ = topk_codec.sparse_sum([sent, sent], [jnp.float32(1), jnp.float32(2)], grad)
-    np.testing.assert_array_equal(np.asarray(total["b"]), 2 * (np.asarray(grad["b"]) + memory.error["b"] - after.error["b"]))
+    np.testing.assert_array_equal(
+        np.asarray(total["b"]), 2 * (np.asarray(grad["b"]) + memory.error["b"] - after.error["b"])
+    )
 
 
 def test_powersgd_keeps_in_its_error_what_the_low_rank_product_misses():
@@ -260,34 +316,67 @@ def test_powersgd_keeps_in_its_error_what_the_low_rank_product_misses():
 
 
 # ----------------------------------------------------------------------------- refusals
-@pytest.mark.parametrize("compression, problem", [
-    ({"kind": "topk", "ratio": 0}, "strategy.compression.ratio: got 0; Input should be greater than 0"),
-    ({"kind": "topk", "ratio": 1.5}, "strategy.compression.ratio: got 1.5; Input should be less than or equal to 1"),
-    ({"kind": "powersgd", "rank": 0}, "strategy.compression.rank: got 0; Input should be greater than or equal to 1"),
-    ({"kind": "topkk"}, "strategy.compression.kind: got 'topkk'; did you mean 'topk'?"),
-])
+@pytest.mark.parametrize(
+    "compression, problem",
+    [
+        ({"kind": "topk", "ratio": 0}, "strategy.compression.ratio: got 0; Input should be greater than 0"),
+        (
+            {"kind": "topk", "ratio": 1.5},
+            "strategy.compression.ratio: got 1.5; Input should be less than or equal to 1",
+        ),
+        (
+            {"kind": "powersgd", "rank": 0},
+            "strategy.compression.rank: got 0; Input should be greater than or equal to 1",
+        ),
+        ({"kind": "topkk"}, "strategy.compression.kind: got 'topkk'; did you mean 'topk'?"),
+    ],
+)
 def test_bad_settings_name_the_field_the_value_and_the_fix(compression, problem):
     with pytest.raises(ScenarioError, match=problem.replace("?", r"\?")):
         validate(tiny(strategy={"name": "arsgd", "compression": compression}))
 
 
-@pytest.mark.parametrize("data, problem", [
-    (tiny(strategy={"name": "ssgd", "aggregation": "ps", "compression": "topk"}), "set aggregation: allreduce"),
-    (tiny(strategy={"name": "arsgd", "compression": "powersgd"}, workload={"bucket_bytes": 1000}),
-     "workload.bucket_bytes 1000: strategy.compression (powersgd) compresses each whole gradient"),
-    (tiny(strategy={"name": "arsgd", "compression": "topk"}, faults={"sync_timeout_s": 0.01, "worker_crash": [
-        {"worker": 1, "at_s": 0.01, "rejoin_at_s": 0.05}]}), "does not model a worker rejoining"),
-])
+@pytest.mark.parametrize(
+    "data, problem",
+    [
+        (
+            tiny(strategy={"name": "ssgd", "aggregation": "ps", "compression": "topk"}),
+            "set aggregation: allreduce",
+        ),
+        (
+            tiny(strategy={"name": "arsgd", "compression": "powersgd"}, workload={"bucket_bytes": 1000}),
+            "workload.bucket_bytes 1000: strategy.compression (powersgd) compresses each whole gradient",
+        ),
+        (
+            tiny(
+                strategy={"name": "arsgd", "compression": "topk"},
+                faults={
+                    "sync_timeout_s": 0.01,
+                    "worker_crash": [{"worker": 1, "at_s": 0.01, "rejoin_at_s": 0.05}],
+                },
+            ),
+            "does not model a worker rejoining",
+        ),
+    ],
+)
 def test_what_compression_does_not_model_is_refused(data, problem):
     with pytest.raises(ScenarioError, match=problem.replace("(", r"\(").replace(")", r"\)")):
         validate(data)
 
 
 def test_a_rank_above_every_matrix_exits_2_naming_the_largest(tmp_path, capsys):
-    data = tiny(strategy={"name": "arsgd", "compression": {"kind": "powersgd", "rank": 17}}, workload={"timing_only": True})
-    with pytest.raises(ScenarioError, match=r"rank: got 17, .*of shape \(64, 16\), has rank at most 16: give a rank of 1 to 16"):
+    data = tiny(
+        strategy={"name": "arsgd", "compression": {"kind": "powersgd", "rank": 17}},
+        workload={"timing_only": True},
+    )
+    with pytest.raises(
+        ScenarioError,
+        match=r"rank: got 17, .*of shape \(64, 16\), has rank at most 16: give a rank of 1 to 16",
+    ):
         fred.run(data)
-    fred.run({**data, "strategy": {**data["strategy"], "compression": {"kind": "powersgd", "rank": 16}}})  # clamped for 16 x 10
+    fred.run(
+        {**data, "strategy": {**data["strategy"], "compression": {"kind": "powersgd", "rank": 16}}}
+    )  # clamped for 16 x 10
     path = tmp_path / "rank.yaml"
     path.write_text(yaml.safe_dump(data))
     assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
@@ -316,7 +405,10 @@ def test_compressed_runs_replay_and_resume_bit_for_bit(compression, tmp_path):
     sc = validate(data)
     counter = itertools.count()
     clean = execute(sc, checkpointer=Once(tmp_path / "never", 10**9, sc.digest(), clock=counter.__next__))
-    execute(sc, checkpointer=Once(tmp_path / "ck", next(counter) // 2, sc.digest(), clock=itertools.count().__next__))
+    execute(
+        sc,
+        checkpointer=Once(tmp_path / "ck", next(counter) // 2, sc.digest(), clock=itertools.count().__next__),
+    )
     resumed = execute(sc, resume=checkpoint.load(tmp_path / "ck"))
     assert resumed.summary["params_sha256"] == clean.summary["params_sha256"]
     pd.testing.assert_frame_equal(resumed.events, clean.events)
@@ -325,20 +417,29 @@ def test_compressed_runs_replay_and_resume_bit_for_bit(compression, tmp_path):
 # ----------------------------------------------------------------------------- one compression format
 @pytest.mark.parametrize("old, kind", [("fp16_truncate", "fp16"), ("int8_quantize", "int8")])
 def test_the_old_string_form_warns_naming_the_new_one_and_runs_the_same(old, kind):
-    new = fred.run(tiny(strategy={"name": "pipe_sgd", "compression": {"kind": kind}}, stop={"max_updates": 6}))
-    with pytest.warns(DeprecationWarning, match=rf"compression: {old} is deprecated; write compression: \{{kind: {kind}\}}"):
-        deprecated = fred.run(tiny(strategy={"name": "pipe_sgd", "compression": old}, stop={"max_updates": 6}))
+    new = fred.run(
+        tiny(strategy={"name": "pipe_sgd", "compression": {"kind": kind}}, stop={"max_updates": 6})
+    )
+    with pytest.warns(
+        DeprecationWarning, match=rf"compression: {old} is deprecated; write compression: \{{kind: {kind}\}}"
+    ):
+        deprecated = fred.run(
+            tiny(strategy={"name": "pipe_sgd", "compression": old}, stop={"max_updates": 6})
+        )
     assert deprecated.summary["params_sha256"] == new.summary["params_sha256"]
     assert deprecated.summary["bytes_sent"] == new.summary["bytes_sent"]
     pd.testing.assert_frame_equal(deprecated.events, new.events)
 
 
-@pytest.mark.parametrize("strategy, kind, allowed", [
-    ("pipe_sgd", "topk", "fp16, int8"),
-    ("pipe_sgd", "fp32", "fp16, int8"),
-    ("arsgd", "fp16", "topk, powersgd"),
-    ("ssgd", "int4", "topk, powersgd"),
-])
+@pytest.mark.parametrize(
+    "strategy, kind, allowed",
+    [
+        ("pipe_sgd", "topk", "fp16, int8"),
+        ("pipe_sgd", "fp32", "fp16, int8"),
+        ("arsgd", "fp16", "topk, powersgd"),
+        ("ssgd", "int4", "topk, powersgd"),
+    ],
+)
 def test_a_bad_kind_is_refused_naming_the_field_the_value_and_the_allowed_kinds(strategy, kind, allowed):
     problem = f"strategy.compression.kind: got {kind!r}[^\\n]* allowed: {allowed}"
     for compression in (kind, {"kind": kind}):
@@ -349,4 +450,7 @@ def test_a_bad_kind_is_refused_naming_the_field_the_value_and_the_allowed_kinds(
 def test_none_and_a_bare_kind_read_as_the_mapping_form():
     assert validate(tiny(strategy={"name": "pipe_sgd", "compression": "none"})).strategy.compression is None
     bare = validate(tiny(strategy={"name": "pipe_sgd", "compression": "fp16"})).strategy.compression
-    assert bare == validate(tiny(strategy={"name": "pipe_sgd", "compression": {"kind": "fp16"}})).strategy.compression
+    assert (
+        bare
+        == validate(tiny(strategy={"name": "pipe_sgd", "compression": {"kind": "fp16"}})).strategy.compression
+    )

@@ -35,7 +35,9 @@ def test_flops_timing_uses_the_batch_and_the_device():
 
 
 def test_a_workload_profile_times_a_small_model_as_resnet50():
-    data = tiny(cluster={"compute": {"step_time_s": None, "device_flops": 1e14}}, workload={"profile": "resnet50"})
+    data = tiny(
+        cluster={"compute": {"step_time_s": None, "device_flops": 1e14}}, workload={"profile": "resnet50"}
+    )
     assert draws(data, 0)[0] == pytest.approx(8 * 3 * 4.1e9 / 1e14)
     result = fred.run(data | {"stop": {"max_updates": 2}})
     assert result.summary["param_bytes"] == int(25.6e6 * 4)
@@ -74,7 +76,12 @@ def test_a_worker_can_slow_down_mid_run():
     computes = result.events[(result.events["kind"] == "compute") & (result.events["entity"] == "worker1")]
     before = computes[computes["end_s"] < 0.9]
     after = computes[computes["start_s"] > 1.1]
-    assert (before["end_s"] - before["start_s"]).max() < 0.006 < 0.019 < (after["end_s"] - after["start_s"]).min()
+    assert (
+        (before["end_s"] - before["start_s"]).max()
+        < 0.006
+        < 0.019
+        < (after["end_s"] - after["start_s"]).min()
+    )
 
 
 def test_jitter_is_the_c_library_exp_of_the_workers_normal_draws():

@@ -38,7 +38,10 @@ def contract_scenario(name: str) -> dict:
 
 def fingerprint(result: fred.RunResult) -> dict:
     """What must be the same in any process: the summary but its wall time, and every table."""
-    tables = {t: hashlib.sha256(getattr(result, t).to_csv().encode()).hexdigest() for t in ("events", "updates", "metrics")}
+    tables = {
+        t: hashlib.sha256(getattr(result, t).to_csv().encode()).hexdigest()
+        for t in ("events", "updates", "metrics")
+    }
     return {**{k: v for k, v in result.summary.items() if k not in WALL_CLOCK_KEYS}, **tables}
 
 
@@ -56,8 +59,14 @@ print(json.dumps({name: fingerprint(fred.run(contract_scenario(name))) for name 
 def in_another_process() -> dict:
     """Every strategy's contract run, made in a fresh interpreter with another string-hash seed."""
     env = {**os.environ, "PYTHONHASHSEED": str(1 + int(os.environ.get("PYTHONHASHSEED", "0") or 0) % 1000)}
-    done = subprocess.run([sys.executable, "-c", ANOTHER_PROCESS], capture_output=True, text=True, env=env, check=False,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run(
+        [sys.executable, "-c", ANOTHER_PROCESS],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -83,7 +92,9 @@ def test_every_strategy_is_deterministic(twice):
         pd.testing.assert_frame_equal(getattr(first, table), getattr(second, table))
 
 
-@pytest.mark.slow  # 5 s on 2 cores: every strategy again in a fresh process (tests/test_determinism.py checks one in the default run)
+# 5 s on 2 cores: every strategy again in a fresh process (tests/test_determinism.py checks one in the
+# default run)
+@pytest.mark.slow
 def test_every_strategy_gives_the_same_bits_in_another_process(twice, in_another_process):
     # Iterating a set of names, or anything keyed on id() or hash(), passes the test above
     # and fails this one.
@@ -117,18 +128,22 @@ def steps_agree(result: fred.RunResult) -> None:
     a step of each worker (in flight at the stop, or not yet made by a worker the jitter slowed)."""
     scenario, n = result.scenario, result.summary["workers"]
     declared = scenario.strategy.gradient_steps(scenario, result.summary["updates"]).steps
-    made = int(result.events["kind"].isin(["compute", "probe"]).sum())  # a grouped-hybrid probe's steps are timed alike
+    made = int(
+        result.events["kind"].isin(["compute", "probe"]).sum()
+    )  # a grouped-hybrid probe's steps are timed alike
     assert made / 2 - n <= declared <= 2 * made + n, (declared, made)
 
 
 def test_every_strategy_says_how_many_gradient_steps_its_updates_take(twice):
     name, result, _ = twice
     assert type(result.scenario.strategy).gradient_steps is not StrategyConfig.gradient_steps, (
-        f"{name} answers gradient_steps only with StrategyConfig's refusal")
+        f"{name} answers gradient_steps only with StrategyConfig's refusal"
+    )
     steps_agree(result)
 
 
-MANY_STEPS = {  # settings that make an update take many gradient steps, declared through the strategy's config
+# settings that make an update take many gradient steps, declared through the strategy's config
+MANY_STEPS = {
     "local_sgd": {"strategy": {"sync_every": 6}},
     "diloco": {"strategy": {"inner_steps": 12, "replica_workers": 2}},
     "pipe_sgd": {"strategy": {"staleness": 20}},
@@ -151,15 +166,22 @@ def test_a_strategy_that_does_not_say_its_steps_is_refused_naming_the_method(mon
     class Silent(StrategyConfig):
         name: Literal["silent"] = "silent"
 
-    monkeypatch.setitem(registry._REGISTRY, "silent", registry.get("asgd")._replace(name="silent", config=Silent))
-    with pytest.raises(ScenarioError, match=r"strategy 'silent' does not say how many gradient steps its updates take: "
-                                            r"its config needs a gradient_steps\(scenario, updates\) method"):
+    monkeypatch.setitem(
+        registry._REGISTRY, "silent", registry.get("asgd")._replace(name="silent", config=Silent)
+    )
+    with pytest.raises(
+        ScenarioError,
+        match=r"strategy 'silent' does not say how many gradient steps its updates take: "
+        r"its config needs a gradient_steps\(scenario, updates\) method",
+    ):
         validate(tiny(strategy={"name": "silent"}))
 
 
 def test_a_second_strategy_of_the_same_name_is_refused_naming_both_modules():
     config = registry.config_class("asgd")
-    with pytest.raises(ValueError, match=r"'asgd' is registered twice, by strategies.asgd and by (tests.)?test_contract;"):
+    with pytest.raises(
+        ValueError, match=r"'asgd' is registered twice, by strategies.asgd and by (tests.)?test_contract;"
+    ):
         registry.register(config)(lambda sim, cfg: None)
 
 
@@ -169,8 +191,14 @@ def test_a_strategy_module_that_fails_to_import_is_named(tmp_path):
     package.mkdir()
     shutil.copy(Path(strategies.__file__), package / "__init__.py")
     (package / "half_written.py").write_text("raise RuntimeError('not finished')\n")
-    done = subprocess.run([sys.executable, "-c", "import strategies"], capture_output=True, text=True, check=False,
-                          env={**os.environ, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", "import strategies"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        cwd=tmp_path,
+    )
     assert "strategies/half_written.py failed to import (RuntimeError: not finished)" in done.stderr
     assert "rename it _half_written.py" in done.stderr
 

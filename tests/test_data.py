@@ -188,7 +188,9 @@ def test_a_missing_mnist_file_is_named_in_the_error(tmp_path: Path) -> None:
 
 def test_a_missing_mnist_path_is_named_in_the_error(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
-    with pytest.raises(FileNotFoundError, match=f"^data.source.path: {missing} does not exist; expected a directory"):
+    with pytest.raises(
+        FileNotFoundError, match=f"^data.source.path: {missing} does not exist; expected a directory"
+    ):
         load_dataset(DataConfig(source=MNISTData(path=str(missing))), rng(0))
 
 
@@ -233,7 +235,9 @@ def test_an_npz_without_training_arrays_is_rejected_by_name(tmp_path: Path) -> N
 def test_a_file_that_is_not_an_npz_is_named_as_such(tmp_path: Path) -> None:
     path = tmp_path / "notes.npz"
     path.write_text("not an archive")
-    with pytest.raises(ValueError, match=r"notes\.npz is not a \.npz file \(not a zip archive\); write one with numpy\.savez"):
+    with pytest.raises(
+        ValueError, match=r"notes\.npz is not a \.npz file \(not a zip archive\); write one with numpy\.savez"
+    ):
         load_dataset(DataConfig(source=MNISTData(path=str(path))), rng(0))
 
 
@@ -259,19 +263,56 @@ IMAGES = np.zeros((20, 28, 28), np.uint8)
 @pytest.mark.parametrize(
     "arrays, message",
     [
-        ({"x_train": np.zeros((20, 0, 0), np.uint8), "y_train": LABELS}, "the images are 0 x 0 pixels; each needs at least 1 x 1"),  # ZeroDivisionError
+        (
+            {"x_train": np.zeros((20, 0, 0), np.uint8), "y_train": LABELS},
+            "the images are 0 x 0 pixels; each needs at least 1 x 1",
+        ),  # ZeroDivisionError
         ({"x_train": np.zeros((20, 28, 0), np.uint8), "y_train": LABELS}, "the images are 28 x 0 pixels"),
-        ({"x_train": np.zeros((0, 28, 28), np.uint8), "y_train": LABELS[:0]}, "the training split has 0 examples; give at least 2"),
-        ({"x_train": IMAGES, "y_train": np.zeros((20, 3))}, "y_train has shape (20, 3); expected one class number per example"),  # 60 labels for 20 images
-        ({"x_train": IMAGES, "y_train": np.array(["a"] * 20)}, "y_train holds <U1 values; it needs numbers"),  # a numpy traceback
-        ({"x_train": IMAGES, "y_train": np.ones(20, bool)}, "y_train holds bool values"),  # taken as classes 0 and 1
-        ({"x_train": IMAGES, "y_train": np.ones(20, complex)}, "y_train holds complex128 values"),  # imaginary part dropped
-        ({"x_train": IMAGES, "y_train": np.array([None] * 20, dtype=object)}, "y_train cannot be read (Object arrays"),
-        ({"x_train": np.float32(3), "y_train": np.float32(1)}, "x_train is a single number"),  # TypeError: len() of unsized object
-        ({"x_train": IMAGES, "y_train": LABELS, "x_test": np.zeros((5, 14, 14)), "y_test": LABELS[:5]},
-         "the training images are 28 x 28 pixels but the test images 14 x 14"),
+        (
+            {"x_train": np.zeros((0, 28, 28), np.uint8), "y_train": LABELS[:0]},
+            "the training split has 0 examples; give at least 2",
+        ),
+        (
+            {"x_train": IMAGES, "y_train": np.zeros((20, 3))},
+            "y_train has shape (20, 3); expected one class number per example",
+        ),  # 60 labels for 20 images
+        (
+            {"x_train": IMAGES, "y_train": np.array(["a"] * 20)},
+            "y_train holds <U1 values; it needs numbers",
+        ),  # a numpy traceback
+        (
+            {"x_train": IMAGES, "y_train": np.ones(20, bool)},
+            "y_train holds bool values",
+        ),  # taken as classes 0 and 1
+        (
+            {"x_train": IMAGES, "y_train": np.ones(20, complex)},
+            "y_train holds complex128 values",
+        ),  # imaginary part dropped
+        (
+            {"x_train": IMAGES, "y_train": np.array([None] * 20, dtype=object)},
+            "y_train cannot be read (Object arrays",
+        ),
+        (
+            {"x_train": np.float32(3), "y_train": np.float32(1)},
+            "x_train is a single number",
+        ),  # TypeError: len() of unsized object
+        (
+            {"x_train": IMAGES, "y_train": LABELS, "x_test": np.zeros((5, 14, 14)), "y_test": LABELS[:5]},
+            "the training images are 28 x 28 pixels but the test images 14 x 14",
+        ),
     ],
-    ids=["no-pixels", "no-columns", "no-examples", "one-hot", "strings", "booleans", "complex", "objects", "scalar", "two-sizes"],
+    ids=[
+        "no-pixels",
+        "no-columns",
+        "no-examples",
+        "one-hot",
+        "strings",
+        "booleans",
+        "complex",
+        "objects",
+        "scalar",
+        "two-sizes",
+    ],
 )
 def test_degenerate_npz_data_is_refused_naming_the_file(tmp_path: Path, arrays: dict, message: str) -> None:
     path = tmp_path / "mine.npz"
@@ -298,7 +339,9 @@ def check_partition(parts: list[np.ndarray], n: int, workers: int) -> None:
 
 
 @pytest.mark.parametrize("sharding", ["iid", "by_label", "dirichlet"])
-def test_shards_are_disjoint_cover_every_example_and_are_deterministic(digits: Dataset, sharding: str) -> None:
+def test_shards_are_disjoint_cover_every_example_and_are_deterministic(
+    digits: Dataset, sharding: str
+) -> None:
     cfg = DataConfig(sharding=sharding)
     parts = shard(digits.y_train, 6, cfg, rng(5))
     check_partition(parts, len(digits.y_train), 6)
@@ -343,7 +386,9 @@ def test_dirichlet_with_small_alpha_is_skewed_and_large_alpha_is_near_uniform(di
     alpha=st.floats(0.001, 100.0),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_dirichlet_shards_partition_the_data_and_leave_no_worker_empty(workers: int, alpha: float, seed: int) -> None:
+def test_dirichlet_shards_partition_the_data_and_leave_no_worker_empty(
+    workers: int, alpha: float, seed: int
+) -> None:
     y = np.repeat(np.arange(5, dtype=np.int32), 12)  # 60 examples, 5 classes
     parts = shard(y, workers, DataConfig(sharding="dirichlet", dirichlet_alpha=alpha), rng(seed))
     check_partition(parts, len(y), workers)
@@ -432,23 +477,49 @@ def test_an_unknown_worker_is_refused() -> None:
 @pytest.mark.parametrize(
     ("data", "workers", "message"),
     [
-        ({"batch_size": 1000}, 4, r"data.batch_size: 1000 rows a batch do not fit \d+ training examples \(iid sharding.*"
-                                  r"set data.batch_size to at most \d+ \(whole tiles of strategy.exact_tile 8\), or use "
-                                  r"fewer than 4 workers$"),
+        (
+            {"batch_size": 1000},
+            4,
+            r"data.batch_size: 1000 rows a batch do not fit \d+ training examples \(iid sharding.*"
+            r"set data.batch_size to at most \d+ \(whole tiles of strategy.exact_tile 8\), or use "
+            r"fewer than 4 workers$",
+        ),
         # fewer workers cannot fit a batch larger than the whole training set: not offered
-        ({"batch_size": 5000}, 4, r"set data.batch_size to at most 352 \(whole tiles of strategy.exact_tile 8\)$"),
-        ({"batch_size": 5000, "exact_tile": 1}, 4, r"set data.batch_size to at most 359$"),  # per-example leaves: any batch
-        ({"batch_size": 1504}, 1, r"do not fit 1438 training examples .*: set data.batch_size to at most 1432 \(whole "
-                                  r"tiles of strategy.exact_tile 8\)$"),
-        ({"batch_size": 400, "sharding": "dirichlet", "dirichlet_alpha": 0.5}, 4,
-         r"data.batch_size: 400 rows a batch do not fit worker \d+'s dirichlet shard of \d+ examples: set data.batch_size to at most \d+ "
-         r"\(whole tiles of strategy.exact_tile 8\), or use fewer"),
-        ({"batch_size": 32, "source": {"kind": "synthetic", "examples": 2}}, 2,
-         r"do not fit 1 training examples .*: set data.batch_size to at most 1 with strategy.exact_tile: 1 and use fewer "
-         r"than 2 workers$"),
+        (
+            {"batch_size": 5000},
+            4,
+            r"set data.batch_size to at most 352 \(whole tiles of strategy.exact_tile 8\)$",
+        ),
+        (
+            {"batch_size": 5000, "exact_tile": 1},
+            4,
+            r"set data.batch_size to at most 359$",
+        ),  # per-example leaves: any batch
+        (
+            {"batch_size": 1504},
+            1,
+            r"do not fit 1438 training examples .*: set data.batch_size to at most 1432 \(whole "
+            r"tiles of strategy.exact_tile 8\)$",
+        ),
+        (
+            {"batch_size": 400, "sharding": "dirichlet", "dirichlet_alpha": 0.5},
+            4,
+            r"data.batch_size: 400 rows a batch do not fit worker \d+'s dirichlet shard of \d+ examples: set "
+            r"data.batch_size to at most \d+ "
+            r"\(whole tiles of strategy.exact_tile 8\), or use fewer",
+        ),
+        (
+            {"batch_size": 32, "source": {"kind": "synthetic", "examples": 2}},
+            2,
+            r"do not fit 1 training examples .*: set data.batch_size to at most 1 with strategy.exact_tile: "
+            r"1 and use fewer "
+            r"than 2 workers$",
+        ),
     ],
 )
-def test_a_batch_the_data_cannot_fill_is_refused_naming_the_field_and_what_fits(data: dict, workers: int, message: str) -> None:
+def test_a_batch_the_data_cannot_fill_is_refused_naming_the_field_and_what_fits(
+    data: dict, workers: int, message: str
+) -> None:
     from fred.runs.runner import build
     from fred.scenario.loading import validate
     from tests.conftest import tiny
@@ -475,6 +546,9 @@ def test_digits_are_scikit_learns_to_the_bit_read_without_importing_it():
     digits = load_digits()
     assert x.tobytes() == (digits.images / 16.0).astype(np.float32)[..., np.newaxis].tobytes()
     assert y.tobytes() == digits.target.astype(np.int32).tobytes()
-    code = "import sys; from fred.numerics.data import _load_digits; _load_digits(); print('sklearn' in sys.modules)"
+    code = (
+        "import sys; from fred.numerics.data import _load_digits; _load_digits(); print('sklearn' in "
+        "sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"  # its import took 0.7 s of a first run

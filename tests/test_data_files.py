@@ -25,8 +25,10 @@ def arrays(n: int = N) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load(path, eval_fraction: float = 0.25, **source):
-    return load_dataset(DataConfig(source=ArraysData(path=str(path), **source), eval_fraction=eval_fraction),
-                        np.random.default_rng(0))
+    return load_dataset(
+        DataConfig(source=ArraysData(path=str(path), **source), eval_fraction=eval_fraction),
+        np.random.default_rng(0),
+    )
 
 
 def write_parquet(path, x, y, **more) -> None:
@@ -62,8 +64,12 @@ def test_parquet_gives_a_list_column_or_several_scalar_columns(tmp_path):
     write_parquet(tmp_path / "d.parquet", x, y, age=np.arange(N, dtype=np.float64), height=np.ones(N))
     images = load(tmp_path / "d.parquet", x="pixels", y="label", eval_path=str(tmp_path / "d.parquet"))
     np.testing.assert_array_equal(images.x_train, x.reshape(N, -1))
-    table = load(tmp_path / "d.parquet", x=["age", "height"], y="label", eval_path=str(tmp_path / "d.parquet"))
-    np.testing.assert_array_equal(table.x_train, np.stack([np.arange(N), np.ones(N)], axis=1).astype(np.float32))
+    table = load(
+        tmp_path / "d.parquet", x=["age", "height"], y="label", eval_path=str(tmp_path / "d.parquet")
+    )
+    np.testing.assert_array_equal(
+        table.x_train, np.stack([np.arange(N), np.ones(N)], axis=1).astype(np.float32)
+    )
 
 
 def test_a_datasets_folder_is_read_and_a_dataset_dict_names_its_splits(tmp_path):
@@ -75,7 +81,9 @@ def test_a_datasets_folder_is_read_and_a_dataset_dict_names_its_splits(tmp_path)
     data = load(tmp_path / "one", x="image", y="label", eval_path=str(tmp_path / "one"))
     np.testing.assert_array_equal(data.x_train, x)
     datasets.DatasetDict({"train": whole, "test": whole}).save_to_disk(str(tmp_path / "dict"))
-    with pytest.raises(ValueError, match=r"holds several splits \(train, test\); name one folder: path: .*dict/train"):
+    with pytest.raises(
+        ValueError, match=r"holds several splits \(train, test\); name one folder: path: .*dict/train"
+    ):
         load(tmp_path / "dict", x="image", y="label")
 
 
@@ -92,10 +100,15 @@ def test_the_memory_estimate_reads_the_shape_from_the_files(tmp_path):
     x, y = arrays()
     np.savez_compressed(tmp_path / "d.npz", x=x, y=y)
     write_parquet(tmp_path / "d.parquet", x, y)
-    for source in ({"path": str(tmp_path / "d.npz")}, {"path": str(tmp_path / "d.parquet"), "x": "pixels", "y": "label"}):
+    for source in (
+        {"path": str(tmp_path / "d.npz")},
+        {"path": str(tmp_path / "d.parquet"), "x": "pixels", "y": "label"},
+    ):
         shape = data_shape(validate(tiny(data={"source": {"kind": "arrays", **source}})))
         assert (shape.examples, shape.outputs) == (N, 10), source
-    assert data_shape(validate(tiny(data={"source": {"kind": "arrays", "path": str(tmp_path / "d.npz")}}))).feature_shape == (8, 8, 1)
+    assert data_shape(
+        validate(tiny(data={"source": {"kind": "arrays", "path": str(tmp_path / "d.npz")}}))
+    ).feature_shape == (8, 8, 1)
 
 
 def test_an_npz_data_set_runs_end_to_end_and_the_same_twice(tmp_path):
@@ -183,5 +196,7 @@ def test_bad_data_is_exit_2_with_the_fix_and_nothing_written(name, tmp_path, cap
 def test_several_columns_are_for_tables_not_arrays(tmp_path):
     x, y = arrays()
     np.savez(tmp_path / "d.npz", x=x, y=y)
-    with pytest.raises(ValueError, match=r"holds arrays, not columns: give data.source.x one key, not \['a', 'b'\]"):
+    with pytest.raises(
+        ValueError, match=r"holds arrays, not columns: give data.source.x one key, not \['a', 'b'\]"
+    ):
         load(tmp_path / "d.npz", x=["a", "b"])

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import fred
 from fred.scenario.loading import load_scenario
 from fred.tools.fit import Predictor, read_measurements
 
@@ -27,8 +26,10 @@ def validation():
 
 def test_the_measurement_files_are_the_tables_as_seconds_per_iteration():
     ddp = validation()
-    shipped = {path: path.read_text() for path in (DDP / "measured.csv", DDP / "later" / "measured.csv",
-                                                     DDP / "dlperf" / "measured.csv")}
+    shipped = {
+        path: path.read_text()
+        for path in (DDP / "measured.csv", DDP / "later" / "measured.csv", DDP / "dlperf" / "measured.csv")
+    }
     ddp.write_measurements()
     for path, text in shipped.items():
         assert path.read_text() == text, path  # the shipped files are current
@@ -49,7 +50,11 @@ def test_every_ddp_scenario_loads(path):
 def test_the_shipped_constants_predict_a_held_out_entry_of_each_kind_within_its_tolerance():
     # cluster.yaml carries the fitted values: 8 GPUs were not fitted, with 25 MB or 1 MB buckets.
     ddp = validation()
-    rows = [r for r in read_measurements(DDP / "measured.csv") if r.label in ("resnet50_8.yaml", "resnet50_8_1mb.yaml")]
+    rows = [
+        r
+        for r in read_measurements(DDP / "measured.csv")
+        if r.label in ("resnet50_8.yaml", "resnet50_8_1mb.yaml")
+    ]
     predictor = Predictor(rows, [], 40, ddp.WARMUP)
     t25, t1 = (predictor.seconds(row, ()) for row in rows)
     assert ddp._within(ddp._over_ms(ddp.MEDIAN_S[8]), ddp._over_ms(t25))

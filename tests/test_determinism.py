@@ -25,7 +25,9 @@ SCENARIOS = {
         }
     ),
     "ssgd-ps-by-label": tiny(strategy={"name": "ssgd", "aggregation": "ps"}, data={"sharding": "by_label"}),
-    "ssgd-ring-dirichlet": tiny(strategy={"name": "ssgd"}, data={"sharding": "dirichlet", "dirichlet_alpha": 0.3}),
+    "ssgd-ring-dirichlet": tiny(
+        strategy={"name": "ssgd"}, data={"sharding": "dirichlet", "dirichlet_alpha": 0.3}
+    ),
 }
 TABLES = ("events", "updates", "metrics")
 
@@ -44,7 +46,16 @@ def test_a_run_in_a_fresh_process_gives_the_same_bits(tmp_path):
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(data))
     subprocess.run(
-        [sys.executable, "-m", "fred.tools.cli", "run", str(path), "--out", str(tmp_path / "there"), "--quiet"],
+        [
+            sys.executable,
+            "-m",
+            "fred.tools.cli",
+            "run",
+            str(path),
+            "--out",
+            str(tmp_path / "there"),
+            "--quiet",
+        ],
         check=True,
     )
     there = fred.load_run(tmp_path / "there")
@@ -75,8 +86,11 @@ def test_any_small_scenario_repeats_exactly(strategy, workers, sigma, straggle, 
     data = tiny(
         seed=seed,
         strategy=strategy_cfg,
-        cluster={"workers": workers, "jitter": {"kind": "lognormal", "sigma": sigma},
-                 "random_straggle": {"probability": straggle, "delay_s": 0.03}},
+        cluster={
+            "workers": workers,
+            "jitter": {"kind": "lognormal", "sigma": sigma},
+            "random_straggle": {"probability": straggle, "delay_s": 0.03},
+        },
         stop={"max_updates": 6},
         eval={"every_updates": 3},
     )

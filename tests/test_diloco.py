@@ -36,15 +36,24 @@ def reference_diloco(data: dict, outer_steps: int) -> dict[str, np.ndarray]:
     dataset = load_dataset(sc.data, rng.stream(sc.seed, "data", "load"))
     model = build_model(sc.model, dataset.feature_shape, dataset.num_classes)
     theta = model.init(rng.jax_key(sc.seed, "model", "init"))
-    global_batches = BatchStream(np.arange(len(dataset.y_train)), n * b, rng.stream(sc.seed, "data", "batches"))
+    global_batches = BatchStream(
+        np.arange(len(dataset.y_train)), n * b, rng.stream(sc.seed, "data", "batches")
+    )
 
     @jax.jit
     def grad_sum(params, x, y):  # the summed cross-entropy's gradient over one worker's b rows
-        return jax.grad(lambda p: -jnp.sum(jax.nn.log_softmax(model.apply(p, x))[jnp.arange(len(y)), y]))(params)
+        return jax.grad(lambda p: -jnp.sum(jax.nn.log_softmax(model.apply(p, x))[jnp.arange(len(y)), y]))(
+            params
+        )
 
-    def grad(params, x, y):  # the replica's mean gradient: its workers' sums added in worker order (m = 2: one add)
+    def grad(
+        params, x, y
+    ):  # the replica's mean gradient: its workers' sums added in worker order (m = 2: one add)
         sums = [grad_sum(params, x[j * b : (j + 1) * b], y[j * b : (j + 1) * b]) for j in range(m)]
-        return {key: sum((np.asarray(s[key]) for s in sums[1:]), np.asarray(sums[0][key])) / f32(m * b) for key in params}
+        return {
+            key: sum((np.asarray(s[key]) for s in sums[1:]), np.asarray(sums[0][key])) / f32(m * b)
+            for key in params
+        }
 
     # The rest in float32 numpy, one rounding an operation: AdamW and Nesterov as torch.optim writes them.
     f32 = np.float32
@@ -64,18 +73,29 @@ def reference_diloco(data: dict, outer_steps: int) -> dict[str, np.ndarray]:
                 mom = {key: f32(b1) * mom[key] + f32(1 - b1) * g[key] for key in g}
                 var = {key: f32(b2) * var[key] + f32(1 - b2) * g[key] * g[key] for key in g}
                 c1, c2 = f32(1) - f32(b1) ** t, f32(1) - f32(b2) ** t
-                replicas[r] = {key: p - f32(lr) * ((mom[key] / c1) / (np.sqrt(var[key] / c2) + f32(eps)) + f32(wd) * p)
-                               for key, p in replicas[r].items()}
+                replicas[r] = {
+                    key: p - f32(lr) * ((mom[key] / c1) / (np.sqrt(var[key] / c2) + f32(eps)) + f32(wd) * p)
+                    for key, p in replicas[r].items()
+                }
                 adam[r] = (mom, var, t)
-        delta = {key: sum((theta[key] - p[key] for p in replicas[1:]), theta[key] - replicas[0][key]) / f32(k) for key in theta}
+        delta = {
+            key: sum((theta[key] - p[key] for p in replicas[1:]), theta[key] - replicas[0][key]) / f32(k)
+            for key in theta
+        }
         momentum = {key: f32(mu) * momentum[key] + delta[key] for key in theta}
-        theta = {key: p - f32(outer_lr) * (delta[key] + f32(mu) * momentum[key]) for key, p in theta.items()}  # Nesterov
+        theta = {
+            key: p - f32(outer_lr) * (delta[key] + f32(mu) * momentum[key]) for key, p in theta.items()
+        }  # Nesterov
     return theta
 
 
 def test_two_replicas_of_two_workers_match_an_independent_loop():
-    data = tiny(cluster={"workers": 4}, strategy={"name": "diloco", "replica_workers": 2, "inner_steps": 3, "lr": 0.01,
-                                                  "optimizer": ADAMW}, stop={"max_updates": 2}, eval={"every_updates": 100})
+    data = tiny(
+        cluster={"workers": 4},
+        strategy={"name": "diloco", "replica_workers": 2, "inner_steps": 3, "lr": 0.01, "optimizer": ADAMW},
+        stop={"max_updates": 2},
+        eval={"every_updates": 100},
+    )
     result = fred.run(data)
     expected = reference_diloco(data, outer_steps=2)
     assert result.summary["updates"] == 2 and sorted(result.params) == sorted(expected)
@@ -84,19 +104,35 @@ def test_two_replicas_of_two_workers_match_an_independent_loop():
 
 
 def test_outer_sgd_at_lr_1_without_momentum_is_local_sgd():
-    # theta - 1 * (theta - mean_i theta_i) is mean_i theta_i, Local SGD's average: the same schedule (events and
+    # theta - 1 * (theta - mean_i theta_i) is mean_i theta_i, Local SGD's average: the same schedule (events
+    # and
     # updates bit for bit) and, for any inner optimizer (both keep a worker's state across rounds), the same
-    # parameters up to float32 rounding (Local SGD rounds mean_i theta_i once, DiLoCo theta - theta_i, their mean,
+    # parameters up to float32 rounding (Local SGD rounds mean_i theta_i once, DiLoCo theta - theta_i, their
+    # mean,
     # then theta minus it).
     for steps, optimizer in [(1, {"kind": "sgd"}), (3, {"kind": "sgd", "momentum": 0.9})]:
         common = {"optimizer": optimizer, "lr": 0.05}
-        diloco = fred.run(tiny(strategy={"name": "diloco", "inner_steps": steps, "outer_lr": 1.0, "outer_momentum": 0.0,
-                                         **common}, stop={"max_updates": 6}))
-        local = fred.run(tiny(strategy={"name": "local_sgd", "sync_every": steps, **common}, stop={"max_updates": 6}))
+        diloco = fred.run(
+            tiny(
+                strategy={
+                    "name": "diloco",
+                    "inner_steps": steps,
+                    "outer_lr": 1.0,
+                    "outer_momentum": 0.0,
+                    **common,
+                },
+                stop={"max_updates": 6},
+            )
+        )
+        local = fred.run(
+            tiny(strategy={"name": "local_sgd", "sync_every": steps, **common}, stop={"max_updates": 6})
+        )
         pd.testing.assert_frame_equal(diloco.events, local.events)
         pd.testing.assert_frame_equal(diloco.updates, local.updates)
         for name in local.params:
-            np.testing.assert_allclose(diloco.params[name], local.params[name], rtol=0, atol=1e-6, err_msg=name)
+            np.testing.assert_allclose(
+                diloco.params[name], local.params[name], rtol=0, atol=1e-6, err_msg=name
+            )
 
 
 NET = {"latency_s": 2e-4, "bandwidth_bps": 1e8, "reduce_s_per_byte": 1e-10, "sync_s": 1e-3}
@@ -106,9 +142,13 @@ NET = {"latency_s": 2e-4, "bandwidth_bps": 1e8, "reduce_s_per_byte": 1e-10, "syn
 def test_an_outer_step_takes_h_inner_steps_and_their_all_reduces_then_one_all_reduce_of_all(replica_workers):
     # Two concurrent replica all-reduces share no link; nothing else is in flight during the outer one.
     h, p, step_s, param_bytes = 3, 4, 0.01, 2_000_000
-    data = tiny(cluster={"workers": p, "compute": {"step_time_s": step_s}}, network=NET,
-                workload={"param_bytes": param_bytes, "timing_only": True},
-                strategy={"name": "diloco", "replica_workers": replica_workers, "inner_steps": h}, stop={"max_updates": 4})
+    data = tiny(
+        cluster={"workers": p, "compute": {"step_time_s": step_s}},
+        network=NET,
+        workload={"param_bytes": param_bytes, "timing_only": True},
+        strategy={"name": "diloco", "replica_workers": replica_workers, "inner_steps": h},
+        stop={"max_updates": 4},
+    )
     cfg = NetworkConfig(**NET)
     inner_s = allreduce_time_s("ring", replica_workers, param_bytes, cfg) if replica_workers > 1 else 0.0
     outer_s = allreduce_time_s("ring", p, param_bytes, cfg)
@@ -119,9 +159,15 @@ def test_an_outer_step_takes_h_inner_steps_and_their_all_reduces_then_one_all_re
 @pytest.mark.parametrize(
     "strategy, needle",
     [
-        ({"replica_workers": 3}, "strategy.replica_workers is 3 but cluster.workers is 4, which it does not divide"
-                                 ": replicas are replica_workers workers each; use a divisor of 4: 1, 2, 4"),
-        ({"inner_steps": 0}, "strategy.inner_steps: got 0; use at least 1 inner step per outer step (the paper: 500)"),
+        (
+            {"replica_workers": 3},
+            "strategy.replica_workers is 3 but cluster.workers is 4, which it does not divide"
+            ": replicas are replica_workers workers each; use a divisor of 4: 1, 2, 4",
+        ),
+        (
+            {"inner_steps": 0},
+            "strategy.inner_steps: got 0; use at least 1 inner step per outer step (the paper: 500)",
+        ),
         ({"outer_lr": 0}, "strategy.outer_lr: got 0; use an outer learning rate above 0 (the paper: 0.7"),
         ({"outer_lr": -0.5}, "strategy.outer_lr: got -0.5; use an outer learning rate above 0"),
         ({"outer_momentum": 1}, "strategy.outer_momentum: got 1; use a momentum in [0, 1) (the paper: 0.9"),

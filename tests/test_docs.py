@@ -41,7 +41,10 @@ def test_mkdocs_build_is_strict_clean(tmp_path):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
-        cwd=ROOT, capture_output=True, text=True, env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "site" / "reference" / "scenario-schema" / "index.html").exists()
@@ -53,7 +56,10 @@ def engine_page_asgd() -> registry.Start:
     code = page.split("Here is ASGD written", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     started: list[registry.Start] = []
     namespace = {"register": lambda config, timing_only=False: lambda start: started.append(start) or start}
-    exec(compile(code.replace("from fred.scenario.registry import register\n", ""), "docs/engine.md", "exec"), namespace)  # noqa: S102
+    exec(
+        compile(code.replace("from fred.scenario.registry import register\n", ""), "docs/engine.md", "exec"),
+        namespace,
+    )  # noqa: S102
     return started[0]
 
 
@@ -67,8 +73,13 @@ def test_the_asgd_the_engine_page_writes_out_is_the_shipped_asgd(monkeypatch):
     runs = {}
     for source in ["shipped", "page"]:
         if source == "page":
-            monkeypatch.setitem(registry._REGISTRY, "asgd", registry.get("asgd")._replace(start=engine_page_asgd()))
-        runs[source] = [fred.run(tiny(strategy={"name": "asgd"}, stop={"max_updates": 40}, faults=faults)) for faults in [{}, crash]]
+            monkeypatch.setitem(
+                registry._REGISTRY, "asgd", registry.get("asgd")._replace(start=engine_page_asgd())
+            )
+        runs[source] = [
+            fred.run(tiny(strategy={"name": "asgd"}, stop={"max_updates": 40}, faults=faults))
+            for faults in [{}, crash]
+        ]
     for shipped, page in zip(runs["shipped"], runs["page"]):
         assert page.summary["params_sha256"] == shipped.summary["params_sha256"]
         assert page.updates.equals(shipped.updates)

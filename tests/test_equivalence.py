@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fred
+from fred.models.cnn import CNNModel
+from fred.models.logistic import LogisticModel
+from fred.models.mlp import MLPModel
 from fred.numerics import rng
 from fred.numerics.data import load_dataset
 from fred.numerics.gradients import Numerics
 from fred.numerics.models import build_model
-from fred.models.cnn import CNNModel
-from fred.models.logistic import LogisticModel
-from fred.models.mlp import MLPModel
 from fred.scenario.schema import DataConfig
 from tests.conftest import tiny
 
@@ -29,7 +29,9 @@ def _sha(tile: int | None = None, **overrides) -> str:
     leaf (``None``: the default, tiles of 8 rows; 1 for batches that are not whole tiles)."""
     if tile is not None:
         overrides["strategy"] = {**overrides["strategy"], "exact_tile": tile}
-    return fred.run(tiny(stop={"max_updates": STEPS}, eval={"every_updates": 1000}, **overrides)).summary["params_sha256"]
+    return fred.run(tiny(stop={"max_updates": STEPS}, eval={"every_updates": 1000}, **overrides)).summary[
+        "params_sha256"
+    ]
 
 
 def _tile(batch: int) -> int | None:
@@ -39,16 +41,23 @@ def _tile(batch: int) -> int | None:
 
 # Each batch size compiles programs of its own (10-19 s per worker count on 2 loaded cores for
 # all seven): the default run checks three of them, `pytest -m slow` the other four.
-BATCHES = [pytest.param([1, 4, 64], id="b1,4,64"), pytest.param([2, 8, 16, 32], id="b2,8,16,32", marks=pytest.mark.slow)]
+BATCHES = [
+    pytest.param([1, 4, 64], id="b1,4,64"),
+    pytest.param([2, 8, 16, 32], id="b2,8,16,32", marks=pytest.mark.slow),
+]
 
 
 @pytest.mark.parametrize("batches", BATCHES)
 @pytest.mark.parametrize("aggregation", ["ps", "allreduce"])
-@pytest.mark.parametrize("workers", [2] + [pytest.param(n, marks=pytest.mark.slow) for n in (1, 4, 8)])  # 2-9 s each
+@pytest.mark.parametrize(
+    "workers", [2] + [pytest.param(n, marks=pytest.mark.slow) for n in (1, 4, 8)]
+)  # 2-9 s each
 def test_ssgd_with_n_workers_of_batch_b_is_sgd_with_batch_nb(workers, aggregation, batches):
     for batch in batches:
         tile = _tile(batch)
-        large_batch = _sha(tile, cluster={"workers": 1}, data={"batch_size": workers * batch}, strategy={"name": "sgd"})
+        large_batch = _sha(
+            tile, cluster={"workers": 1}, data={"batch_size": workers * batch}, strategy={"name": "sgd"}
+        )
         distributed = _sha(
             tile,
             cluster={"workers": workers},
@@ -67,17 +76,26 @@ def test_ssgd_parameter_server_and_allreduce_agree_bit_for_bit():
 @pytest.mark.parametrize("batch", [1, 3, 8, 32])
 def test_asgd_with_one_worker_is_sgd(batch):
     one = dict(cluster={"workers": 1}, data={"batch_size": batch})
-    assert _sha(_tile(batch), strategy={"name": "asgd"}, **one) == _sha(_tile(batch), strategy={"name": "sgd"}, **one)
+    assert _sha(_tile(batch), strategy={"name": "asgd"}, **one) == _sha(
+        _tile(batch), strategy={"name": "sgd"}, **one
+    )
 
 
-@pytest.mark.parametrize(("workers", "batch"), [(3, 4), (5, 8), (7, 2), pytest.param(3, 128, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    ("workers", "batch"), [(3, 4), (5, 8), (7, 2), pytest.param(3, 128, marks=pytest.mark.slow)]
+)
 def test_any_number_of_workers_is_exact_when_the_batch_is_a_power_of_two(workers, batch):
     # The tree over n*b rows, padded to a power of two, has the n workers' b-row trees as
     # aligned subtrees and zeros after them: the same additions (the docs said n or b
     # had to be a power of two, and this test expected only closeness for 3 x 4).
     tile = _tile(batch)
-    large_batch = _sha(tile, cluster={"workers": 1}, data={"batch_size": workers * batch}, strategy={"name": "sgd"})
-    assert _sha(tile, cluster={"workers": workers}, data={"batch_size": batch}, strategy={"name": "ssgd"}) == large_batch
+    large_batch = _sha(
+        tile, cluster={"workers": 1}, data={"batch_size": workers * batch}, strategy={"name": "sgd"}
+    )
+    assert (
+        _sha(tile, cluster={"workers": workers}, data={"batch_size": batch}, strategy={"name": "ssgd"})
+        == large_batch
+    )
 
 
 @pytest.mark.parametrize(("tile", "batch"), [(1, 3), (8, 24)])
@@ -86,9 +104,20 @@ def test_a_batch_that_is_not_a_power_of_two_is_exact_too(aggregation, tile, batc
     # With 3 workers of batch 3 the tree over 9 rows is not the tree of three 3-row subtrees:
     # the shards send the 9-row tree's nodes inside them and the all-reduce puts it together
     # (tests/test_exact_split.py draws workers and batches freely). The same for 3 tiles of 8 rows.
-    sgd = fred.run(tiny(cluster={"workers": 1}, data={"batch_size": 3 * batch}, strategy={"name": "sgd", "exact_tile": tile}))
-    ssgd = fred.run(tiny(cluster={"workers": 3}, data={"batch_size": batch},
-                         strategy={"name": "ssgd", "aggregation": aggregation, "exact_tile": tile}))
+    sgd = fred.run(
+        tiny(
+            cluster={"workers": 1},
+            data={"batch_size": 3 * batch},
+            strategy={"name": "sgd", "exact_tile": tile},
+        )
+    )
+    ssgd = fred.run(
+        tiny(
+            cluster={"workers": 3},
+            data={"batch_size": batch},
+            strategy={"name": "ssgd", "aggregation": aggregation, "exact_tile": tile},
+        )
+    )
     assert ssgd.summary["params_sha256"] == sgd.summary["params_sha256"]
 
 
@@ -122,7 +151,11 @@ def test_a_per_example_gradient_does_not_depend_on_its_batch(example, batch, pos
 
 @pytest.mark.slow
 @settings(max_examples=25, deadline=None)
-@given(example=st.integers(0, 300), batch=st.sampled_from([1, 2, 3, 8, 17, 63, 64, 65, 130, 520, 1100]), position=st.data())
+@given(
+    example=st.integers(0, 300),
+    batch=st.sampled_from([1, 2, 3, 8, 17, 63, 64, 65, 130, 520, 1100]),
+    position=st.data(),
+)
 def test_a_per_example_gradient_does_not_depend_on_its_batch_up_to_1100_rows(example, batch, position):
     per_example_gradient_is_the_same_within(example, batch, position)
 
@@ -157,7 +190,10 @@ def test_in_block_sums_read_in_place_are_the_concatenated_sums_bit_for_bit(per_b
         values[stream.random(values.shape) < 0.1] = -0.0
         return values
 
-    chunks = [(rows_of(), {"w": rows_of(5, 3), "b": rows_of(3)}) for _ in range(-(-per_block * blocks // CHUNK_ROWS))]
+    chunks = [
+        (rows_of(), {"w": rows_of(5, 3), "b": rows_of(3)})
+        for _ in range(-(-per_block * blocks // CHUNK_ROWS))
+    ]
     rows = per_block * blocks
     aligned = jax.jit(lambda c: _aligned_block_sums(c, per_block, blocks))(chunks)
     concatenated = jax.jit(lambda c: _concatenated_block_sums(c, rows, blocks))(chunks)
@@ -181,9 +217,17 @@ ONE_PROGRAM_SIZES = [(128, 4), (130, 2), (2, 1), (12, 3), (64, 2), (96, 3), (256
 
 @pytest.mark.parametrize(
     "model, rows, shards",
-    [pytest.param(ONE_PROGRAM_MODELS[name], rows, shards, id=f"{rows}-{shards}-{name}",
-                  marks=() if (name, rows, shards) in ONE_PROGRAM_DEFAULT else (pytest.mark.slow,))
-     for rows, shards in ONE_PROGRAM_SIZES for name in ONE_PROGRAM_MODELS],
+    [
+        pytest.param(
+            ONE_PROGRAM_MODELS[name],
+            rows,
+            shards,
+            id=f"{rows}-{shards}-{name}",
+            marks=() if (name, rows, shards) in ONE_PROGRAM_DEFAULT else (pytest.mark.slow,),
+        )
+        for rows, shards in ONE_PROGRAM_SIZES
+        for name in ONE_PROGRAM_MODELS
+    ],
 )
 def test_the_one_program_exact_gradients_are_one_call_per_chunk_bit_for_bit(model, rows, shards):
     """One compiled program per gradient call gives the bits of a call per 64-row chunk plus a
@@ -202,7 +246,9 @@ def test_the_one_program_exact_gradients_are_one_call_per_chunk_bit_for_bit(mode
     picked = rng.stream(rows, shards, "rows").choice(len(ds.y_train), size=rows)
     padded = np.concatenate([picked, np.zeros((-rows) % CHUNK_ROWS, picked.dtype)])
     chunks = [
-        numerics._per_example(params, ds.x_train[padded[i : i + CHUNK_ROWS]], ds.y_train[padded[i : i + CHUNK_ROWS]])
+        numerics._per_example(
+            params, ds.x_train[padded[i : i + CHUNK_ROWS]], ds.y_train[padded[i : i + CHUNK_ROWS]]
+        )
         for i in range(0, len(padded), CHUNK_ROWS)
     ]
     losses, grads = jax.jit(lambda c: _concatenated_block_sums(c, rows, shards))(chunks)
@@ -222,7 +268,9 @@ def test_an_all_reduce_of_whole_stacked_calls_adds_the_same_bits_as_of_split_par
 
     ds, numerics, params = digits_mlp()
     service = GradientService(numerics, ds)
-    requests = [service.request(params, rng.stream(w, "rows").choice(len(ds.y_train), size=32)) for w in range(20)]
+    requests = [
+        service.request(params, rng.stream(w, "rows").choice(len(ds.y_train), size=32)) for w in range(20)
+    ]
     parts = [service.result(r) for r in requests]
     assert len({id(p.source) for p in parts}) == 3
     whole = sum_grads(parts)
@@ -244,8 +292,10 @@ def test_the_rows_of_a_stacked_call_are_copied_out_by_one_program_whatever_their
 
     program = numerics.take_row.__wrapped__
     for rows in (5, 40):
-        stacked = numerics.Stacked(loss=jnp.arange(rows, dtype=jnp.float32),
-                                   grad={"w": jnp.arange(rows * 6, dtype=jnp.float32).reshape(rows, 2, 3) / 7})
+        stacked = numerics.Stacked(
+            loss=jnp.arange(rows, dtype=jnp.float32),
+            grad={"w": jnp.arange(rows * 6, dtype=jnp.float32).reshape(rows, 2, 3) / 7},
+        )
         before = program._cache_size()
         source = numerics._Source(stacked, rows)
         for i in range(rows):

@@ -24,8 +24,12 @@ TOKENS = {"kind": "synthetic_tokens", "examples": 3000, "vocab": 16, "context": 
 
 
 def test_a_transformer_evaluates_a_held_out_set_of_more_sequences_than_one_call_holds():
-    data = tiny(data={"source": TOKENS, "sharding": "iid", "batch_size": 8}, stop={"max_updates": 1},
-                strategy={"name": "sgd"}, cluster={"workers": 1})
+    data = tiny(
+        data={"source": TOKENS, "sharding": "iid", "batch_size": 8},
+        stop={"max_updates": 1},
+        strategy={"name": "sgd"},
+        cluster={"workers": 1},
+    )
     data["model"] = MODEL
     dataset = load_dataset(DataConfig(**data["data"]), data_stream(data["seed"]))
     model = build_model(TransformerModel(**MODEL), dataset.feature_shape, dataset.num_classes)

@@ -16,11 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fred
+from fred.models.mlp import MLPModel
 from fred.numerics import canonical, rng
 from fred.numerics.data import load_dataset
 from fred.numerics.gradients import GradSum, Numerics, parts_of, sum_grads, tree_sum
 from fred.numerics.models import build_model
-from fred.models.mlp import MLPModel
 from fred.scenario.schema import DataConfig
 from tests.conftest import tiny
 
@@ -39,14 +39,22 @@ def test_the_cover_of_a_shard_is_the_largest_tree_nodes_inside_it_each_leaf_once
     for level, index in nodes:
         assert index << level == at, "the nodes are in leaf order, end to end"
         parent_lo, parent_hi = (index >> 1) << (level + 1), ((index >> 1) + 1) << (level + 1)
-        assert not (start <= parent_lo and parent_hi <= start + count), "a node's parent is not inside the shard"
+        assert not (start <= parent_lo and parent_hi <= start + count), (
+            "a node's parent is not inside the shard"
+        )
         at += 1 << level
     assert at == start + count
     assert all(sum(1 for lv, _ in nodes if lv == level) <= 2 for level, _ in nodes), "at most two per level"
-    assert (len(nodes) == 1) == (count & (count - 1) == 0 and start % count == 0), "one node: a power of two, aligned"
+    assert (len(nodes) == 1) == (count & (count - 1) == 0 and start % count == 0), (
+        "one node: a power of two, aligned"
+    )
 
 
-@given(start=st.integers(0, 300), rows=st.integers(1, 300), cuts=st.lists(st.integers(1, 299), max_size=8, unique=True))
+@given(
+    start=st.integers(0, 300),
+    rows=st.integers(1, 300),
+    cuts=st.lists(st.integers(1, 299), max_size=8, unique=True),
+)
 def test_folding_the_covers_of_any_split_makes_the_additions_of_the_padded_pairwise_tree(start, rows, cuts):
     # Symbolically: each sum is the expression it was made by, so equal strings are equal trees.
     # From row 0 it is the large batch's padded tree; from another row, that tree restricted to
@@ -70,7 +78,9 @@ def _tree(rows: list) -> str:
     zeros is written ``0``, the +0.0 it is, and rows that are ``None`` are left out."""
     rows = [None if r is None else str(r) for r in rows]
     while len(rows) > 1:
-        rows = [b if a is None else "0" if a == b == "0" else f"({a}+{b})" for a, b in zip(rows[0::2], rows[1::2])]
+        rows = [
+            b if a is None else "0" if a == b == "0" else f"({a}+{b})" for a, b in zip(rows[0::2], rows[1::2])
+        ]
     return rows[0]
 
 
@@ -91,8 +101,12 @@ def _bytes(grad, loss) -> list[bytes]:
     # shards of unequal sizes, one call each, batches of 72 to 104 rows; each compiles calls of
     # its own (3-5 s on 2 cores): the default run checks one, `pytest -m slow` all six
     [(8, [8, 24, 72])]
-    + [pytest.param(t, c, marks=pytest.mark.slow) for t, c in ([(1, [1, 2, 3, 70, 72]), (1, [24, 48, 72]), (1, [37, 100]), (1, [5, 64, 100]),
-                                                                (8, [16, 40, 104])])],
+    + [
+        pytest.param(t, c, marks=pytest.mark.slow)
+        for t, c in (
+            [(1, [1, 2, 3, 70, 72]), (1, [24, 48, 72]), (1, [37, 100]), (1, [5, 64, 100]), (8, [16, 40, 104])]
+        )
+    ],
     ids=lambda c: "-".join(map(str, c)) if isinstance(c, list) else f"tile{c}",
 )
 def test_shards_of_any_sizes_sum_to_the_large_batch_bit_for_bit(tile, cuts):
@@ -113,7 +127,8 @@ def test_shards_of_any_sizes_sum_to_the_large_batch_bit_for_bit(tile, cuts):
     assert _bytes(alone.grad, alone.loss) == _bytes(whole.grad, whole.loss)
 
 
-@pytest.mark.slow  # 10 s on 2 cores; test_equivalence's workers-served-together test is the default run's check
+# 10 s on 2 cores; test_equivalence's workers-served-together test is the default run's check
+@pytest.mark.slow
 def test_which_call_serves_a_worker_never_changes_its_sums_or_the_all_reduce():
     """12 workers of 24 rows, served by GradientService in calls of 10 and 2 workers, against a
     call per worker told its place: the same bits for each worker's own sum and for the total."""
@@ -124,10 +139,15 @@ def test_which_call_serves_a_worker_never_changes_its_sums_or_the_all_reduce():
     service = GradientService(numerics, ds)
     served = [service.result(r) for r in [service.request(params, rows, w) for w, rows in enumerate(batches)]]
     assert len({id(part.cover.sums) for part in served}) == 2
-    alone = [parts_of(numerics.gradients(params, ds, rows, 1, [24 * w]), 1, 24, [24 * w])[0] for w, rows in enumerate(batches)]
+    alone = [
+        parts_of(numerics.gradients(params, ds, rows, 1, [24 * w]), 1, 24, [24 * w])[0]
+        for w, rows in enumerate(batches)
+    ]
     for one, other in zip(served, alone):
         assert _bytes(one.grad, one.loss) == _bytes(other.grad, other.loss)
-    assert _bytes(sum_grads(served).grad, sum_grads(served).loss) == _bytes(sum_grads(alone).grad, sum_grads(alone).loss)
+    assert _bytes(sum_grads(served).grad, sum_grads(served).loss) == _bytes(
+        sum_grads(alone).grad, sum_grads(alone).loss
+    )
 
 
 def test_shards_that_do_not_cover_the_batch_from_its_first_row_are_summed_by_the_tree_over_shards():
@@ -158,10 +178,20 @@ def test_a_run_whose_batch_is_not_a_power_of_two_replays_and_resumes_bit_for_bit
     from fred.tools.replay import replay
     from tests.test_resume import Once, same_run
 
-    tiles = tiny(cluster={"workers": 3}, data={"batch_size": 6}, strategy={"name": "ssgd", "exact_tile": 2}, stop={"max_updates": 6})
+    tiles = tiny(
+        cluster={"workers": 3},
+        data={"batch_size": 6},
+        strategy={"name": "ssgd", "exact_tile": 2},
+        stop={"max_updates": 6},
+    )
     fred.run(tiles, out=tmp_path / "tiles")
     assert replay(tmp_path / "tiles").passed
-    data = tiny(cluster={"workers": 3}, data={"batch_size": 5}, strategy={"name": "ssgd", "exact_tile": 1}, stop={"max_updates": 12})
+    data = tiny(
+        cluster={"workers": 3},
+        data={"batch_size": 5},
+        strategy={"name": "ssgd", "exact_tile": 1},
+        stop={"max_updates": 12},
+    )
     fred.run(data, out=tmp_path / "run")
     assert replay(tmp_path / "run").passed
     sc = validate(data)
@@ -185,21 +215,38 @@ def layouts(draw):
     workers, aggregation = draw(st.integers(1, 16)), draw(st.sampled_from(["allreduce", "ps"]))
     network, workload = {}, {}
     if aggregation == "allreduce":  # the collective's algorithm, topology and buckets move only the timing
-        network = {"allreduce": draw(st.sampled_from(ALGORITHMS)), "hierarchical": draw(st.booleans()) and workers % 2 == 0}
+        network = {
+            "allreduce": draw(st.sampled_from(ALGORITHMS)),
+            "hierarchical": draw(st.booleans()) and workers % 2 == 0,
+        }
         if draw(st.booleans()):
-            workload = {"profile": "resnet50", "bucket_bytes": draw(st.sampled_from([10_000_000, 30_000_000]))}
+            workload = {
+                "profile": "resnet50",
+                "bucket_bytes": draw(st.sampled_from([10_000_000, 30_000_000])),
+            }
     cluster_extra = {"devices_per_node": 2} if network.get("hierarchical") else {}
     return workers, aggregation, network, workload, cluster_extra
 
 
 def _check(layout, batch, optimizer, tile):
     workers, aggregation, network, workload, cluster_extra = layout
-    large_batch = _sha(optimizer, cluster={"workers": 1}, data={"batch_size": workers * batch},
-                       strategy={"name": "sgd", "exact_tile": tile})
-    distributed = _sha(optimizer, cluster={"workers": workers, **cluster_extra}, data={"batch_size": batch},
-                       network=network, workload=workload,
-                       strategy={"name": "ssgd", "aggregation": aggregation, "exact_tile": tile})
-    assert distributed == large_batch, f"n={workers} b={batch} tile={tile} {aggregation} {network} {workload} {optimizer}"
+    large_batch = _sha(
+        optimizer,
+        cluster={"workers": 1},
+        data={"batch_size": workers * batch},
+        strategy={"name": "sgd", "exact_tile": tile},
+    )
+    distributed = _sha(
+        optimizer,
+        cluster={"workers": workers, **cluster_extra},
+        data={"batch_size": batch},
+        network=network,
+        workload=workload,
+        strategy={"name": "ssgd", "aggregation": aggregation, "exact_tile": tile},
+    )
+    assert distributed == large_batch, (
+        f"n={workers} b={batch} tile={tile} {aggregation} {network} {workload} {optimizer}"
+    )
 
 
 OPTIMIZERS = st.sampled_from([None, MOMENTUM, ADAM])
@@ -254,4 +301,6 @@ def test_the_assembled_tree_is_pairwise_sum_bit_for_bit_with_signed_zeros(shards
     total = sum_grads(parts_of(stacked, shards, batch, starts))
     expected = jax.jit(lambda v: pairwise_sum(v[None, :rows])[0])(values)
     assert np.asarray(total.grad["w"]).tobytes() == np.asarray(expected).tobytes()
-    assert np.signbit(np.asarray(expected)[0]).any() == (rows & (rows - 1) == 0), "the padding made +0.0 of -0.0"
+    assert np.signbit(np.asarray(expected)[0]).any() == (rows & (rows - 1) == 0), (
+        "the padding made +0.0 of -0.0"
+    )

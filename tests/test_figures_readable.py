@@ -53,7 +53,9 @@ def test_a_timeline_of_many_workers_draws_the_first_the_last_and_the_slowest(fig
     drawn = labels(figures[0])
     assert drawn == [f"worker{w}" for w in [*range(8), 40, *range(60, 64)]]
     title = figures[0].axes[0].get_title()
-    assert f"{13 * 8:,} events in the rows drawn" in title  # 4 steps and 4 pushes a worker: the rows drawn only
+    assert (
+        f"{13 * 8:,} events in the rows drawn" in title
+    )  # 4 steps and 4 pushes a worker: the rows drawn only
     assert (
         "13 of 64 workers (the first 8, the last 4 and the 1 slowest; --workers picks others): 0-7, 40, 60-63"
         in title

@@ -16,7 +16,16 @@ import yaml
 
 import fred
 from fred.tools.cli import main
-from fred.tools.fit import Predictor, Row, fit, implausible, least_squares, per_iteration_s, timed, undetermined
+from fred.tools.fit import (
+    Predictor,
+    Row,
+    fit,
+    implausible,
+    least_squares,
+    per_iteration_s,
+    timed,
+    undetermined,
+)
 from tests.conftest import tiny
 
 TRUE = {"bandwidth_bps": 3e9, "latency_s": 2e-4}
@@ -32,8 +41,14 @@ FIT = "network.bandwidth_bps,network.latency_s"
 
 
 def scenario(strategy: str, workers: int, param_bytes: int) -> dict:
-    return tiny(name=f"{strategy}{workers}", strategy={"name": strategy}, cluster={"workers": workers},
-                network=WRONG, workload={"param_bytes": param_bytes}, stop={"max_updates": 1000})
+    return tiny(
+        name=f"{strategy}{workers}",
+        strategy={"name": strategy},
+        cluster={"workers": workers},
+        network=WRONG,
+        workload={"param_bytes": param_bytes},
+        stop={"max_updates": 1000},
+    )
 
 
 def measured_s(data: dict, network: dict) -> float:
@@ -42,7 +57,9 @@ def measured_s(data: dict, network: dict) -> float:
     runs = []
     for iterations in (WARMUP + ITERATIONS, WARMUP):
         updates = iterations * (1 if data["strategy"]["name"] == "arsgd" else data["cluster"]["workers"])
-        result = fred.run(data, network=network, workload={"timing_only": True}, stop={"max_updates": updates})
+        result = fred.run(
+            data, network=network, workload={"timing_only": True}, stop={"max_updates": updates}
+        )
         assert timed(result).steps == iterations * data["cluster"]["workers"]
         runs.append(timed(result))
     return per_iteration_s(*runs)
@@ -74,21 +91,50 @@ def test_the_true_constants_are_recovered_from_a_wrong_start_and_predict_the_hel
 
 def test_fred_fit_writes_a_profile_that_reproduces_its_predictions(table, tmp_path, capsys):
     out = tmp_path / "fits" / "net.yaml"
-    assert main(["fit", str(table), "--fit", FIT, "--holdout", "4", "--iterations", str(ITERATIONS), "--warmup", str(WARMUP), "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                str(table),
+                "--fit",
+                FIT,
+                "--holdout",
+                "4",
+                "--iterations",
+                str(ITERATIONS),
+                "--warmup",
+                str(WARMUP),
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr()
     assert "held-out rows: mean absolute error" in printed.out and "iteration 1:" in printed.err
     text = out.read_text()
-    assert "#   row 1: arsgd2.yaml" in text and "# held out (predicted, not fitted on):\n#   row 4: asgd4.yaml" in text
+    assert (
+        "#   row 1: arsgd2.yaml" in text
+        and "# held out (predicted, not fitted on):\n#   row 4: asgd4.yaml" in text
+    )
     fitted = yaml.safe_load(text)
     assert set(fitted) == {"network"} and fitted["network"]["latency_s"] == pytest.approx(2e-4, rel=0.01)
     for row in ROWS:  # the profile, merged into each scenario, gives the time the fit predicted
         data = scenario(*row)
-        predicted = float(next(line for line in text.splitlines() if f": {data['name']}.yaml," in line)
-                          .split("predicted ")[1].split(" s")[0])
+        predicted = float(
+            next(line for line in text.splitlines() if f": {data['name']}.yaml," in line)
+            .split("predicted ")[1]
+            .split(" s")[0]
+        )
         assert measured_s(data, fitted["network"]) == pytest.approx(predicted, rel=1e-5)
-    sets = next(line for line in text.splitlines() if "fred run S.yaml" in line).split()[4:]  # the header's --set flags
+    sets = next(line for line in text.splitlines() if "fred run S.yaml" in line).split()[
+        4:
+    ]  # the header's --set flags
     loaded = fred.load_scenario(table.parent / "arsgd4.yaml", [s for s in sets if s != "--set"])
-    assert (loaded.network.bandwidth_bps, loaded.network.latency_s) == (fitted["network"]["bandwidth_bps"], fitted["network"]["latency_s"])
+    assert (loaded.network.bandwidth_bps, loaded.network.latency_s) == (
+        fitted["network"]["bandwidth_bps"],
+        fitted["network"]["latency_s"],
+    )
 
 
 def test_a_noisy_measurement_moves_the_fit_a_little_and_shows_in_the_errors(table):
@@ -142,7 +188,9 @@ BAD_INPUT = [  # (CSV text, --fit, --holdout, what the message must say)
 
 
 @pytest.mark.parametrize("csv_text, paths, holdout, needle", BAD_INPUT)
-def test_bad_input_exits_2_with_the_fix_and_writes_nothing(tmp_path, capsys, csv_text, paths, holdout, needle):
+def test_bad_input_exits_2_with_the_fix_and_writes_nothing(
+    tmp_path, capsys, csv_text, paths, holdout, needle
+):
     csv_path = write_case(tmp_path, csv_text) if csv_text is not None else tmp_path / "none.csv"
     out = tmp_path / "out" / "fit.yaml"
     assert main(["fit", str(csv_path), "--fit", paths, "--holdout", holdout, "-o", str(out)]) == 2
@@ -151,20 +199,34 @@ def test_bad_input_exits_2_with_the_fix_and_writes_nothing(tmp_path, capsys, csv
 
 
 def test_implausible_values_are_named_with_their_physical_reading():
-    warnings = implausible({"network.latency_s": 5e-3, "network.bandwidth_bps": 3e9, "network.server.bandwidth_bps": 1e6,
-                            "network.intra_node.bandwidth_bps": 300e9, "cluster.compute.host_overhead_s": 2.0,
-                            "strategy.lr": 50.0})
-    assert [w.split(" = ")[0] for w in warnings] == ["network.latency_s", "network.server.bandwidth_bps",
-                                                     "cluster.compute.host_overhead_s"]
+    warnings = implausible(
+        {
+            "network.latency_s": 5e-3,
+            "network.bandwidth_bps": 3e9,
+            "network.server.bandwidth_bps": 1e6,
+            "network.intra_node.bandwidth_bps": 300e9,
+            "cluster.compute.host_overhead_s": 2.0,
+            "strategy.lr": 50.0,
+        }
+    )
+    assert [w.split(" = ")[0] for w in warnings] == [
+        "network.latency_s",
+        "network.server.bandwidth_bps",
+        "cluster.compute.host_overhead_s",
+    ]
     assert "wide-area link" in warnings[0] and "10 Mbit/s to 400 Gbit/s" in warnings[1]
     assert implausible({"network.bandwidth_bps": 60e9}) and not implausible({"network.efficiency": 1.0})
 
 
 def test_constants_the_rows_cannot_tell_apart_are_said_to_be():
-    together = np.array([[-0.5, -0.5], [-0.8, -0.8], [-0.2, -0.2]])  # bandwidth and efficiency act as their product
+    together = np.array(
+        [[-0.5, -0.5], [-0.8, -0.8], [-0.2, -0.2]]
+    )  # bandwidth and efficiency act as their product
     assert "only a combination" in undetermined(["network.bandwidth_bps", "network.efficiency"], together)[0]
     unused = np.array([[-0.5, 0.0], [-0.8, 0.0]])
-    assert undetermined(["network.bandwidth_bps", "network.latency_s"], unused)[0].startswith("network.latency_s: ")
+    assert undetermined(["network.bandwidth_bps", "network.latency_s"], unused)[0].startswith(
+        "network.latency_s: "
+    )
     assert undetermined(["a", "b"], np.array([[-0.5, 0.1], [-0.1, 0.9]])) == []
 
 
@@ -187,7 +249,10 @@ def test_least_squares_finds_a_power_law_and_steps_back_from_refused_values():
 
 def ring_iteration_s(workers: int, param_bytes: int, sync_every: int = 1) -> float:
     """A step, and the ring all-reduce's closed form on idle links shared by ``sync_every`` steps."""
-    ring_s = 2 * (workers - 1) * TRUE["latency_s"] + 2 * (workers - 1) / workers * param_bytes / TRUE["bandwidth_bps"]
+    ring_s = (
+        2 * (workers - 1) * TRUE["latency_s"]
+        + 2 * (workers - 1) / workers * param_bytes / TRUE["bandwidth_bps"]
+    )
     return TINY_STEP_S + ring_s / sync_every
 
 
@@ -196,7 +261,9 @@ TINY_STEP_S = 0.01
 
 def predicted_s(tmp_path: Path, strategy: dict) -> tuple[float, Predictor]:
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(tiny(strategy=strategy, network=TRUE, workload={"param_bytes": 1_000_000})))
+    path.write_text(
+        yaml.safe_dump(tiny(strategy=strategy, network=TRUE, workload={"param_bytes": 1_000_000}))
+    )
     row = Row(1, "s.yaml", path, 1.0)
     predictor = Predictor([row], ["network.latency_s"], ITERATIONS, WARMUP)
     return predictor.seconds(row, (TRUE["latency_s"],)), predictor
@@ -208,7 +275,8 @@ def test_an_ar_sgd_iteration_is_a_round_whose_time_is_the_ring_closed_form(tmp_p
     assert predictor.updates_per_step == {1: 1.0}  # an update is a round: one step of each worker
 
 
-@pytest.mark.slow  # Local SGD has no timing-only mode: its runs compute gradients (a few seconds of compiling)
+# Local SGD has no timing-only mode: its runs compute gradients (a few seconds of compiling)
+@pytest.mark.slow
 def test_a_local_sgd_iteration_is_a_local_step_sharing_its_rounds_averaging(tmp_path):
     seconds, predictor = predicted_s(tmp_path, {"name": "local_sgd", "sync_every": 4})
     assert seconds == pytest.approx(ring_iteration_s(4, 1_000_000, sync_every=4), rel=1e-12)
@@ -234,15 +302,25 @@ def test_a_scenario_includes_the_profile_and_its_own_values_win(tmp_path):
     (tmp_path / "fit.yaml").write_text("# fitted\nnetwork:\n  bandwidth_bps: 3.0e+9\n  latency_s: 0.0002\n")
     (tmp_path / "more.yaml").write_text("network: {latency_s: 0.0003}\n")
     data = scenario("arsgd", 4, 1_000_000)
-    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**data, "include": ["fit.yaml", "more.yaml"],
-                                                     "network": {"sync_s": 1e-5}}))
+    (tmp_path / "s.yaml").write_text(
+        yaml.safe_dump({**data, "include": ["fit.yaml", "more.yaml"], "network": {"sync_s": 1e-5}})
+    )
     loaded = load_scenario(tmp_path / "s.yaml")
-    assert (loaded.network.bandwidth_bps, loaded.network.latency_s, loaded.network.sync_s) == (3e9, 3e-4, 1e-5)
-    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**data, "include": "fit.yaml", "network": {"bandwidth_bps": 1e9}}))
+    assert (loaded.network.bandwidth_bps, loaded.network.latency_s, loaded.network.sync_s) == (
+        3e9,
+        3e-4,
+        1e-5,
+    )
+    (tmp_path / "s.yaml").write_text(
+        yaml.safe_dump({**data, "include": "fit.yaml", "network": {"bandwidth_bps": 1e9}})
+    )
     assert load_scenario(tmp_path / "s.yaml").network.bandwidth_bps == 1e9  # the scenario's own value wins
     (tmp_path / "nested.yaml").write_text("include: fit.yaml\n")
-    for include, words in [("nested.yaml", "includes files itself"), ("missing.yaml", "missing.yaml"),
-                           (7, "give a file, or a list")]:
+    for include, words in [
+        ("nested.yaml", "includes files itself"),
+        ("missing.yaml", "missing.yaml"),
+        (7, "give a file, or a list"),
+    ]:
         (tmp_path / "s.yaml").write_text(yaml.safe_dump({**data, "include": include}))
         with pytest.raises(ScenarioError, match=words):
             load_scenario(tmp_path / "s.yaml")
@@ -274,9 +352,15 @@ def test_the_fit_pages_walkthrough_runs_as_printed_and_prints_what_the_page_show
     import shlex
 
     blocks = _page_blocks()
-    [csv_text] = [text for lang, text in blocks if lang == "text" and text.startswith("scenario,measured_s\n")]
+    [csv_text] = [
+        text for lang, text in blocks if lang == "text" and text.startswith("scenario,measured_s\n")
+    ]
     assert csv_text == (example / "measured.csv").read_text()
-    at = next(i for i, (lang, text) in enumerate(blocks) if lang == "bash" and text.startswith("fred fit measured.csv"))
+    at = next(
+        i
+        for i, (lang, text) in enumerate(blocks)
+        if lang == "bash" and text.startswith("fred fit measured.csv")
+    )
     command, (_, printed) = shlex.split(blocks[at][1]), blocks[at + 1]
     assert main(command[1:]) == 0
     assert capsys.readouterr().out == printed
@@ -287,15 +371,21 @@ def test_the_fit_pages_walkthrough_runs_as_printed_and_prints_what_the_page_show
 
 
 @pytest.mark.slow  # regenerating the measurements is a fit's worth of runs again, and so is the Python block
-def test_the_fit_examples_measurements_are_what_its_script_makes_and_the_python_block_gives_the_profile(example):
+def test_the_fit_examples_measurements_are_what_its_script_makes_and_the_python_block_gives_the_profile(
+    example,
+):
     import runpy
 
     shipped = (example / "measured.csv").read_text()
     runpy.run_path(str(example / "make_measured.py"), run_name="__main__")
     assert (example / "measured.csv").read_text() == shipped
-    [python] = [text for lang, text in _page_blocks() if lang == "python" and "from fred.tools.fit import fit" in text]
+    [python] = [
+        text for lang, text in _page_blocks() if lang == "python" and "from fred.tools.fit import fit" in text
+    ]
     namespace: dict = {}
-    exec(python.split("result.values")[0], namespace)  # the lines after it are the page's answers, as comments
+    exec(
+        python.split("result.values")[0], namespace
+    )  # the lines after it are the page's answers, as comments
     result = namespace["result"]
     said = python.split("result.values")[1].split("# ")[1].splitlines()[0]
     assert repr(result.values) == said

@@ -25,8 +25,17 @@ FAIR = dict(NET, sharing="fair")
 def sim_of(p: int, devices_per_node: int = 1, faults: FaultsConfig | None = None, **network) -> Simulation:
     cfg = NetworkConfig(**network)
     crew = [Worker(i, lambda: np.arange(1)) for i in range(p)]
-    return Simulation(simpy.Environment(), crew, Network(cfg, 1, devices_per_node), None, None, None, 0, 0,  # type: ignore[arg-type]
-                      faults=faults)
+    return Simulation(
+        simpy.Environment(),
+        crew,
+        Network(cfg, 1, devices_per_node),
+        None,
+        None,
+        None,
+        0,
+        0,  # type: ignore[arg-type]
+        faults=faults,
+    )
 
 
 def sends(sim: Simulation, transfers: list[tuple[str, str, float, float]]) -> list[float]:
@@ -66,13 +75,17 @@ def test_idle_links_give_the_closed_form_whichever_the_sharing(sharing, algorith
     net = dict(NET, allreduce=algorithm, sharing=sharing)
     finished = run_allreduce(sim_of(p, **net), 102e6)
     assert finished == [finished[0]] * p
-    assert finished[0] == pytest.approx(allreduce_time_s(algorithm, p, 102e6, NetworkConfig(**net)), rel=1e-9, abs=0)
+    assert finished[0] == pytest.approx(
+        allreduce_time_s(algorithm, p, 102e6, NetworkConfig(**net)), rel=1e-9, abs=0
+    )
 
 
 @pytest.mark.parametrize("across", list(ALGORITHMS))
 @pytest.mark.parametrize("p, per_node", [(2, 2), (8, 4), (16, 4), (64, 8)])
 def test_hierarchical_on_fair_links_gives_its_closed_form(across, p, per_node):
-    cfg = dict(FAIR, allreduce=across, hierarchical=True, intra_node={"latency_s": 3e-6, "bandwidth_bps": 5e10})
+    cfg = dict(
+        FAIR, allreduce=across, hierarchical=True, intra_node={"latency_s": 3e-6, "bandwidth_bps": 5e10}
+    )
     finished = run_allreduce(sim_of(p, per_node, **cfg), 102e6)
     expected = hierarchical_time_s(across, p // per_node, per_node, 102e6, NetworkConfig(**cfg))
     assert max(finished) == pytest.approx(expected, rel=1e-9, abs=0)
@@ -130,15 +143,21 @@ def test_first_come_first_served_serves_the_first_collective_first():
 def test_an_incast_into_a_server_shares_its_downlink():
     n, bw = 1e6, NET["bandwidth_bps"]
     fair = sends(sim_of(4, **FAIR), [(f"worker{i}", "worker3", n, 0.0) for i in range(3)])
-    fcfs = sends(sim_of(4, **dict(NET, sharing="fcfs")), [(f"worker{i}", "worker3", n, 0.0) for i in range(3)])
+    fcfs = sends(
+        sim_of(4, **dict(NET, sharing="fcfs")), [(f"worker{i}", "worker3", n, 0.0) for i in range(3)]
+    )
     assert fair == pytest.approx([3 * n / bw + NET["latency_s"]] * 3, rel=1e-12)  # all three at a third each
-    assert fcfs == pytest.approx([(k + 1) * n / bw + NET["latency_s"] for k in range(3)], rel=1e-12)  # one after another
+    assert fcfs == pytest.approx(
+        [(k + 1) * n / bw + NET["latency_s"] for k in range(3)], rel=1e-12
+    )  # one after another
 
 
 def test_a_flow_that_joins_later_takes_half_and_the_first_speeds_up_when_it_ends():
     n, bw, lat = 1e6, NET["bandwidth_bps"], NET["latency_s"]
     d = n / bw
-    first, second = sends(sim_of(3, **FAIR), [("worker0", "worker2", n, 0.0), ("worker1", "worker2", n, d / 2)])
+    first, second = sends(
+        sim_of(3, **FAIR), [("worker0", "worker2", n, 0.0), ("worker1", "worker2", n, d / 2)]
+    )
     # alone for d/2 (half sent), then both at bw/2: the first's other half takes d, the second's
     # first half too; the second then sends its last half alone in d/2
     assert first == pytest.approx(1.5 * d + lat, rel=1e-12)
@@ -148,11 +167,15 @@ def test_a_flow_that_joins_later_takes_half_and_the_first_speeds_up_when_it_ends
 def test_a_degraded_link_slows_a_flow_already_on_it():
     n, bw, lat = 1e6, NET["bandwidth_bps"], NET["latency_s"]
     d = n / bw
-    faults = FaultsConfig(link_degrade=[{"entity": "worker0", "at_s": d / 2, "duration_s": 10.0, "bandwidth_factor": 0.25}])
+    faults = FaultsConfig(
+        link_degrade=[{"entity": "worker0", "at_s": d / 2, "duration_s": 10.0, "bandwidth_factor": 0.25}]
+    )
     sim = sim_of(2, faults=faults, **FAIR)
     sim.faults.start()
     (arrived,) = sends(sim, [("worker0", "worker1", n, 0.0)])
-    assert arrived == pytest.approx(d / 2 + (n / 2) / (0.25 * bw) + lat, rel=1e-12)  # the second half at a quarter
+    assert arrived == pytest.approx(
+        d / 2 + (n / 2) / (0.25 * bw) + lat, rel=1e-12
+    )  # the second half at a quarter
 
 
 def test_an_oversubscribed_switch_shares_its_core_among_flows_between_nodes():
@@ -183,7 +206,9 @@ def test_a_ring_is_two_flows_whatever_its_size(p):
 
 def test_a_ring_moves_at_its_slowest_links_pace():
     n, p = 1e8, 8
-    faults = FaultsConfig(link_degrade=[{"entity": "worker3", "at_s": 0.0, "duration_s": 100.0, "bandwidth_factor": 0.5}])
+    faults = FaultsConfig(
+        link_degrade=[{"entity": "worker3", "at_s": 0.0, "duration_s": 100.0, "bandwidth_factor": 0.5}]
+    )
     sim = sim_of(p, faults=faults, **FAIR)
     sim.faults.start()
     finished = run_allreduce(sim, n)
@@ -191,12 +216,15 @@ def test_a_ring_moves_at_its_slowest_links_pace():
     assert max(finished) == pytest.approx(allreduce_time_s("ring", p, n, slow), rel=1e-9)
 
 
-@pytest.mark.parametrize("network, words", [
-    ({"oversubscription": 2.0, "sharing": "fcfs"}, "needs sharing: fair"),
-    ({"oversubscription": 0.5, "sharing": "fair"}, "oversubscription"),
-    ({"oversubscription": 0, "sharing": "fair"}, "oversubscription"),
-    ({"sharing": "tcp"}, "fair"),
-])
+@pytest.mark.parametrize(
+    "network, words",
+    [
+        ({"oversubscription": 2.0, "sharing": "fcfs"}, "needs sharing: fair"),
+        ({"oversubscription": 0.5, "sharing": "fair"}, "oversubscription"),
+        ({"oversubscription": 0, "sharing": "fair"}, "oversubscription"),
+        ({"sharing": "tcp"}, "fair"),
+    ],
+)
 def test_bad_sharing_is_refused_with_the_fix(network, words):
     with pytest.raises(ScenarioError, match=words):
         fred.validate(tiny(network=network))
@@ -204,8 +232,13 @@ def test_bad_sharing_is_refused_with_the_fix(network, words):
 
 @pytest.mark.parametrize("strategy", ["ssgd", "asgd", "sgp", "pipe_sgd", "grouped_hybrid"])
 def test_strategies_on_fair_links_are_deterministic_and_complete(strategy):
-    scenario = tiny(strategy={"name": strategy}, cluster={"workers": 4}, stop={"max_updates": 6},
-                    network={"sharing": "fair"}, faults={"message_loss": {"probability": 0.2, "retransmit_timeout_s": 0.01}})
+    scenario = tiny(
+        strategy={"name": strategy},
+        cluster={"workers": 4},
+        stop={"max_updates": 6},
+        network={"sharing": "fair"},
+        faults={"message_loss": {"probability": 0.2, "retransmit_timeout_s": 0.01}},
+    )
     first, second = fred.run(fred.validate(scenario)), fred.run(fred.validate(scenario))
     assert first.summary["status"] == "completed"
     assert first.summary["params_sha256"] == second.summary["params_sha256"]

@@ -21,8 +21,12 @@ C = 1.25e9  # the hub's capacity, bytes per second
 LATENCY_S = 25e-6
 
 
-def run(capacities: list[float], flows: list[tuple[float, tuple[int, ...], float]], star_from: int,
-        changes: tuple[tuple[float, int, float], ...] = ()) -> list[tuple[str, int, float]]:
+def run(
+    capacities: list[float],
+    flows: list[tuple[float, tuple[int, ...], float]],
+    star_from: int,
+    changes: tuple[tuple[float, int, float], ...] = (),
+) -> list[tuple[str, int, float]]:
     """Flows ``(start_s, channel indices, nbytes)`` on channels of ``capacities``, with capacity
     ``changes`` ``(at_s, channel index, capacity)``: each flow's last byte leaving and arrival, in order."""
     env, caps = simpy.Environment(), list(capacities)
@@ -31,8 +35,13 @@ def run(capacities: list[float], flows: list[tuple[float, tuple[int, ...], float
 
     def flow(k: int, start_s: float, path: tuple[int, ...], nbytes: float):
         yield env.timeout(start_s)
-        share.start(tuple(channels[i] for i in path), nbytes, LATENCY_S, lambda: log.append(("arrive", k, env.now)),
-                    lambda: log.append(("sent", k, env.now)))
+        share.start(
+            tuple(channels[i] for i in path),
+            nbytes,
+            LATENCY_S,
+            lambda: log.append(("arrive", k, env.now)),
+            lambda: log.append(("sent", k, env.now)),
+        )
 
     def change(at_s: float, i: int, capacity: float):
         yield env.timeout(at_s)
@@ -47,7 +56,9 @@ def run(capacities: list[float], flows: list[tuple[float, tuple[int, ...], float
     return log
 
 
-def incast(starts: list[tuple[float, float]], spoke_bps: float = 10 * C) -> tuple[list[float], list[tuple[int, ...]]]:
+def incast(
+    starts: list[tuple[float, float]], spoke_bps: float = 10 * C
+) -> tuple[list[float], list[tuple[int, ...]]]:
     """Flows ``(start_s, nbytes)`` from their own spokes into hub 0: capacities and paths."""
     return [C] + [spoke_bps] * len(starts), [(k + 1, 0) for k in range(len(starts))]
 
@@ -99,7 +110,10 @@ def stars(monkeypatch) -> list[int]:
     return count
 
 
-@pytest.mark.parametrize("sizes", [[1e6] * 40, [1e6 * (1 + k % 7) for k in range(40)], [3e5, 1e6, 1e6, 2e6, 2e6, 2e6, 9e6, 9e6, 9e6]])
+@pytest.mark.parametrize(
+    "sizes",
+    [[1e6] * 40, [1e6 * (1 + k % 7) for k in range(40)], [3e5, 1e6, 1e6, 2e6, 2e6, 2e6, 9e6, 9e6, 9e6]],
+)
 def test_an_incast_of_flows_that_start_together_is_processor_sharing(sizes, stars):
     starts = [(0.0, n) for n in sizes]
     capacities, paths = incast(starts)
@@ -112,7 +126,9 @@ def test_an_incast_of_flows_that_start_together_is_processor_sharing(sizes, star
 
 
 def test_late_joiners_take_their_share_from_then_on(stars):
-    starts = [(0.0, 4e6), (0.0, 1e6), (1e-3, 2e6), (1e-3, 2e6), (2.5e-3, 5e5)] + [(1e-3 * k, 1e6) for k in range(3, 20)]
+    starts = [(0.0, 4e6), (0.0, 1e6), (1e-3, 2e6), (1e-3, 2e6), (2.5e-3, 5e5)] + [
+        (1e-3 * k, 1e6) for k in range(3, 20)
+    ]
     capacities, paths = incast(starts)
     flows = [(s, p, n) for (s, n), p in zip(starts, paths)]
     log = run(capacities, flows, star_from=2)
@@ -150,10 +166,14 @@ def test_a_spoke_exactly_at_the_hubs_share_is_filled_first():
 
 def test_a_second_flow_on_a_spoke_or_across_two_hubs_undoes_the_star():
     capacities = [C, C, 10 * C, 10 * C, 10 * C, 10 * C]  # hubs 0 and 1, spokes 2-5
-    flows = [(0.0, (2, 0), 3e6), (0.0, (3, 0), 2e6), (0.0, (4, 0), 1e6),
-             (5e-4, (2, 1), 1e6),  # on flow 0's spoke, into another hub
-             (1e-3, (5, 0, 1), 1e6),  # across both hubs
-             (2e-3, (5, 0), 1e6)]
+    flows = [
+        (0.0, (2, 0), 3e6),
+        (0.0, (3, 0), 2e6),
+        (0.0, (4, 0), 1e6),
+        (5e-4, (2, 1), 1e6),  # on flow 0's spoke, into another hub
+        (1e-3, (5, 0, 1), 1e6),  # across both hubs
+        (2e-3, (5, 0), 1e6),
+    ]
     assert run(capacities, flows, star_from=2) == run(capacities, flows, star_from=NEVER)
 
 
@@ -183,17 +203,26 @@ def test_a_degraded_hub_slows_every_flow_in_the_star_alike():
 _capacity = st.sampled_from([0.5 * C, C, 2 * C, 10 * C, C / 3, C / 6])  # C/3: a spoke at the hub's share
 _flow = st.tuples(
     st.sampled_from([0.0, 0.0, 1e-4, 3e-4, 1e-3]) | st.floats(0.0, 2e-3),
-    st.tuples(st.sampled_from([0, 0, 0, 1, None]), st.lists(st.integers(2, 7), min_size=1, max_size=2, unique=True)),
+    st.tuples(
+        st.sampled_from([0, 0, 0, 1, None]), st.lists(st.integers(2, 7), min_size=1, max_size=2, unique=True)
+    ),
     st.sampled_from([1e5, 1e6, 1e6, 2.5e6]) | st.floats(1e3, 5e6),
 )
 _change = st.tuples(st.floats(0.0, 3e-3), st.integers(0, 7), _capacity)
 
 
 @settings(max_examples=300, deadline=None)
-@given(capacities=st.lists(_capacity, min_size=8, max_size=8), specs=st.lists(_flow, min_size=1, max_size=14),
-       changes=st.lists(_change, max_size=3), star_from=st.integers(2, 4))
+@given(
+    capacities=st.lists(_capacity, min_size=8, max_size=8),
+    specs=st.lists(_flow, min_size=1, max_size=14),
+    changes=st.lists(_change, max_size=3),
+    star_from=st.integers(2, 4),
+)
 def test_stars_give_the_bits_of_progressive_filling_on_random_networks(capacities, specs, changes, star_from):
-    flows = [(start_s, tuple(([] if hub is None else [hub]) + others), nbytes) for start_s, (hub, others), nbytes in specs]
+    flows = [
+        (start_s, tuple(([] if hub is None else [hub]) + others), nbytes)
+        for start_s, (hub, others), nbytes in specs
+    ]
     assert run(capacities, flows, star_from, tuple(changes)) == run(capacities, flows, NEVER, tuple(changes))
 
 
@@ -204,9 +233,16 @@ def _events(scenario: dict[str, Any], star_from: int, monkeypatch) -> Any:
 
 @pytest.mark.parametrize("network", [{}, {"server": {"bandwidth_bps": 1e10}}])
 def test_a_parameter_servers_run_is_the_same_bits_with_stars(network, monkeypatch, stars):
-    scenario = tiny(cluster={"workers": 24, "compute": {"step_time_s": 0.001}, "jitter": {"kind": "lognormal", "sigma": 0.1}},
-                    workload={"param_bytes": 10_000_000, "timing_only": True},
-                    network={"sharing": "fair", **network}, stop={"max_updates": 120})
+    scenario = tiny(
+        cluster={
+            "workers": 24,
+            "compute": {"step_time_s": 0.001},
+            "jitter": {"kind": "lognormal", "sigma": 0.1},
+        },
+        workload={"param_bytes": 10_000_000, "timing_only": True},
+        network={"sharing": "fair", **network},
+        stop={"max_updates": 120},
+    )
     with_stars = _events(scenario, 2, monkeypatch)
     assert stars[0] > 0
     assert with_stars.equals(_events(scenario, NEVER, monkeypatch))

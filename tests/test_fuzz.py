@@ -44,7 +44,23 @@ pytestmark = pytest.mark.slow
 
 
 # ----------------------------------------------------------------------------- mutations
-NUMBERS = [0, -1, -0.0, 1e-320, 1e-9, 1e308, -1e308, math.inf, -math.inf, math.nan, 2**63, 2**64 + 1, 10**30, 0.5, 3]
+NUMBERS = [
+    0,
+    -1,
+    -0.0,
+    1e-320,
+    1e-9,
+    1e308,
+    -1e308,
+    math.inf,
+    -math.inf,
+    math.nan,
+    2**63,
+    2**64 + 1,
+    10**30,
+    0.5,
+    3,
+]
 STRINGS = ["", " ", "é" * 40, "🚀" * 30, "\u202e\u0000\t\n", "../../etc/passwd", "null", "1e3", "x" * 5000]
 OTHERS = [None, True, False, [], {}, [1, "a", None], {"kind": "nope"}, {"name": "asgd"}]
 
@@ -70,7 +86,9 @@ def mutate_data(data: dict, rng: random.Random) -> str:
     paths = leaf_paths(data)
     path = rng.choice(paths)
     node, key = parent_of(data, path), path[-1]
-    kind = rng.choice(["delete", "type", "number", "number", "scale", "scale", "string", "unknown", "section", "list"])
+    kind = rng.choice(
+        ["delete", "type", "number", "number", "scale", "scale", "string", "unknown", "section", "list"]
+    )
     if kind == "scale":  # a legal-looking value, often valid: runs the simulator on what people try
         numbers = [p for p in paths if type(parent_of(data, p)[p[-1]]) in (int, float)]
         if not numbers:
@@ -126,10 +144,21 @@ def raw_value(rng: random.Random) -> tuple[str, str]:
     if kind == "hex":
         return "hex int", "0x" + "f" * rng.choice([100, 20_000])
     if kind == "tag":
-        return "tag", rng.choice(["!!python/object/apply:os.system [echo]", "!!binary aGVsbG8=", "!!set {a, b}",
-                                  "!!omap [{a: 1}]", "!!timestamp 2001-12-14", "!!float nan", "!nonsense 3"])
+        return "tag", rng.choice(
+            [
+                "!!python/object/apply:os.system [echo]",
+                "!!binary aGVsbG8=",
+                "!!set {a, b}",
+                "!!omap [{a: 1}]",
+                "!!timestamp 2001-12-14",
+                "!!float nan",
+                "!nonsense 3",
+            ]
+        )
     if kind == "merge":
-        return "merge", rng.choice(["{<<: {kind: mlp}, kind: cnn}", "{<<: [1, 2]}", "{<<: 3}", "{<<: [{a: 1}, {a: 2}]}"])
+        return "merge", rng.choice(
+            ["{<<: {kind: mlp}, kind: cnn}", "{<<: [1, 2]}", "{<<: 3}", "{<<: [{a: 1}, {a: 2}]}"]
+        )
     n = rng.choice([10_000, 100_000])
     return f"long {n}", "y" * n
 
@@ -141,7 +170,7 @@ def mutate_text(text: str, rng: random.Random) -> tuple[str, str]:
         return kind, text[: rng.randrange(len(text))]
     if kind == "flip":
         i = rng.randrange(len(text))
-        return kind, text[:i] + rng.choice("[]{}:&*!|>'\"#%@`-,?") + text[i + 1:]
+        return kind, text[:i] + rng.choice("[]{}:&*!|>'\"#%@`-,?") + text[i + 1 :]
     if kind == "duplicate":
         lines = text.splitlines(keepends=True)
         return kind, text + rng.choice(lines)
@@ -197,6 +226,7 @@ class Hung(Exception):
 def validate_case(path: Path) -> tuple[str, str]:
     """(outcome, detail): valid, refused, unreadable (a refusal over 25 lines or the line cut
     a line), crashed (any other exception) or hung (past CASE_S)."""
+
     def stop(*_):
         raise Hung
 
@@ -216,8 +246,10 @@ def validate_case(path: Path) -> tuple[str, str]:
         signal.signal(signal.SIGALRM, old)
 
 
-CAPPED = (f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({MEMORY}, {MEMORY})); "
-          "os.execv(sys.executable, [sys.executable, '-m', 'fred.tools.cli', *sys.argv[1:]])")
+CAPPED = (
+    f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({MEMORY}, {MEMORY})); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'fred.tools.cli', *sys.argv[1:]])"
+)
 # the cap is set in the child itself, which then becomes fred: preexec_fn is unsafe beside the threads below
 
 
@@ -225,13 +257,22 @@ def run_case(path: Path, out: Path) -> tuple[str, int | None, float, str]:
     """(case, exit status or None where it ran past RUN_S, seconds, stderr) of ``fred run``."""
     command = [sys.executable, "-c", CAPPED, "run", str(path), "--out", str(out), *SHORT]
     start = time.monotonic()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             errors="replace", start_new_session=True, cwd=path.parent)
+    child = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+        cwd=path.parent,
+    )
     try:
         _, err = child.communicate(timeout=RUN_S)
         code: int | None = child.returncode
     except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)  # the process group the child started: itself and what it spawned
+        os.killpg(
+            child.pid, signal.SIGKILL
+        )  # the process group the child started: itself and what it spawned
         _, err = child.communicate()
         code = None
     return path.name, code, time.monotonic() - start, err
@@ -258,12 +299,14 @@ def test_fuzz_the_shipped_scenarios(tmp_path, capsys):
     # fred run on a sample: half that passed validation (short runs), half that did not
     sample_rng = random.Random(SEED + 1)
     valid, refused = outcomes["valid"], outcomes["refused"] + outcomes["unreadable"]
-    sample = sample_rng.sample(valid, min(len(valid), RUNS // 2)) + sample_rng.sample(refused, min(len(refused), RUNS - RUNS // 2))
+    sample = sample_rng.sample(valid, min(len(valid), RUNS // 2)) + sample_rng.sample(
+        refused, min(len(refused), RUNS - RUNS // 2)
+    )
     with ThreadPoolExecutor(2) as pool:
         ran = list(pool.map(lambda name: run_case(tmp_path / name, tmp_path / "runs" / name), sample))
     codes = collections.Counter("hang" if code is None else code for _, code, _, _ in ran)
     tracebacks = 0
-    for name, code, seconds, err in ran:
+    for name, code, _seconds, err in ran:
         if "Traceback" in err:
             tracebacks += 1
             problems.append(f"{tmp_path / name}: fred run traceback ({cases[name]}):\n{err[-1500:]}")
@@ -274,12 +317,20 @@ def test_fuzz_the_shipped_scenarios(tmp_path, capsys):
     total_s = time.monotonic() - start
 
     with capsys.disabled():
-        print(f"\nfuzz (seed {SEED}): {CASES} cases from {len(SHIPPED)} shipped scenarios, validated in {validated_s:.0f} s: "
-              + ", ".join(f"{k} {len(outcomes[k])}" for k in ("valid", "refused", "unreadable", "crashed", "hung")))
-        print(f"fred run on {len(ran)} of them (timeout {RUN_S} s, {MEMORY >> 30} GiB): exit codes "
-              + ", ".join(f"{k}: {v}" for k, v in sorted(codes.items(), key=str))
-              + f"; tracebacks {tracebacks}, hangs {codes.get('hang', 0)}; slowest {max((s for _, _, s, _ in ran), default=0):.0f} s; "
-              f"total {total_s:.0f} s")
+        print(
+            f"\nfuzz (seed {SEED}): {CASES} cases from {len(SHIPPED)} shipped scenarios, validated in "
+            f"{validated_s:.0f} s: "
+            + ", ".join(
+                f"{k} {len(outcomes[k])}" for k in ("valid", "refused", "unreadable", "crashed", "hung")
+            )
+        )
+        print(
+            f"fred run on {len(ran)} of them (timeout {RUN_S} s, {MEMORY >> 30} GiB): exit codes "
+            + ", ".join(f"{k}: {v}" for k, v in sorted(codes.items(), key=str))
+            + f"; tracebacks {tracebacks}, hangs {codes.get('hang', 0)}; slowest "
+            f"{max((s for _, _, s, _ in ran), default=0):.0f} s; "
+            f"total {total_s:.0f} s"
+        )
         for line in problems[:30]:
             print("  " + line)
     assert not problems, f"{len(problems)} cases crashed, hung or were answered unreadably (listed above)"

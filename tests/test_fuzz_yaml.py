@@ -24,6 +24,7 @@ BASE = yaml.safe_dump(tiny(), sort_keys=False)
 @contextmanager
 def within(seconds: int):
     """Fail, rather than hang the suite, where the reader blocks (a FIFO) or expands for ever."""
+
     def stop(*_):
         raise TimeoutError(f"did not end within {seconds} s")
 
@@ -36,7 +37,9 @@ def within(seconds: int):
         signal.signal(signal.SIGALRM, old)
 
 
-def refused(tmp_path, capsys, text: str | bytes | None = None, *args: str, path=None, seconds: int = 30) -> str:
+def refused(
+    tmp_path, capsys, text: str | bytes | None = None, *args: str, path=None, seconds: int = 30
+) -> str:
     """Run ``fred run`` on ``text`` (or ``path``); it must say why in one short message and exit 2."""
     if path is None:
         path = tmp_path / "s.yaml"
@@ -53,11 +56,14 @@ def refused(tmp_path, capsys, text: str | bytes | None = None, *args: str, path=
 
 
 # ----------------------------------------------------------------------------- nesting
-@pytest.mark.parametrize("where, deep", [
-    ("a list", "model: {kind: mlp, hidden: " + "[" * 1000 + "]" * 1000 + "}\n"),
-    ("a mapping", "extra: " + "{a: " * 1000 + "1" + "}" * 1000 + "\n"),
-    ("block style", "extra:\n" + "".join(" " * i + "-\n" for i in range(1000))),
-])
+@pytest.mark.parametrize(
+    "where, deep",
+    [
+        ("a list", "model: {kind: mlp, hidden: " + "[" * 1000 + "]" * 1000 + "}\n"),
+        ("a mapping", "extra: " + "{a: " * 1000 + "1" + "}" * 1000 + "\n"),
+        ("block style", "extra:\n" + "".join(" " * i + "-\n" for i in range(1000))),
+    ],
+)
 def test_deep_nesting_is_refused_not_a_recursion_error(where, deep, tmp_path, capsys):
     base = {k: v for k, v in tiny().items() if not deep.startswith(k)}
     err = refused(tmp_path, capsys, yaml.safe_dump(base) + deep)
@@ -102,13 +108,16 @@ def test_a_few_aliases_are_fine(tmp_path):
 # ----------------------------------------------------------------------------- merge keys
 def test_merge_keys_work_as_yaml_defines_them(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text(BASE + (
-        "a: &a {step_time_s: 1, y: 1}\n"
-        "b: &b {step_time_s: 2, w: 2}\n"
-        "listed: {<<: [*a, *b], w: 3}\n"  # of a list the earlier mapping wins; a key beside << wins
-        "m: {deep: &m {<<: *b, step_time_s: 4}}\n"
-        "chained: {<<: *m}\n"  # PyYAML gave b's 2 here: the merged-in value, not m's own
-    ))
+    path.write_text(
+        BASE
+        + (
+            "a: &a {step_time_s: 1, y: 1}\n"
+            "b: &b {step_time_s: 2, w: 2}\n"
+            "listed: {<<: [*a, *b], w: 3}\n"  # of a list the earlier mapping wins; a key beside << wins
+            "m: {deep: &m {<<: *b, step_time_s: 4}}\n"
+            "chained: {<<: *m}\n"  # PyYAML gave b's 2 here: the merged-in value, not m's own
+        )
+    )
     data = read_yaml(path)
     assert data["listed"] == {"step_time_s": 1, "y": 1, "w": 3}
     assert data["chained"] == {"step_time_s": 4, "w": 2}
@@ -119,7 +128,9 @@ def test_a_scenario_with_a_merge_key_runs_validation(tmp_path):
     text = BASE.replace("compute:\n    step_time_s: 0.01", "compute: &compute\n    step_time_s: 0.01")
     text = text.replace("stop:\n", "stop:\n  <<: {max_sim_time_s: 5.0}\n")
     path.write_text(text)
-    scenario = validate(read_yaml(path))  # "could not determine a constructor for the tag 'tag:yaml.org,2002:merge'"
+    scenario = validate(
+        read_yaml(path)
+    )  # "could not determine a constructor for the tag 'tag:yaml.org,2002:merge'"
     assert scenario.stop.max_sim_time_s == 5.0 and scenario.stop.max_updates == 12
 
 
@@ -141,7 +152,9 @@ def test_a_very_long_name_is_refused_in_validation_before_the_run(tmp_path, caps
     path = tmp_path / "s.yaml"
     path.write_text(BASE.replace("name: tiny", "name: " + "x" * 300))
     with within(30):
-        code = main(["run", str(path), "--quiet"])  # the default runs/<name>-<hash>: refused only after the run
+        code = main(
+            ["run", str(path), "--quiet"]
+        )  # the default runs/<name>-<hash>: refused only after the run
     err = capsys.readouterr().err
     assert code == 2 and "name: got 'xxx" in err and "at most 100 bytes" in err
     assert not (tmp_path / "runs").exists()
@@ -197,7 +210,12 @@ def test_a_fifo_is_refused_without_blocking(what, tmp_path, capsys):
     if what == "scenario":
         err = refused(tmp_path, capsys, path=fifo, seconds=10)  # blocked for ever, waiting for a writer
     else:
-        err = refused(tmp_path, capsys, yaml.safe_dump(tiny(cluster={"compute": {"step_time_s": None, "profile": "pipe.yaml"}})), seconds=10)
+        err = refused(
+            tmp_path,
+            capsys,
+            yaml.safe_dump(tiny(cluster={"compute": {"step_time_s": None, "profile": "pipe.yaml"}})),
+            seconds=10,
+        )
         assert "cluster.compute.profile" in err
     assert "pipe.yaml is a FIFO (named pipe), not a regular file" in err
 
@@ -213,7 +231,9 @@ def test_a_name_too_long_to_open_is_refused_with_the_name_cut_short(what, tmp_pa
 
 
 def test_a_device_is_refused(tmp_path, capsys):
-    assert "/dev/zero is a device, not a regular file" in refused(tmp_path, capsys, path="/dev/zero", seconds=10)
+    assert "/dev/zero is a device, not a regular file" in refused(
+        tmp_path, capsys, path="/dev/zero", seconds=10
+    )
 
 
 def test_a_file_over_the_size_bound_is_refused_unread(tmp_path, capsys):
@@ -234,8 +254,12 @@ def test_a_runs_own_scenario_over_the_size_bound_still_loads_replays_and_resumes
 
     monkeypatch.setattr(yaml_reading, "MAX_FILE_BYTES", 4096)
     changes = [{"worker": i % 4, "at_s": 1000.5 + i, "speed": 1.0} for i in range(80)]  # after the run's end
-    (tmp_path / "speeds.yaml").write_text(yaml.safe_dump({"cluster": {"speed_changes": changes}}, default_flow_style=True))
-    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**tiny(stop={"max_updates": 6}), "include": ["speeds.yaml"]}))
+    (tmp_path / "speeds.yaml").write_text(
+        yaml.safe_dump({"cluster": {"speed_changes": changes}}, default_flow_style=True)
+    )
+    (tmp_path / "s.yaml").write_text(
+        yaml.safe_dump({**tiny(stop={"max_updates": 6}), "include": ["speeds.yaml"]})
+    )
     made = fred.run(tmp_path / "s.yaml", out=tmp_path / "run")
     own = tmp_path / "run" / "scenario.yaml"
     sizes = [(tmp_path / name).stat().st_size for name in ("s.yaml", "speeds.yaml", "run/scenario.yaml")]
@@ -248,18 +272,21 @@ def test_a_runs_own_scenario_over_the_size_bound_still_loads_replays_and_resumes
     assert load_run(tmp_path / "again").summary["params_sha256"] == made.summary["params_sha256"]
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["run", "S", "--out", ""], "--out is ''"),
-    (["run", ""], "the scenario file is ''"),
-    (["run", "--resume", ""], "--resume is ''"),
-    (["compare", "S", "--runs", ""], "--runs is ''"),
-    (["compare", "S", "--out", " "], "--out is ''"),
-    (["sweep", "S", "--out", ""], "--out is ''"),
-    (["calibrate", "-o", ""], "-o/--output is ''"),
-    (["trace", "R", "-o", ""], "-o/--output is ''"),
-    (["replay", "R", "--timings", ""], "--timings is ''"),
-    (["plot", "R", "--out", ""], "--out is ''"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["run", "S", "--out", ""], "--out is ''"),
+        (["run", ""], "the scenario file is ''"),
+        (["run", "--resume", ""], "--resume is ''"),
+        (["compare", "S", "--runs", ""], "--runs is ''"),
+        (["compare", "S", "--out", " "], "--out is ''"),
+        (["sweep", "S", "--out", ""], "--out is ''"),
+        (["calibrate", "-o", ""], "-o/--output is ''"),
+        (["trace", "R", "-o", ""], "-o/--output is ''"),
+        (["replay", "R", "--timings", ""], "--timings is ''"),
+        (["plot", "R", "--out", ""], "--out is ''"),
+    ],
+)
 def test_an_empty_path_is_refused(argv, says, tmp_path, capsys, monkeypatch):
     # --out '' ran into runs/ (run, plot) or into the working directory (compare, sweep, trace)
     monkeypatch.chdir(tmp_path)

@@ -28,7 +28,16 @@ from tests.conftest import missing_data, shipped_scenarios
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = shipped_scenarios()
 GOLDEN = Path(__file__).parent / "golden"
-EXACT_KEYS = ["status", "stop_reason", "strategy", "workers", "updates", "gradients", "sim_time_s", "bytes_sent"]
+EXACT_KEYS = [
+    "status",
+    "stop_reason",
+    "strategy",
+    "workers",
+    "updates",
+    "gradients",
+    "sim_time_s",
+    "bytes_sent",
+]
 
 
 def golden_name(path: Path) -> str:
@@ -38,7 +47,11 @@ def golden_name(path: Path) -> str:
 def events_sha256(result: fred.RunResult) -> str:
     digest = hashlib.sha256()
     for column in result.events.columns:
-        digest.update(result.events[column].to_numpy(dtype=str if column in ("entity", "kind", "peer") else float).tobytes())
+        digest.update(
+            result.events[column]
+            .to_numpy(dtype=str if column in ("entity", "kind", "peer") else float)
+            .tobytes()
+        )
     return digest.hexdigest()
 
 
@@ -63,7 +76,8 @@ def record(result: fred.RunResult, old: dict | None) -> dict:
     same_trace = old is not None and all(old.get(key) == now[key] for key in TRACE_KEYS)
     params = dict(old["params_sha256"]) if same_trace else {}
     if params.get(platform_key(), summary["params_sha256"]) != summary["params_sha256"]:
-        params = {}  # this platform's bits changed, so did the numerics: the other platforms' hashes are stale
+        # this platform's bits changed, so did the numerics: the other platforms' hashes are stale
+        params = {}
     params[platform_key()] = summary["params_sha256"]
     return {**now, "params_sha256": dict(sorted(params.items()))}
 
@@ -112,7 +126,9 @@ def test_shipped_scenario_matches_its_golden_summary(path, tmp_path):
     matches_its_golden_summary(path, {}, GOLDEN / golden_name(path), tmp_path)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=(pytest.mark.slow,) if n in SHORT_SLOW else ()) for n in sorted(SHORT)])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=(pytest.mark.slow,) if n in SHORT_SLOW else ()) for n in sorted(SHORT)]
+)
 def test_shipped_scenario_cut_short_matches_its_golden_summary(name, tmp_path):
     path = ROOT / "scenarios" / f"{name}.yaml"
     matches_its_golden_summary(path, SHORT[name], GOLDEN / "short" / golden_name(path), tmp_path)

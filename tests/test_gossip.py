@@ -77,7 +77,9 @@ def test_one_osgp_never_waits_for_the_message_it_just_caused():
 @pytest.mark.parametrize("peers", [1, 2])
 def test_each_iteration_sends_to_the_directed_exponential_peers(peers):
     n = 8
-    result = fred.run(tiny(cluster={"workers": n}, strategy={"name": "sgp", "peers": peers}, stop={"max_updates": 10 * n}))
+    result = fred.run(
+        tiny(cluster={"workers": n}, strategy={"name": "sgp", "peers": peers}, stop={"max_updates": 10 * n})
+    )
     sends = result.events[result.events["kind"] == "send"]
     for i in range(n):
         mine = sends[sends["entity"] == f"worker{i}"]["peer"].tolist()
@@ -108,7 +110,13 @@ def test_explicit_matrices_must_be_column_stochastic():
 def test_a_time_varying_list_of_matrices_is_used_in_turn():
     swap = [[0.5, 0.5], [0.5, 0.5]]
     keep = [[1.0, 0.0], [0.0, 1.0]]
-    result = fred.run(tiny(cluster={"workers": 2}, strategy={"name": "sgp", "topology": [swap, keep]}, stop={"max_updates": 8}))
+    result = fred.run(
+        tiny(
+            cluster={"workers": 2},
+            strategy={"name": "sgp", "topology": [swap, keep]},
+            stop={"max_updates": 8},
+        )
+    )
     sends = result.events[result.events["kind"] == "send"]
     assert len(sends) == 2 * 2  # iterations 0 and 2 exchange, 1 and 3 do not
 
@@ -131,15 +139,24 @@ def test_the_bipartite_exponential_graph_is_the_sgp_authors_and_pairs_every_node
         book = bipartite_phone_book(n)
         for k in range(3 * n):
             peer = [book[i][k % len(book[i])] for i in range(n)]
-            assert all(peer[peer[i]] == i and peer[i] % 2 != i % 2 for i in range(n))  # a perfect matching, odd-even
+            assert all(
+                peer[peer[i]] == i and peer[i] % 2 != i % 2 for i in range(n)
+            )  # a perfect matching, odd-even
 
 
 def dpsgd_period_s(**strategy) -> float:
     """Seconds between worker 0's gradient steps: 1 MB messages on a 1e8 bytes/s, 1 ms link."""
-    result = fred.run(tiny(strategy={"name": "dpsgd", "topology": "bipartite_exponential", **strategy},
-                           network={"bandwidth_bps": 1e8, "latency_s": 1e-3}, workload={"param_bytes": 1_000_000},
-                           stop={"max_updates": 24}))
-    starts = result.events[(result.events["entity"] == "worker0") & (result.events["kind"] == "compute")]["start_s"]
+    result = fred.run(
+        tiny(
+            strategy={"name": "dpsgd", "topology": "bipartite_exponential", **strategy},
+            network={"bandwidth_bps": 1e8, "latency_s": 1e-3},
+            workload={"param_bytes": 1_000_000},
+            stop={"max_updates": 24},
+        )
+    )
+    starts = result.events[(result.events["entity"] == "worker0") & (result.events["kind"] == "compute")][
+        "start_s"
+    ]
     return float(np.diff(starts.to_numpy())[-1])
 
 
@@ -163,21 +180,29 @@ def test_bipartite_pairwise_averaging_keeps_the_sum_and_reaches_consensus():
 
     spread0 = spread()
     sim.env.run(until=40.5 * 0.01)
-    assert all(node.iteration >= 8 and node.w == 1.0 for node in state.nodes)  # doubly stochastic: weights stay 1
+    assert all(
+        node.iteration >= 8 and node.w == 1.0 for node in state.nodes
+    )  # doubly stochastic: weights stay 1
     for name, value in total(state).items():
         np.testing.assert_allclose(value, start[name], rtol=1e-5, atol=1e-5)
-    assert spread0 > 0.1 and spread() <= 1e-6 * spread0  # the pairings of the exponential graph mix 8 nodes fully
+    assert (
+        spread0 > 0.1 and spread() <= 1e-6 * spread0
+    )  # the pairings of the exponential graph mix 8 nodes fully
 
 
 def test_bipartite_dpsgd_refuses_an_odd_node_count():
     from fred.scenario.loading import ScenarioError
 
     with pytest.raises(ScenarioError, match="even cluster.workers"):
-        validate(tiny(cluster={"workers": 5}, strategy={"name": "dpsgd", "topology": "bipartite_exponential"}))
+        validate(
+            tiny(cluster={"workers": 5}, strategy={"name": "dpsgd", "topology": "bipartite_exponential"})
+        )
 
 
 def test_adpsgd_averages_pairs_and_learns():
-    result = fred.run(tiny(strategy={"name": "adpsgd"}, stop={"max_updates": 600}, eval={"every_updates": 200}))
+    result = fred.run(
+        tiny(strategy={"name": "adpsgd"}, stop={"max_updates": 600}, eval={"every_updates": 200})
+    )
     assert result.metrics["eval_loss"].iloc[-1] < result.metrics["eval_loss"].iloc[0] / 2
     sends = result.events[result.events["kind"] == "send"]
     assert len(sends) % 2 == 0 and len(sends) > 0  # one copy each way per exchange
@@ -205,8 +230,14 @@ def test_a_node_without_a_self_weight_keeps_nothing_of_its_own():
 def test_a_node_without_a_self_weight_whose_in_neighbours_crashed_fails_the_run_saying_why():
     # It received no share at all (w = 0) and the run ended in an IndexError traceback.
     swap = [[0.0, 1.0], [1.0, 0.0]]
-    result = fred.run(tiny(cluster={"workers": 2}, strategy={"name": "sgp", "topology": [swap]}, stop={"max_updates": 50},
-                           faults={"worker_crash": [{"worker": 1, "at_s": 0.05}], "sync_timeout_s": 0.01}))
+    result = fred.run(
+        tiny(
+            cluster={"workers": 2},
+            strategy={"name": "sgp", "topology": [swap]},
+            stop={"max_updates": 50},
+            faults={"worker_crash": [{"worker": 1, "at_s": 0.05}], "sync_timeout_s": 0.01},
+        )
+    )
     assert result.summary["status"] == "failed"
     assert "push-sum node 0 received no share" in result.summary["failure"]
     assert "give the node a self weight (p_ii > 0)" in result.summary["failure"]
@@ -218,7 +249,9 @@ def test_explicit_matrices_must_give_every_node_a_share():
         validate(tiny(cluster={"workers": 2}, strategy={"name": "sgp", "topology": [nobody_to_1]}))
 
 
-@pytest.mark.parametrize(("n", "hops"), [(2, [1]), (3, [1, 2]), (5, [1, 2, 4]), (6, [1, 2, 4]), (8, [1, 2, 4]), (12, [1, 2, 4, 8])])
+@pytest.mark.parametrize(
+    ("n", "hops"), [(2, [1]), (3, [1, 2]), (5, [1, 2, 4]), (6, [1, 2, 4]), (8, [1, 2, 4]), (12, [1, 2, 4, 8])]
+)
 def test_the_directed_exponential_graph_cycles_through_every_hop_up_to_n_minus_1(n, hops):
     # The paper (seed 004): node i sends to i + 2^0, i + 2^1, ..., i + 2^log2(n-1) mod n, in turn.
     # floor(log2 n) hops dropped the longest one whenever n is not a power of two

@@ -24,9 +24,13 @@ def starts(result: fred.RunResult) -> dict[str, list[float]]:
 
 
 def straggling(barrier: bool) -> fred.RunResult:
-    return fred.run(tiny(strategy={"name": "hpsgd", "barrier": barrier},
-                         cluster={"workers": 4, "stragglers": [{"worker": 1, "slow_factor": 2}]},
-                         stop={"max_updates": 10}))
+    return fred.run(
+        tiny(
+            strategy={"name": "hpsgd", "barrier": barrier},
+            cluster={"workers": 4, "stragglers": [{"worker": 1, "slow_factor": 2}]},
+            stop={"max_updates": 10},
+        )
+    )
 
 
 def test_with_the_barrier_every_worker_starts_each_step_together():
@@ -39,7 +43,10 @@ def test_with_the_barrier_every_worker_starts_each_step_together():
 
 def test_without_the_barrier_a_fast_worker_does_not_wait_for_a_slow_one():
     begun = starts(straggling(barrier=False))
-    assert len(begun["worker0"]) == 2 * len(begun["worker1"]) or len(begun["worker0"]) > len(begun["worker1"]) + 2
+    assert (
+        len(begun["worker0"]) == 2 * len(begun["worker1"])
+        or len(begun["worker0"]) > len(begun["worker1"]) + 2
+    )
     assert straggling(barrier=False).scenario.strategy.barrier is False  # the default is today's
 
 
@@ -55,8 +62,14 @@ def test_the_barrier_never_waits_for_the_synchronisation():
 
 def slow_links(**strategy) -> fred.RunResult:
     # One all-reduce (30 MB at 1.25 GB/s: 36 ms) spans several 10 ms steps.
-    return fred.run(tiny(strategy={"name": "hpsgd", **strategy}, cluster={"workers": 4},
-                         workload={"param_bytes": 30_000_000}, stop={"max_sim_time_s": 0.5}))
+    return fred.run(
+        tiny(
+            strategy={"name": "hpsgd", **strategy},
+            cluster={"workers": 4},
+            workload={"param_bytes": 30_000_000},
+            stop={"max_sim_time_s": 0.5},
+        )
+    )
 
 
 def test_gloos_barrier_waits_for_the_sync_and_syncs_every_other_step():
@@ -85,10 +98,14 @@ def test_the_paper_scenarios_carry_the_derived_constants():
         s = load_scenario(path)
         n = s.cluster.workers
         assert (s.cluster.workers_per_device, s.cluster.devices_per_node) == (n // 4, 4), path
-        assert s.workload.param_bytes == param_bytes and s.workload.flops_per_example == pytest.approx(flops, rel=1e-9)
+        assert s.workload.param_bytes == param_bytes and s.workload.flops_per_example == pytest.approx(
+            flops, rel=1e-9
+        )
         assert s.cluster.compute.device_flops == pytest.approx(validation.v100_flops(), rel=1e-9)
         assert s.network.intra_node.bandwidth_bps == pytest.approx(validation.host_loopback_bps())
-        assert s.network.intra_node.latency_s == pytest.approx(validation.TENSORS * validation.LOOPBACK_MESSAGE_S)
+        assert s.network.intra_node.latency_s == pytest.approx(
+            validation.TENSORS * validation.LOOPBACK_MESSAGE_S
+        )
         assert s.data.batch_size == validation.BATCH and s.workload.timing_only
 
 
@@ -104,16 +121,24 @@ def test_the_module_loads_by_path_as_docs_make_validation_loads_it():
 def test_the_quick_section_is_structured_and_computed(monkeypatch):
     text = validation.section(quick=True)
     assert text.startswith("## ")
-    rows = [line for line in text.splitlines() if re.match(r"\| (4|8|16) \| (Local SGD|SSGD) \| .*`fred run ", line)]
+    rows = [
+        line
+        for line in text.splitlines()
+        if re.match(r"\| (4|8|16) \| (Local SGD|SSGD) \| .*`fred run ", line)
+    ]
     assert len(rows) == 6
     for line in rows:
         assert re.search(r"\| [+-]\d+ % \|", line), line
-    assert re.search(r"[-+]\d+\.\d %", text)  # signed errors with a decimal, as the validation page's test reads them
+    assert re.search(
+        r"[-+]\d+\.\d %", text
+    )  # signed errors with a decimal, as the validation page's test reads them
     # The numbers come from the runs: make the GPU twice as fast and every prediction moves.
     real = validation.run
 
     def faster(method, n, quick, **overrides):
-        return real(method, n, quick, cluster={"compute": {"device_flops": 2 * validation.v100_flops()}}, **overrides)
+        return real(
+            method, n, quick, cluster={"compute": {"device_flops": 2 * validation.v100_flops()}}, **overrides
+        )
 
     monkeypatch.setattr(validation, "run", faster)
     moved = [line for line in validation.section(quick=True).splitlines() if line in rows]
@@ -131,7 +156,9 @@ def test_gloos_barrier_stops_the_gain_over_ssgd_at_twice_when_an_all_reduce_outl
 
 def test_hpsgd_keeps_the_gpus_busy_and_ssgd_does_not():
     hp, ssgd = validation.run("hpsgd", 16, quick=True), validation.run("ssgd", 16, quick=True)
-    assert hp.gpu_busy > 0.97 and hp.allreduce == 0.0 and hp.barrier > 0.3  # the step under way at the end is not traced
+    assert (
+        hp.gpu_busy > 0.97 and hp.allreduce == 0.0 and hp.barrier > 0.3
+    )  # the step under way at the end is not traced
     assert ssgd.gpu_busy < 0.8 and ssgd.allreduce > 0.4 and ssgd.barrier == 0.0
     for m in (hp, ssgd):
         assert m.compute + m.gpu_wait + m.barrier + m.allreduce == pytest.approx(1.0)

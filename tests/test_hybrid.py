@@ -26,7 +26,15 @@ def test_one_group_of_everyone_is_ssgd_on_a_parameter_server(probe):
 
 @pytest.mark.parametrize("update", ["mean", "sum"])
 def test_groups_of_one_are_asgd(update):
-    hybrid = sha(strategy={"name": "grouped_hybrid", "lr": 0.1, "group_size": 1, "probe_iterations": 0, "group_update": update})
+    hybrid = sha(
+        strategy={
+            "name": "grouped_hybrid",
+            "lr": 0.1,
+            "group_size": 1,
+            "probe_iterations": 0,
+            "group_update": update,
+        }
+    )
     assert hybrid == sha(strategy={"name": "asgd", "lr": 0.1})
 
 
@@ -37,10 +45,25 @@ def test_the_group_update_is_the_mean_unless_asked_for_the_sum():
 def test_a_summed_group_update_of_everyone_is_ssgd_at_n_times_the_learning_rate():
     # sum: lr * (g_1 + ... + g_n) with g_m each member's mean gradient = (n lr) * their mean.
     # Equal in exact arithmetic; the division happens in another place, so float32 rounding differs.
-    hybrid = fred.run(tiny(stop=STOP, strategy={"name": "grouped_hybrid", "lr": 0.025, "group_size": 4,
-                                                "probe_iterations": 0, "group_update": "sum"}))
+    hybrid = fred.run(
+        tiny(
+            stop=STOP,
+            strategy={
+                "name": "grouped_hybrid",
+                "lr": 0.025,
+                "group_size": 4,
+                "probe_iterations": 0,
+                "group_update": "sum",
+            },
+        )
+    )
     ssgd = fred.run(tiny(stop=STOP, strategy={"name": "ssgd", "aggregation": "ps", "lr": 0.1}))
-    mean = fred.run(tiny(stop=STOP, strategy={"name": "grouped_hybrid", "lr": 0.025, "group_size": 4, "probe_iterations": 0}))
+    mean = fred.run(
+        tiny(
+            stop=STOP,
+            strategy={"name": "grouped_hybrid", "lr": 0.025, "group_size": 4, "probe_iterations": 0},
+        )
+    )
     for name in ssgd.params:
         np.testing.assert_allclose(hybrid.params[name], ssgd.params[name], rtol=1e-4, atol=1e-6)
         assert not np.allclose(mean.params[name], ssgd.params[name], rtol=1e-3, atol=1e-5)
@@ -57,8 +80,11 @@ def test_the_probe_groups_the_slowed_workers_together(slow, slowdown, sigma, see
     # Two workers slower by a factor well beyond the jitter (sigma <= 0.1 vs >= 1.5x).
     data = tiny(
         seed=seed,
-        cluster={"workers": 9, "jitter": {"kind": "lognormal", "sigma": sigma},
-                 "stragglers": [{"worker": w, "slow_factor": slowdown} for w in slow]},
+        cluster={
+            "workers": 9,
+            "jitter": {"kind": "lognormal", "sigma": sigma},
+            "stragglers": [{"worker": w, "slow_factor": slowdown} for w in slow],
+        },
         strategy={"name": "grouped_hybrid", "probe_iterations": 20, "group_size": 3},
         stop={"max_updates": 3},
     )
@@ -83,8 +109,13 @@ def test_every_group_update_records_each_member_with_non_negative_staleness():
 
 def test_regrouping_follows_a_worker_that_slows_down():
     data = tiny(
-        cluster={"workers": 6, "speed_changes": [{"worker": 0, "at_s": 0.3, "speed": 0.2},
-                                                 {"worker": 4, "at_s": 0.3, "speed": 0.2}]},
+        cluster={
+            "workers": 6,
+            "speed_changes": [
+                {"worker": 0, "at_s": 0.3, "speed": 0.2},
+                {"worker": 4, "at_s": 0.3, "speed": 0.2},
+            ],
+        },
         strategy={"name": "grouped_hybrid", "probe_s": 0.1, "group_size": 2, "regroup_every_s": 0.5},
         stop={"max_sim_time_s": 2.0, "max_updates": None},
     )
@@ -94,7 +125,10 @@ def test_regrouping_follows_a_worker_that_slows_down():
 
 
 def test_a_kept_probe_trains_the_model():
-    data = tiny(strategy={"name": "grouped_hybrid", "probe_iterations": 5, "keep_probe_updates": True}, stop={"max_updates": 10})
+    data = tiny(
+        strategy={"name": "grouped_hybrid", "probe_iterations": 5, "keep_probe_updates": True},
+        stop={"max_updates": 10},
+    )
     result = fred.run(data)
     assert result.updates.groupby("update")["worker"].count().iloc[:5].eq(1).all()  # probe: ASGD updates
 
@@ -117,8 +151,13 @@ def test_regrouping_leaves_out_a_crashed_worker():
     assert 2 not in set(after["worker"])
 
 
-@pytest.mark.parametrize(("choice", "message"), [({"group_size": 5}, "strategy.group_size is 5 but there are 4 workers; use 1..4"),
-                                                 ({"groups": 5}, "strategy.groups is 5 but there are 4 workers; use 1..4")])
+@pytest.mark.parametrize(
+    ("choice", "message"),
+    [
+        ({"group_size": 5}, "strategy.group_size is 5 but there are 4 workers; use 1..4"),
+        ({"groups": 5}, "strategy.groups is 5 but there are 4 workers; use 1..4"),
+    ],
+)
 def test_more_workers_per_group_or_groups_than_workers_is_refused(choice, message):
     with pytest.raises(ScenarioError) as err:
         validate(tiny(cluster={"workers": 4}, strategy={"name": "grouped_hybrid", "lr": 0.1, **choice}))

@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def validation():
-    spec = importlib.util.spec_from_file_location("validation_hybrid", ROOT / "scenarios" / "hybrid" / "validation.py")
+    spec = importlib.util.spec_from_file_location(
+        "validation_hybrid", ROOT / "scenarios" / "hybrid" / "validation.py"
+    )
     loaded = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loaded)  # as docs/make_validation.py loads it: by path, not in sys.modules
     return loaded
@@ -40,8 +42,14 @@ def test_the_section_has_its_heading_tables_and_command(quick):
 def test_every_method_is_reported_as_mean_and_sd_over_three_seeds(quick):
     v = validation()
     assert len(v.QUICK.seeds) >= 3 and len(v.FULL.seeds) >= 3
-    assert v.TUNING_SEED not in v.FULL.seeds  # the learning rates are tuned on a seed the comparison does not use
-    rows = [line for line in quick.splitlines() if re.match(r"\| (SSGD|ASGD|hybrid, \w+) \| \d", line) and "±" in line]
+    assert (
+        v.TUNING_SEED not in v.FULL.seeds
+    )  # the learning rates are tuned on a seed the comparison does not use
+    rows = [
+        line
+        for line in quick.splitlines()
+        if re.match(r"\| (SSGD|ASGD|hybrid, \w+) \| \d", line) and "±" in line
+    ]
     assert len(rows) == 8  # four methods, at their tuned and at the paper's learning rate
     for row in rows:
         assert len(re.findall(r"\d+\.\d+ ± \d+\.\d+", row)) >= 3, row  # loss, accuracy, staleness at least
@@ -66,6 +74,8 @@ def test_a_changed_scenario_is_not_read_from_the_cache(tmp_path, monkeypatch):
     stored = json.loads((tmp_path / "runs.json").read_text())["runs"]
     assert list(stored.values()) == [first]
     again = v.Runs(use_cache=True, keep=False)
-    assert again.get("asgd", 0.03, 0, setting) == first and again.computed == 0  # the same scenario: read back
+    assert (
+        again.get("asgd", 0.03, 0, setting) == first and again.computed == 0
+    )  # the same scenario: read back
     other = again.get("asgd", 0.03, 0, setting._replace(eval_every_s=0.25))
     assert again.computed == 1 and other["curve"] != first["curve"]  # another scenario: run, not read

@@ -6,7 +6,8 @@ Every import counts: at the top of a module, inside a function, and under
     scenario < numerics < simulation < strategies < runs < tools < fred (the API facade)
 
 A module may import its own layer and the layers below it. ``fred._version`` and
-``fred._lazy`` (submodules on first use) are leaves any layer may name. The strategy registry finds the ``strategies`` package by name at its
+``fred._lazy`` (submodules on first use) are leaves any layer may name. The strategy registry finds the
+``strategies`` package by name at its
 first lookup (a plug-in discovery), not by an import, so the scenario layer stays lowest.
 """
 
@@ -18,7 +19,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("fred._version", "fred._lazy", "fred.scenario", "fred.numerics", "fred.models", "fred.simulation", "strategies", "fred.runs", "fred.tools", "fred")
+LAYERS = (
+    "fred._version",
+    "fred._lazy",
+    "fred.scenario",
+    "fred.numerics",
+    "fred.models",
+    "fred.simulation",
+    "strategies",
+    "fred.runs",
+    "fred.tools",
+    "fred",
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -52,7 +64,11 @@ def _graph() -> dict[str, set[str]]:
 
 
 def _layer(module: str) -> int:
-    matches = [(len(prefix), rank) for rank, prefix in enumerate(LAYERS) if module == prefix or module.startswith(prefix + ".")]
+    matches = [
+        (len(prefix), rank)
+        for rank, prefix in enumerate(LAYERS)
+        if module == prefix or module.startswith(prefix + ".")
+    ]
     assert matches, f"{module} is in no layer; add its package to LAYERS in {__file__}"
     return max(matches)[1]  # the most specific: fred.tools.cli is in fred.tools, not in fred
 
@@ -67,7 +83,7 @@ def _circle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         path.pop()
@@ -93,15 +109,22 @@ def test_no_import_circle():
 
 
 def test_layers_point_down():
-    upward = [f"{m} ({LAYERS[_layer(m)]}) imports {d} ({LAYERS[_layer(d)]})"
-              for m, deps in sorted(_graph().items()) for d in sorted(deps) if _layer(d) > _layer(m)]
+    upward = [
+        f"{m} ({LAYERS[_layer(m)]}) imports {d} ({LAYERS[_layer(d)]})"
+        for m, deps in sorted(_graph().items())
+        for d in sorted(deps)
+        if _layer(d) > _layer(m)
+    ]
     assert not upward, "imports that point up a layer:\n" + "\n".join(upward)
 
 
-@pytest.mark.parametrize("graph, expected", [
-    ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, ["a", "b", "c", "a"]),
-    ({"a": {"b"}, "b": set(), "c": {"b"}}, None),
-    ({"a": {"a"}}, ["a", "a"]),
-])
+@pytest.mark.parametrize(
+    "graph, expected",
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, ["a", "b", "c", "a"]),
+        ({"a": {"b"}, "b": set(), "c": {"b"}}, None),
+        ({"a": {"a"}}, ["a", "a"]),
+    ],
+)
 def test_circle_finder(graph, expected):
     assert _circle(graph) == expected

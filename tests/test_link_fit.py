@@ -33,7 +33,10 @@ def scanned_fit(links: tuple[Link, Link], start_s: float, duration_s: float) -> 
 # small integers make bookings that touch end to start, joined in one block
 times = st.one_of(st.integers(0, 4).map(float), st.floats(0.0, 10.0), st.floats(1e9, 1e10))
 durations = st.one_of(st.just(0.0), st.just(1.0), st.floats(0.0, 3.0), st.floats(1e-12, 1e-6))
-actions = st.lists(st.tuples(st.sampled_from(["book", "book", "book", "forget"]), st.booleans(), times, durations), max_size=30)
+actions = st.lists(
+    st.tuples(st.sampled_from(["book", "book", "book", "forget"]), st.booleans(), times, durations),
+    max_size=30,
+)
 
 
 def check_invariants(link: Link, forgot_s: float) -> None:
@@ -67,7 +70,9 @@ def test_the_binary_search_fits_where_the_scan_fits(actions, probes):
     for start_s, duration_s in probes + [(t, d) for t in edges[:12] for d in (0.0, 0.5, 1.0)]:
         start_s = max(start_s, forgot_s)
         fit_s = earliest_fit(links, start_s, duration_s)
-        assert fit_s == scanned_fit(links, start_s, duration_s) == scanned_fit(everything, start_s, duration_s)
+        assert (
+            fit_s == scanned_fit(links, start_s, duration_s) == scanned_fit(everything, start_s, duration_s)
+        )
         for link in links:  # one link alone, in one call: the least fit, not just a step towards it
             assert link.fit_after(start_s, duration_s) == scanned_fit((link, Link()), start_s, duration_s)
 

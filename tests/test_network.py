@@ -43,8 +43,12 @@ def run_allreduce(sim: Simulation, nbytes: float, group=None) -> list[float]:
     reduce_s_per_byte=st.floats(0, 1e-9),
     sync_s=st.floats(0, 1e-3),
 )
-def test_ring_allreduce_on_idle_links_takes_the_closed_form_time(p, nbytes, latency_s, bandwidth_bps, reduce_s_per_byte, sync_s):
-    net = dict(latency_s=latency_s, bandwidth_bps=bandwidth_bps, reduce_s_per_byte=reduce_s_per_byte, sync_s=sync_s)
+def test_ring_allreduce_on_idle_links_takes_the_closed_form_time(
+    p, nbytes, latency_s, bandwidth_bps, reduce_s_per_byte, sync_s
+):
+    net = dict(
+        latency_s=latency_s, bandwidth_bps=bandwidth_bps, reduce_s_per_byte=reduce_s_per_byte, sync_s=sync_s
+    )
     sim = bare_sim(p, **net)
     finished = run_allreduce(sim, nbytes)
     expected = ring_allreduce_time_s(p, nbytes, NetworkConfig(**net))
@@ -64,7 +68,9 @@ def test_allreduce_extremes_match_the_closed_form(p, nbytes):
 def test_allreduce_waits_for_the_last_member_and_records_the_wait():
     sim = bare_sim(3, latency_s=0.0, bandwidth_bps=1e6)
     waits = []
-    sim.tracers.append(lambda kind, entity, s, e, b, peer: waits.append((entity, s, e)) if kind == "wait" else None)
+    sim.tracers.append(
+        lambda kind, entity, s, e, b, peer: waits.append((entity, s, e)) if kind == "wait" else None
+    )
     finished = []
 
     def member(w, delay):

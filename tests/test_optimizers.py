@@ -25,7 +25,11 @@ SCHEDULE = {"kind": "warmup_cosine_decay", "warmup_steps": 1, "decay_steps": 3}
 
 
 def _run(optimizer: dict, schedule: dict | None = None, out=None, **overrides) -> fred.RunResult:
-    strategy = {"optimizer": optimizer, **({"lr_schedule": schedule} if schedule else {}), **overrides.pop("strategy")}
+    strategy = {
+        "optimizer": optimizer,
+        **({"lr_schedule": schedule} if schedule else {}),
+        **overrides.pop("strategy"),
+    }
     scenario = tiny(stop={"max_updates": STEPS}, eval={"every_updates": 1000}, strategy=strategy, **overrides)
     return fred.run(scenario, out=out) if out else fred.run(scenario)
 
@@ -47,7 +51,9 @@ def _steps(opt, grads: list[dict], count: int = 4) -> dict:
 
 def _grads(n: int) -> list[dict]:
     stream = np.random.default_rng(7)
-    return [{k: stream.standard_normal(v.shape).astype(np.float32) for k, v in TREE.items()} for _ in range(n)]
+    return [
+        {k: stream.standard_normal(v.shape).astype(np.float32) for k, v in TREE.items()} for _ in range(n)
+    ]
 
 
 def test_plain_sgd_is_params_minus_lr_times_the_mean_gradient_bit_for_bit():
@@ -98,7 +104,10 @@ def test_adam_and_adamw_match_a_numpy_reference(kind):
     ("schedule", "rates"),
     [
         ({"kind": "cosine_decay", "decay_steps": 2, "alpha": 0.5}, [1.0, 0.75, 0.5, 0.5]),
-        ({"kind": "warmup_cosine_decay", "warmup_steps": 2, "decay_steps": 4, "init_value": 0.0}, [0.0, 0.5, 1.0, 0.5]),
+        (
+            {"kind": "warmup_cosine_decay", "warmup_steps": 2, "decay_steps": 4, "init_value": 0.0},
+            [0.0, 0.5, 1.0, 0.5],
+        ),
         ({"kind": "exponential_decay", "transition_steps": 1, "decay_rate": 0.5}, [1.0, 0.5, 0.25, 0.125]),
         ({"kind": "linear", "end_value": 0.0, "transition_steps": 4}, [1.0, 0.75, 0.5, 0.25]),
         ({"kind": "piecewise_constant", "boundaries_and_scales": {2: 0.1}}, [1.0, 1.0, 0.1, 0.1]),
@@ -123,13 +132,27 @@ def test_a_schedule_sets_the_learning_rate_of_each_optimizer_step(schedule, rate
     aggregation=st.sampled_from(["ps", "allreduce"]),
     optimizer=st.sampled_from([MOMENTUM, ADAM]),
 )
-def test_ssgd_with_n_workers_of_batch_b_is_sgd_with_batch_nb_with_momentum_and_adam(workers, batch, aggregation, optimizer):
+def test_ssgd_with_n_workers_of_batch_b_is_sgd_with_batch_nb_with_momentum_and_adam(
+    workers, batch, aggregation, optimizer
+):
     """The optimizer sees the same mean gradient, so its state and steps are the same bits too."""
-    tile = 8 if batch % 8 == 0 else 1  # the default tiles where the batch is whole tiles; per-example leaves otherwise
-    large_batch = _sha(optimizer, SCHEDULE, cluster={"workers": 1}, data={"batch_size": workers * batch},
-                       strategy={"name": "sgd", "exact_tile": tile})
-    distributed = _sha(optimizer, SCHEDULE, cluster={"workers": workers}, data={"batch_size": batch},
-                       strategy={"name": "ssgd", "aggregation": aggregation, "exact_tile": tile})
+    tile = (
+        8 if batch % 8 == 0 else 1
+    )  # the default tiles where the batch is whole tiles; per-example leaves otherwise
+    large_batch = _sha(
+        optimizer,
+        SCHEDULE,
+        cluster={"workers": 1},
+        data={"batch_size": workers * batch},
+        strategy={"name": "sgd", "exact_tile": tile},
+    )
+    distributed = _sha(
+        optimizer,
+        SCHEDULE,
+        cluster={"workers": workers},
+        data={"batch_size": batch},
+        strategy={"name": "ssgd", "aggregation": aggregation, "exact_tile": tile},
+    )
     assert distributed == large_batch, f"n={workers} b={batch} {aggregation} {optimizer['kind']}"
 
 
@@ -138,14 +161,24 @@ def test_ssgd_with_n_workers_of_batch_b_is_sgd_with_batch_nb_with_momentum_and_a
 # replicas, would not).
 SAME = [
     ({"name": "asgd"}, {"name": "sgd"}, 1),  # the server's state is the one worker's
-    ({"name": "pipe_sgd", "staleness": 0}, {"name": "arsgd"}, 4),  # the shared w[t]'s state is every replica's
+    (
+        {"name": "pipe_sgd", "staleness": 0},
+        {"name": "arsgd"},
+        4,
+    ),  # the shared w[t]'s state is every replica's
     ({"name": "osgp", "overlap": 0}, {"name": "sgp"}, 4),  # each node's own
-    ({"name": "grouped_hybrid", "groups": 1, "probe_iterations": 0}, {"name": "ssgd", "aggregation": "ps"}, 4),
+    (
+        {"name": "grouped_hybrid", "groups": 1, "probe_iterations": 0},
+        {"name": "ssgd", "aggregation": "ps"},
+        4,
+    ),
     ({"name": "bfasgd"}, {"name": "fasgd"}, 4),  # c_push = c_fetch = 0: nothing dropped
 ]
 
 
-@pytest.mark.parametrize(("one", "other", "workers"), SAME, ids=lambda v: v["name"] if isinstance(v, dict) else str(v))
+@pytest.mark.parametrize(
+    ("one", "other", "workers"), SAME, ids=lambda v: v["name"] if isinstance(v, dict) else str(v)
+)
 def test_equivalent_strategies_stay_equal_with_a_stateful_optimizer(one, other, workers):
     optimizer = MOMENTUM if one["name"] == "bfasgd" else ADAM
     both = [_sha(optimizer, SCHEDULE, cluster={"workers": workers}, strategy=s) for s in (one, other)]
@@ -161,7 +194,9 @@ def test_every_strategy_applies_momentum_and_replays_it(name, tmp_path):
     """An optimizer setting is never ignored, and its steps replay from the tape bit for bit."""
     workers = {"cluster": {"workers": 1 if name == "sgd" else 4}}
     plain = _sha({"kind": "sgd"}, strategy={"name": name}, **workers)
-    with_momentum = _run({"kind": "sgd", "momentum": 0.5}, strategy={"name": name}, out=tmp_path / "run", **workers)
+    with_momentum = _run(
+        {"kind": "sgd", "momentum": 0.5}, strategy={"name": name}, out=tmp_path / "run", **workers
+    )
     assert with_momentum.summary["params_sha256"] != plain
     assert replay(tmp_path / "run").passed
 
@@ -184,26 +219,63 @@ def test_local_sgd_keeps_each_workers_optimizer_state_across_rounds():
 @pytest.mark.parametrize(
     ("strategy", "needle"),
     [
-        ({"optimizer": {"kind": "adamx"}}, "strategy.optimizer.kind: got 'adamx'; did you mean 'adam'? allowed: sgd, adam, adamw"),
-        ({"optimizer": {"kind": "adam", "beta1": 0.9}}, "strategy.optimizer.beta1: unknown key. Allowed here: b1, b2, eps"),
+        (
+            {"optimizer": {"kind": "adamx"}},
+            "strategy.optimizer.kind: got 'adamx'; did you mean 'adam'? allowed: sgd, adam, adamw",
+        ),
+        (
+            {"optimizer": {"kind": "adam", "beta1": 0.9}},
+            "strategy.optimizer.beta1: unknown key. Allowed here: b1, b2, eps",
+        ),
         ({"lr": -0.1}, "strategy.lr: got -0.1; Input should be greater than 0"),
-        ({"optimizer": {"momentum": 1.0}}, "strategy.optimizer.momentum: got 1.0; Input should be less than 1"),
-        ({"optimizer": {"momentum": -0.5}}, "strategy.optimizer.momentum: got -0.5; Input should be greater than or equal to 0"),
+        (
+            {"optimizer": {"momentum": 1.0}},
+            "strategy.optimizer.momentum: got 1.0; Input should be less than 1",
+        ),
+        (
+            {"optimizer": {"momentum": -0.5}},
+            "strategy.optimizer.momentum: got -0.5; Input should be greater than or equal to 0",
+        ),
         ({"optimizer": {"nesterov": True}}, "strategy.optimizer: nesterov: true needs momentum above 0"),
-        ({"optimizer": {"kind": "adam", "b2": 1}}, "strategy.optimizer.b2: got 1; Input should be less than 1"),
-        ({"optimizer": {"kind": "adamw", "weight_decay": -1}}, "strategy.optimizer.weight_decay: got -1; Input should be greater than or equal to 0"),
-        ({"lr_schedule": {"kind": "cosine"}}, "strategy.lr_schedule.kind: got 'cosine'; did you mean 'cosine_decay'? allowed: constant,"),
-        ({"lr_schedule": {"kind": "cosine_decay", "decay_steps": 0}}, "strategy.lr_schedule.decay_steps: got 0; Input should be greater than or equal to 1"),
+        (
+            {"optimizer": {"kind": "adam", "b2": 1}},
+            "strategy.optimizer.b2: got 1; Input should be less than 1",
+        ),
+        (
+            {"optimizer": {"kind": "adamw", "weight_decay": -1}},
+            "strategy.optimizer.weight_decay: got -1; Input should be greater than or equal to 0",
+        ),
+        (
+            {"lr_schedule": {"kind": "cosine"}},
+            "strategy.lr_schedule.kind: got 'cosine'; did you mean 'cosine_decay'? allowed: constant,",
+        ),
+        (
+            {"lr_schedule": {"kind": "cosine_decay", "decay_steps": 0}},
+            "strategy.lr_schedule.decay_steps: got 0; Input should be greater than or equal to 1",
+        ),
         ({"lr_schedule": {"kind": "cosine_decay"}}, "strategy.lr_schedule.decay_steps: missing"),
-        ({"lr_schedule": {"decay_steps": 10}}, "strategy.lr_schedule: give the schedule's kind, one of: constant, cosine_decay"),
-        ({"lr_schedule": {"kind": "warmup_cosine_decay", "warmup_steps": 100, "decay_steps": 50}},
-         "strategy.lr_schedule: decay_steps (50) counts the warm-up too; give more than warmup_steps (100)"),
-        ({"lr_schedule": {"kind": "exponential_decay", "transition_steps": 10, "decay_rate": -1}},
-         "strategy.lr_schedule.decay_rate: got -1; Input should be greater than 0"),
-        ({"name": "fasgd", "optimizer": "adam"}, "strategy: optimizer.kind is 'adam': fasgd already divides every gradient"),
+        (
+            {"lr_schedule": {"decay_steps": 10}},
+            "strategy.lr_schedule: give the schedule's kind, one of: constant, cosine_decay",
+        ),
+        (
+            {"lr_schedule": {"kind": "warmup_cosine_decay", "warmup_steps": 100, "decay_steps": 50}},
+            "strategy.lr_schedule: decay_steps (50) counts the warm-up too; give more than warmup_steps "
+            "(100)",
+        ),
+        (
+            {"lr_schedule": {"kind": "exponential_decay", "transition_steps": 10, "decay_rate": -1}},
+            "strategy.lr_schedule.decay_rate: got -1; Input should be greater than 0",
+        ),
+        (
+            {"name": "fasgd", "optimizer": "adam"},
+            "strategy: optimizer.kind is 'adam': fasgd already divides every gradient",
+        ),
     ],
 )
-def test_a_bad_optimizer_setting_is_refused_naming_field_value_and_what_is_allowed(strategy, needle, tmp_path, capsys):
+def test_a_bad_optimizer_setting_is_refused_naming_field_value_and_what_is_allowed(
+    strategy, needle, tmp_path, capsys
+):
     from fred.tools.cli import main
 
     path, out = tmp_path / "s.yaml", tmp_path / "out"
@@ -225,8 +297,14 @@ def test_a_strategy_that_does_not_declare_it_applies_the_optimizer_refuses_one()
         lr: float = 0.1
 
     assert OwnUpdate(lr_schedule="constant").optimizer_refusal() is None  # the defaults: plain SGD
-    for setting in [{"optimizer": {"momentum": 0.9}}, {"lr_schedule": {"kind": "cosine_decay", "decay_steps": 9}}]:
-        with pytest.raises(ValidationError, match="strategy 'own_update' applies its own update, not a configurable optimizer"):
+    for setting in [
+        {"optimizer": {"momentum": 0.9}},
+        {"lr_schedule": {"kind": "cosine_decay", "decay_steps": 9}},
+    ]:
+        with pytest.raises(
+            ValidationError,
+            match="strategy 'own_update' applies its own update, not a configurable optimizer",
+        ):
             OwnUpdate(**setting)
 
 

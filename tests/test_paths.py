@@ -17,7 +17,7 @@ from fred.tools.replay import replay
 from tests.conftest import tiny
 
 MODULE = "fred_test_paths_model"  # a module only the scenario's folder holds
-FACTORY = f'''
+FACTORY = """
 import jax, jax.numpy as jnp
 
 def make(feature_shape, outputs):
@@ -25,11 +25,11 @@ def make(feature_shape, outputs):
     for d in feature_shape:
         size *= d
     def init(key):
-        return {{"w": jax.random.normal(key, (size, outputs), jnp.float32) * 0.01}}
+        return {"w": jax.random.normal(key, (size, outputs), jnp.float32) * 0.01}
     def apply(params, x):
         return x.reshape(x.shape[0], -1) @ params["w"]
     return init, apply
-'''
+"""
 
 
 @pytest.fixture
@@ -38,9 +38,13 @@ def project(tmp_path: Path) -> Path:
     folder = tmp_path / "mine"
     folder.mkdir()
     rng = np.random.default_rng(0)
-    np.savez(folder / "blobs.npz", x=rng.standard_normal((64, 5)).astype(np.float32), y=rng.integers(0, 3, 64))
+    np.savez(
+        folder / "blobs.npz", x=rng.standard_normal((64, 5)).astype(np.float32), y=rng.integers(0, 3, 64)
+    )
     (folder / f"{MODULE}.py").write_text(FACTORY)
-    data = tiny(name="mine", data={"source": {"kind": "arrays", "path": "blobs.npz"}}, stop={"max_updates": 4})
+    data = tiny(
+        name="mine", data={"source": {"kind": "arrays", "path": "blobs.npz"}}, stop={"max_updates": 4}
+    )
     data["model"] = {"kind": "python", "factory": f"{MODULE}:make"}
     (folder / "mine.yaml").write_text(yaml.safe_dump(data))
     return folder
@@ -76,16 +80,24 @@ def test_a_missing_file_names_the_absolute_path_looked_at(project, monkeypatch):
     monkeypatch.chdir(project.parent)
     with pytest.raises(ScenarioError) as refused:
         load_scenario("mine/mine.yaml", ["data.source.eval_path=held.npz"])
-    assert refused.value.problems == [  # a --set value is taken from the scenario's folder too, and the --set is named
-        f"--set data.source.eval_path=held.npz: {project / 'held.npz'} does not exist ('held.npz' taken from {project}); "
-        "give an .npz file, a folder of .npy files, a .parquet file, or a folder written by datasets' save_to_disk"]
+    assert (
+        refused.value.problems
+        == [  # a --set value is taken from the scenario's folder too, and the --set is named
+            f"--set data.source.eval_path=held.npz: {project / 'held.npz'} does not exist ('held.npz' taken "
+            f"from {project}); "
+            "give an .npz file, a folder of .npy files, a .parquet file, or a folder written by datasets' "
+            "save_to_disk"
+        ]
+    )
 
 
 def test_a_missing_module_names_the_folder_looked_in(project, monkeypatch, capsys):
     monkeypatch.chdir(project.parent)
     assert main(["run", "mine/mine.yaml", "--set", "model.factory=fred_no_such_module:make", "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert f"cannot import 'fred_no_such_module'" in err and f"PYTHONPATH and {project} (model.code_dir)" in err
+    assert (
+        "cannot import 'fred_no_such_module'" in err and f"PYTHONPATH and {project} (model.code_dir)" in err
+    )
 
 
 def test_a_relative_code_dir_is_taken_from_the_scenario_folder(project, tmp_path, monkeypatch):

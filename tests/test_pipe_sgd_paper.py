@@ -86,12 +86,18 @@ def test_every_hop_adds_the_rings_decompress_add_recompress_to_the_communication
     assert period_s(result) == pytest.approx(max(compute_s + 2 * n * codec, ring_s + hops_s), rel=1e-9)
     codec_events = result.events[(result.events["entity"] == "worker0") & (result.events["kind"] == "codec")]
     durations = (codec_events["end_s"] - codec_events["start_s"]).to_numpy()
-    assert len(durations) >= (20 if codec_at == "every_hop" else 0) and durations == pytest.approx(np.full(len(durations), hops_s))
+    assert len(durations) >= (20 if codec_at == "every_hop" else 0) and durations == pytest.approx(
+        np.full(len(durations), hops_s)
+    )
     assert codec_at == "every_hop" or durations.size == 0
 
 
 def test_every_hop_without_compression_or_codec_cost_changes_nothing():
     base = {"workload": {"timing_only": True}, "stop": {"max_updates": 12}}
     plain = fred.run("scenarios/pipe_sgd/paper_pipe.yaml", **base)
-    hops = fred.run("scenarios/pipe_sgd/paper_pipe.yaml", strategy={"codec_at": "every_hop", "codec_s_per_byte": 1e-9}, **base)
+    hops = fred.run(
+        "scenarios/pipe_sgd/paper_pipe.yaml",
+        strategy={"codec_at": "every_hop", "codec_s_per_byte": 1e-9},
+        **base,
+    )
     assert plain.events.equals(hops.events)

@@ -26,16 +26,26 @@ from fred.scenario import registry
 from fred.scenario.loading import ScenarioError, validate
 from fred.tools.cli import main
 from tests import test_contract as contract
-from tests.test_resume import Once, same_run  # (imported here: it lists the strategies as it loads)
 from tests.conftest import tiny
+from tests.test_resume import Once, same_run  # (imported here: it lists the strategies as it loads)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "fred-easgd"
-PLUGIN_MODULES = ("fred_easgd", "broken_plugin", "asgd_again", "easgd_again", "misnamed", "sign_sgd",
-                  "exiting_plugin", "old_sgd")
+PLUGIN_MODULES = (
+    "fred_easgd",
+    "broken_plugin",
+    "asgd_again",
+    "easgd_again",
+    "misnamed",
+    "sign_sgd",
+    "exiting_plugin",
+    "old_sgd",
+)
 
 
-def install_fake(site: Path, dist: str, entry_points: dict[str, str], modules: dict[str, str] | None = None) -> None:
+def install_fake(
+    site: Path, dist: str, entry_points: dict[str, str], modules: dict[str, str] | None = None
+) -> None:
     """What pip leaves for importlib.metadata: ``site/<dist>-1.0.dist-info`` and the modules' sources."""
     info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
     info.mkdir(parents=True)
@@ -50,7 +60,9 @@ def install_fake(site: Path, dist: str, entry_points: dict[str, str], modules: d
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A folder on sys.path for fake installs, and a registry that has loaded no plug-in yet."""
     registry.names()  # the in-tree strategies, registered once per process
-    in_tree = {n: s for n, s in registry._REGISTRY.items() if s.source.split(".")[0] in registry.PLUGIN_PACKAGES}
+    in_tree = {
+        n: s for n, s in registry._REGISTRY.items() if s.source.split(".")[0] in registry.PLUGIN_PACKAGES
+    }
     monkeypatch.setattr(registry, "_REGISTRY", in_tree)
     monkeypatch.setattr(registry, "_PROBLEMS", {})
     monkeypatch.setattr(registry, "_DEFINERS", {})
@@ -78,7 +90,10 @@ def test_fred_list_shows_an_installed_plugin_with_its_distribution(easgd_install
     assert main(["list"]) == 0
     out, err = capsys.readouterr()
     [line] = [row for row in out.splitlines() if row.startswith("easgd ")]
-    assert "Elastic Averaging SGD" in line and "[fred-easgd 1.0 (entry point fred.strategies: easgd = fred_easgd)]" in line
+    assert (
+        "Elastic Averaging SGD" in line
+        and "[fred-easgd 1.0 (entry point fred.strategies: easgd = fred_easgd)]" in line
+    )
     assert "asgd " in out and err == ""
 
 
@@ -95,10 +110,20 @@ def test_easgd_keeps_the_strategy_contract(easgd_installed):
     contract.test_every_strategy_leaves_complete_consistent_records(twice)
     contract.test_every_strategy_says_how_many_gradient_steps_its_updates_take(twice)
     again = subprocess.run(
-        [sys.executable, "-c", "import json, fred; from tests.test_contract import fingerprint; "
-         f"print(json.dumps(fingerprint(fred.run({easgd_scenario()!r}))))"],
-        capture_output=True, text=True, check=False, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(easgd_installed), str(EXAMPLE / "src"), str(ROOT)])},
+        [
+            sys.executable,
+            "-c",
+            "import json, fred; from tests.test_contract import fingerprint; "
+            f"print(json.dumps(fingerprint(fred.run({easgd_scenario()!r}))))",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(easgd_installed), str(EXAMPLE / "src"), str(ROOT)]),
+        },
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout.splitlines()[-1]) == json.loads(json.dumps(contract.fingerprint(twice[1])))
@@ -107,8 +132,13 @@ def test_easgd_keeps_the_strategy_contract(easgd_installed):
 def test_easgd_pulls_every_worker_toward_the_center_it_evaluates(easgd_installed):
     # tau = 1 and alpha = 0.9 / 4: every step moves the center; an exchange-free EASGD would
     # leave the evaluated center at the initial parameters and the loss where it started.
-    result = fred.run(tiny(strategy={"name": "easgd", "lr": 0.1, "tau": 1}, stop={"max_updates": 200},
-                           eval={"every_updates": 50}))
+    result = fred.run(
+        tiny(
+            strategy={"name": "easgd", "lr": 0.1, "tau": 1},
+            stop={"max_updates": 200},
+            eval={"every_updates": 50},
+        )
+    )
     loss = result.metrics["eval_loss"]
     assert loss.iloc[-1] < 0.8 * loss.iloc[0]
     assert result.updates["staleness"].max() >= 1  # the exchanges interleave: asynchronous, not in lock-step
@@ -126,7 +156,9 @@ def test_a_run_names_the_distribution_and_version_that_provided_its_strategy(eas
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     (tmp_path / "run" / "summary.json").write_text(json.dumps({**summary, "strategy_version": "0.9"}))
     assert replay(tmp_path / "run").notes == [
-        "the run's strategy came from fred-easgd 0.9 and this is fred-easgd 1.0: its recorded functions may compute differently"]
+        "the run's strategy came from fred-easgd 0.9 and this is fred-easgd 1.0: its recorded functions may "
+        "compute differently"
+    ]
 
 
 def test_a_plugin_imported_before_the_registry_looks_is_still_its_distributions(easgd_installed):
@@ -137,13 +169,22 @@ def test_a_plugin_imported_before_the_registry_looks_is_still_its_distributions(
 
 
 def test_a_plugin_that_fails_to_import_is_one_line_and_leaves_the_others(site, capsys):
-    install_fake(site, "broken-plugin", {"broken": "broken_plugin"}, {"broken_plugin": "raise RuntimeError('half written')\n"})
+    install_fake(
+        site,
+        "broken-plugin",
+        {"broken": "broken_plugin"},
+        {"broken_plugin": "raise RuntimeError('half written')\n"},
+    )
     assert main(["list"]) == 0
     out, err = capsys.readouterr()
     assert "asgd " in out and "broken" not in out
-    assert err == ("fred list: strategy plug-in broken-plugin 1.0 (entry point fred.strategies: broken = broken_plugin) "
-                   "failed to import (RuntimeError: half written); fix it or uninstall broken-plugin\n")
-    with pytest.raises(ScenarioError, match=r"strategy: .*broken = broken_plugin\) failed to import \(RuntimeError"):
+    assert err == (
+        "fred list: strategy plug-in broken-plugin 1.0 (entry point fred.strategies: broken = broken_plugin) "
+        "failed to import (RuntimeError: half written); fix it or uninstall broken-plugin\n"
+    )
+    with pytest.raises(
+        ScenarioError, match=r"strategy: .*broken = broken_plugin\) failed to import \(RuntimeError"
+    ):
         validate(tiny(strategy={"name": "broken"}))
     assert validate(tiny(strategy={"name": "asgd"})).strategy.name == "asgd"
 
@@ -165,27 +206,36 @@ def start(sim, config):
 def test_a_plugin_taking_an_in_tree_name_is_refused_naming_both(site):
     install_fake(site, "asgd-again", {"asgd": "asgd_again"}, {"asgd_again": CONFIG.format(name="asgd")})
     [problem] = registry.problems()
-    assert problem.startswith("strategy 'asgd' is defined 2 times, by strategies.asgd and by asgd-again 1.0 "
-                              "(entry point fred.strategies: asgd = asgd_again); uninstall all but one")
+    assert problem.startswith(
+        "strategy 'asgd' is defined 2 times, by strategies.asgd and by asgd-again 1.0 "
+        "(entry point fred.strategies: asgd = asgd_again); uninstall all but one"
+    )
     assert "asgd" not in registry.names() and "sasgd" in registry.names()
-    with pytest.raises(ScenarioError, match="strategy 'asgd' is defined 2 times, by strategies.asgd and by asgd-again"):
+    with pytest.raises(
+        ScenarioError, match="strategy 'asgd' is defined 2 times, by strategies.asgd and by asgd-again"
+    ):
         validate(tiny(strategy={"name": "asgd"}))
 
 
 def test_two_plugins_of_one_name_are_both_refused(easgd_installed):
-    install_fake(easgd_installed, "easgd-again", {"easgd": "easgd_again"}, {"easgd_again": CONFIG.format(name="easgd")})
+    install_fake(
+        easgd_installed, "easgd-again", {"easgd": "easgd_again"}, {"easgd_again": CONFIG.format(name="easgd")}
+    )
     with pytest.raises(ValueError) as refused:
         registry.get("easgd")
     message = str(refused.value)
     # The entry points load in (name, module, distribution) order, never in the order of sys.path.
-    assert message.startswith("strategy 'easgd' is defined 2 times, by easgd-again 1.0 (entry point fred.strategies: "
-                              "easgd = easgd_again) and by fred-easgd 1.0 (entry point fred.strategies: easgd = fred_easgd)")
+    assert message.startswith(
+        "strategy 'easgd' is defined 2 times, by easgd-again 1.0 (entry point fred.strategies: "
+        "easgd = easgd_again) and by fred-easgd 1.0 (entry point fred.strategies: easgd = fred_easgd)"
+    )
 
 
 def test_an_entry_point_named_unlike_its_strategy_is_named(site):
     install_fake(site, "misnamed", {"elastic": "misnamed"}, {"misnamed": CONFIG.format(name="elastic_sgd")})
     assert registry.problems() == [
-        "strategy plug-in misnamed 1.0 (entry point fred.strategies: elastic = misnamed) registered no strategy "
+        "strategy plug-in misnamed 1.0 (entry point fred.strategies: elastic = misnamed) registered no "
+        "strategy "
         "'elastic' (it registered 'elastic_sgd'); name the entry point as its strategy config's name"
     ]
     assert "elastic_sgd" in registry.names()
@@ -263,31 +313,70 @@ def test_a_plugins_own_recorded_functions_run_replay_and_resume(site, tmp_path):
     # a checkpoint halfway: the resumed run fast-forwards through the plug-in's calls, then computes
     scenario = validate(data)
     (tmp_path / "ckpt").mkdir()
-    execute(scenario, checkpointer=Once(tmp_path / "ckpt", 20, scenario.digest(), clock=itertools.count().__next__))
+    execute(
+        scenario,
+        checkpointer=Once(tmp_path / "ckpt", 20, scenario.digest(), clock=itertools.count().__next__),
+    )
     saved = checkpoint.load(tmp_path / "ckpt")
     assert saved.steps == 20 and saved.values
     same_run(execute(scenario, resume=saved), made)
     # a module that is neither fred's nor an installed plug-in's is still never imported
-    with pytest.raises(ValueError, match="'json:dumps', outside fred, strategies and the installed strategy plug-ins"):
+    with pytest.raises(
+        ValueError, match="'json:dumps', outside fred, strategies and the installed strategy plug-ins"
+    ):
         tape.resolve("json:dumps")
 
 
 @pytest.mark.slow
 def test_the_example_installs_with_pip_and_runs_from_the_command_line(tmp_path):
     target, source = tmp_path / "site", tmp_path / "fred-easgd"
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))  # setuptools builds in the tree
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(source)],
-                         capture_output=True, text=True, check=False)
+    shutil.copytree(
+        EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info")
+    )  # setuptools builds in the tree
+    pip = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--quiet",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert pip.returncode == 0, pip.stderr[-3000:]
     env = {**os.environ, "PYTHONPATH": str(target)}  # the installed copy, not the example's source
     fred_cli = [sys.executable, "-c", "from fred.tools.cli import entry; entry()"]
-    listed = subprocess.run([*fred_cli, "list"], capture_output=True, text=True, check=False, env=env, cwd=tmp_path)
-    assert "[fred-easgd 0.1.0 (entry point fred.strategies: easgd = fred_easgd)]" in listed.stdout, listed.stderr
+    listed = subprocess.run(
+        [*fred_cli, "list"], capture_output=True, text=True, check=False, env=env, cwd=tmp_path
+    )
+    assert "[fred-easgd 0.1.0 (entry point fred.strategies: easgd = fred_easgd)]" in listed.stdout, (
+        listed.stderr
+    )
     digests = []
     for out in ("a", "b"):
-        ran = subprocess.run([*fred_cli, "run", str(EXAMPLE / "easgd.yaml"), "--set", "stop.max_updates=40",
-                              "--out", str(tmp_path / out), "--quiet"], capture_output=True, text=True, check=False,
-                             env=env, cwd=tmp_path)
+        ran = subprocess.run(
+            [
+                *fred_cli,
+                "run",
+                str(EXAMPLE / "easgd.yaml"),
+                "--set",
+                "stop.max_updates=40",
+                "--out",
+                str(tmp_path / out),
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=env,
+            cwd=tmp_path,
+        )
         assert ran.returncode == 0, ran.stderr[-3000:]
         digests.append(json.loads((tmp_path / out / "summary.json").read_text())["params_sha256"])
     assert digests[0] == digests[1]
@@ -295,14 +384,17 @@ def test_the_example_installs_with_pip_and_runs_from_the_command_line(tmp_path):
 
 def test_a_plugin_that_calls_sys_exit_as_it_imports_is_one_line_and_leaves_the_others(site, capsys):
     # The registry caught Exception only: the plug-in's SystemExit(0) ended every command with status 0.
-    install_fake(site, "exiting-plugin", {"exiting": "exiting_plugin"},
-                 {"exiting_plugin": "import sys\nsys.exit(0)\n"})
+    install_fake(
+        site, "exiting-plugin", {"exiting": "exiting_plugin"}, {"exiting_plugin": "import sys\nsys.exit(0)\n"}
+    )
     assert main(["list"]) == 0
     out, err = capsys.readouterr()
     assert "asgd " in out and "exiting" not in out
-    assert err == ("fred list: strategy plug-in exiting-plugin 1.0 (entry point fred.strategies: exiting "
-                   "= exiting_plugin) failed to import (SystemExit: it called sys.exit(0) as it imported); "
-                   "fix it or uninstall exiting-plugin\n")
+    assert err == (
+        "fred list: strategy plug-in exiting-plugin 1.0 (entry point fred.strategies: exiting "
+        "= exiting_plugin) failed to import (SystemExit: it called sys.exit(0) as it imported); "
+        "fix it or uninstall exiting-plugin\n"
+    )
     refusal = r"strategy: .*exiting = exiting_plugin\) failed to import \(SystemExit"
     with pytest.raises(ScenarioError, match=refusal):
         validate(tiny(strategy={"name": "exiting"}))
@@ -353,8 +445,10 @@ def install_old_sgd(site: Path, api: str = "") -> None:
 def test_a_plugin_of_contract_1_0_without_gradient_steps_runs_with_a_deprecation_warning(site):
     install_old_sgd(site)
     data = tiny(strategy={"name": "old_sgd"}, cluster={"workers": 1}, stop={"max_updates": 6})
-    warned = (r"strategy 'old_sgd' \(old_sgd\) does not say how many gradient steps its updates take; fred "
-              r"counts one an update\. Define gradient_steps")
+    warned = (
+        r"strategy 'old_sgd' \(old_sgd\) does not say how many gradient steps its updates take; fred "
+        r"counts one an update\. Define gradient_steps"
+    )
     with pytest.warns(DeprecationWarning, match=warned):
         scenario = validate(data)
     with pytest.warns(DeprecationWarning):
@@ -364,20 +458,30 @@ def test_a_plugin_of_contract_1_0_without_gradient_steps_runs_with_a_deprecation
 
 def test_a_plugin_stating_contract_1_1_must_say_its_gradient_steps(site):
     install_old_sgd(site, '\n    strategy_api = "1.1"')
-    refusal = (r"strategy 'old_sgd' does not say how many gradient steps its updates take: its config needs "
-               r"a gradient_steps\(scenario, updates\) method, which strategy_api 1.1 requires")
+    refusal = (
+        r"strategy 'old_sgd' does not say how many gradient steps its updates take: its config needs "
+        r"a gradient_steps\(scenario, updates\) method, which strategy_api 1.1 requires"
+    )
     with pytest.raises(ScenarioError, match=refusal):
         validate(tiny(strategy={"name": "old_sgd"}, cluster={"workers": 1}))
 
 
 @pytest.mark.parametrize(
     ("declared", "problem"),
-    [("1.9", "is written for strategy API 1.9, newer than this fred's 1.1 (fred 0.2.0): upgrade fred, or "
-             "install a version of old-sgd written for strategy API 1.1 or older"),
-     ("2.0", "is written for strategy API 2.0, newer than this fred's 1.1"),
-     ("0.9", "is written for strategy API 0.9, which this fred 0.2.0 no longer implements (it implements "
-             "1.1): upgrade old-sgd"),
-     ("one", "states strategy_api 'one'; give the contract version it is written for as \"MAJOR.MINOR\"")],
+    [
+        (
+            "1.9",
+            "is written for strategy API 1.9, newer than this fred's 1.1 (fred 0.2.0): upgrade fred, or "
+            "install a version of old-sgd written for strategy API 1.1 or older",
+        ),
+        ("2.0", "is written for strategy API 2.0, newer than this fred's 1.1"),
+        (
+            "0.9",
+            "is written for strategy API 0.9, which this fred 0.2.0 no longer implements (it implements "
+            "1.1): upgrade old-sgd",
+        ),
+        ("one", "states strategy_api 'one'; give the contract version it is written for as \"MAJOR.MINOR\""),
+    ],
 )
 def test_a_plugin_written_for_a_contract_this_fred_does_not_implement_is_one_line(site, declared, problem):
     install_old_sgd(site, f"\n    strategy_api = {declared!r}")

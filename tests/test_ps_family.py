@@ -24,7 +24,9 @@ def fixed_batches(seed: int, batches: int, c: int, count: int = 4):
     rs = np.random.default_rng(seed)
     out = []
     for _ in range(batches):
-        grads = [{k: rs.normal(size=s).astype(np.float32) * count for k, s in SHAPES.items()} for _ in range(c)]
+        grads = [
+            {k: rs.normal(size=s).astype(np.float32) * count for k, s in SHAPES.items()} for _ in range(c)
+        ]
         out.append((grads, [int(t) for t in rs.integers(0, 6, size=c)]))
     return out
 
@@ -79,7 +81,9 @@ def test_a_batch_short_of_c_after_a_crash_is_scaled_by_its_own_size(aware):
 @pytest.mark.parametrize("corrected", [False, True])
 def test_fasgd_rule_matches_a_numpy_reference(statistic, aware, c, corrected):
     gamma, beta, eps = 0.8, 0.7, 1e-3
-    batches = fixed_batches(2, 6, c) + fixed_batches(5, 2, max(c - 1, 1))  # and short batches, as after a crash
+    batches = fixed_batches(2, 6, c) + fixed_batches(
+        5, 2, max(c - 1, 1)
+    )  # and short batches, as after a crash
     params = start_params()
     n = {k: np.zeros(s, np.float64) for k, s in SHAPES.items()}
     b = {k: np.zeros(s, np.float64) for k, s in SHAPES.items()}
@@ -124,7 +128,9 @@ def test_a_corrected_run_replays_and_differs_from_the_papers_form(tmp_path):
     from fred.tools.replay import replay
 
     paper = fred.run(tiny(strategy={"name": "bfasgd", "c_fetch": 0.1}))
-    corrected = fred.run(tiny(strategy={"name": "bfasgd", "c_fetch": 0.1, "bias_correction": True}), out=tmp_path / "run")
+    corrected = fred.run(
+        tiny(strategy={"name": "bfasgd", "c_fetch": 0.1, "bias_correction": True}), out=tmp_path / "run"
+    )
     assert corrected.summary["params_sha256"] != paper.summary["params_sha256"]
     assert replay(tmp_path / "run").passed
 
@@ -140,7 +146,9 @@ def test_sasgd_waiting_for_everyone_without_staleness_scaling_is_ssgd_on_a_serve
 
 
 def test_sasgd_one_gradient_per_update_without_scaling_is_asgd():
-    assert sha(strategy={"name": "sasgd", "staleness_aware": False, "lr": 0.1}) == sha(strategy={"name": "asgd"})
+    assert sha(strategy={"name": "sasgd", "staleness_aware": False, "lr": 0.1}) == sha(
+        strategy={"name": "asgd"}
+    )
 
 
 def test_bfasgd_with_zero_constants_drops_nothing_and_is_fasgd():
@@ -163,7 +171,9 @@ def test_every_kth_opportunity_transmits_exactly():
     result = fred.run(tiny(strategy={"name": "bfasgd", "k_fetch": 3}, stop={"max_updates": 40}))
     s = result.summary
     fetches = result.events[result.events["kind"].isin(["fetch", "fetch_dropped"])]
-    worker = fetches["peer"].where(fetches["kind"] == "fetch", fetches["entity"])  # a fetch is sent by the server
+    worker = fetches["peer"].where(
+        fetches["kind"] == "fetch", fetches["entity"]
+    )  # a fetch is sent by the server
     per_worker = fetches.groupby(worker)["kind"]
     for _, kinds in per_worker:
         assert list(kinds) == [("fetch" if k % 3 == 0 else "fetch_dropped") for k in range(len(kinds))]
@@ -171,10 +181,17 @@ def test_every_kth_opportunity_transmits_exactly():
 
 
 def test_bandwidth_counters_agree_with_the_event_table():
-    result = fred.run(tiny(strategy={"name": "bfasgd", "c_push": 0.5, "c_fetch": 5.0}, stop={"max_updates": 60}))
+    result = fred.run(
+        tiny(strategy={"name": "bfasgd", "c_push": 0.5, "c_fetch": 5.0}, stop={"max_updates": 60})
+    )
     s, kinds = result.summary, result.events["kind"]
-    assert s["pushes_sent"] == (kinds == "push").sum() and s["pushes_dropped"] == (kinds == "push_dropped").sum()
-    assert s["fetches_sent"] == (kinds == "fetch").sum() and s["fetches_dropped"] == (kinds == "fetch_dropped").sum()
+    assert (
+        s["pushes_sent"] == (kinds == "push").sum() and s["pushes_dropped"] == (kinds == "push_dropped").sum()
+    )
+    assert (
+        s["fetches_sent"] == (kinds == "fetch").sum()
+        and s["fetches_dropped"] == (kinds == "fetch_dropped").sum()
+    )
     assert s["bytes_pushed"] == s["pushes_sent"] * s["param_bytes"]
     assert s["bytes_fetched"] == s["fetches_sent"] * s["param_bytes"]
     assert s["pushes_dropped"] > 0 and s["fetches_dropped"] > 0
@@ -209,7 +226,9 @@ def test_a_fetch_reply_carries_the_statistic_as_it_was_sent_not_as_it_arrives(mo
 
         return decide
 
-    counting = Rule(lambda params: 0, lambda params, state, grads, staleness: (params, state + 1), lambda s: float(s))
+    counting = Rule(
+        lambda params: 0, lambda params, state, grads, staleness: (params, state + 1), lambda s: float(s)
+    )
     monkeypatch.setattr(bfasgd, "_decider", recording)
     monkeypatch.setattr(bfasgd, "rule_for", lambda config: counting)
     updates = fred.run(tiny(strategy={"name": "bfasgd"}, stop={"max_updates": 40})).updates
@@ -225,12 +244,16 @@ def test_a_fetch_reply_carries_the_statistic_as_it_was_sent_not_as_it_arrives(mo
 
 def test_the_first_push_always_goes_through():
     result = fred.run(tiny(strategy={"name": "bfasgd", "c_push": 1e6}, stop={"max_updates": 30}))
-    first = result.events[result.events["kind"].isin(["push", "push_dropped"])].groupby("entity")["kind"].first()
+    first = (
+        result.events[result.events["kind"].isin(["push", "push_dropped"])].groupby("entity")["kind"].first()
+    )
     assert (first == "push").all()
 
 
 def test_the_logical_clock_is_one_report_per_step_from_a_random_ready_worker():
-    result = fred.run(tiny(strategy={"name": "sasgd", "clock": "logical", "lr": 0.1}, stop={"max_updates": 400}))
+    result = fred.run(
+        tiny(strategy={"name": "sasgd", "clock": "logical", "lr": 0.1}, stop={"max_updates": 400})
+    )
     updates = result.updates
     assert updates["sim_time_s"].tolist() == [float(t) for t in range(400)]  # one step, one update
     counts = updates["worker"].value_counts()
@@ -240,7 +263,9 @@ def test_the_logical_clock_is_one_report_per_step_from_a_random_ready_worker():
 
 
 def test_softsync_blocks_workers_so_the_logical_dispatcher_only_picks_ready_ones():
-    result = fred.run(tiny(strategy={"name": "sasgd", "clock": "logical", "n_soft": 1}, stop={"max_updates": 20}))
+    result = fred.run(
+        tiny(strategy={"name": "sasgd", "clock": "logical", "n_soft": 1}, stop={"max_updates": 20})
+    )
     # with n_soft = 1 all 4 workers must report before an update: 4 steps per update
     assert result.updates.groupby("update")["worker"].apply(lambda w: sorted(w) == [0, 1, 2, 3]).all()
     assert result.summary["sim_time_s"] == pytest.approx(79.0, abs=1.0)
@@ -259,6 +284,8 @@ def test_the_paper_scenarios_accept_user_mnist_files(tmp_path):
     x, y = rs.integers(0, 256, (300, 28, 28), dtype=np.uint8), rs.integers(0, 10, 300).astype(np.uint8)
     np.savez(tmp_path / "mnist.npz", x_train=x, y_train=y)
     paper = Path(__file__).resolve().parents[1] / "scenarios" / "fasgd" / "fasgd_4.yaml"
-    scenario = fred.load_scenario(paper, [f"data.source={{kind: mnist, path: {tmp_path / 'mnist.npz'}}}", "stop.max_updates=5"])
+    scenario = fred.load_scenario(
+        paper, [f"data.source={{kind: mnist, path: {tmp_path / 'mnist.npz'}}}", "stop.max_updates=5"]
+    )
     result = fred.run(scenario)
     assert result.summary["updates"] == 5 and result.params["dense0_w"].shape == (784, 200)

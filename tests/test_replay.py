@@ -33,7 +33,11 @@ VARIANTS = {
 
 def strategy_run(name: str, out) -> fred.RunResult:
     strategy = VARIANTS.get(name, {"name": name})
-    faults = {"worker_crash": [{"worker": 2, "at_s": 0.03}], "sync_timeout_s": 0.01} if name.endswith("crash") else {}
+    faults = (
+        {"worker_crash": [{"worker": 2, "at_s": 0.03}], "sync_timeout_s": 0.01}
+        if name.endswith("crash")
+        else {}
+    )
     data = tiny(strategy=strategy, cluster=cluster_for(name), stop={"max_updates": 15}, faults=faults)
     return fred.run(data, out=out)
 
@@ -58,7 +62,9 @@ def test_gradient_timings_sit_next_to_the_simulated_compute_time(tmp_path):
     assert list(grads.columns) == ["call", "shards", "rows", "real_s", "simulated_s", "compiled"]
     assert (grads["real_s"] > 0).all() and (grads["simulated_s"] == 0.01).all()
     assert (grads["rows"] == 8 * grads["shards"]).all()  # workers starting together share one call
-    assert grads["compiled"].sum() == len(grads[["rows", "shards"]].drop_duplicates())  # one first call per shape
+    assert grads["compiled"].sum() == len(
+        grads[["rows", "shards"]].drop_duplicates()
+    )  # one first call per shape
 
 
 def test_a_replay_tells_how_far_it_is(tmp_path):
@@ -99,7 +105,9 @@ def _tamper_rows(run_dir, fix_digest: bool) -> None:
 def test_a_changed_batch_index_is_caught_by_the_checksum(tmp_path):
     strategy_run("asgd", tmp_path / "run")
     _tamper_rows(tmp_path / "run", fix_digest=False)
-    with pytest.raises(ReplayError, match="was changed after the run; run its scenario again to replace it, fred run"):
+    with pytest.raises(
+        ReplayError, match="was changed after the run; run its scenario again to replace it, fred run"
+    ):
         replay(tmp_path / "run")
 
 
@@ -122,12 +130,21 @@ def test_a_missing_tape_or_table_is_a_clear_error(tmp_path, capsys):
     assert "not a complete run directory: it has no updates.parquet" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("damage", ["tape.npz", "params.npz", "summary.json", "events.parquet", "scenario.yaml"])
+@pytest.mark.parametrize(
+    "damage", ["tape.npz", "params.npz", "summary.json", "events.parquet", "scenario.yaml"]
+)
 def test_a_damaged_record_is_named_not_a_traceback(tmp_path, capsys, damage):
     strategy_run("asgd", tmp_path / "run")
     file = tmp_path / "run" / damage
-    file.write_bytes(b"name: [unclosed\n" if damage == "scenario.yaml" else file.read_bytes()[: len(file.read_bytes()) // 2])
-    for command in (["replay", str(tmp_path / "run")], ["trace", str(tmp_path / "run"), "-o", str(tmp_path / "t.json")]):
+    file.write_bytes(
+        b"name: [unclosed\n"
+        if damage == "scenario.yaml"
+        else file.read_bytes()[: len(file.read_bytes()) // 2]
+    )
+    for command in (
+        ["replay", str(tmp_path / "run")],
+        ["trace", str(tmp_path / "run"), "-o", str(tmp_path / "t.json")],
+    ):
         if command[0] == "trace" and damage == "tape.npz":
             continue  # trace does not read the tape
         assert main(command) == 2, command
@@ -174,7 +191,9 @@ def _has_gpu() -> bool:
 def test_a_cpu_run_replayed_on_a_gpu_agrees_step_by_step(tmp_path):
     run = strategy_run("ssgd", tmp_path / "run")
     assert run.summary["backend"] == "cpu"  # fred computes on CPU even where a GPU is present
-    report = replay(tmp_path / "run", backend="gpu", check="close", rtol=1e-5, atol=1e-6, matmul_precision="highest")
+    report = replay(
+        tmp_path / "run", backend="gpu", check="close", rtol=1e-5, atol=1e-6, matmul_precision="highest"
+    )
     assert report.device.lower().startswith(("cuda", "gpu"))
     assert report.passed, report.steps
     assert report.steps["calls"].sum() == report.replayed_calls
@@ -208,7 +227,8 @@ def test_a_run_from_another_cpu_instruction_set_is_replayed_with_a_note(tmp_path
 
 def test_the_cpu_instruction_set_is_named_by_its_widest_vector_extension(monkeypatch):
     monkeypatch.setattr(host.platform, "machine", lambda: "x86_64")
-    for flags, expected in [({"sse2", "avx", "avx2", "avx512f"}, "x86_64-avx512f"), ({"sse2", "avx", "avx2"}, "x86_64-avx2"),
+    for flags, expected in [({"sse2", "avx", "avx2", "avx512f"}, "x86_64-avx512f"),
+                            ({"sse2", "avx", "avx2"}, "x86_64-avx2"),
                             ({"sse2"}, "x86_64-sse"), (set(), "x86_64-unknown")]:  # fmt: skip
         monkeypatch.setattr(host, "_x86_flags", lambda flags=flags: frozenset(flags))
         assert host.cpu_isa() == expected
@@ -245,7 +265,9 @@ def test_the_same_nan_and_inf_agree_and_a_nan_against_a_number_does_not():
     row = steps.table().iloc[0]
     assert (row["outside_tolerance"], row["worst_call"], row["max_abs_diff"]) == (1, 1, np.inf)
     leaves = compare({"w": np.asarray(x)}, {"w": np.asarray(x)})
-    assert leaves["equal"].all() and (leaves["max_abs_diff"] == 0).all() and (leaves["max_rel_diff"] == 0).all()
+    assert (
+        leaves["equal"].all() and (leaves["max_abs_diff"] == 0).all() and (leaves["max_rel_diff"] == 0).all()
+    )
 
 
 def test_a_diverged_run_passes_the_close_check_on_its_own_backend(tmp_path):
@@ -269,7 +291,9 @@ def test_a_call_that_now_returns_another_structure_is_a_clear_error(tmp_path):
     strategy_run("ssgd", tmp_path / "run")
     doc, blobs, _ = tape.read(tmp_path / "run" / "tape.npz")
     call = next(c for c in doc["calls"] if c[0] == "gradients" and c[3][-1] > 1)
-    call[4] = next(c[4] for c in doc["calls"] if c[0] == "fred.numerics.gradients:stacked_sum")  # another recorded tree
+    call[4] = next(
+        c[4] for c in doc["calls"] if c[0] == "fred.numerics.gradients:stacked_sum"
+    )  # another recorded tree
     tape.write(tmp_path / "run" / "tape.npz", doc, blobs)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     summary["tape_sha256"] = tape.digest(doc, blobs)
@@ -297,7 +321,9 @@ def test_a_constant_array_is_copied_onto_the_tape_not_kept_alive_by_it(monkeypat
     assert constant.dtype == np.float32 and constant == 0.25 and constant.base is None
 
 
-def test_a_run_whose_final_parameters_no_recorded_call_computes_is_refused_not_passed(tmp_path, monkeypatch, capsys):
+def test_a_run_whose_final_parameters_no_recorded_call_computes_is_refused_not_passed(
+    tmp_path, monkeypatch, capsys
+):
     # A strategy computing outside fred.numerics.tape.op leaves its parameters on the tape as a
     # constant; replay then compared params.npz with that copy and said "passed".
     shipped = registry.get("asgd")
@@ -308,7 +334,9 @@ def test_a_run_whose_final_parameters_no_recorded_call_computes_is_refused_not_p
 
     monkeypatch.setitem(registry._REGISTRY, "asgd", shipped._replace(start=start))
     fred.run(tiny(stop={"max_updates": 3}), out=tmp_path / "run")
-    with pytest.raises(ReplayError, match="applied 3 updates, but no recorded call computes its final parameters"):
+    with pytest.raises(
+        ReplayError, match="applied 3 updates, but no recorded call computes its final parameters"
+    ):
         replay(tmp_path / "run")
     assert main(["replay", str(tmp_path / "run")]) == 2 and "fred.numerics.tape.op" in capsys.readouterr().err
 

@@ -33,21 +33,32 @@ def resnet(**overrides) -> dict:
 
 
 def _sha(workers: int, batch: int, tile: int, name: str, aggregation: str | None = None) -> str:
-    strategy = {"name": name, "lr": 0.1, "exact_tile": tile, **({"aggregation": aggregation} if aggregation else {})}
+    strategy = {
+        "name": name,
+        "lr": 0.1,
+        "exact_tile": tile,
+        **({"aggregation": aggregation} if aggregation else {}),
+    }
     run = fred.run(resnet(cluster={"workers": workers}, data={"batch_size": batch}, strategy=strategy))
     return run.summary["params_sha256"]
 
 
 def _check(workers: int, batch: int, tile: int, aggregation: str) -> None:
     large = _sha(1, workers * batch, tile, "sgd")
-    assert _sha(workers, batch, tile, "ssgd", aggregation) == large, f"n={workers} b={batch} tile={tile} {aggregation}"
+    assert _sha(workers, batch, tile, "ssgd", aggregation) == large, (
+        f"n={workers} b={batch} tile={tile} {aggregation}"
+    )
 
 
-@pytest.mark.parametrize(("workers", "batch", "tile", "aggregation"),
-                         [(2, 16, 8, "allreduce"),
-                          pytest.param(3, 24, 8, "allreduce", marks=pytest.mark.slow),  # 12 s on 2 cores
-                          pytest.param(2, 3, 1, "ps", marks=pytest.mark.slow)],  # 7 s
-                         ids=["2x2-tiles", "3x3-tiles", "2x3-examples"])
+@pytest.mark.parametrize(
+    ("workers", "batch", "tile", "aggregation"),
+    [
+        (2, 16, 8, "allreduce"),
+        pytest.param(3, 24, 8, "allreduce", marks=pytest.mark.slow),  # 12 s on 2 cores
+        pytest.param(2, 3, 1, "ps", marks=pytest.mark.slow),
+    ],  # 7 s
+    ids=["2x2-tiles", "3x3-tiles", "2x3-examples"],
+)
 def test_ssgd_on_a_resnet_is_sgd_with_the_large_batch(workers, batch, tile, aggregation):
     _check(workers, batch, tile, aggregation)
 
@@ -61,7 +72,11 @@ def test_ssgd_on_a_resnet_is_sgd_with_the_large_batch_many_draws(workers, tiles,
 
 @pytest.mark.slow  # 14 s on 2 cores; tests/test_replay.py replays every strategy in the default run
 def test_a_resnet_run_replays_bit_for_bit(tmp_path):
-    scenario = resnet(cluster={"workers": 2, "jitter": {"kind": "lognormal", "sigma": 0.3}},
-                      data={"batch_size": 16}, strategy={"name": "asgd", "lr": 0.05}, stop={"max_updates": 4})
+    scenario = resnet(
+        cluster={"workers": 2, "jitter": {"kind": "lognormal", "sigma": 0.3}},
+        data={"batch_size": 16},
+        strategy={"name": "asgd", "lr": 0.05},
+        stop={"max_updates": 4},
+    )
     fred.run(scenario, out=tmp_path / "run")
     assert replay(tmp_path / "run").passed

@@ -1,4 +1,5 @@
-"""Checkpoints and ``fred run --resume``: an interrupted run finishes bit-identical to an uninterrupted one."""
+"""Checkpoints and ``fred run --resume``: an interrupted run finishes bit-identical to an uninterrupted
+one."""
 
 from __future__ import annotations
 
@@ -57,13 +58,18 @@ def signals_as_python_starts():
         if not collecting:
             gc.disable()
 
+
 VARIANTS = {
     "ssgd_ps": {"name": "ssgd", "aggregation": "ps"},
     "pipe_sgd_int8": {"name": "pipe_sgd", "compression": "int8_quantize"},
     "sgp_crash": {"name": "sgp"},
     "asgd_lossy": {"name": "asgd"},
     # optimizer state fast-forwarded and filled from the checkpoint: the server's, each replica's, each node's
-    "sasgd_adam": {"name": "sasgd", "optimizer": "adam", "lr_schedule": {"kind": "cosine_decay", "decay_steps": 20}},
+    "sasgd_adam": {
+        "name": "sasgd",
+        "optimizer": "adam",
+        "lr_schedule": {"kind": "cosine_decay", "decay_steps": 20},
+    },
     "hpsgd_adamw": {"name": "hpsgd", "optimizer": "adamw"},
     "sgp_nesterov": {"name": "sgp", "optimizer": {"momentum": 0.9, "nesterov": True}},
 }
@@ -71,8 +77,6 @@ FAULTS = {
     "sgp_crash": {"worker_crash": [{"worker": 2, "at_s": 0.05}], "sync_timeout_s": 0.01},
     "asgd_lossy": {"message_loss": {"probability": 0.2, "retransmit_timeout_s": 0.002}},
 }
-
-
 
 
 class Once(Checkpointer):
@@ -95,7 +99,9 @@ def scenario(name: str):
 def interrupted(sc, run_dir, kind: type[Checkpointer], steps: int, **kwargs) -> Checkpointer:
     """``sc`` run to its end with checkpoints every ``steps`` env steps where ``fred run
     --checkpoint-every-s`` keeps them for ``run_dir``, its scenario beside them; the checkpointer."""
-    checkpointer = kind(checkpoint_dir(run_dir), steps, sc.digest(), clock=itertools.count().__next__, **kwargs)
+    checkpointer = kind(
+        checkpoint_dir(run_dir), steps, sc.digest(), clock=itertools.count().__next__, **kwargs
+    )
     checkpointer.path.mkdir(parents=True)
     (checkpointer.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
     execute(sc, checkpointer=checkpointer)
@@ -155,7 +161,9 @@ class Every(Checkpointer):
 
     def save(self, steps, tape, metrics, train=(0, 0)):
         super().save(steps, tape, metrics, train)
-        self.seen = getattr(self, "seen", []) + [(sorted(p.name for p in self.path.glob("tape-*")), len(tape.calls))]
+        self.seen = getattr(self, "seen", []) + [
+            (sorted(p.name for p in self.path.glob("tape-*")), len(tape.calls))
+        ]
 
 
 def test_each_checkpoint_writes_only_the_calls_made_since_the_last(tmp_path):
@@ -171,8 +179,12 @@ def test_each_checkpoint_writes_only_the_calls_made_since_the_last(tmp_path):
     assert saved.recorded.calls == whole.calls[: ends[-1]]
     assert saved.recorded.treedefs == whole.treedefs[: len(saved.recorded.treedefs)]
     as_lists = lambda times: {i: list(d) for i, d in times.items()}  # noqa: E731
-    assert as_lists(saved.recorded.compute_s) == {i: d for i, d in as_lists(whole.compute_s).items() if i < ends[-1]}
-    assert saved.recorded.constants and all((v == whole.constants[i]).all() for i, v in saved.recorded.constants.items())
+    assert as_lists(saved.recorded.compute_s) == {
+        i: d for i, d in as_lists(whole.compute_s).items() if i < ends[-1]
+    }
+    assert saved.recorded.constants and all(
+        (v == whole.constants[i]).all() for i, v in saved.recorded.constants.items()
+    )
     same_run(execute(sc, resume=saved), clean)
 
 
@@ -208,7 +220,7 @@ def test_a_resumed_run_checkpoints_afresh_and_drops_the_old_segments(tmp_path):
     second = Every(tmp_path, 20, sc.digest(), clock=itertools.count().__next__)
     second.times = 1
     execute(sc, checkpointer=second, resume=saved)
-    (names, calls), = second.seen
+    ((names, calls),) = second.seen
     assert names == [f"tape-0-{calls}.npz"] and calls > len(saved.recorded.calls)
 
 
@@ -221,7 +233,9 @@ def test_train_losses_added_up_as_the_run_goes_give_the_same_bits_and_resume(tmp
     folds = []
     real_fold = fred.runs.controller.Controller._fold
     monkeypatch.setattr(fred.runs.controller, "FOLD_LOSSES", 4)
-    monkeypatch.setattr(fred.runs.controller.Controller, "_fold", lambda self: (folds.append(1), real_fold(self)))
+    monkeypatch.setattr(
+        fred.runs.controller.Controller, "_fold", lambda self: (folds.append(1), real_fold(self))
+    )
     early = execute(sc)
     assert len(folds) > 20
     same_run(early, whole)
@@ -242,12 +256,21 @@ def test_a_checkpoint_from_before_segments_still_resumes(tmp_path):
     saved = checkpoint.load(every.path)
     old = fred.numerics.tape.Tape()  # the same tape, rebuilt to be documented whole
     old.calls, old.treedefs, old.constants, old.compute_s = (
-        saved.recorded.calls, saved.recorded.treedefs, saved.recorded.constants, saved.recorded.compute_s)
+        saved.recorded.calls,
+        saved.recorded.treedefs,
+        saved.recorded.constants,
+        saved.recorded.compute_s,
+    )
     doc, blobs = fred.numerics.tape.document(old, (0, []))
     state = {"steps": saved.steps, "metrics": saved.metrics, "scenario_sha256": saved.scenario_sha256}
     (tmp_path / "old").mkdir()
-    fred.numerics.tape.write(tmp_path / "old" / "checkpoint.npz", doc, blobs, state=fred.numerics.tape.json_array(state),
-                    **{f"v{i}": v for i, v in saved.values.items()})
+    fred.numerics.tape.write(
+        tmp_path / "old" / "checkpoint.npz",
+        doc,
+        blobs,
+        state=fred.numerics.tape.json_array(state),
+        **{f"v{i}": v for i, v in saved.values.items()},
+    )
     same_run(execute(sc, resume=checkpoint.load(tmp_path / "old")), clean)
 
 
@@ -257,7 +280,9 @@ def test_resume_falls_back_to_a_full_run_when_it_cannot_fast_forward(tmp_path):
     run_dir = tmp_path / "run"
     interrupted(sc, run_dir, Once, 80)
     told = []
-    result, reason = fred.runs.api.resume(run_dir, restarting=lambda why: told.append((why, checkpoint_dir(run_dir).exists())))
+    result, reason = fred.runs.api.resume(
+        run_dir, restarting=lambda why: told.append((why, checkpoint_dir(run_dir).exists()))
+    )
     assert reason is not None and told == [(reason, True)], "told before the run went again, not after it"
     same_run(result, execute(sc))
     assert (run_dir / "summary.json").is_file() and not checkpoint_dir(run_dir).exists()
@@ -281,7 +306,9 @@ def reading_asgd(read):
     return shipped._replace(start=start)
 
 
-@pytest.mark.parametrize("read", [lambda leaf: leaf * 2.0, jax.jit(lambda leaf: leaf.sum())], ids=["arithmetic", "unrecorded jit"])
+@pytest.mark.parametrize(
+    "read", [lambda leaf: leaf * 2.0, jax.jit(lambda leaf: leaf.sum())], ids=["arithmetic", "unrecorded jit"]
+)
 def test_a_strategy_computing_outside_the_tape_resumes_by_running_from_the_start(read, tmp_path, monkeypatch):
     # Only float() and np.asarray() of a fast-forwarded value fell back; these were tracebacks.
     monkeypatch.setitem(registry._REGISTRY, "asgd", reading_asgd(read))
@@ -317,25 +344,42 @@ def test_a_resumed_run_reports_the_evaluation_time_of_the_whole_run(tmp_path):
 
 
 def unable_to_allocate(*args) -> None:
-    raise MemoryError("Unable to allocate 1.00 TiB for an array with shape (1000000, 275000) and data type float32")
+    raise MemoryError(
+        "Unable to allocate 1.00 TiB for an array with shape (1000000, 275000) and data type float32"
+    )
 
 
-def test_a_checkpointed_run_out_of_memory_between_steps_checkpoints_its_last_step_and_resumes(tmp_path, monkeypatch, capsys):
+def test_a_checkpointed_run_out_of_memory_between_steps_checkpoints_its_last_step_and_resumes(
+    tmp_path, monkeypatch, capsys
+):
     # An evaluation on the simulated clock is made between two steps: the run is whole there.
     data = tiny(stop={"max_updates": 40}, eval={"every_s": 0.02, "every_updates": None})
     clean = execute(validate(data))
     path, run_dir = tmp_path / "s.yaml", tmp_path / "run"
     path.write_text(yaml.safe_dump(data))
     real, evaluations = Numerics.evaluate, []
-    monkeypatch.setattr(Numerics, "evaluate", lambda self, *args: (
-        evaluations.append(1), unable_to_allocate() if len(evaluations) == 4 else None, real(self, *args))[-1])
+    monkeypatch.setattr(
+        Numerics,
+        "evaluate",
+        lambda self, *args: (
+            evaluations.append(1),
+            unable_to_allocate() if len(evaluations) == 4 else None,
+            real(self, *args),
+        )[-1],
+    )
     assert main(["run", str(path), "--out", str(run_dir), "--quiet", "--checkpoint-every-s", "3600"]) == 1
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("fred: out of memory at ") and "(Unable to allocate 1.00 TiB" in line
-    assert line.endswith(f"the run is not recorded, its checkpoint is kept: fred run --resume {run_dir} finishes it")
+    assert line.endswith(
+        f"the run is not recorded, its checkpoint is kept: fred run --resume {run_dir} finishes it"
+    )
     assert not run_dir.exists()
     saved = checkpoint.load(checkpoint_dir(run_dir))
-    assert saved.steps > 0 and [row[0] for row in saved.metrics] == [0.0, 0.02, 0.04]  # not the one that failed
+    assert saved.steps > 0 and [row[0] for row in saved.metrics] == [
+        0.0,
+        0.02,
+        0.04,
+    ]  # not the one that failed
     monkeypatch.setattr(Numerics, "evaluate", real)  # a machine with more memory
     result, reason = fred.runs.api.resume(run_dir)
     assert reason is None
@@ -343,7 +387,8 @@ def test_a_checkpointed_run_out_of_memory_between_steps_checkpoints_its_last_ste
 
 
 def test_a_checkpointed_run_out_of_memory_inside_a_step_keeps_its_last_checkpoint(tmp_path, monkeypatch):
-    # A gradient's allocation fails inside a step, which is left cut: the last checkpoint is the run's last whole state.
+    # A gradient's allocation fails inside a step, which is left cut: the last checkpoint is the run's last
+    # whole state.
     sc = scenario("asgd")
     clean = execute(sc)
     checkpointer = Once(checkpoint_dir(tmp_path / "run"), 40, sc.digest(), clock=itertools.count().__next__)
@@ -375,7 +420,9 @@ def test_resume_without_a_checkpoint_or_with_a_scenario_is_a_clear_error(tmp_pat
     assert main(["run", "x.yaml", "--resume", str(tmp_path / "nothing")]) == 2
     assert "only the run directory" in capsys.readouterr().err
     fred.run(tiny(), out=tmp_path / "done")
-    assert main(["run", "--resume", str(tmp_path / "done")]) == 2  # it said to start runs with --checkpoint-every-s
+    assert (
+        main(["run", "--resume", str(tmp_path / "done")]) == 2
+    )  # it said to start runs with --checkpoint-every-s
     assert "is a finished run: there is nothing to resume" in capsys.readouterr().err
 
 
@@ -394,32 +441,48 @@ def test_a_checkpoint_interval_must_be_positive(tmp_path, capsys, every_s):
 FRED_CLI = [sys.executable, "-m", "fred.tools.cli"]
 
 
-def checkpointed_cli_run(tmp_path, updates: int, out, **popen) -> tuple[Path, dict[str, str], subprocess.Popen]:
+def checkpointed_cli_run(
+    tmp_path, updates: int, out, **popen
+) -> tuple[Path, dict[str, str], subprocess.Popen]:
     """A ``fred run --checkpoint-every-s 0.2`` process of an ASGD scenario of ``updates``, once its
     first checkpoint is written: (the scenario file, the environment, the process)."""
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(tiny(strategy={"name": "asgd"}, stop={"max_updates": updates}, eval={"every_updates": 100})))
+    path.write_text(
+        yaml.safe_dump(
+            tiny(strategy={"name": "asgd"}, stop={"max_updates": updates}, eval={"every_updates": 100})
+        )
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen([*FRED_CLI, "run", str(path), "--out", str(out), "--quiet", "--checkpoint-every-s", "0.2"],
-                               env=env, **popen)
+    process = subprocess.Popen(
+        [*FRED_CLI, "run", str(path), "--out", str(out), "--quiet", "--checkpoint-every-s", "0.2"],
+        env=env,
+        **popen,
+    )
     while not (checkpoint_dir(out) / "checkpoint.npz").exists() and process.poll() is None:
         time.sleep(0.05)  # no deadline: the run ends by itself, and the test then fails
     return path, env, process
 
 
-@pytest.mark.slow  # 11 s on 2 cores: a process killed and resumed; the default run resumes every strategy in process
+# 11 s on 2 cores: a process killed and resumed; the default run resumes every strategy in process
+@pytest.mark.slow
 def test_fred_run_killed_with_sigkill_resumes_bit_identical(tmp_path):
     path, env, killed = checkpointed_cli_run(tmp_path, 3000, tmp_path / "killed")
     killed.send_signal(signal.SIGKILL)
     killed.wait()
     assert not (tmp_path / "killed" / "summary.json").exists()
     subprocess.run([*FRED_CLI, "run", "--resume", str(tmp_path / "killed")], env=env, check=True)
-    subprocess.run([*FRED_CLI, "run", str(path), "--out", str(tmp_path / "clean"), "--quiet"], env=env, check=True)
+    subprocess.run(
+        [*FRED_CLI, "run", str(path), "--out", str(tmp_path / "clean"), "--quiet"], env=env, check=True
+    )
     a, b = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("killed", "clean"))
-    assert {k: v for k, v in a.items() if k not in WALL_CLOCK_KEYS} == {k: v for k, v in b.items() if k not in WALL_CLOCK_KEYS}
+    assert {k: v for k, v in a.items() if k not in WALL_CLOCK_KEYS} == {
+        k: v for k, v in b.items() if k not in WALL_CLOCK_KEYS
+    }
     for table in ("events", "updates", "metrics"):
-        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "killed" / f"{table}.parquet"),
-                                      pd.read_parquet(tmp_path / "clean" / f"{table}.parquet"))
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(tmp_path / "killed" / f"{table}.parquet"),
+            pd.read_parquet(tmp_path / "clean" / f"{table}.parquet"),
+        )
     assert not checkpoint_dir(tmp_path / "killed").exists()
 
 
@@ -435,12 +498,17 @@ def test_fred_run_stopped_by_sigterm_keeps_a_last_checkpoint_says_so_and_resumes
     stopped.send_signal(signal.SIGTERM)
     _, err = stopped.communicate(timeout=600)  # a hang guard
     assert stopped.returncode == 143, err
-    assert f"fred: terminated; no run directory was written; its checkpoint is kept: fred run --resume {out}" in err
+    assert (
+        f"fred: terminated; no run directory was written; its checkpoint is kept: fred run --resume {out}"
+        in err
+    )
     assert "Traceback" not in err and not (out / "summary.json").exists()
     subprocess.run([*FRED_CLI, "run", "--resume", str(out), "--quiet"], env=env, check=True)
     a = json.loads((out / "summary.json").read_text())
     b = fred.run(yaml.safe_load(path.read_text())).summary
-    assert {k: v for k, v in a.items() if k not in WALL_CLOCK_KEYS} == {k: v for k, v in b.items() if k not in WALL_CLOCK_KEYS}
+    assert {k: v for k, v in a.items() if k not in WALL_CLOCK_KEYS} == {
+        k: v for k, v in b.items() if k not in WALL_CLOCK_KEYS
+    }
 
 
 def test_fred_run_from_python_leaves_sigterm_to_the_system(monkeypatch):
@@ -486,7 +554,9 @@ def ctrl_c_in_a_collection():
 
 
 @pytest.mark.parametrize("press", [ctrl_c_now, ctrl_c_in_a_collection])
-def test_ctrl_c_inside_a_step_stops_the_run_and_leaves_the_last_checkpoint_whole(press, tmp_path, monkeypatch):
+def test_ctrl_c_inside_a_step_stops_the_run_and_leaves_the_last_checkpoint_whole(
+    press, tmp_path, monkeypatch
+):
     # SimPy caught the interrupt in the process it hit and it came out a step later, after a
     # checkpoint of the cut step had replaced the good one (resume then ran from the start);
     # in a callback it was dropped and the run went on to its end.
@@ -513,7 +583,8 @@ class Never(Checkpointer):
 
 
 def stopped_with_no_checkpoint_due(sc, run_dir, monkeypatch, at_each: Callable[[int], None]) -> Checkpointer:
-    """``sc`` checkpointed for ``run_dir`` with none due, ``at_each(gradient call)`` pressing; it must stop."""
+    """``sc`` checkpointed for ``run_dir`` with none due, ``at_each(gradient call)`` pressing; it must
+    stop."""
     checkpointer = Never(checkpoint_dir(run_dir), 1, sc.digest(), clock=itertools.count().__next__)
     checkpointer.path.mkdir(parents=True)
     (checkpointer.path / "scenario.yaml").write_text(yaml.safe_dump(sc.resolved()))
@@ -525,11 +596,15 @@ def stopped_with_no_checkpoint_due(sc, run_dir, monkeypatch, at_each: Callable[[
     return checkpointer
 
 
-def test_a_stopped_run_keeps_a_checkpoint_of_its_last_whole_step_and_resumes_losing_nothing(tmp_path, monkeypatch):
+def test_a_stopped_run_keeps_a_checkpoint_of_its_last_whole_step_and_resumes_losing_nothing(
+    tmp_path, monkeypatch
+):
     # Ctrl-C (or the fred command's SIGTERM) stopped the run with only the last periodic
     # checkpoint kept: up to --checkpoint-every-s of work lost, all of it before the first.
     sc = scenario("asgd")
-    checkpointer = stopped_with_no_checkpoint_due(sc, tmp_path / "run", monkeypatch, lambda n: ctrl_c_now() if n == 5 else None)
+    checkpointer = stopped_with_no_checkpoint_due(
+        sc, tmp_path / "run", monkeypatch, lambda n: ctrl_c_now() if n == 5 else None
+    )
     assert checkpointer.saved == 1
     saved = checkpoint.load(checkpointer.path)
     assert saved.steps > 0
@@ -553,10 +628,14 @@ def test_ctrl_c_before_the_first_step_stops_the_run(where, monkeypatch):
 
     if where == "build":
         real_build = fred.runs.runner.build
-        monkeypatch.setattr(fred.runs.runner, "build", lambda sc: (ctrl_c_in_a_collection(), real_build(sc))[1])
+        monkeypatch.setattr(
+            fred.runs.runner, "build", lambda sc: (ctrl_c_in_a_collection(), real_build(sc))[1]
+        )
     else:
         real_evaluate = Numerics.evaluate
-        monkeypatch.setattr(Numerics, "evaluate", lambda self, *a: (ctrl_c_in_a_collection(), real_evaluate(self, *a))[1])
+        monkeypatch.setattr(
+            Numerics, "evaluate", lambda self, *a: (ctrl_c_in_a_collection(), real_evaluate(self, *a))[1]
+        )
     with pytest.raises(KeyboardInterrupt):
         execute(scenario("asgd"))
 
@@ -573,11 +652,16 @@ def interrupted_cli_run(tmp_path, monkeypatch, capsys) -> tuple[str, object]:
     return capsys.readouterr().err, out
 
 
-def test_ctrl_c_says_how_to_resume_and_resume_refuses_a_finished_run_with_a_stale_checkpoint(tmp_path, monkeypatch, capsys):
+def test_ctrl_c_says_how_to_resume_and_resume_refuses_a_finished_run_with_a_stale_checkpoint(
+    tmp_path, monkeypatch, capsys
+):
     err, out = interrupted_cli_run(tmp_path, monkeypatch, capsys)
     assert f"its checkpoint is kept: fred run --resume {out}" in err
     assert main(["run", "--resume", str(checkpoint_dir(out))]) == 2  # the folder `ls` shows
-    assert f"is a checkpoint folder; give the run directory it is for: fred run --resume {out}" in capsys.readouterr().err
+    assert (
+        f"is a checkpoint folder; give the run directory it is for: fred run --resume {out}"
+        in capsys.readouterr().err
+    )
     # Another run to the same --out finishes: resuming the old checkpoint silently replaced it.
     fred.run(tiny(stop={"max_updates": 3}, seed=99), out=out)
     assert main(["run", "--resume", str(out)]) == 2
@@ -622,7 +706,20 @@ def test_a_file_where_the_checkpoints_go_is_refused(tmp_path, capsys):
     scenario_file = tmp_path / "s.yaml"
     scenario_file.write_text(yaml.safe_dump(tiny()))
     checkpoint_dir(tmp_path / "run").write_text("mine")
-    assert main(["run", str(scenario_file), "--out", str(tmp_path / "run"), "--quiet", "--checkpoint-every-s", "5"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                str(scenario_file),
+                "--out",
+                str(tmp_path / "run"),
+                "--quiet",
+                "--checkpoint-every-s",
+                "5",
+            ]
+        )
+        == 2
+    )
     assert "run.checkpoint is a file; checkpoints go in a directory of that name" in capsys.readouterr().err
 
 
@@ -639,7 +736,20 @@ def test_a_checkpoint_folder_of_other_files_is_refused_and_left_as_it_was(tmp_pa
     (folder / "notes.txt").write_text("mine")
     (folder / "tape-0-1.npz").write_text("also mine: a name fred uses, in a folder fred did not make")
     before = files_under(folder)
-    assert main(["run", str(scenario_file), "--out", str(tmp_path / "run"), "--quiet", "--checkpoint-every-s", "0.001"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                str(scenario_file),
+                "--out",
+                str(tmp_path / "run"),
+                "--quiet",
+                "--checkpoint-every-s",
+                "0.001",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "run.checkpoint holds files fred did not write (notes.txt)" in err and "Traceback" not in err
     assert files_under(folder) == before and not (tmp_path / "run").exists()
@@ -651,17 +761,30 @@ def test_a_checkpoint_folder_of_other_files_is_refused_and_left_as_it_was(tmp_pa
 def test_the_scenario_file_in_the_checkpoint_folder_is_refused_not_deleted(tmp_path, capsys):
     folder = checkpoint_dir(tmp_path / "run")
     folder.mkdir()
-    (folder / "scenario.yaml").write_text(yaml.safe_dump(tiny()))  # a name fred writes there: only where it was read says whose
-    args = ["run", str(folder / "scenario.yaml"), "--out", str(tmp_path / "run"), "--quiet", "--checkpoint-every-s", "0.001"]
+    (folder / "scenario.yaml").write_text(
+        yaml.safe_dump(tiny())
+    )  # a name fred writes there: only where it was read says whose
+    args = [
+        "run",
+        str(folder / "scenario.yaml"),
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+        "--checkpoint-every-s",
+        "0.001",
+    ]
     assert main(args) == 2
     assert "scenario.yaml is in " in capsys.readouterr().err
-    assert (folder / "scenario.yaml").read_text() == yaml.safe_dump(tiny()) and not (tmp_path / "run").exists()
+    assert (folder / "scenario.yaml").read_text() == yaml.safe_dump(tiny()) and not (
+        tmp_path / "run"
+    ).exists()
     with pytest.raises(ValueError, match="the checkpoint folder this run writes and deletes"):
         fred.run(folder / "scenario.yaml", out=tmp_path / "run", checkpoint_every_s=0.001)
 
 
 def test_a_link_at_the_checkpoint_folder_is_refused_and_its_target_untouched(tmp_path, capsys):
-    # fred followed the link: it overwrote scenario.yaml there and deleted tape-*.npz files it had not written.
+    # fred followed the link: it overwrote scenario.yaml there and deleted tape-*.npz files it had not
+    # written.
     scenario_file = tmp_path / "s.yaml"
     scenario_file.write_text(yaml.safe_dump(tiny()))
     target = tmp_path / "elsewhere"
@@ -670,7 +793,20 @@ def test_a_link_at_the_checkpoint_folder_is_refused_and_its_target_untouched(tmp
     (target / "tape-0-5.npz").write_text("precious too")
     before = files_under(target)
     checkpoint_dir(tmp_path / "run").symlink_to(target)
-    assert main(["run", str(scenario_file), "--out", str(tmp_path / "run"), "--quiet", "--checkpoint-every-s", "0.001"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                str(scenario_file),
+                "--out",
+                str(tmp_path / "run"),
+                "--quiet",
+                "--checkpoint-every-s",
+                "0.001",
+            ]
+        )
+        == 2
+    )
     assert "run.checkpoint is a link" in capsys.readouterr().err
     assert main(["run", "--resume", str(tmp_path / "run")]) == 2
     assert "run.checkpoint is a link" in capsys.readouterr().err
@@ -685,7 +821,9 @@ def test_a_run_deletes_only_the_files_it_wrote_in_its_checkpoint_folder(tmp_path
     (folder / "tape-0-3.npz").write_text("an earlier segment")
     save = Checkpointer.save
 
-    def save_and_add_a_file(self, *args, **kwargs):  # a file put there while the run goes on stays, with its folder
+    def save_and_add_a_file(
+        self, *args, **kwargs
+    ):  # a file put there while the run goes on stays, with its folder
         save(self, *args, **kwargs)
         (self.path / "added.txt").write_text("mine")
 

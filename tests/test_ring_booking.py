@@ -91,7 +91,11 @@ later = st.tuples(st.integers(0, 12), st.integers(0, 12), st.floats(0.0, 1e7), s
 
 
 @settings(max_examples=400, deadline=None)
-@given(case=rings(), transfers=st.lists(later, max_size=6), probes=st.lists(st.tuples(st.integers(0, 12), durations), max_size=6))
+@given(
+    case=rings(),
+    transfers=st.lists(later, max_size=6),
+    probes=st.lists(st.tuples(st.integers(0, 12), durations), max_size=6),
+)
 def test_one_pass_booking_leaves_what_chunk_by_chunk_booking_leaves(case, transfers, probes):
     net, members, nbytes, now_s = case
     ref = copy.deepcopy(net)
@@ -102,7 +106,9 @@ def test_one_pass_booking_leaves_what_chunk_by_chunk_booking_leaves(case, transf
     # Later transfers from the ring's start on: the same starts and arrivals, link for link.
     for a, b, nb, after_s in transfers:
         src, dst = names[a % len(names)], names[b % len(names)]
-        assert net.reserve(src, dst, nb, now_s, now_s + after_s) == ref.reserve(src, dst, nb, now_s, now_s + after_s)
+        assert net.reserve(src, dst, nb, now_s, now_s + after_s) == ref.reserve(
+            src, dst, nb, now_s, now_s + after_s
+        )
     assert link_state(net) == link_state(ref)  # a link sharing the ring's list copied it before booking
     # Fits probed exactly at interval edges, zero durations included: where gaps are.
     for k, duration_s in probes:
@@ -111,7 +117,9 @@ def test_one_pass_booking_leaves_what_chunk_by_chunk_booking_leaves(case, transf
         ref_nxt = ref.ports[names[(k + 1) % len(names)]]
         for s, e in port.up.busy[:4] + port.up.busy[-2:]:
             for t in (s, e, max(now_s, s - duration_s)):
-                assert earliest_fit((port.up, nxt.down), t, duration_s) == earliest_fit((ref_port.up, ref_nxt.down), t, duration_s)
+                assert earliest_fit((port.up, nxt.down), t, duration_s) == earliest_fit(
+                    (ref_port.up, ref_nxt.down), t, duration_s
+                )
 
 
 @pytest.mark.parametrize("p", [2, 3, 16])
@@ -161,7 +169,9 @@ def bare_sim(p: int, lossless_one_pass: bool, **network) -> Simulation:
     return sim
 
 
-def traced_run(one_pass: bool, p: int, nbytes: float, sends: list, second_at_s: float | None, net: dict) -> list:
+def traced_run(
+    one_pass: bool, p: int, nbytes: float, sends: list, second_at_s: float | None, net: dict
+) -> list:
     """Members all-reduce (twice, overlapping when ``second_at_s`` is early) while point-to-point
     sends compete for their links; every traced event, in order."""
     sim = bare_sim(p, one_pass, **net)
@@ -191,11 +201,17 @@ def traced_run(one_pass: bool, p: int, nbytes: float, sends: list, second_at_s: 
 @given(
     p=st.integers(2, 8),
     nbytes=st.one_of(st.integers(1, 1000).map(float), st.floats(1.0, 1e7)),
-    sends=st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8), st.floats(0.0, 1e6), st.floats(0.0, 0.05)), max_size=5),
+    sends=st.lists(
+        st.tuples(st.integers(0, 8), st.integers(0, 8), st.floats(0.0, 1e6), st.floats(0.0, 0.05)), max_size=5
+    ),
     second_at_s=st.one_of(st.none(), st.floats(0.0, 0.05)),
     latency_s=st.one_of(st.just(0.0), st.floats(0.0, 1e-3)),
     reduce_s_per_byte=st.one_of(st.just(0.0), st.floats(0.0, 1e-8)),
 )
-def test_a_run_with_competing_transfers_is_the_same_event_for_event(p, nbytes, sends, second_at_s, latency_s, reduce_s_per_byte):
+def test_a_run_with_competing_transfers_is_the_same_event_for_event(
+    p, nbytes, sends, second_at_s, latency_s, reduce_s_per_byte
+):
     net = dict(latency_s=latency_s, bandwidth_bps=1e8, reduce_s_per_byte=reduce_s_per_byte)
-    assert traced_run(True, p, nbytes, sends, second_at_s, net) == traced_run(False, p, nbytes, sends, second_at_s, net)
+    assert traced_run(True, p, nbytes, sends, second_at_s, net) == traced_run(
+        False, p, nbytes, sends, second_at_s, net
+    )

@@ -51,8 +51,9 @@ def test_sweep_reuses_them_and_its_table_says_where_they_are(tmp_path):
     table, ran = sweep(path, {"seed": [0, 1]}, tmp_path / "runs")
     assert ran == 1
     assert table["run_dir"].tolist()[0] == str(before)
-    assert table["run_dir"].tolist()[1] == str(default_run_dir(validate(tiny(name="g", stop={"max_updates": 6}, seed=1)),
-                                                                 tmp_path / "runs"))
+    assert table["run_dir"].tolist()[1] == str(
+        default_run_dir(validate(tiny(name="g", stop={"max_updates": 6}, seed=1)), tmp_path / "runs")
+    )
     assert all(pd.notna(table["final_eval_loss"]))
 
 

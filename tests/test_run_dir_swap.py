@@ -47,6 +47,7 @@ def refuse_exchange(code: int, calls: list[int] | None = None):
         if calls is not None:
             calls.append(code)
         raise OSError(code, os.strerror(code), str(a))
+
     return refuse
 
 
@@ -92,6 +93,7 @@ def test_a_kill_at_any_step_of_replacing_a_run_leaves_a_complete_run(tmp_path, w
                 return move(*args)
             finally:
                 after_each_move.append(is_complete(out))
+
         return step
 
     monkeypatch.setattr(records, "exchange", observed(records.exchange))
@@ -101,7 +103,9 @@ def test_a_kill_at_any_step_of_replacing_a_run_leaves_a_complete_run(tmp_path, w
 
 
 @pytest.mark.parametrize("code", [errno.EINVAL, errno.ENOSYS])
-def test_where_directories_cannot_be_swapped_a_run_is_replaced_by_renames(tmp_path, written, monkeypatch, code):
+def test_where_directories_cannot_be_swapped_a_run_is_replaced_by_renames(
+    tmp_path, written, monkeypatch, code
+):
     # EINVAL: a filesystem without RENAME_EXCHANGE (NFS); ENOSYS: an old kernel or libc.
     out = tmp_path / "run"
     tried: list[int] = []
@@ -113,7 +117,9 @@ def test_where_directories_cannot_be_swapped_a_run_is_replaced_by_renames(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
-def test_an_error_the_swap_cannot_fall_back_from_is_raised_and_the_earlier_run_kept(tmp_path, written, monkeypatch):
+def test_an_error_the_swap_cannot_fall_back_from_is_raised_and_the_earlier_run_kept(
+    tmp_path, written, monkeypatch
+):
     out = tmp_path / "run"
     write_run_dir(out, *written)
     (out / "trace.json").write_text("{}")
@@ -124,7 +130,9 @@ def test_an_error_the_swap_cannot_fall_back_from_is_raised_and_the_earlier_run_k
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
-def test_another_writer_swapping_its_run_in_just_before_ours_leaves_ours_whole(tmp_path, written, monkeypatch):
+def test_another_writer_swapping_its_run_in_just_before_ours_leaves_ours_whole(
+    tmp_path, written, monkeypatch
+):
     # Two sweeps sharing a runs folder write the same run: the last one swapped in stays.
     needs_exchange(tmp_path)
     out = tmp_path / "run"
@@ -147,7 +155,9 @@ def test_another_writer_swapping_its_run_in_just_before_ours_leaves_ours_whole(t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
-def test_a_run_another_writer_moved_aside_just_before_our_swap_is_replaced_by_a_rename(tmp_path, written, monkeypatch):
+def test_a_run_another_writer_moved_aside_just_before_our_swap_is_replaced_by_a_rename(
+    tmp_path, written, monkeypatch
+):
     # A writer that cannot swap (on another host, say) renamed the run aside: nothing is at
     # out for an instant, and the swap finds nothing to swap with.
     out = tmp_path / "run"
@@ -191,7 +201,9 @@ def test_the_system_call_swaps_where_libc_has_no_wrapper(tmp_path):
     assert (b / "summary.json").read_text() == "a" and not any(a.iterdir())
 
 
-def test_a_full_disk_names_the_folder_and_what_the_run_needs_exits_1_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+def test_a_full_disk_names_the_folder_and_what_the_run_needs_exits_1_and_leaves_nothing(
+    tmp_path, capsys, monkeypatch
+):
     # It was exit 2 (bad input) and pyarrow's words alone: "fred: Error writing bytes to file.
     # Detail: [errno 28] No space left on device". pyarrow's error carries the errno only in its text.
     import pandas as pd
@@ -207,8 +219,13 @@ def test_a_full_disk_names_the_folder_and_what_the_run_needs_exits_1_and_leaves_
     monkeypatch.setattr(pd.DataFrame, "to_parquet", full)
     assert main(["run", str(scenario), "--out", str(tmp_path / "runs" / "r"), "--quiet"]) == 1
     [line] = capsys.readouterr().err.splitlines()
-    assert line.startswith(f"fred: no space left on the device: the run directory r was not written to {tmp_path / 'runs'} "
-                           "(it needs up to about ") and " free there now); free some space there or give another --out" in line
+    assert (
+        line.startswith(
+            f"fred: no space left on the device: the run directory r was not written to {tmp_path / 'runs'} "
+            "(it needs up to about "
+        )
+        and " free there now); free some space there or give another --out" in line
+    )
     needs_kb = float(line.split("up to about ")[1].split(" kB")[0])
     assert 20 < needs_kb < 1000  # a tiny run's records: tens of kB
     assert list((tmp_path / "runs").iterdir()) == []  # no run directory, no hidden partial copy
@@ -223,12 +240,30 @@ def test_a_file_size_limit_reached_while_writing_the_run_is_said_and_exits_1(tmp
     scenario = tmp_path / "s.yaml"
     scenario.write_text(yaml.safe_dump(tiny()))
     # The limit is set in the child, not by a preexec_fn: forking this process (JAX's threads) can deadlock.
-    limited = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (3000, resource.RLIM_INFINITY)); "
-               "sys.argv[0] = 'fred'; runpy.run_module('fred', run_name='__main__')")  # 3 kB: a table is larger
-    env = {**os.environ, "FRED_JAX_CACHE": "off", "PYTHONDONTWRITEBYTECODE": "1"}  # no other file written under the limit
-    done = subprocess.run([sys.executable, "-c", limited, "run", str(scenario), "--out", str(tmp_path / "r"), "--quiet"],
-                          env=env, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=300)
+    limited = (
+        "import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (3000, "
+        "resource.RLIM_INFINITY)); "
+        "sys.argv[0] = 'fred'; runpy.run_module('fred', run_name='__main__')"
+    )  # 3 kB: a table is larger
+    env = {
+        **os.environ,
+        "FRED_JAX_CACHE": "off",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }  # no other file written under the limit
+    done = subprocess.run(
+        [sys.executable, "-c", limited, "run", str(scenario), "--out", str(tmp_path / "r"), "--quiet"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=300,
+    )
     assert done.returncode == 1, done.stderr
-    assert done.stderr.startswith(f"fred: a file would exceed this process's file-size limit (ulimit -f): the run directory r "
-                                  f"was not written to {tmp_path}") and "raise the limit (ulimit -f) or give another --out" in done.stderr
+    assert (
+        done.stderr.startswith(
+            f"fred: a file would exceed this process's file-size limit (ulimit -f): the run directory r "
+            f"was not written to {tmp_path}"
+        )
+        and "raise the limit (ulimit -f) or give another --out" in done.stderr
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]

@@ -16,7 +16,11 @@ from tests.conftest import tiny
 
 
 def test_evaluation_every_simulated_interval_lands_on_the_grid():
-    result = fred.run(tiny(eval={"every_s": 0.01, "every_updates": None}, stop={"max_sim_time_s": 0.05, "max_updates": None}))
+    result = fred.run(
+        tiny(
+            eval={"every_s": 0.01, "every_updates": None}, stop={"max_sim_time_s": 0.05, "max_updates": None}
+        )
+    )
     times = result.metrics["sim_time_s"].tolist()
     assert times == pytest.approx([0.0, 0.01, 0.02, 0.03, 0.04, 0.05])
     assert result.summary["sim_time_s"] == 0.05 and result.summary["stop_reason"] == "max_sim_time_s"
@@ -25,7 +29,9 @@ def test_evaluation_every_simulated_interval_lands_on_the_grid():
 def test_evaluation_times_are_multiples_of_the_interval_as_written_and_never_doubled():
     # Adding 0.05 up drifted (0.15000000000000002, ..., 0.9999999999999999), and the end's
     # evaluation at 1.0 then doubled the last one, with a NaN train loss.
-    result = fred.run(tiny(eval={"every_s": 0.05, "every_updates": None}, stop={"max_sim_time_s": 1.0, "max_updates": None}))
+    result = fred.run(
+        tiny(eval={"every_s": 0.05, "every_updates": None}, stop={"max_sim_time_s": 1.0, "max_updates": None})
+    )
     assert result.metrics["sim_time_s"].tolist() == [round(0.05 * k, 10) for k in range(21)]
     assert not result.metrics["train_loss"].iloc[1:].isna().any()
 
@@ -33,22 +39,36 @@ def test_evaluation_times_are_multiples_of_the_interval_as_written_and_never_dou
 def test_a_run_stopped_by_an_evaluation_on_the_grid_ends_at_it():
     # The run used to end at the last event before that evaluation, and its end's evaluation
     # then went back in time (0.091, then 0.0909813 with a NaN train loss).
-    result = fred.run(tiny(eval={"every_s": 0.013, "every_updates": None}, stop={"max_sim_time_s": 1.0, "max_updates": None, "target_eval_loss": 2.0}))
+    result = fred.run(
+        tiny(
+            eval={"every_s": 0.013, "every_updates": None},
+            stop={"max_sim_time_s": 1.0, "max_updates": None, "target_eval_loss": 2.0},
+        )
+    )
     times = result.metrics["sim_time_s"].tolist()
     assert result.summary["stop_reason"] == "target_eval_loss" and times == sorted(set(times))
     assert result.summary["sim_time_s"] == times[-1] == round(0.013 * (len(times) - 1), 10)
 
 
-@pytest.mark.parametrize("strategy, stop", [
-    ({"name": "sgd"}, {"max_sim_time_s": 1.0, "max_updates": None}),
-    ({"name": "asgd", "clock": "logical"}, {"max_updates": 5}),
-])
+@pytest.mark.parametrize(
+    "strategy, stop",
+    [
+        ({"name": "sgd"}, {"max_sim_time_s": 1.0, "max_updates": None}),
+        ({"name": "asgd", "clock": "logical"}, {"max_updates": 5}),
+    ],
+)
 def test_an_evaluation_on_the_grid_sees_the_updates_applied_at_its_time(strategy, stop):
     # Updates land on the grid here (compute 0.25 s; the logical clock's whole steps). A grid
     # evaluation was taken before them and the end's after them: two rows at the end's time.
     compute = {"step_time_s": 0.25} if strategy["name"] == "sgd" else {}
-    result = fred.run(tiny(strategy=strategy, cluster={"workers": 1 if strategy["name"] == "sgd" else 4, "compute": compute},
-                           eval={"every_s": 0.25 if strategy["name"] == "sgd" else 1.0, "every_updates": None}, stop=stop))
+    result = fred.run(
+        tiny(
+            strategy=strategy,
+            cluster={"workers": 1 if strategy["name"] == "sgd" else 4, "compute": compute},
+            eval={"every_s": 0.25 if strategy["name"] == "sgd" else 1.0, "every_updates": None},
+            stop=stop,
+        )
+    )
     metrics, applied = result.metrics, result.updates.drop_duplicates("update")
     assert metrics["sim_time_s"].is_unique
     for time_s, updates in zip(metrics["sim_time_s"].iloc[1:], metrics["updates"].iloc[1:]):
@@ -56,7 +76,9 @@ def test_an_evaluation_on_the_grid_sees_the_updates_applied_at_its_time(strategy
 
 
 @pytest.mark.parametrize("cadence", ["eval", "server_checkpoint"])
-def test_a_wait_validation_could_not_foresee_ends_the_run_at_the_most_evaluations_or_checkpoints(cadence, monkeypatch):
+def test_a_wait_validation_could_not_foresee_ends_the_run_at_the_most_evaluations_or_checkpoints(
+    cadence, monkeypatch
+):
     # Pushes of 100 s between updates (slow links; validation counts compute only): 1e5 evaluations
     # or checkpoints per update, and a longer wait gave hours of them. The bound stands in small.
     monkeypatch.setattr(fred.runs.controller, "MAX_CADENCE_EVENTS", 40)
@@ -64,13 +86,23 @@ def test_a_wait_validation_could_not_foresee_ends_the_run_at_the_most_evaluation
     data = tiny(network={"bandwidth_bps": 1e3}, workload={"param_bytes": 100_000}, stop={"max_updates": 3})
     if cadence == "eval":
         data = tiny(**{**data, "eval": {"every_s": 0.01, "every_updates": None}})
-        field, what = "eval.every_s is 0.01 s: 40 evaluations", "give a larger eval.every_s, or eval.every_updates"
+        field, what = (
+            "eval.every_s is 0.01 s: 40 evaluations",
+            "give a larger eval.every_s, or eval.every_updates",
+        )
     else:
         crash = {"checkpoint_every_s": 0.01, "crashes": [{"at_s": 1000, "restart_s": 1}]}
-        data = tiny(**{**data, "strategy": {"name": "ssgd", "aggregation": "ps"}, "faults": {"server_crash": crash}})
-        field, what = "faults.server_crash.checkpoint_every_s is 0.01 s: 40 checkpoints", "give a larger checkpoint_every_s"
+        data = tiny(
+            **{**data, "strategy": {"name": "ssgd", "aggregation": "ps"}, "faults": {"server_crash": crash}}
+        )
+        field, what = (
+            "faults.server_crash.checkpoint_every_s is 0.01 s: 40 checkpoints",
+            "give a larger checkpoint_every_s",
+        )
     summary = fred.run(data).summary
-    assert summary["status"] == "failed" and summary["failure"].startswith(field) and what in summary["failure"]
+    assert (
+        summary["status"] == "failed" and summary["failure"].startswith(field) and what in summary["failure"]
+    )
     assert summary["sim_time_s"] < 0.5
 
 
@@ -129,7 +161,11 @@ def test_asgd_staleness_reflects_the_number_of_workers(sharing):
 
 
 def test_a_straggler_contributes_fewer_and_staler_gradients():
-    result = fred.run(tiny(cluster={"workers": 4, "stragglers": [{"worker": 3, "slow_factor": 4}]}, stop={"max_updates": 200}))
+    result = fred.run(
+        tiny(
+            cluster={"workers": 4, "stragglers": [{"worker": 3, "slow_factor": 4}]}, stop={"max_updates": 200}
+        )
+    )
     per_worker = result.updates.groupby("worker")["staleness"].agg(["count", "mean"])
     assert per_worker.loc[3, "count"] < per_worker.loc[0, "count"] / 2
     assert per_worker.loc[3, "mean"] > per_worker.loc[0, "mean"]
@@ -146,7 +182,10 @@ def test_ssgd_waits_for_its_straggler():
 
 def test_progress_is_reported_between_evaluations():
     seen = []
-    fred.run(tiny(stop={"max_updates": 400}, eval={"every_updates": 200}), progress=lambda t, u, loss: seen.append(u))
+    fred.run(
+        tiny(stop={"max_updates": 400}, eval={"every_updates": 200}),
+        progress=lambda t, u, loss: seen.append(u),
+    )
     assert len(seen) > 10 and seen == sorted(seen) and seen[-1] == 400
 
 
@@ -166,7 +205,10 @@ def test_a_run_with_nothing_left_to_happen_stops_as_stalled(monkeypatch, max_sim
     idle = registry.get("asgd")._replace(start=lambda sim, config: lambda: sim.init_params)
     monkeypatch.setitem(registry._REGISTRY, "asgd", idle)
     done = []
-    scenario = tiny(eval={"every_s": 0.01, "every_updates": None}, stop={"max_updates": 4, "max_sim_time_s": max_sim_time_s})
+    scenario = tiny(
+        eval={"every_s": 0.01, "every_updates": None},
+        stop={"max_updates": 4, "max_sim_time_s": max_sim_time_s},
+    )
     thread = threading.Thread(target=lambda: done.append(fred.run(scenario)), daemon=True)
     thread.start()
     thread.join(600)  # a hang guard, not a speed check: the run takes about a second
@@ -221,9 +263,14 @@ def test_hidden_copies_a_killed_process_left_are_deleted_by_the_next_write(tmp_p
     from fred.runs.records import _hidden
 
     out = tmp_path / "run"
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     host = socket.gethostname()
-    left = [tmp_path / f".run.partial-{host}-{dead.stdout.strip()}", tmp_path / f".run.old-{host}-{dead.stdout.strip()}-0"]
+    left = [
+        tmp_path / f".run.partial-{host}-{dead.stdout.strip()}",
+        tmp_path / f".run.old-{host}-{dead.stdout.strip()}-0",
+    ]
     alive = tmp_path / f".run.partial-{host}-{os.getppid()}"  # another process's, still writing
     elsewhere = tmp_path / f".run.partial-another-host-{dead.stdout.strip()}"
     for path in [*left, alive, elsewhere]:

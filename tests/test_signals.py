@@ -29,9 +29,19 @@ QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 HANG_S = 60  # from the signal to the process's end: a hang guard, not a speed check
 STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 SAYS = {signal.SIGINT: "fred: interrupted", signal.SIGTERM: "fred: terminated"}
-RECORDS = ("scenario.yaml", "summary.json", "metrics.parquet", "updates.parquet", "events.parquet", "params.npz", "tape.npz")
+RECORDS = (
+    "scenario.yaml",
+    "summary.json",
+    "metrics.parquet",
+    "updates.parquet",
+    "events.parquet",
+    "params.npz",
+    "tape.npz",
+)
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads a process's signal mask in /proc")
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/status").is_file(), reason="reads a process's signal mask in /proc"
+)
 
 # The command with a line of set-up run first (patching fred to hold the main thread, say).
 WITH_SETUP = """
@@ -43,12 +53,20 @@ entry()
 """
 
 
-def start(tmp_path: Path, *args: str, setup: str = "", env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
+def start(
+    tmp_path: Path, *args: str, setup: str = "", env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, Path]:
     """``fred run`` of the quickstart into ``tmp_path/run``, once it takes SIGTERM."""
     out = tmp_path / "run"
     head = [sys.executable, "-c", WITH_SETUP.format(setup=setup)] if setup else [sys.executable, "-m", "fred"]
-    proc = subprocess.Popen([*head, "run", str(QUICKSTART), "--out", str(out), "--quiet", *args], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        [*head, "run", str(QUICKSTART), "--out", str(out), "--quiet", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     deadline = time.monotonic() + HANG_S
     while not _catches_sigterm(proc.pid):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
@@ -76,7 +94,10 @@ def signal_and_check(proc: subprocess.Popen, out: Path, signum: int) -> str:
     assert "Traceback" not in err and "Exception ignored" not in err, err
     assert len(err.splitlines()) <= 2, err
     complete = all((out / name).is_file() for name in RECORDS)
-    if proc.returncode in (0, -signum):  # it had ended before the signal came, or was in Python's last instants
+    if proc.returncode in (
+        0,
+        -signum,
+    ):  # it had ended before the signal came, or was in Python's last instants
         assert complete and err == "", (proc.returncode, err)
         return err
     assert proc.returncode == STATUS[signum] and err.startswith(SAYS[signum]), (proc.returncode, err)
@@ -85,7 +106,9 @@ def signal_and_check(proc: subprocess.Popen, out: Path, signum: int) -> str:
     else:
         assert "no run directory was written" in err or "nothing was done" in err, err
         assert not out.exists(), sorted(out.iterdir())
-    hidden = [p.name for p in out.parent.glob(f".{out.name}.*")]  # a copy being written when the process ended
+    hidden = [
+        p.name for p in out.parent.glob(f".{out.name}.*")
+    ]  # a copy being written when the process ended
     assert all(f"-{proc.pid}" in name for name in hidden), hidden  # removed by the next write of the run
     return err
 
@@ -150,7 +173,8 @@ def test_a_stop_python_drops_in_a_collection_callback_still_ends_the_command(tmp
     assert not out.exists()
 
 
-@pytest.mark.slow  # a run of 2-4 s before its first checkpoint (test_resume has the stop's checkpoint resumed)
+# a run of 2-4 s before its first checkpoint (test_resume has the stop's checkpoint resumed)
+@pytest.mark.slow
 def test_sigterm_mid_run_keeps_the_checkpoint_and_says_how_to_resume(tmp_path):
     proc, out = start(tmp_path, "--set", "stop.max_updates=100000", "--checkpoint-every-s", "0.2")
     checkpoint = out.parent / f"{out.name}.checkpoint" / "checkpoint.npz"
@@ -159,7 +183,9 @@ def test_sigterm_mid_run_keeps_the_checkpoint_and_says_how_to_resume(tmp_path):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
     err = signal_and_check(proc, out, signal.SIGTERM)
-    assert err == f"fred: terminated; no run directory was written; its checkpoint is kept: fred run --resume {out}\n"
+    assert err == (
+        f"fred: terminated; no run directory was written; its checkpoint is kept: fred run --resume {out}\n"
+    )
 
 
 @pytest.mark.slow  # 3.5 s on 2 cores: a fresh process signalled
@@ -179,8 +205,10 @@ def test_a_signal_between_the_commands_end_and_its_last_handlers_is_a_stop_said_
     # SIGINT taken after main returned and before finished() had swapped the handlers raised
     # out of entry: a traceback, and Python's own death by SIGINT. Here the command signals
     # itself in that instant.
-    setup = ("import os, signal; from fred.runs import interrupt; last = interrupt.finished; "
-             "interrupt.finished = lambda: (os.kill(os.getpid(), signal.SIGINT), last())")
+    setup = (
+        "import os, signal; from fred.runs import interrupt; last = interrupt.finished; "
+        "interrupt.finished = lambda: (os.kill(os.getpid(), signal.SIGINT), last())"
+    )
     proc, out = start(tmp_path, "--set", "stop.max_updates=5", setup=setup)
     _, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 130, err
@@ -206,9 +234,19 @@ def test_a_stop_during_a_long_catch_up_of_evaluations_is_taken_there(tmp_path):
     # A step of 100 simulated seconds followed by 100,000 evaluations 1 ms apart: the loop that
     # made them never looked for a stop, and the first SIGTERM waited for all of them. Validation
     # now refuses evaluations that cost this much (fred.runs.work): lifted here, to make the catch-up.
-    long_step = ["--set", "cluster.compute.step_time_s=100", "--set", "eval.every_s=0.001",
-                 "--set", "stop.max_sim_time_s=100", "--set", "eval.every_updates=null"]
-    proc, out = start(tmp_path, *long_step, setup="import fred.runs.work; fred.runs.work.MAX_EVAL_WORK = float('inf')")
+    long_step = [
+        "--set",
+        "cluster.compute.step_time_s=100",
+        "--set",
+        "eval.every_s=0.001",
+        "--set",
+        "stop.max_sim_time_s=100",
+        "--set",
+        "eval.every_updates=null",
+    ]
+    proc, out = start(
+        tmp_path, *long_step, setup="import fred.runs.work; fred.runs.work.MAX_EVAL_WORK = float('inf')"
+    )
     time.sleep(5.0)
     assert proc.poll() is None, proc.communicate()
     signal_and_check(proc, out, signal.SIGTERM)
@@ -225,8 +263,21 @@ def test_a_second_signal_ends_the_command_at_once_even_in_native_code(tmp_path):
 
 @pytest.mark.slow
 def test_a_signal_to_a_parallel_sweep_keeps_the_runs_that_finish_and_says_so(tmp_path):
-    sweep = [sys.executable, "-m", "fred", "sweep", str(QUICKSTART), "--grid", "seed=0,1,2", "--jobs", "2",
-             "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "sweep.parquet")]
+    sweep = [
+        sys.executable,
+        "-m",
+        "fred",
+        "sweep",
+        str(QUICKSTART),
+        "--grid",
+        "seed=0,1,2",
+        "--jobs",
+        "2",
+        "--runs",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "sweep.parquet"),
+    ]
     proc = subprocess.Popen(sweep, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while not _catches_sigterm(proc.pid):
         assert proc.poll() is None, proc.communicate()
@@ -236,7 +287,8 @@ def test_a_signal_to_a_parallel_sweep_keeps_the_runs_that_finish_and_says_so(tmp
     _, err = proc.communicate(timeout=HANG_S)  # the started runs finish first: a hang guard
     assert "Traceback" not in err and "Exception ignored" not in err, err
     assert proc.returncode == 143 and err.splitlines()[-1] == (
-        "fred: terminated; every run that finished is kept, and fred sweep again reuses them"), err
+        "fred: terminated; every run that finished is kept, and fred sweep again reuses them"
+    ), err
     assert not (tmp_path / "sweep.parquet").exists()
     for run in (tmp_path / "runs").glob("*") if (tmp_path / "runs").exists() else []:
         assert all((run / name).is_file() for name in RECORDS), sorted(run.iterdir())

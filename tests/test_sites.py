@@ -18,8 +18,11 @@ NIC_BPS, NIC_S, WAN_BPS, WAN_S = 1.25e9, 50e-6, 1.25e8, 0.03
 
 
 def _sim(workers: int = 4, server: bool = False, **network) -> Simulation:
-    net = {"latency_s": NIC_S, "bandwidth_bps": NIC_BPS,
-           "sites": {"nodes": [workers // 2, workers // 2], "latency_s": WAN_S, "bandwidth_bps": WAN_BPS}} | network
+    net = {
+        "latency_s": NIC_S,
+        "bandwidth_bps": NIC_BPS,
+        "sites": {"nodes": [workers // 2, workers // 2], "latency_s": WAN_S, "bandwidth_bps": WAN_BPS},
+    } | network
     scenario = fred.validate(tiny(cluster={"workers": workers}, network=net))
     crew = [Worker(i, lambda: np.arange(1)) for i in range(workers)]
     links = Network(scenario.network)
@@ -45,7 +48,9 @@ def test_a_transfer_between_sites_runs_at_the_wide_area_rate_and_pays_its_latenc
     n = 1e8
     done = _sends(_sim(), [("worker0", "worker2"), ("worker1", "worker0")], n)
     assert done[("worker0", "worker2")] == pytest.approx(NIC_S + WAN_S + n / WAN_BPS, rel=1e-12)
-    assert done[("worker1", "worker0")] == pytest.approx(NIC_S + n / NIC_BPS, rel=1e-12)  # inside site 0: no WAN
+    assert done[("worker1", "worker0")] == pytest.approx(
+        NIC_S + n / NIC_BPS, rel=1e-12
+    )  # inside site 0: no WAN
 
 
 def test_flows_leaving_a_site_share_its_wide_area_link():
@@ -79,8 +84,17 @@ def test_rtt_sharing_gives_the_nearer_flow_more_of_a_link_as_cm02_does():
     # SimGrid's CM02 on one 1.25e9 B/s uplink: 100 MB with a 50 us route beside 100 MB with a 1 ms
     # route finish at 0.0840 s and 0.16005 s; equal shares give 0.16005 s and 0.161 s.
     def run(sharing: str) -> dict:
-        scenario = fred.validate(tiny(cluster={"workers": 2}, network={
-            "sharing": sharing, "latency_s": 50e-6, "bandwidth_bps": 1.25e9, "server": {"latency_s": 1e-3}}))
+        scenario = fred.validate(
+            tiny(
+                cluster={"workers": 2},
+                network={
+                    "sharing": sharing,
+                    "latency_s": 50e-6,
+                    "bandwidth_bps": 1.25e9,
+                    "server": {"latency_s": 1e-3},
+                },
+            )
+        )
         crew = [Worker(i, lambda: np.arange(1)) for i in range(2)]
         links = Network(scenario.network)
         links.add("server", server=True)
@@ -107,10 +121,14 @@ def test_equal_latencies_share_alike_under_rtt_and_fair():
 
 
 def test_a_degraded_site_link_slows_what_crosses_it():
-    data = tiny(cluster={"workers": 4, "compute": {"step_time_s": 0.01}}, strategy={"name": "arsgd"},
-                workload={"param_bytes": 10**7, "timing_only": True}, stop={"max_updates": 4},
-                network={"sites": {"nodes": [2, 2]}},
-                faults={"link_degrade": [{"entity": "site1", "at_s": 0.0, "bandwidth_factor": 0.5}]})
+    data = tiny(
+        cluster={"workers": 4, "compute": {"step_time_s": 0.01}},
+        strategy={"name": "arsgd"},
+        workload={"param_bytes": 10**7, "timing_only": True},
+        stop={"max_updates": 4},
+        network={"sites": {"nodes": [2, 2]}},
+        faults={"link_degrade": [{"entity": "site1", "at_s": 0.0, "bandwidth_factor": 0.5}]},
+    )
     slow = fred.run(fred.validate(data))
     data["faults"] = {}
     healthy = fred.run(fred.validate(data))
@@ -120,13 +138,16 @@ def test_a_degraded_site_link_slows_what_crosses_it():
     assert again.summary["sim_time_s"] == healthy.summary["sim_time_s"]
 
 
-@pytest.mark.parametrize("network, cluster, words", [
-    ({"sites": {"nodes": [2, 0]}}, {"workers": 2}, "site 1 has no nodes"),
-    ({"sites": {"nodes": [2, 1]}}, {"workers": 4}, "give sites that add up to 4 nodes"),
-    ({"sites": {"nodes": [2, 2]}, "sharing": "fcfs"}, {"workers": 4}, "sites need sharing: fair or rtt"),
-    ({"hierarchical": True, "hierarchy": "site"}, {"workers": 4}, "needs network.sites"),
-    ({"sites": {"nodes": [1]}}, {"workers": 1}, "at least 2"),
-])
+@pytest.mark.parametrize(
+    "network, cluster, words",
+    [
+        ({"sites": {"nodes": [2, 0]}}, {"workers": 2}, "site 1 has no nodes"),
+        ({"sites": {"nodes": [2, 1]}}, {"workers": 4}, "give sites that add up to 4 nodes"),
+        ({"sites": {"nodes": [2, 2]}, "sharing": "fcfs"}, {"workers": 4}, "sites need sharing: fair or rtt"),
+        ({"hierarchical": True, "hierarchy": "site"}, {"workers": 4}, "needs network.sites"),
+        ({"sites": {"nodes": [1]}}, {"workers": 1}, "at least 2"),
+    ],
+)
 def test_bad_sites_are_refused_with_the_fix(network, cluster, words):
     with pytest.raises(ScenarioError, match=words):
         fred.validate(tiny(cluster=cluster, network=network))
@@ -134,8 +155,14 @@ def test_bad_sites_are_refused_with_the_fix(network, cluster, words):
 
 def test_a_fault_on_a_site_that_does_not_exist_names_the_sites():
     with pytest.raises(ScenarioError, match="site0, site1"):
-        fred.validate(tiny(cluster={"workers": 4}, strategy={"name": "arsgd"}, network={"sites": {"nodes": [2, 2]}},
-                           faults={"link_degrade": [{"entity": "site7", "at_s": 0.0, "bandwidth_factor": 0.5}]}))
+        fred.validate(
+            tiny(
+                cluster={"workers": 4},
+                strategy={"name": "arsgd"},
+                network={"sites": {"nodes": [2, 2]}},
+                faults={"link_degrade": [{"entity": "site7", "at_s": 0.0, "bandwidth_factor": 0.5}]},
+            )
+        )
 
 
 def test_the_bytes_between_sites_are_what_crosses_the_wide_area_links():
@@ -144,9 +171,13 @@ def test_the_bytes_between_sites_are_what_crosses_the_wide_area_links():
     n = 10**7
 
     def run(**network):
-        data = tiny(cluster={"workers": 4, "compute": {"step_time_s": 0.01}}, strategy={"name": "arsgd"},
-                    workload={"param_bytes": n, "timing_only": True}, stop={"max_updates": 3},
-                    network={"sites": {"nodes": [2, 2]}} | network)
+        data = tiny(
+            cluster={"workers": 4, "compute": {"step_time_s": 0.01}},
+            strategy={"name": "arsgd"},
+            workload={"param_bytes": n, "timing_only": True},
+            stop={"max_updates": 3},
+            network={"sites": {"nodes": [2, 2]}} | network,
+        )
         return fred.run(fred.validate(data)).summary
 
     flat, by_site = run(), run(hierarchical=True, hierarchy="site")
@@ -156,11 +187,19 @@ def test_the_bytes_between_sites_are_what_crosses_the_wide_area_links():
 
 
 def test_stragglers_and_crashes_act_across_sites_as_inside_one():
-    base = tiny(cluster={"workers": 4, "compute": {"step_time_s": 0.01}}, strategy={"name": "arsgd"},
-                workload={"param_bytes": 10**6, "timing_only": True}, stop={"max_updates": 4},
-                network={"sites": {"nodes": [2, 2]}})
+    base = tiny(
+        cluster={"workers": 4, "compute": {"step_time_s": 0.01}},
+        strategy={"name": "arsgd"},
+        workload={"param_bytes": 10**6, "timing_only": True},
+        stop={"max_updates": 4},
+        network={"sites": {"nodes": [2, 2]}},
+    )
     plain = fred.run(fred.validate(base)).summary
-    slow = fred.run(fred.validate({**base, "cluster": {**base["cluster"], "stragglers": [{"worker": 3, "slow_factor": 5}]}}))
+    slow = fred.run(
+        fred.validate(
+            {**base, "cluster": {**base["cluster"], "stragglers": [{"worker": 3, "slow_factor": 5}]}}
+        )
+    )
     assert slow.summary["sim_time_s"] > plain["sim_time_s"]
     crash = {**base, "faults": {"worker_crash": [{"worker": 2, "at_s": 0.005}], "sync_timeout_s": 0.5}}
     crashed = fred.run(fred.validate(crash)).summary

@@ -38,7 +38,10 @@ def scenario(tmp_path):
 
 
 def test_the_grid_parses_values_as_yaml():
-    assert parse_grid(["strategy.lr=0.01,0.1", "seed=0,1,2"]) == {"strategy.lr": [0.01, 0.1], "seed": [0, 1, 2]}
+    assert parse_grid(["strategy.lr=0.01,0.1", "seed=0,1,2"]) == {
+        "strategy.lr": [0.01, 0.1],
+        "seed": [0, 1, 2],
+    }
     with pytest.raises(ScenarioError, match="path.to.key=value1,value2"):
         parse_grid(["strategy.lr"])
 
@@ -66,22 +69,37 @@ def test_grid_values_are_the_validated_ones_lists_and_profiles_included(tmp_path
     (tmp_path / "slow.yaml").write_text("step_time_s: 0.02\n")
     # 3e-2 is a string to YAML 1.1: the table held text; a list value was split at its comma
     # (a traceback); a gridded profile was refused as an unknown key
-    grid = parse_grid(["strategy.lr=0.1,3e-2", "model.hidden=[8, 4],[16]", "cluster.compute.profile=fast.yaml,slow.yaml"])
+    grid = parse_grid(
+        ["strategy.lr=0.1,3e-2", "model.hidden=[8, 4],[16]", "cluster.compute.profile=fast.yaml,slow.yaml"]
+    )
     table, ran = sweep(path, grid, tmp_path / "runs")
     assert ran == 8 and table["strategy.lr"].tolist() == [0.1] * 4 + [0.03] * 4
     assert [list(h) for h in table["model.hidden"][:4]] == [[8, 4], [8, 4], [16], [16]]
     by_profile = table.groupby("cluster.compute.profile")["sim_time_s"].max()
-    assert by_profile["fast.yaml"] * 3 < by_profile["slow.yaml"]  # each combination got its own profile's step time
+    assert (
+        by_profile["fast.yaml"] * 3 < by_profile["slow.yaml"]
+    )  # each combination got its own profile's step time
     with pytest.raises(ScenarioError, match="is not a comma-separated list of YAML values"):
         parse_grid(["strategy.lr=0.1,{a"])
-    with pytest.raises(ScenarioError, match=r"1e-1 is given twice \(as 0.1\)"):  # 1e-1 is a number now, as 0.1 is
+    with pytest.raises(
+        ScenarioError, match=r"1e-1 is given twice \(as 0.1\)"
+    ):  # 1e-1 is a number now, as 0.1 is
         parse_grid(["strategy.lr=0.1,1e-1"])
-    with pytest.raises(ScenarioError, match="strategy.lr='0.1' and strategy.lr=0.1 are the same run"):  # a quoted number
-        sweep(path, parse_grid(["strategy.lr=0.1,'0.1'"]), tmp_path / "runs", sets=["cluster.compute.step_time_s=0.01"])
+    with pytest.raises(
+        ScenarioError, match="strategy.lr='0.1' and strategy.lr=0.1 are the same run"
+    ):  # a quoted number
+        sweep(
+            path,
+            parse_grid(["strategy.lr=0.1,'0.1'"]),
+            tmp_path / "runs",
+            sets=["cluster.compute.step_time_s=0.01"],
+        )
 
 
 def test_jobs_must_be_at_least_one(scenario, tmp_path, capsys):
-    assert main(["sweep", str(scenario), "--grid", "seed=0", "--jobs", "0", "--runs", str(tmp_path / "r")]) == 2
+    assert (
+        main(["sweep", str(scenario), "--grid", "seed=0", "--jobs", "0", "--runs", str(tmp_path / "r")]) == 2
+    )
     assert "--jobs 0: give 1 or more" in capsys.readouterr().err
 
 
@@ -95,7 +113,7 @@ def test_a_sweep_runs_every_combination_once_and_resumes(scenario, tmp_path):
     assert ran2 == 2 and len(table2) == 6  # only the new learning rate's runs
     pd.testing.assert_frame_equal(
         table.drop(columns=list(WALL_CLOCK_KEYS)),
-        table2[table2["strategy.lr"] != 0.2].drop(columns=list(WALL_CLOCK_KEYS)).reset_index(drop=True)
+        table2[table2["strategy.lr"] != 0.2].drop(columns=list(WALL_CLOCK_KEYS)).reset_index(drop=True),
     )
 
 
@@ -133,8 +151,21 @@ def test_ctrl_c_twice_at_a_terminal_ends_a_parallel_sweep_at_once(tmp_path):
     # short and the sweep hung at exit, its workers never told to stop.
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(tiny(stop={"max_updates": 3000}, eval={"every_updates": 1000})))
-    command = [sys.executable, "-m", "fred.tools.cli", "sweep", str(path), "--grid", "seed=0,1,2,3,4,5", "--jobs", "2",
-               "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "t.parquet")]
+    command = [
+        sys.executable,
+        "-m",
+        "fred.tools.cli",
+        "sweep",
+        str(path),
+        "--grid",
+        "seed=0,1,2,3,4,5",
+        "--jobs",
+        "2",
+        "--runs",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "t.parquet"),
+    ]
     sweep_process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert sweep_process.stderr.readline().startswith("[1/6]")  # one run finished, two more started
     for _ in range(2):
@@ -150,7 +181,10 @@ def test_ctrl_c_twice_at_a_terminal_ends_a_parallel_sweep_at_once(tmp_path):
     # it ends cleanly: its line, and no warning from multiprocessing's resource tracker (read once
     # the tracker, which shares stderr, has ended too) or a worker's traceback
     err = sweep_process.stderr.read()
-    assert err.splitlines()[-1] == "fred: interrupted; every run that finished is kept, and fred sweep again reuses them"
+    assert (
+        err.splitlines()[-1]
+        == "fred: interrupted; every run that finished is kept, and fred sweep again reuses them"
+    )
     assert "leaked semaphore" not in err and "Traceback" not in err and "Exception ignored" not in err, err
 
 
@@ -162,7 +196,9 @@ def test_a_sweep_stopped_twice_waits_for_its_pools_thread_before_it_goes_on():
     pool = cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
     running = {pool.submit(time.sleep, 60): 0}
     names = [f._args for f in list(mp_util._finalizer_registry.values()) if f._args]  # the pool's semaphores
-    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()  # the second Ctrl-C, while the started run goes on
+    threading.Timer(
+        1.0, os.kill, (os.getpid(), signal.SIGINT)
+    ).start()  # the second Ctrl-C, while the started run goes on
     with pytest.raises(KeyboardInterrupt):
         _stop(pool, running)
     del pool, running
@@ -175,10 +211,14 @@ def test_a_stopped_command_removes_its_named_semaphores_before_it_ends(released)
     # A stopped command ends without Python's shutdown, which removes the named semaphores a
     # process pool makes; the resource tracker then warned of them as leaked. (Without the
     # release, the warning: the check can fail.)
-    code = ("import os, multiprocessing; from fred.runs import interrupt; "
-            "lock = multiprocessing.get_context('spawn').Lock(); "
-            f"{'interrupt.release_semaphores(); ' if released else ''}os._exit(130)")
-    ended = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    code = (
+        "import os, multiprocessing; from fred.runs import interrupt; "
+        "lock = multiprocessing.get_context('spawn').Lock(); "
+        f"{'interrupt.release_semaphores(); ' if released else ''}os._exit(130)"
+    )
+    ended = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert ended.returncode == 130
     assert ("leaked semaphore" in ended.stderr) is not released, ended.stderr
 
@@ -205,13 +245,25 @@ def test_fred_sweep_writes_its_table_beside_its_runs_not_in_the_working_director
 def test_fred_sweep_prints_the_table_fred_compare_prints_of_it(scenario, tmp_path, capsys):
     # The averaged table came only from fred compare sweep.parquet; the sweep printed a count.
     out = tmp_path / "sweep.parquet"
-    args = ["sweep", str(scenario), "--grid", "strategy.lr=0.03,0.1", "--seeds", "2", "--runs", str(tmp_path / "runs"),
-            "--out", str(out)]
+    args = [
+        "sweep",
+        str(scenario),
+        "--grid",
+        "strategy.lr=0.03,0.1",
+        "--seeds",
+        "2",
+        "--runs",
+        str(tmp_path / "runs"),
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "tiny (strategy.lr=0.03)" in printed and "tiny (strategy.lr=0.1)" in printed and " ± " in printed
     assert "seeds: runs that differ only by their seed, as one row" in " ".join(printed.split())
-    assert printed.rstrip().endswith(f"4 combinations: 4 made, 0 reused; table in {out} (fred compare {out} plots it)")
+    assert printed.rstrip().endswith(
+        f"4 combinations: 4 made, 0 reused; table in {out} (fred compare {out} plots it)"
+    )
     assert main(["compare", str(out), "--out", str(tmp_path / "cmp")]) == 0
     compared = capsys.readouterr().out
     assert compared.split("\n\n")[:2] == printed.split("\n\n")[:2]  # the same rows, the same numbers
@@ -222,7 +274,18 @@ def test_fred_sweep_prints_the_table_fred_compare_prints_of_it(scenario, tmp_pat
 
 def test_set_fixes_a_field_in_every_run_and_each_finished_run_is_told(scenario, tmp_path, capsys):
     out = tmp_path / "sweep.parquet"
-    args = ["sweep", str(scenario), "--grid", "seed=5,6", "--set", "stop.max_updates=3", "--runs", str(tmp_path / "runs"), "--out", str(out)]
+    args = [
+        "sweep",
+        str(scenario),
+        "--grid",
+        "seed=5,6",
+        "--set",
+        "stop.max_updates=3",
+        "--runs",
+        str(tmp_path / "runs"),
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     table = pd.read_parquet(out)
     assert list(table["updates"]) == [3, 3] and "stop.max_updates" not in table.columns  # not a grid column
@@ -233,18 +296,36 @@ def test_set_fixes_a_field_in_every_run_and_each_finished_run_is_told(scenario, 
 
 
 def test_a_bad_set_is_named(scenario, tmp_path, capsys):
-    assert main(["sweep", str(scenario), "--grid", "seed=1", "--set", "cluster.workers=0", "--runs", str(tmp_path / "r")]) == 2
+    assert (
+        main(
+            [
+                "sweep",
+                str(scenario),
+                "--grid",
+                "seed=1",
+                "--set",
+                "cluster.workers=0",
+                "--runs",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 2
+    )
     assert "cluster.workers" in capsys.readouterr().err
 
 
 def test_a_bad_grid_value_is_named(scenario, tmp_path, capsys):
-    assert main(["sweep", str(scenario), "--grid", "cluster.workers=2,-1", "--runs", str(tmp_path / "r")]) == 2
+    assert (
+        main(["sweep", str(scenario), "--grid", "cluster.workers=2,-1", "--runs", str(tmp_path / "r")]) == 2
+    )
     assert "cluster.workers: got -1" in capsys.readouterr().err
 
 
 def _comparable(table: pd.DataFrame) -> pd.DataFrame:
     """The table less what honestly differs between two sweeps: wall time, and where the runs live."""
-    return table.drop(columns=list(WALL_CLOCK_KEYS)).assign(run_dir=table["run_dir"].map(lambda p: Path(p).name))
+    return table.drop(columns=list(WALL_CLOCK_KEYS)).assign(
+        run_dir=table["run_dir"].map(lambda p: Path(p).name)
+    )
 
 
 @pytest.fixture
@@ -262,7 +343,9 @@ def test_ray_tasks_give_the_local_table_and_resume(ray_here, scenario, tmp_path)
     remote, ran = sweep(scenario, grid, tmp_path / "ray", executor="ray")
     assert ran == 4
     pd.testing.assert_frame_equal(_comparable(local), _comparable(remote))
-    again, ran_again = sweep(scenario, {"strategy.lr": [0.05, 0.1, 0.2], "seed": [0, 1]}, tmp_path / "ray", executor="ray")
+    again, ran_again = sweep(
+        scenario, {"strategy.lr": [0.05, 0.1, 0.2], "seed": [0, 1]}, tmp_path / "ray", executor="ray"
+    )
     assert ran_again == 2 and len(again) == 6  # the four finished runs are reused, not remade
     assert ray_here.is_initialized()  # a Ray the caller started is left running
 
@@ -283,9 +366,22 @@ def test_ctrl_c_stops_a_ray_sweep_in_a_ray_that_stays_up(ray_here, scenario, tmp
 
 def test_fred_sweep_starts_ray_here_and_stops_it(scenario, tmp_path, capsys, monkeypatch):
     ray = pytest.importorskip("ray")
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a cluster named in the environment would be joined instead
+    monkeypatch.delenv(
+        "RAY_ADDRESS", raising=False
+    )  # a cluster named in the environment would be joined instead
     out = tmp_path / "sweep.parquet"
-    args = ["sweep", str(scenario), "--grid", "seed=5,6", "--executor", "ray", "--runs", str(tmp_path / "runs"), "--out", str(out)]
+    args = [
+        "sweep",
+        str(scenario),
+        "--grid",
+        "seed=5,6",
+        "--executor",
+        "ray",
+        "--runs",
+        str(tmp_path / "runs"),
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     assert len(pd.read_parquet(out)) == 2 and "2 combinations: 2 made, 0 reused" in capsys.readouterr().out
     assert not ray.is_initialized()
@@ -348,7 +444,10 @@ def test_an_unknown_executor_is_named_with_the_choices(scenario, tmp_path):
 
 def test_without_ray_the_executor_says_how_to_install_it(scenario, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` fail as if it were not installed
-    assert main(["sweep", str(scenario), "--grid", "seed=5", "--executor", "ray", "--runs", str(tmp_path / "r")]) == 2
+    assert (
+        main(["sweep", str(scenario), "--grid", "seed=5", "--executor", "ray", "--runs", str(tmp_path / "r")])
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and 'pip install -e ".[ray]"' in err and "Traceback" not in err
     assert not (tmp_path / "r").exists()  # nothing was run
@@ -358,7 +457,21 @@ def test_fred_compare_reads_a_sweep_table(scenario, tmp_path, monkeypatch, capsy
     from fred.tools.compare import compare
 
     monkeypatch.chdir(tmp_path)  # as a user would: relative runs/ and table
-    assert main(["sweep", str(scenario), "--grid", "strategy.lr=0.05,0.1", "--grid", "seed=0,1", "--out", "s.parquet"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                str(scenario),
+                "--grid",
+                "strategy.lr=0.05,0.1",
+                "--grid",
+                "seed=0,1",
+                "--out",
+                "s.parquet",
+            ]
+        )
+        == 0
+    )
     swept = pd.read_parquet("s.parquet")
     assert list(swept["grid"]) == [f"strategy.lr={lr}, seed={s}" for lr in (0.05, 0.1) for s in (0, 1)]
 
@@ -369,10 +482,14 @@ def test_fred_compare_reads_a_sweep_table(scenario, tmp_path, monkeypatch, capsy
     assert ran == 0 and list(table["run"]) == [f"{swept['name'][0]} ({g})" for g in swept["grid"]]
     assert list(table["final_loss"]) == list(swept["final_eval_loss"])
     assert (Path("cmp") / "loss_vs_time.png").is_file()
-    table, _ = compare(["../s.parquet"], Path("cmp"), Path("runs"))  # each learning rate's two seeds, as one row
+    table, _ = compare(
+        ["../s.parquet"], Path("cmp"), Path("runs")
+    )  # each learning rate's two seeds, as one row
     assert list(table["run"]) == [f"{swept['name'][0]} (strategy.lr={lr})" for lr in (0.05, 0.1)]
     assert list(table["n_seeds"]) == [2, 2] and list(table["seeds"]) == ["0 1", "0 1"]
-    assert table["final_loss"].tolist() == pytest.approx(swept.groupby("strategy.lr")["final_eval_loss"].mean().tolist())
+    assert table["final_loss"].tolist() == pytest.approx(
+        swept.groupby("strategy.lr")["final_eval_loss"].mean().tolist()
+    )
     capsys.readouterr()
 
     pd.DataFrame({"x": [1]}).to_parquet("plain.parquet")
@@ -386,10 +503,21 @@ def test_fred_compare_reads_a_sweep_table(scenario, tmp_path, monkeypatch, capsy
 def test_a_damaged_run_in_the_runs_folder_is_named_with_how_to_recompute_it(scenario, tmp_path, capsys):
     # The messages spoke of --out (in a sweep, its table) or only said "damaged".
     runs = tmp_path / "r"
-    argv = ["sweep", str(scenario), "--grid", "seed=0,1", "--runs", str(runs), "--out", str(tmp_path / "t.parquet")]
+    argv = [
+        "sweep",
+        str(scenario),
+        "--grid",
+        "seed=0,1",
+        "--runs",
+        str(runs),
+        "--out",
+        str(tmp_path / "t.parquet"),
+    ]
     assert main(argv) == 0
     # in grid order, as the sweep checks them (their folders' names are hashes, in no such order)
-    first, second = sorted(runs.iterdir(), key=lambda run: yaml.safe_load((run / "scenario.yaml").read_text())["seed"])
+    first, second = sorted(
+        runs.iterdir(), key=lambda run: yaml.safe_load((run / "scenario.yaml").read_text())["seed"]
+    )
     (first / "params.npz").write_bytes(b"PK")
     (second / "summary.json").unlink()
     capsys.readouterr()
@@ -397,24 +525,40 @@ def test_a_damaged_run_in_the_runs_folder_is_named_with_how_to_recompute_it(scen
     assert f"the run directory is damaged; delete {first} and run fred sweep again" in capsys.readouterr().err
     shutil.rmtree(first)
     assert main(argv) == 2
-    assert f"{second} is in the sweep's runs folder but is not a finished run (no summary.json); delete {second}" in capsys.readouterr().err
+    assert (
+        f"{second} is in the sweep's runs folder but is not a finished run (no summary.json); delete {second}"
+        in capsys.readouterr().err
+    )
     shutil.rmtree(second)
     assert main(argv) == 0
     assert "2 combinations: 2 made, 0 reused" in capsys.readouterr().out
 
 
-def test_a_summary_that_is_json_but_not_an_object_is_a_damaged_run_the_sweep_names(scenario, tmp_path, capsys):
+def test_a_summary_that_is_json_but_not_an_object_is_a_damaged_run_the_sweep_names(
+    scenario, tmp_path, capsys
+):
     # finished_run called summary.get on a summary.json holding []: an AttributeError traceback.
     runs = tmp_path / "r"
-    argv = ["sweep", str(scenario), "--grid", "seed=0", "--runs", str(runs), "--out", str(tmp_path / "t.parquet")]
+    argv = [
+        "sweep",
+        str(scenario),
+        "--grid",
+        "seed=0",
+        "--runs",
+        str(runs),
+        "--out",
+        str(tmp_path / "t.parquet"),
+    ]
     assert main(argv) == 0
     [made] = runs.iterdir()
     (made / "summary.json").write_text("[]\n")
     capsys.readouterr()
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert (f"{made / 'summary.json'} holds [] (a JSON array), not the JSON object of fields fred run writes; "
-            f"the run directory is damaged; delete {made} and run fred sweep again") in err
+    assert (
+        f"{made / 'summary.json'} holds [] (a JSON array), not the JSON object of fields fred run writes; "
+        f"the run directory is damaged; delete {made} and run fred sweep again"
+    ) in err
     assert "--out" not in err and "Traceback" not in err  # the sweep's own way to compute it afresh, only
     shutil.rmtree(made)
     assert main(argv) == 0 and is_complete(made)
@@ -439,18 +583,36 @@ def test_a_sweep_killed_outright_takes_its_workers_with_it(tmp_path):
     # SIGKILL (or a scheduler's SIGTERM) left the workers waiting for work for ever, ~440 MB each.
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(tiny(stop={"max_updates": 20000}, eval={"every_updates": 5000})))
-    command = [sys.executable, "-m", "fred.tools.cli", "sweep", str(path), "--grid", "seed=0,1,2,3", "--jobs", "2",
-               "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "t.parquet")]
+    command = [
+        sys.executable,
+        "-m",
+        "fred.tools.cli",
+        "sweep",
+        str(path),
+        "--grid",
+        "seed=0,1,2,3",
+        "--jobs",
+        "2",
+        "--runs",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "t.parquet"),
+    ]
     sweep_process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     workers: list[int] = []
     deadline = time.monotonic() + 300  # a hang guard, not a speed check
     while len(workers) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
-        workers = [p for p in _children(sweep_process.pid) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()]
+        workers = [
+            p for p in _children(sweep_process.pid) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()
+        ]
     assert len(workers) == 2
     sweep_process.kill()
     sweep_process.wait()
     deadline = time.monotonic() + 120  # a hang guard, not a speed check: a worker looks every 0.5 s
-    while any(Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2] for p in workers):
+    while any(
+        Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2]
+        for p in workers
+    ):
         assert time.monotonic() < deadline, "a worker outlived its sweep"
         time.sleep(0.2)

@@ -74,7 +74,10 @@ def test_a_numpy_scalar_output_is_a_value_without_a_reference(ops):
         scalar(bumped)  # its outputs: no one keeps them
     assert recording.calls[0].out_codes == ((1,), (2,))
     assert recording.calls[1].arg_codes == ((2,),)
-    assert sorted(ref.code for ref in recording._refs.values()) == [(0,), (2,)]  # x and bumped; the scalar has no reference
+    assert sorted(ref.code for ref in recording._refs.values()) == [
+        (0,),
+        (2,),
+    ]  # x and bumped; the scalar has no reference
 
 
 def test_the_document_writes_calls_as_the_lists_a_file_holds(ops):
@@ -87,8 +90,13 @@ def test_the_document_writes_calls_as_the_lists_a_file_holds(ops):
     def listed(codes):
         return [list(c) if isinstance(c, tuple) else c for c in codes]
 
-    as_lists = {**doc, "calls": [[name, list(key) if key is not None else None, a, listed(ac), o, listed(oc)]
-                                 for name, key, a, ac, o, oc in doc["calls"]]}
+    as_lists = {
+        **doc,
+        "calls": [
+            [name, list(key) if key is not None else None, a, listed(ac), o, listed(oc)]
+            for name, key, a, ac, o, oc in doc["calls"]
+        ],
+    }
     assert as_lists["calls"][1][1] == ["sgd", 0.1]
     assert bytes(tape.json_array(doc)) == json.dumps(as_lists).encode()
     assert tape.digest(doc, blobs) == tape.digest(as_lists, blobs)

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 import fred
+from fred.models.cnn import CNNModel
+from fred.models.mlp import MLPModel
 from fred.numerics import rng
 from fred.numerics.data import load_dataset
 from fred.numerics.gradients import GradSum, Numerics, parts_of, sum_grads
 from fred.numerics.models import build_model
 from fred.scenario.loading import ScenarioError, validate
-from fred.models.cnn import CNNModel
-from fred.models.mlp import MLPModel
 from fred.scenario.schema import DataConfig, default_tile
 from tests.conftest import tiny
 
@@ -43,7 +43,9 @@ def _leaves(numerics: Numerics, ds, params, rows: np.ndarray) -> list[list[bytes
     return [[leaf[k].tobytes() for leaf in leaves] for k in range(len(losses))]
 
 
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=() if k == "cnn" else (pytest.mark.slow,)) for k in sorted(MODELS)])  # 3-5 s each
+@pytest.mark.parametrize(
+    "kind", [pytest.param(k, marks=() if k == "cnn" else (pytest.mark.slow,)) for k in sorted(MODELS)]
+)  # 3-5 s each
 def test_a_tiles_bits_do_not_depend_on_the_program_that_computed_it(kind):
     ds, numerics, params = _setup(kind)
     rows = rng.stream(1, "rows").choice(len(ds.y_train), size=8 * TILE)
@@ -57,7 +59,10 @@ def _bytes(parts) -> list[bytes]:
     return [np.asarray(x).tobytes() for p in parts for x in [p.loss, *jax.tree.leaves(p.grad)]]
 
 
-@pytest.mark.parametrize(("shards", "leaves"), [(2, 5)] + [pytest.param(*c, marks=pytest.mark.slow) for c in [(4, 2), (3, 3), (1, 12)]])  # 2-4 s each
+@pytest.mark.parametrize(
+    ("shards", "leaves"),
+    [(2, 5)] + [pytest.param(*c, marks=pytest.mark.slow) for c in [(4, 2), (3, 3), (1, 12)]],
+)  # 2-4 s each
 def test_a_call_cut_into_pieces_gives_one_programs_bits(shards, leaves):
     """A call of more tiles than one program computes is cut into pieces, summed by a program of
     its own: each shard's sum, its cover's sums and the all-reduce's total are the same bits."""
@@ -86,8 +91,12 @@ def test_programs_hold_few_tiles_of_a_large_model_and_many_of_a_small_one():
     ds, numerics, params = _setup("mlp")
     assert numerics.tiles_per_program(params, ds) == 256 // TILE  # every tile of a 256-row call
     assert numerics.workers_per_call(32, 8) == 8
-    wide = build_model(MLPModel(hidden=[4096, 4096]), ds.feature_shape, ds.num_classes)  # 67 MB a tile's gradient
-    assert Numerics(wide, ds.task, "exact", TILE).workers_per_call(32, 8) == 1, "a call's leaves stay within 256 MB"
+    wide = build_model(
+        MLPModel(hidden=[4096, 4096]), ds.feature_shape, ds.num_classes
+    )  # 67 MB a tile's gradient
+    assert Numerics(wide, ds.task, "exact", TILE).workers_per_call(32, 8) == 1, (
+        "a call's leaves stay within 256 MB"
+    )
 
 
 def test_a_batch_of_partial_tiles_is_refused_with_the_fix():
@@ -100,8 +109,10 @@ def test_a_batch_of_partial_tiles_is_refused_with_the_fix():
     validate(tiny(data={"batch_size": 12}, strategy={"reduction": "fast"}))
 
 
-@pytest.mark.parametrize(("batch", "tile"), [(1, 1), (4, 4), (12, 6), (20, 5), (50, 5), (100, 5), (7, 7),
-                                           (11, 1), (8, 8), (16, 8), (96, 8)])
+@pytest.mark.parametrize(
+    ("batch", "tile"),
+    [(1, 1), (4, 4), (12, 6), (20, 5), (50, 5), (100, 5), (7, 7), (11, 1), (8, 8), (16, 8), (96, 8)],
+)
 def test_a_scenario_naming_no_tile_takes_the_largest_divisor_of_its_batch_up_to_8(batch, tile):
     # exact_tile: 8 refused batches of 1, 4, 12, 20, 50 or 100 unless the user had learnt about tiles.
     scenario = validate(tiny(data={"batch_size": batch}))
@@ -141,7 +152,8 @@ def test_tiles_and_per_example_leaves_are_different_trees_over_the_same_gradient
     assert runs[1].summary["params_sha256"] != runs[8].summary["params_sha256"]
 
 
-# ----------------------------------------------------------------------------- several parameter versions in one call
+# ----------------------------------------------------------------------------- several parameter versions in
+# one call
 @pytest.fixture
 def one_version_a_call(monkeypatch):
     """Calls at one parameter version each, as before tiles could mix them."""
@@ -149,8 +161,11 @@ def one_version_a_call(monkeypatch):
 
 
 def _jittery(name: str) -> dict:
-    return tiny(strategy={"name": name}, cluster={"workers": 4, "jitter": {"kind": "lognormal", "sigma": 0.3}},
-                stop={"max_updates": 12})
+    return tiny(
+        strategy={"name": name},
+        cluster={"workers": 4, "jitter": {"kind": "lognormal", "sigma": 0.3}},
+        stop={"max_updates": 12},
+    )
 
 
 MIXED = ["asgd", "local_sgd", "sgp", "pipe_sgd"]  # workers computing at once on versions of their own
@@ -162,7 +177,9 @@ def mixed_runs():
 
 
 @pytest.mark.parametrize("name", MIXED)
-def test_gradients_at_several_versions_computed_together_are_each_ones_own_bits(name, mixed_runs, one_version_a_call):
+def test_gradients_at_several_versions_computed_together_are_each_ones_own_bits(
+    name, mixed_runs, one_version_a_call
+):
     together, apart = mixed_runs[name], fred.run(_jittery(name))
     assert together.summary["params_sha256"] == apart.summary["params_sha256"]
     assert len(together.tape[0]["calls"]) < len(apart.tape[0]["calls"]), "fewer calls: versions share them"

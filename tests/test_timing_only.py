@@ -46,7 +46,9 @@ def test_timing_only_runs_have_the_real_runs_events_and_updates(name):
     real, timed = fred.run(data), fred.run(timing_only(data))
     pd.testing.assert_frame_equal(timed.events, real.events)
     pd.testing.assert_frame_equal(timed.updates, real.updates)
-    pd.testing.assert_frame_equal(timed.metrics[["sim_time_s", "updates"]], real.metrics[["sim_time_s", "updates"]])
+    pd.testing.assert_frame_equal(
+        timed.metrics[["sim_time_s", "updates"]], real.metrics[["sim_time_s", "updates"]]
+    )
     assert timed.metrics[["eval_loss", "eval_accuracy", "train_loss"]].isna().all().all()
     assert timed.summary["sim_time_s"] == real.summary["sim_time_s"]
     assert timed.summary["status"] == "completed" and timed.summary["params_sha256"] is None
@@ -54,7 +56,11 @@ def test_timing_only_runs_have_the_real_runs_events_and_updates(name):
 
 
 def test_sgp_timing_on_other_topologies_matches_too():
-    for strategy in ({"name": "sgp", "topology": "ring"}, {"name": "sgp", "peers": 2}, {"name": "osgp", "overlap": 2}):
+    for strategy in (
+        {"name": "sgp", "topology": "ring"},
+        {"name": "sgp", "peers": 2},
+        {"name": "osgp", "overlap": 2},
+    ):
         data = busy(strategy)
         pd.testing.assert_frame_equal(fred.run(timing_only(data)).events, fred.run(data).events)
 
@@ -113,8 +119,9 @@ def test_parameter_server_timing_on_the_logical_clock_and_with_softsync_matches_
 @pytest.mark.parametrize("name", ["ssgd", "asgd"])
 def test_a_timing_only_run_takes_any_batch_whatever_its_tile(name):
     # No gradient, no tiles: a tile the batch is not whole tiles of was refused all the same.
-    data = timing_only(tiny(strategy={"name": name, "exact_tile": 8}, data={"batch_size": 12},
-                            stop={"max_updates": 4}))
+    data = timing_only(
+        tiny(strategy={"name": name, "exact_tile": 8}, data={"batch_size": 12}, stop={"max_updates": 4})
+    )
     assert validate(data).strategy.exact_tile == 8
     assert fred.run(data).summary["updates"] == 4
 
@@ -122,6 +129,12 @@ def test_a_timing_only_run_takes_any_batch_whatever_its_tile(name):
 def test_a_timing_only_run_is_not_refused_over_data_it_never_reads():
     # 1,024 workers of 8-row batches take 8,192 rows a step from 8,000 examples: a real run's batches
     # do not fit, but a timing-only run draws none.
-    data = timing_only(tiny(strategy={"name": "ssgd"}, cluster={"workers": 1024}, stop={"max_updates": 2},
-                            data={"source": {"kind": "synthetic", "examples": 10_000}, "eval_fraction": 0.2}))
+    data = timing_only(
+        tiny(
+            strategy={"name": "ssgd"},
+            cluster={"workers": 1024},
+            stop={"max_updates": 2},
+            data={"source": {"kind": "synthetic", "examples": 10_000}, "eval_fraction": 0.2},
+        )
+    )
     assert fred.run(data).summary["updates"] == 2

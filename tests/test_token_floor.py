@@ -18,12 +18,16 @@ from fred.scenario.schema import DataConfig, SyntheticTokensData
 from tests.conftest import tiny
 
 
-def bayes_losses(cfg: SyntheticTokensData, rng: np.random.Generator, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def bayes_losses(
+    cfg: SyntheticTokensData, rng: np.random.Generator, x: np.ndarray, y: np.ndarray
+) -> np.ndarray:
     """-log p(y_t | x_t) under the chain that ``rng`` draws, each sequence's mean ``(N,)``,
     repeated successors merged: the Bayes-optimal predictor's loss on ``x, y``."""
     successors, probabilities = tokens.chain(cfg, rng)
     dense = np.zeros((cfg.vocab, cfg.vocab))
-    np.add.at(dense, (np.repeat(np.arange(cfg.vocab), cfg.branching), successors.ravel()), probabilities.ravel())
+    np.add.at(
+        dense, (np.repeat(np.arange(cfg.vocab), cfg.branching), successors.ravel()), probabilities.ravel()
+    )
     return -np.log(dense[x, y]).mean(axis=1)
 
 
@@ -35,7 +39,9 @@ def test_the_floor_is_the_mean_loss_of_the_true_chain_on_its_own_sequences(vocab
     per_sequence = bayes_losses(cfg, np.random.default_rng(seed), x, y)
     assert np.isfinite(per_sequence).all()  # every transition drawn is one of the chain's
     floor = tokens.markov_loss_floor(cfg, np.random.default_rng(seed))
-    error = per_sequence.std() / math.sqrt(len(per_sequence))  # sequences are independent; their tokens are not
+    error = per_sequence.std() / math.sqrt(
+        len(per_sequence)
+    )  # sequences are independent; their tokens are not
     assert abs(per_sequence.mean() - floor) < 4 * error, (per_sequence.mean(), floor, error)
     assert error < 0.004  # a tight bound: the floor is right to a few thousandths of a nat
 
@@ -53,13 +59,17 @@ def test_the_floor_of_a_chain_whose_marginal_never_settles_is_exact():
         for _ in range(7):
             total += marginal @ rows
             marginal = marginal @ matrix
-        assert tokens.markov_loss_floor(cfg, np.random.default_rng(seed)) == pytest.approx(total / 7, rel=1e-12, abs=1e-15)
+        assert tokens.markov_loss_floor(cfg, np.random.default_rng(seed)) == pytest.approx(
+            total / 7, rel=1e-12, abs=1e-15
+        )
 
 
 @pytest.mark.parametrize("branching", [1, 2, 4, 16, 64])
 def test_the_floor_lies_between_zero_and_log_branching(branching):
     for seed in range(3):
-        cfg = DataConfig(source={"kind": "synthetic_tokens", "vocab": 64, "context": 32, "branching": branching})
+        cfg = DataConfig(
+            source={"kind": "synthetic_tokens", "vocab": 64, "context": 32, "branching": branching}
+        )
         floor = loss_floor(cfg, seed)
         assert 0.0 <= floor <= math.log(branching) + 1e-12
         if branching == 1:
@@ -69,7 +79,9 @@ def test_the_floor_lies_between_zero_and_log_branching(branching):
 
 
 def test_the_floor_is_of_the_seeds_chain_and_of_no_other_data():
-    cfg = DataConfig(source={"kind": "synthetic_tokens", "vocab": 24, "context": 10, "branching": 3, "examples": 4000})
+    cfg = DataConfig(
+        source={"kind": "synthetic_tokens", "vocab": 24, "context": 10, "branching": 3, "examples": 4000}
+    )
     floors = [loss_floor(cfg, seed) for seed in (0, 0, 1)]
     assert floors[0] == floors[1] != floors[2]
     assert loss_floor(DataConfig(), 0) is None  # digits: no floor known
@@ -84,9 +96,15 @@ def test_the_floor_is_of_the_seeds_chain_and_of_no_other_data():
 
 
 def test_the_summary_reports_the_floor_for_synthetic_tokens_only():
-    data = tiny(data={"source": {"kind": "synthetic_tokens", "examples": 40, "vocab": 8, "context": 4, "branching": 2},
-                      "sharding": "iid"},
-                workload={"timing_only": True}, stop={"max_updates": 2}, eval={"every_updates": 1})
+    data = tiny(
+        data={
+            "source": {"kind": "synthetic_tokens", "examples": 40, "vocab": 8, "context": 4, "branching": 2},
+            "sharding": "iid",
+        },
+        workload={"timing_only": True},
+        stop={"max_updates": 2},
+        eval={"every_updates": 1},
+    )
     data["model"] = {"kind": "transformer", "layers": 1, "d_model": 8, "heads": 1}
     summary = fred.run(data).summary
     assert summary["data_loss_floor"] == loss_floor(DataConfig(**data["data"]), data["seed"])
@@ -106,8 +124,11 @@ def test_loss_plots_draw_the_floor_as_a_line_or_the_seeds_band(tmp_path, monkeyp
     def run(floor):
         import pandas as pd
 
-        return SimpleNamespace(title="r", summary={"strategy": "ssgd", "workers": 1, "data_loss_floor": floor},
-                               metrics=pd.DataFrame(metrics))
+        return SimpleNamespace(
+            title="r",
+            summary={"strategy": "ssgd", "workers": 1, "data_loss_floor": floor},
+            metrics=pd.DataFrame(metrics),
+        )
 
     plots.loss_curves([run(0.75)], tmp_path)
     [floor] = [line for line in figures[-1].axes[0].lines if line.get_label().startswith("loss floor")]
@@ -122,16 +143,28 @@ def test_loss_plots_draw_the_floor_as_a_line_or_the_seeds_band(tmp_path, monkeyp
 @pytest.mark.slow
 def test_a_trained_transformer_never_beats_the_floor_on_held_out_sequences():
     source = {"kind": "synthetic_tokens", "examples": 1200, "vocab": 12, "context": 8, "branching": 3}
-    data = {"name": "floor", "seed": 3, "model": {"kind": "transformer", "layers": 1, "d_model": 32, "heads": 2},
-            "data": {"source": source, "batch_size": 32, "sharding": "iid", "eval_examples": 240},
-            "cluster": {"workers": 1, "compute": {"step_time_s": 0.01}},
-            "strategy": {"name": "sgd", "lr": 0.5}, "stop": {"max_updates": 600}, "eval": {"every_updates": 100}}
+    data = {
+        "name": "floor",
+        "seed": 3,
+        "model": {"kind": "transformer", "layers": 1, "d_model": 32, "heads": 2},
+        "data": {"source": source, "batch_size": 32, "sharding": "iid", "eval_examples": 240},
+        "cluster": {"workers": 1, "compute": {"step_time_s": 0.01}},
+        "strategy": {"name": "sgd", "lr": 0.5},
+        "stop": {"max_updates": 600},
+        "eval": {"every_updates": 100},
+    }
     result = fred.run(data)
     floor = result.summary["data_loss_floor"]
     dataset = load_dataset(DataConfig(**data["data"]), data_stream(3))
-    held = bayes_losses(SyntheticTokensData(**source), data_stream(3), np.asarray(dataset.x_eval)[:240],
-                        np.asarray(dataset.y_eval)[:240])
+    held = bayes_losses(
+        SyntheticTokensData(**source),
+        data_stream(3),
+        np.asarray(dataset.x_eval)[:240],
+        np.asarray(dataset.y_eval)[:240],
+    )
     noise = 4 * held.std() / math.sqrt(len(held))
     losses = result.metrics["eval_loss"].dropna()
     assert (losses >= floor - noise).all(), (losses.min(), floor, noise)
-    assert losses.iloc[-1] < 0.5 * (floor + math.log(12))  # it learned: well on its way from a guess to the floor
+    assert losses.iloc[-1] < 0.5 * (
+        floor + math.log(12)
+    )  # it learned: well on its way from a guess to the floor

@@ -19,15 +19,39 @@ NIC = dict(latency_s=50e-6, bandwidth_bps=1.25e9)
 INTRA = dict(latency_s=2e-6, bandwidth_bps=1e11)
 
 
-def cluster(workers: int, devices_per_node: int = 1, workers_per_device: int = 1, faults=None,
-            sharing: str = "fair", host_overhead_s: float = 0.0) -> Simulation:
-    net = Network(NetworkConfig(intra_node=INTRA, sharing=sharing, **NIC), workers_per_device, devices_per_node)
+def cluster(
+    workers: int,
+    devices_per_node: int = 1,
+    workers_per_device: int = 1,
+    faults=None,
+    sharing: str = "fair",
+    host_overhead_s: float = 0.0,
+) -> Simulation:
+    net = Network(
+        NetworkConfig(intra_node=INTRA, sharing=sharing, **NIC), workers_per_device, devices_per_node
+    )
     crew = [Worker(i, lambda: np.arange(1)) for i in range(workers)]
-    scenario = fred.validate(tiny(cluster={"workers": workers, "devices_per_node": devices_per_node,
-                                           "workers_per_device": workers_per_device,
-                                           "compute": {"host_overhead_s": host_overhead_s}}))
-    return Simulation(simpy.Environment(), crew, net, ComputeModel(scenario), None, None, 0, 0,  # type: ignore[arg-type]
-                      faults=faults)
+    scenario = fred.validate(
+        tiny(
+            cluster={
+                "workers": workers,
+                "devices_per_node": devices_per_node,
+                "workers_per_device": workers_per_device,
+                "compute": {"host_overhead_s": host_overhead_s},
+            }
+        )
+    )
+    return Simulation(
+        simpy.Environment(),
+        crew,
+        net,
+        ComputeModel(scenario),
+        None,
+        None,
+        0,
+        0,  # type: ignore[arg-type]
+        faults=faults,
+    )
 
 
 def arrivals(sim: Simulation, transfers: list[tuple[int, int, float]]) -> list[float]:
@@ -66,7 +90,9 @@ def test_workers_on_one_device_take_turns_computing():
     sim = cluster(4, devices_per_node=1, workers_per_device=2)
     step_s = sim.compute_model.duration_s(0, 0.0)
     done, waits = {}, []
-    sim.tracers.append(lambda kind, entity, s, e, nbytes, peer: waits.append((entity, s, e)) if kind == "wait" else None)
+    sim.tracers.append(
+        lambda kind, entity, s, e, nbytes, peer: waits.append((entity, s, e)) if kind == "wait" else None
+    )
 
     def step(w):
         yield from sim.compute(w, None)
@@ -76,7 +102,10 @@ def test_workers_on_one_device_take_turns_computing():
         sim.process(step(w))
     sim.env.run()
     assert done == pytest.approx({0: step_s, 1: 2 * step_s, 2: step_s, 3: 2 * step_s}, rel=1e-12)
-    assert [(e, s) for e, s, _ in waits] == [("worker1", 0.0), ("worker3", 0.0)]  # the second of each device waited
+    assert [(e, s) for e, s, _ in waits] == [
+        ("worker1", 0.0),
+        ("worker3", 0.0),
+    ]  # the second of each device waited
 
 
 @pytest.mark.parametrize("workers_per_device", [1, 2, 4])
@@ -122,25 +151,44 @@ def test_degrading_a_worker_on_a_shared_nic_degrades_its_node():
 
 
 def test_flat_is_the_default_and_changes_nothing():
-    base = fred.run(fred.validate(tiny(strategy={"name": "ssgd"}, cluster={"workers": 4}, stop={"max_updates": 3})))
-    explicit = fred.run(fred.validate(tiny(strategy={"name": "ssgd"}, stop={"max_updates": 3},
-                                           cluster={"workers": 4, "devices_per_node": 1, "workers_per_device": 1})))
+    base = fred.run(
+        fred.validate(tiny(strategy={"name": "ssgd"}, cluster={"workers": 4}, stop={"max_updates": 3}))
+    )
+    explicit = fred.run(
+        fred.validate(
+            tiny(
+                strategy={"name": "ssgd"},
+                stop={"max_updates": 3},
+                cluster={"workers": 4, "devices_per_node": 1, "workers_per_device": 1},
+            )
+        )
+    )
     assert base.summary["params_sha256"] == explicit.summary["params_sha256"]
     assert base.events.equals(explicit.events)
 
 
 @pytest.mark.parametrize("strategy", ["ssgd", "asgd", "sgp", "hpsgd", "local_sgd"])
 def test_strategies_run_on_nodes_of_shared_devices(strategy):
-    r = fred.run(fred.validate(tiny(strategy={"name": strategy}, stop={"max_updates": 4},
-                                    cluster={"workers": 8, "devices_per_node": 2, "workers_per_device": 2})))
+    r = fred.run(
+        fred.validate(
+            tiny(
+                strategy={"name": strategy},
+                stop={"max_updates": 4},
+                cluster={"workers": 8, "devices_per_node": 2, "workers_per_device": 2},
+            )
+        )
+    )
     assert r.summary["status"] == "completed"
 
 
-@pytest.mark.parametrize("cluster_cfg, words", [
-    ({"workers": 6, "devices_per_node": 4}, "6 workers do not fill whole nodes of devices_per_node 4"),
-    ({"workers": 4, "workers_per_device": 3}, "give a multiple of 3 workers"),
-    ({"workers": 4, "devices_per_node": 0}, "devices_per_node"),
-])
+@pytest.mark.parametrize(
+    "cluster_cfg, words",
+    [
+        ({"workers": 6, "devices_per_node": 4}, "6 workers do not fill whole nodes of devices_per_node 4"),
+        ({"workers": 4, "workers_per_device": 3}, "give a multiple of 3 workers"),
+        ({"workers": 4, "devices_per_node": 0}, "devices_per_node"),
+    ],
+)
 def test_workers_that_do_not_fill_the_nodes_are_refused_with_the_fix(cluster_cfg, words):
     with pytest.raises(ScenarioError, match=words):
         fred.validate(tiny(cluster=cluster_cfg))
@@ -159,7 +207,9 @@ def test_a_partial_intra_node_link_keeps_the_other_default():
 def test_transport_efficiency_slows_the_nics_not_the_devices_links():
     n = 1e6
     net = Network(NetworkConfig(intra_node=INTRA, efficiency=0.5, **NIC), 1, 2)
-    sim = Simulation(simpy.Environment(), [Worker(i, lambda: np.arange(1)) for i in range(4)], net, None, None, None, 0, 0)  # type: ignore[arg-type]
+    sim = Simulation(
+        simpy.Environment(), [Worker(i, lambda: np.arange(1)) for i in range(4)], net, None, None, None, 0, 0
+    )  # type: ignore[arg-type]
     inside, across = arrivals(sim, [(0, 1, n), (2, 1, n)])
     assert inside == pytest.approx(INTRA["latency_s"] + n / INTRA["bandwidth_bps"], rel=1e-12)
     assert across == pytest.approx(NIC["latency_s"] + n / (0.5 * NIC["bandwidth_bps"]), rel=1e-12)
@@ -176,8 +226,15 @@ def test_closed_forms_take_the_efficiency(algorithm):
 
 
 def test_host_overhead_is_added_to_every_step_whatever_the_speed():
-    scenario = fred.validate(tiny(cluster={"workers": 2, "speed": {1: 2.0},
-                                           "compute": {"step_time_s": 0.01, "host_overhead_s": 0.003}}))
+    scenario = fred.validate(
+        tiny(
+            cluster={
+                "workers": 2,
+                "speed": {1: 2.0},
+                "compute": {"step_time_s": 0.01, "host_overhead_s": 0.003},
+            }
+        )
+    )
     compute = ComputeModel(scenario)
     assert [compute.duration_s(w) for w in (0, 1)] == pytest.approx([0.013, 0.008], rel=1e-12)
 
@@ -186,7 +243,9 @@ def test_a_profile_goes_with_a_host_overhead(tmp_path):
     from fred.scenario.loading import load_scenario
 
     (tmp_path / "v100.yaml").write_text("step_time_s: 0.05\n")
-    (tmp_path / "s.yaml").write_text("name: s\nstrategy: {name: sgd, lr: 0.1}\nstop: {max_updates: 1}\n"
-                                     "cluster: {compute: {profile: v100.yaml, host_overhead_s: 0.01}}\n")
+    (tmp_path / "s.yaml").write_text(
+        "name: s\nstrategy: {name: sgd, lr: 0.1}\nstop: {max_updates: 1}\n"
+        "cluster: {compute: {profile: v100.yaml, host_overhead_s: 0.01}}\n"
+    )
     compute = load_scenario(tmp_path / "s.yaml").cluster.compute
     assert (compute.step_time_s, compute.host_overhead_s) == (0.05, 0.01)

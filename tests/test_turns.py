@@ -64,7 +64,9 @@ def test_a_reserved_place_goes_before_what_was_scheduled_after_it():
 
 
 def test_jitter_drawn_ahead_is_the_stream_drawn_one_at_a_time():
-    scenario = Scenario.model_validate(tiny(cluster={"workers": 2, "jitter": {"kind": "lognormal", "sigma": 0.3}}))
+    scenario = Scenario.model_validate(
+        tiny(cluster={"workers": 2, "jitter": {"kind": "lognormal", "sigma": 0.3}})
+    )
     model = ComputeModel(scenario)
     draws = 2 * NORMALS_AHEAD + 3  # across blocks
     durations = [model.duration_s(1) for _ in range(draws)]

@@ -15,13 +15,13 @@ import pytest
 import yaml
 
 import fred
+from fred.models.python import PythonModel
 from fred.numerics import rng, user_code
 from fred.numerics.data import load_dataset
 from fred.numerics.gradients import Numerics
 from fred.numerics.models import build_model, param_count
 from fred.runs.memory import check_fits, data_shape, estimate
 from fred.runs.work import check_evaluations
-from fred.models.python import PythonModel
 from fred.scenario.loading import validate
 from fred.scenario.schema import DataConfig
 from fred.tools.cli import main
@@ -29,7 +29,7 @@ from fred.tools.replay import replay
 from tests.conftest import tiny
 
 MODULE = "fred_test_user_models"
-SOURCE = textwrap.dedent('''
+SOURCE = textwrap.dedent("""
     import math
 
     import equinox as eqx
@@ -128,7 +128,7 @@ SOURCE = textwrap.dedent('''
 
     def seven_outputs():
         return LinenCNN(7)
-''')
+""")
 STYLES = {
     "flax.linen": {"factory": f"{MODULE}:linen_cnn"},
     "flax.nnx": {"factory": f"{MODULE}:nnx_mlp", "args": {"hidden": 8}},
@@ -170,14 +170,20 @@ def style_runs(module_dir) -> StyleRuns:
     return StyleRuns()
 
 
-@pytest.mark.parametrize("style", [pytest.param(s, marks=() if s == "functions" else (pytest.mark.slow,)) for s in STYLES])
+@pytest.mark.parametrize(
+    "style", [pytest.param(s, marks=() if s == "functions" else (pytest.mark.slow,)) for s in STYLES]
+)
 def test_each_style_trains_on_digits_over_named_float32_parameters(style, style_runs):
     result = style_runs[style]
     assert result.summary["status"] == "completed"
     assert np.isfinite(result.summary["final_eval_loss"])
     names = sorted(result.params)
-    expected = {"flax.linen": "Conv_0.kernel", "flax.nnx": "hidden.kernel", "equinox": "layers.1.layers.0.weight",
-                "functions": "w1"}[style]
+    expected = {
+        "flax.linen": "Conv_0.kernel",
+        "flax.nnx": "hidden.kernel",
+        "equinox": "layers.1.layers.0.weight",
+        "functions": "w1",
+    }[style]
     assert expected in names, names
     assert all(np.asarray(v).dtype == np.float32 for v in result.params.values())
 
@@ -189,12 +195,21 @@ def test_each_style_gives_the_same_bits_in_a_fresh_process(style_runs, module_di
         path = module_dir / f"{style}.yaml"
         path.write_text(yaml.safe_dump(scenario(model, **SHORT_SSGD)))
         files.append(str(path))
-    script = ("import json, sys, fred; "
-              "print(json.dumps([fred.run(f).summary['params_sha256'] for f in sys.argv[1:]]))")
+    script = (
+        "import json, sys, fred; "
+        "print(json.dumps([fred.run(f).summary['params_sha256'] for f in sys.argv[1:]]))"
+    )
     # The module is found in the scenario's folder, as a user's would be, from any working directory;
     # the process runs this checkout's fred.
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    out = subprocess.run([sys.executable, "-c", script, *files], cwd=tmp_path, check=True, capture_output=True, text=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", script, *files],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     there = json.loads(out.stdout.strip().splitlines()[-1])
     assert there == [style_runs[style].summary["params_sha256"] for style in STYLES]
 
@@ -202,14 +217,22 @@ def test_each_style_gives_the_same_bits_in_a_fresh_process(style_runs, module_di
 @pytest.mark.parametrize("style", [pytest.param("flax.linen", marks=pytest.mark.slow), "equinox"])
 def test_the_exact_reduction_makes_two_workers_of_batch_4_one_of_batch_8(style, module_dir):
     def sha(workers: int, batch: int, name: str) -> str:
-        data = scenario(STYLES[style], cluster={"workers": workers}, data={"batch_size": batch}, strategy={"name": name, "exact_tile": 4},
-                        stop={"max_updates": 4}, eval={"every_updates": 1000})
+        data = scenario(
+            STYLES[style],
+            cluster={"workers": workers},
+            data={"batch_size": batch},
+            strategy={"name": name, "exact_tile": 4},
+            stop={"max_updates": 4},
+            eval={"every_updates": 1000},
+        )
         return fred.run(data).summary["params_sha256"]
 
     assert sha(2, 4, "ssgd") == sha(1, 8, "sgd")
 
 
-def test_a_model_whose_examples_share_their_batch_is_refused_exact_and_runs_fast(module_dir, tmp_path, capsys):
+def test_a_model_whose_examples_share_their_batch_is_refused_exact_and_runs_fast(
+    module_dir, tmp_path, capsys
+):
     model = {"factory": f"{MODULE}:batch_centred"}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(scenario(model)))
@@ -228,16 +251,29 @@ def test_a_model_whose_examples_share_their_batch_is_refused_exact_and_runs_fast
         (f"{MODULE}:nope", {}, f"'{MODULE}' has no 'nope'; it has: "),
         (f"{MODULE}:NOT_CALLABLE", {}, "is a builtins.int, not a function"),
         (f"{MODULE}:returns_a_number", {}, "returned a builtins.int; it must return a Flax module"),
-        (f"{MODULE}:seven_outputs", {}, "outputs of shape (4, 7) for 4 examples; this data set needs (4, 10)"),
-        (f"{MODULE}:functions", {"width": 3}, "model.args: fred_test_user_models:functions rejected the arguments"),
+        (
+            f"{MODULE}:seven_outputs",
+            {},
+            "outputs of shape (4, 7) for 4 examples; this data set needs (4, 10)",
+        ),
+        (
+            f"{MODULE}:functions",
+            {"width": 3},
+            "model.args: fred_test_user_models:functions rejected the arguments",
+        ),
         (f"{MODULE}:broken", {}, "raised RuntimeError: the factory's own failure"),
-        (f"{MODULE}:exits", {}, f"model.factory: {MODULE}:exits raised SystemExit: 0"),  # exit 0, no word, before
+        (
+            f"{MODULE}:exits",
+            {},
+            f"model.factory: {MODULE}:exits raised SystemExit: 0",
+        ),  # exit 0, no word, before
         (f"{MODULE}:integer_params", {}, "parameter 'step' is int32; fred trains float32 arrays only"),
         (f"{MODULE}:linen_batchnorm", {}, "keeps collections ['batch_stats'] besides 'params'"),
     ],
 )
-def test_a_factory_that_cannot_serve_is_exit_2_with_the_fix_and_nothing_written(factory, args, needle, module_dir,
-                                                                                  tmp_path, capsys):
+def test_a_factory_that_cannot_serve_is_exit_2_with_the_fix_and_nothing_written(
+    factory, args, needle, module_dir, tmp_path, capsys
+):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(scenario({"factory": factory, "args": args})))
     assert main(["run", str(path), "--out", str(tmp_path / "run"), "--quiet"]) == 2
@@ -286,8 +322,10 @@ def test_a_loss_by_name_or_by_import_path(module_dir):
 
 
 def test_cross_entropy_on_regression_targets_is_refused(module_dir):
-    data = scenario({"factory": f"{MODULE}:functions", "loss": "cross_entropy"},
-                    data={"source": {"kind": "synthetic", "task": "regression", "features": 64}})
+    data = scenario(
+        {"factory": f"{MODULE}:functions", "loss": "cross_entropy"},
+        data={"source": {"kind": "synthetic", "task": "regression", "features": 64}},
+    )
     with pytest.raises(ValueError, match="cross_entropy needs class labels"):
         fred.run(data)
 
@@ -318,9 +356,25 @@ def test_no_user_code_refuses_run_and_sweep_before_anything_runs(module_dir, tmp
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(scenario(STYLES["functions"])))
     assert main(["run", str(path), "--out", str(tmp_path / "run"), "--no-user-code"]) == 2
-    assert "model.factory 'fred_test_user_models:functions' would be imported and run" in capsys.readouterr().err
-    assert main(["sweep", str(path), "--grid", "strategy.lr=0.1,0.2", "--runs", str(tmp_path / "runs"),
-                 "--out", str(tmp_path / "sweep.parquet"), "--no-user-code"]) == 2
+    assert (
+        "model.factory 'fred_test_user_models:functions' would be imported and run" in capsys.readouterr().err
+    )
+    assert (
+        main(
+            [
+                "sweep",
+                str(path),
+                "--grid",
+                "strategy.lr=0.1,0.2",
+                "--runs",
+                str(tmp_path / "runs"),
+                "--out",
+                str(tmp_path / "sweep.parquet"),
+                "--no-user-code",
+            ]
+        )
+        == 2
+    )
     assert "--no-user-code refuses user code" in capsys.readouterr().err
     assert not any((tmp_path / name).exists() for name in ("run", "runs", "sweep.parquet"))
     (tmp_path / "killed.checkpoint").mkdir()  # a checkpoint's scenario is checked before resuming it
@@ -329,16 +383,20 @@ def test_no_user_code_refuses_run_and_sweep_before_anything_runs(module_dir, tmp
     assert "killed.checkpoint/scenario.yaml: model.factory" in capsys.readouterr().err
 
 
-def test_no_user_code_refuses_a_compared_scenario_before_anything_runs_and_reads_finished_runs(module_dir, tmp_path, capsys):
+def test_no_user_code_refuses_a_compared_scenario_before_anything_runs_and_reads_finished_runs(
+    module_dir, tmp_path, capsys
+):
     plain, coded = tmp_path / "plain.yaml", tmp_path / "coded.yaml"
     plain.write_text(yaml.safe_dump(tiny(stop={"max_updates": 4}, eval={"every_updates": 2})))
     coded.write_text(yaml.safe_dump(scenario(STYLES["functions"])))
     args = ["compare", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "cmp"), "--no-user-code"]
     # the refused file comes last: nothing is run for the one before it either
     assert main([*args, str(plain), str(coded), "--seeds", "2"]) == 2
-    assert capsys.readouterr().err == (f"fred: {coded}: model.factory 'fred_test_user_models:functions' would be imported "
-                                       "and run, and --no-user-code refuses user code; leave --no-user-code out only if "
-                                       "you trust that code\n")
+    assert capsys.readouterr().err == (
+        f"fred: {coded}: model.factory 'fred_test_user_models:functions' would be imported "
+        "and run, and --no-user-code refuses user code; leave --no-user-code out only if "
+        "you trust that code\n"
+    )
     assert not (tmp_path / "runs").exists() and not (tmp_path / "cmp").exists()
     # a finished run of user code is only read: its table and plots, no import
     fred.run(scenario(STYLES["functions"], stop={"max_updates": 4}), out=tmp_path / "made")
@@ -360,13 +418,19 @@ def test_the_bring_your_own_tutorial_runs_as_written(tmp_path):
         if lang in ("python", "yaml"):
             (tmp_path / next(files)).write_text(body)
         elif lang == "bash":
-            commands += [(line, 0) for line in body.splitlines() if line.strip() and not line.startswith("pip ")]
+            commands += [
+                (line, 0) for line in body.splitlines() if line.strip() and not line.startswith("pip ")
+            ]
         elif lang == "text":
             commands += [(line[2:], 2) for line in body.splitlines() if line.startswith("$ ")]
     fred_bin = Path(sys.executable).parent / "fred"
     for command, status in commands:
         line = f"{shlex.quote(str(fred_bin))} {command[5:]}" if command.startswith("fred ") else command
-        line = line.replace("python ", f"{shlex.quote(sys.executable)} ", 1) if line.startswith("python ") else line
+        line = (
+            line.replace("python ", f"{shlex.quote(sys.executable)} ", 1)
+            if line.startswith("python ")
+            else line
+        )
         done = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True)
         assert done.returncode == status, (command, done.stderr[-2000:])
         if command.startswith("fred replay"):

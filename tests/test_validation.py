@@ -38,14 +38,24 @@ def test_the_measurements_file_is_the_papers_table_as_seconds_per_iteration():
     assert len(rows) == 13
     assert float(rows["sgp_4.yaml"][1]) == pytest.approx(11.8 * 3600 / 112_603, rel=1e-5)
     sgp.write_measurements()
-    assert (ROOT / "scenarios" / "sgp" / "paper" / "measured.csv").read_text() == text  # the shipped file is current
+    assert (
+        ROOT / "scenarios" / "sgp" / "paper" / "measured.csv"
+    ).read_text() == text  # the shipped file is current
 
 
-OWN_TESTS = {"ddp", "hpsgd", "pipe_sgd", "fasgd", "hybrid"}  # their quick sections run in tests/test_<paper>_*.py too
+OWN_TESTS = {
+    "ddp",
+    "hpsgd",
+    "pipe_sgd",
+    "fasgd",
+    "hybrid",
+}  # their quick sections run in tests/test_<paper>_*.py too
 
 
-@pytest.mark.parametrize("paper", [pytest.param(p, marks=(pytest.mark.slow,) if p in OWN_TESTS else ())
-                                   for p in make_validation().PAPERS])
+@pytest.mark.parametrize(
+    "paper",
+    [pytest.param(p, marks=(pytest.mark.slow,) if p in OWN_TESTS else ()) for p in make_validation().PAPERS],
+)
 def test_each_section_has_the_papers_figures_freds_predictions_and_the_command(paper):
     text = make_validation().module(paper).section(quick=True)
     assert text.startswith("## ")

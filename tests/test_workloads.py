@@ -15,7 +15,13 @@ from tests.conftest import tiny
 ROOT = Path(__file__).resolve().parents[1]
 
 # The papers' and libraries' own totals (see the sources in each profile), typed here, not derived.
-PUBLISHED_PARAMS = {"resnet50": 25.56e6, "resnet101": 44.55e6, "vgg16": 138.36e6, "bert_base": 110e6, "gpt2": 124e6}
+PUBLISHED_PARAMS = {
+    "resnet50": 25.56e6,
+    "resnet101": 44.55e6,
+    "vgg16": 138.36e6,
+    "bert_base": 110e6,
+    "gpt2": 124e6,
+}
 TORCHVISION_MULTIPLY_ADDS = {"resnet50": 4.09e9, "resnet101": 7.80e9, "vgg16": 15.47e9}  # its "GFLOPS" column
 
 
@@ -56,7 +62,9 @@ def test_layers_are_modules_in_forward_order_with_their_own_numbers():
     resnet = workloads.load("resnet50")
     names = [layer.name for layer in resnet.layers]
     assert len(set(names)) == len(names) and names[0] == "conv1" and names[-1] == "fc"
-    assert sum(name.endswith(("conv1", "conv2", "conv3", "downsample.0")) for name in names) == 53  # 49 + 4 projections
+    assert (
+        sum(name.endswith(("conv1", "conv2", "conv3", "downsample.0")) for name in names) == 53
+    )  # 49 + 4 projections
     fc = resnet.layers[-1]
     assert (fc.param_bytes, fc.forward_flops) == (4 * (2048 * 1000 + 1000), 2 * 2048 * 1000 + 1000)
     gpt2 = {layer.name: layer for layer in workloads.load("gpt2").layers}
@@ -76,12 +84,16 @@ def test_resnet50_keeps_its_rounded_totals_for_scenarios_and_the_others_time_wit
     assert (resnet50.timed_param_bytes, resnet50.timed_flops_per_example) == (102_400_000, 3 * 4.1e9)
     for name in set(workloads.names()) - {"resnet50"}:
         workload = workloads.load(name)
-        assert (workload.timed_param_bytes, workload.timed_flops_per_example) == (workload.param_bytes,
-                                                                                   workload.flops_per_example)
+        assert (workload.timed_param_bytes, workload.timed_flops_per_example) == (
+            workload.param_bytes,
+            workload.flops_per_example,
+        )
 
 
 def test_a_scenario_times_a_small_model_as_a_profile_of_the_library():
-    data = tiny(cluster={"compute": {"step_time_s": None, "device_flops": 1e15}}, workload={"profile": "resnet101"})
+    data = tiny(
+        cluster={"compute": {"step_time_s": None, "device_flops": 1e15}}, workload={"profile": "resnet101"}
+    )
     result = fred.run(data | {"stop": {"max_updates": 2}})
     resnet101 = workloads.load("resnet101")
     assert result.summary["param_bytes"] == resnet101.param_bytes == 178_196_640
@@ -93,7 +105,9 @@ def test_a_scenario_times_a_small_model_as_a_profile_of_the_library():
 
 
 def test_an_unknown_profile_is_refused_naming_the_library():
-    with pytest.raises(ScenarioError, match="workload.profile: got 'resnet_50'; .*'resnet101', 'resnet50' or 'vgg16'"):
+    with pytest.raises(
+        ScenarioError, match="workload.profile: got 'resnet_50'; .*'resnet101', 'resnet50' or 'vgg16'"
+    ):
         validate(tiny(workload={"profile": "resnet_50"}))
     with pytest.raises(ValueError, match="no workload profile 'resnet_50'; did you mean 'resnet50'"):
         workloads.load("resnet_50")

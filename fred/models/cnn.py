@@ -8,6 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from fred.scenario.errors import Refusal
 from fred.scenario.model_workloads import conv, mlp_layers
 from fred.scenario.schema.model import Inputs, ModelSection, _few_layers
 from fred.scenario.workloads import Layer
@@ -18,7 +19,9 @@ TILE_EQUATIONS, TILE_EQUATIONS_PER_CONVOLUTION = 68, 25  # and this many more a 
 
 class CNNModel(ModelSection):
     kind: Literal["cnn"] = "cnn"
-    channels: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [8, 16], description="convolution layers' channels; at most 100 layers")
+    channels: list[Annotated[int, Field(gt=0)]] = Field(
+        default_factory=lambda: [8, 16], description="convolution layers' channels; at most 100 layers"
+    )
     kernel_size: Annotated[int, Field(gt=0)] = 3
     hidden: Annotated[int, Field(gt=0)] = 64
     listed: ClassVar[int] = 30
@@ -31,13 +34,16 @@ class CNNModel(ModelSection):
 
         width = self.activation_width(feature_shape, outputs)
         if len(feature_shape) != 3:
-            raise ValueError(f"model 'cnn' needs image data of shape (H, W, C); this data set has "
-                             f"{feature_shape}")
+            raise Refusal(
+                f"model 'cnn' needs image data of shape (H, W, C); this data set has {feature_shape}"
+            )
         height, width_px, _ = feature_shape
         k = self.kernel_size
         if k > max(height, width_px):  # a larger kernel only multiplies padding, and its memory
-            raise ValueError(f"model.kernel_size is {k} but the images are {height} x {width_px}: use at "
-                             f"most {max(height, width_px)}")
+            raise Refusal(
+                f"model.kernel_size is {k} but the images are {height} x {width_px}: use at "
+                f"most {max(height, width_px)}"
+            )
         return models.conv_net(self.channels, k, self.hidden, feature_shape, outputs)._replace(width=width)
 
     def takes(self, feature_shape: tuple[int, ...]) -> bool:
@@ -48,8 +54,10 @@ class CNNModel(ModelSection):
             return None
         height, width, c_in = feature_shape
         chans = [c_in, *self.channels]
-        convs = [conv(f"conv{i}", a, b, self.kernel_size, height * width, bias=True)
-                 for i, (a, b) in enumerate(zip(chans, chans[1:]))]
+        convs = [
+            conv(f"conv{i}", a, b, self.kernel_size, height * width, bias=True)
+            for i, (a, b) in enumerate(zip(chans, chans[1:]))
+        ]
         return convs + mlp_layers([height * width * chans[-1], self.hidden, outputs], "x_dense")
 
     def activation_width(self, feature_shape: tuple[int, ...], outputs: int) -> int:

@@ -22,7 +22,9 @@ class LogisticModel(ModelSection):
         from fred.numerics import models
 
         width = self.activation_width(feature_shape, outputs)
-        model = models.mlp(self.sizes(feature_shape, outputs), models.ACTIVATIONS["relu"])  # one layer: none applied
+        model = models.mlp(
+            self.sizes(feature_shape, outputs), models.ACTIVATIONS["relu"]
+        )  # one layer: none applied
         return model._replace(width=width)
 
     def layer_list(self, feature_shape: tuple[int, ...], outputs: int) -> list[Layer] | None:

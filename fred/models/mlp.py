@@ -17,7 +17,9 @@ TILE_EQUATIONS, TILE_EQUATIONS_PER_LAYER = 49, 21  # and this many more a hidden
 
 class MLPModel(ModelSection):
     kind: Literal["mlp"] = "mlp"
-    hidden: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [64], description="hidden layer widths; at most 100 layers")
+    hidden: list[Annotated[int, Field(gt=0)]] = Field(
+        default_factory=lambda: [64], description="hidden layer widths; at most 100 layers"
+    )
     activation: Literal["relu", "tanh", "sigmoid", "gelu"] = "relu"
     listed: ClassVar[int] = 20
     default: ClassVar[bool] = True

@@ -15,10 +15,13 @@ from typing import Any, ClassVar, Literal, NamedTuple
 
 from pydantic import Field, field_validator
 
+from fred.scenario.errors import Refusal
 from fred.scenario.schema.base import _absolute
 from fred.scenario.schema.model import ModelSection
 
-IMPORT_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+IMPORT_PATH = (
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+)
 LOSSES = ("cross_entropy", "mse")
 PROBES_KEPT = 256  # probes a process keeps: one a model and data shape it estimates
 
@@ -38,14 +41,22 @@ class PythonModel(ModelSection):
     """A model from the user's own code: ``factory`` is imported and called with ``args`` (running it)."""
 
     kind: Literal["python"] = "python"
-    factory: str = Field(description="'package.module:function' returning a Flax (linen or NNX) module, "
-                                      "an Equinox module, or a pair (init, apply) of functions")
+    factory: str = Field(
+        description="'package.module:function' returning a Flax (linen or NNX) module, "
+        "an Equinox module, or a pair (init, apply) of functions"
+    )
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the factory")
-    loss: str | None = Field(default=None, description="cross_entropy, mse, or 'package.module:function' "
-                                                        "(default: cross_entropy for class labels, mse for regression)")
-    code_dir: str = Field(default_factory=os.getcwd, description="the folder searched last (after installed packages "
-                          "and PYTHONPATH) for the modules of factory and loss; default: the scenario file's folder "
-                          "(the working directory for a scenario built in Python); a relative one is taken from there")
+    loss: str | None = Field(
+        default=None,
+        description="cross_entropy, mse, or 'package.module:function' "
+        "(default: cross_entropy for class labels, mse for regression)",
+    )
+    code_dir: str = Field(
+        default_factory=os.getcwd,
+        description="the folder searched last (after installed packages "
+        "and PYTHONPATH) for the modules of factory and loss; default: the scenario file's folder "
+        "(the working directory for a scenario built in Python); a relative one is taken from there",
+    )
     listed: ClassVar[int] = 60
     layers_known: ClassVar[bool] = False
 
@@ -55,14 +66,14 @@ class PythonModel(ModelSection):
     @classmethod
     def _import_path(cls, value: str) -> str:
         if not _is_import_path(value):
-            raise ValueError(f"got {value[:200]!r}; give 'package.module:function', e.g. 'mymodels:make_cnn'")
+            raise Refusal(f"got {value[:200]!r}; give 'package.module:function', e.g. 'mymodels:make_cnn'")
         return value
 
     @field_validator("loss")
     @classmethod
     def _loss_name(cls, value: str | None) -> str | None:
         if value is not None and value not in LOSSES and not _is_import_path(value):
-            raise ValueError(f"got {value[:200]!r}; allowed: {', '.join(LOSSES)}, or 'package.module:function'")
+            raise Refusal(f"got {value[:200]!r}; allowed: {', '.join(LOSSES)}, or 'package.module:function'")
         return value
 
     def build(self, feature_shape: tuple[int, ...], outputs: int) -> Any:

@@ -12,23 +12,37 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from fred.scenario.errors import Refusal
 from fred.scenario.model_workloads import conv, dense, norm
 from fred.scenario.schema.model import Inputs, ModelSection
 from fred.scenario.workloads import Layer
 
-RESNET_DEPTHS = tuple(range(8, 111, 6))  # 6n + 2: three stages of n basic blocks of two convolutions, a first one, a head
-STORED_PER_OUTPUT = 6  # floats a training step holds per convolution output: measured on CPU (ResNet-20, 256 rows)
-TILE_EQUATIONS_PER_LAYER = 76  # jaxpr equations of one tile's gradient a layer, about (JAX 0.10; ResNet-20's tile: 1,528)
+RESNET_DEPTHS = tuple(
+    range(8, 111, 6)
+)  # 6n + 2: three stages of n basic blocks of two convolutions, a first one, a head
+STORED_PER_OUTPUT = (
+    6  # floats a training step holds per convolution output: measured on CPU (ResNet-20, 256 rows)
+)
+TILE_EQUATIONS_PER_LAYER = (
+    76  # jaxpr equations of one tile's gradient a layer, about (JAX 0.10; ResNet-20's tile: 1,528)
+)
 
 
 class ResNetModel(ModelSection):
     """He et al.'s CIFAR ResNet: three stages of (depth - 2) / 6 basic blocks (docs/scenarios.md)."""
 
     kind: Literal["resnet"] = "resnet"
-    depth: int = Field(default=20, description="20, 32, 44, 56 (or any 6n + 2 from 8 to 110): convolution layers + the head")
-    width: Annotated[int, Field(ge=1, le=1024)] = Field(default=16, description="the first stage's channels (then 2x, 4x)")
-    norm: Literal["group", "none"] = Field(default="group", description="group: GroupNorm, gcd(8, channels) groups, "
-                                                                         "after every convolution; none: no normalisation")
+    depth: int = Field(
+        default=20, description="20, 32, 44, 56 (or any 6n + 2 from 8 to 110): convolution layers + the head"
+    )
+    width: Annotated[int, Field(ge=1, le=1024)] = Field(
+        default=16, description="the first stage's channels (then 2x, 4x)"
+    )
+    norm: Literal["group", "none"] = Field(
+        default="group",
+        description="group: GroupNorm, gcd(8, channels) groups, "
+        "after every convolution; none: no normalisation",
+    )
     listed: ClassVar[int] = 40
     inputs: ClassVar[Inputs] = "images"
 
@@ -36,17 +50,20 @@ class ResNetModel(ModelSection):
     @classmethod
     def _six_n_plus_two(cls, value: int) -> int:
         if value not in RESNET_DEPTHS:
-            raise ValueError(f"got {value}; a CIFAR ResNet has 6n + 2 layers (three stages of n blocks of two "
-                             "convolutions, a first convolution and the head): give 20, 32, 44 or 56 (any 6n + 2 "
-                             "from 8 to 110)")
+            raise Refusal(
+                f"got {value}; a CIFAR ResNet has 6n + 2 layers (three stages of n blocks of two "
+                "convolutions, a first convolution and the head): give 20, 32, 44 or 56 (any 6n + 2 "
+                "from 8 to 110)"
+            )
         return value
 
     def build(self, feature_shape: tuple[int, ...], outputs: int) -> Any:
         from fred.numerics import models, resnet
 
         if len(feature_shape) != 3:
-            raise ValueError(f"model 'resnet' needs image data of shape (H, W, C); this data set has "
-                             f"{feature_shape}")
+            raise Refusal(
+                f"model 'resnet' needs image data of shape (H, W, C); this data set has {feature_shape}"
+            )
         init, apply = resnet.build(self.depth, self.width, self.norm == "group", feature_shape, outputs)
         return models.Model(init, apply, width=self.activation_width(feature_shape, outputs))
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from fred.scenario import model_workloads
+from fred.scenario.errors import Refusal
 from fred.scenario.model_workloads import dense, layer, norm
 from fred.scenario.schema.data import SEQUENCE_SOURCES
 from fred.scenario.schema.model import MAX_LAYERS, Inputs, ModelSection
@@ -28,12 +29,17 @@ class TransformerModel(ModelSection):
 
     kind: Literal["transformer"] = "transformer"
     layers: Annotated[int, Field(ge=1, le=MAX_LAYERS)] = Field(default=2, description="decoder blocks")
-    d_model: Annotated[int, Field(ge=1, le=65536)] = Field(default=64, description="the width; the MLP's is 4 x d_model")
+    d_model: Annotated[int, Field(ge=1, le=65536)] = Field(
+        default=64, description="the width; the MLP's is 4 x d_model"
+    )
     heads: Annotated[int, Field(ge=1)] = Field(default=4, description="attention heads; they divide d_model")
     context: Annotated[int, Field(ge=1, le=65536)] | None = Field(
-        default=None, description="positions it embeds (default: the data's sequence length, which it must not be below)")
+        default=None,
+        description="positions it embeds (default: the data's sequence length, which it must not be below)",
+    )
     vocab: Annotated[int, Field(ge=2, le=10_000_000)] | None = Field(
-        default=None, description="tokens it embeds and predicts (default: the data's vocabulary)")
+        default=None, description="tokens it embeds and predicts (default: the data's vocabulary)"
+    )
     listed: ClassVar[int] = 50
     inputs: ClassVar[Inputs] = "sequences"
 
@@ -41,8 +47,10 @@ class TransformerModel(ModelSection):
     def _heads_divide_the_width(self) -> "TransformerModel":
         if self.d_model % self.heads:
             fits = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
-            raise ValueError(f"heads {self.heads} do not divide d_model {self.d_model}: each head takes d_model / heads "
-                             f"of the width; give heads one of {', '.join(map(str, fits))}, or another d_model")
+            raise Refusal(
+                f"heads {self.heads} do not divide d_model {self.d_model}: each head takes d_model / heads "
+                f"of the width; give heads one of {', '.join(map(str, fits))}, or another d_model"
+            )
         return self
 
     def build(self, feature_shape: tuple[int, ...], outputs: int) -> Any:
@@ -51,16 +59,21 @@ class TransformerModel(ModelSection):
         from fred.numerics import models, transformer
 
         if len(feature_shape) != 1:
-            raise ValueError(f"model 'transformer' needs token sequences of shape (T,); this data set has "
-                             f"{feature_shape}")
+            raise Refusal(
+                f"model 'transformer' needs token sequences of shape (T,); this data set has {feature_shape}"
+            )
         tokens = feature_shape[0]
         positions, vocab = self.context or tokens, self.vocab or outputs
         if positions < tokens:
-            raise ValueError(f"model.context {positions} is shorter than the data's sequences of {tokens} tokens; give "
-                             f"model.context at least {tokens}, or leave it out")
+            raise Refusal(
+                f"model.context {positions} is shorter than the data's sequences of {tokens} tokens; give "
+                f"model.context at least {tokens}, or leave it out"
+            )
         if vocab < outputs:
-            raise ValueError(f"model.vocab {vocab} is smaller than the data's {outputs} tokens: every token needs its "
-                             f"embedding; give model.vocab at least {outputs}, or leave it out")
+            raise Refusal(
+                f"model.vocab {vocab} is smaller than the data's {outputs} tokens: every token needs its "
+                f"embedding; give model.vocab at least {outputs}, or leave it out"
+            )
         init, apply = transformer.build(self.layers, self.d_model, self.heads, positions, vocab)
         return models.Model(init, apply, width=self.activation_width(feature_shape, outputs))
 
@@ -76,10 +89,15 @@ class TransformerModel(ModelSection):
         for i in range(self.layers):
             p = f"h.{i}"
             found += [
-                norm(f"{p}.ln_1", d), dense(f"{p}.attn.c_attn", d, 3 * d, tokens),
-                layer(f"{p}.attn.products", 0, 2 * (2 * tokens * tokens * d)),  # Q K^T and the weighted V: the full square
-                dense(f"{p}.attn.c_proj", d, d, tokens), norm(f"{p}.ln_2", d),
-                dense(f"{p}.mlp.c_fc", d, 4 * d, tokens), dense(f"{p}.mlp.c_proj", 4 * d, d, tokens),
+                norm(f"{p}.ln_1", d),
+                dense(f"{p}.attn.c_attn", d, 3 * d, tokens),
+                layer(
+                    f"{p}.attn.products", 0, 2 * (2 * tokens * tokens * d)
+                ),  # Q K^T and the weighted V: the full square
+                dense(f"{p}.attn.c_proj", d, d, tokens),
+                norm(f"{p}.ln_2", d),
+                dense(f"{p}.mlp.c_fc", d, 4 * d, tokens),
+                dense(f"{p}.mlp.c_proj", 4 * d, d, tokens),
             ]
         return found + [norm("ln_f", d), layer("lm_head", 0, tokens * 2 * d * vocab)]
 
@@ -100,14 +118,20 @@ class TransformerModel(ModelSection):
     def check_data(self, data: Any) -> None:
         source = data.source
         if source.kind not in SEQUENCE_SOURCES:
-            raise ValueError(f"model.kind {self.kind} predicts the next token of token sequences; "
-                             f"data.source.kind {source.kind} has none: use data.source.kind text or synthetic_tokens")
+            raise Refusal(
+                f"model.kind {self.kind} predicts the next token of token sequences; "
+                f"data.source.kind {source.kind} has none: use data.source.kind text or synthetic_tokens"
+            )
         if self.context is not None and self.context < source.context:
-            raise ValueError(f"model.context {self.context} is shorter than the data's sequences (data.source.context "
-                             f"{source.context}): the model embeds positions up to its context; give model.context at "
-                             f"least {source.context}, or leave it out")
+            raise Refusal(
+                f"model.context {self.context} is shorter than the data's sequences (data.source.context "
+                f"{source.context}): the model embeds positions up to its context; give model.context at "
+                f"least {source.context}, or leave it out"
+            )
         if self.vocab is not None:
             declared = model_workloads.declared_shape(source, None)
             if declared is not None and self.vocab < declared[1]:
-                raise ValueError(f"model.vocab {self.vocab} is smaller than the data's {declared[1]} tokens: every "
-                                 f"token must have an embedding; give model.vocab at least {declared[1]}, or leave it out")
+                raise Refusal(
+                    f"model.vocab {self.vocab} is smaller than the data's {declared[1]} tokens: every "
+                    f"token must have an embedding; give model.vocab at least {declared[1]}, or leave it out"
+                )

@@ -1,6 +1,7 @@
 """Numerics layer: the real numbers of a run, as pure JAX functions.
 
-Models (the CIFAR ResNet, the GPT-style transformer), data (CIFAR, text, synthetic), gradients and their exact reductions, optimizers, compression, the per-entity
+Models (the CIFAR ResNet, the GPT-style transformer), data (CIFAR, text, synthetic), gradients and their
+exact reductions, optimizers, compression, the per-entity
 random streams, and the tape that records every jitted call so it can be replayed.
 """
 

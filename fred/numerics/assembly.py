@@ -166,7 +166,9 @@ def sum_grads(parts: Sequence[GradSum]) -> GradSum:
     count = sum(p.count for p in parts)
     if _cover_from_zero(parts):
         grads, loss = assemble(*_assembly(parts))
-    elif (whole := _whole_calls(parts)) is not None:  # the same adds in the same tree, on the rows where the calls left them
+    elif (
+        whole := _whole_calls(parts)
+    ) is not None:  # the same adds in the same tree, on the rows where the calls left them
         grads, loss = stacked_sum(whole)
     else:
         grads, loss = tree_sum([(p.grad, p.loss) for p in parts])
@@ -239,7 +241,11 @@ def _whole_calls(parts: Sequence[GradSum]) -> list[Stacked] | None:
 
 
 def parts_of(
-    result: list[GradSum] | Stacked, shards: int, per_shard: int, starts: Sequence[int] | None = None, tile: int = 1
+    result: list[GradSum] | Stacked,
+    shards: int,
+    per_shard: int,
+    starts: Sequence[int] | None = None,
+    tile: int = 1,
 ) -> list[GradSum]:
     """Each shard's :class:`GradSum` from what :meth:`fred.numerics.gradients.Numerics.gradients`
     returned for shards of ``per_shard`` rows whose leaves (of ``tile`` rows) begin at ``starts``
@@ -282,7 +288,10 @@ def take_row(stacked: Stacked, i: jax.Array) -> tuple[jax.Array, Params]:
 def unstack(stacked: Stacked) -> list[tuple[jax.Array, Params]]:
     """Every row of a stacked call in one call, for the tapes that record it (a run itself
     uses :func:`take_row`)."""
-    return [(stacked.loss[i], jax.tree.map(lambda g, i=i: g[i], stacked.grad)) for i in range(stacked.loss.shape[0])]
+    return [
+        (stacked.loss[i], jax.tree.map(lambda g, i=i: g[i], stacked.grad))
+        for i in range(stacked.loss.shape[0])
+    ]
 
 
 @op(f"{TAPE_MODULE}:mean_grad")
@@ -297,4 +306,3 @@ def mean_grad(total: GradSum) -> Params:
 def divide(tree: Params, n: int) -> Params:
     """Every leaf divided by ``n`` (an average from a sum)."""
     return jax.tree.map(lambda x: x / n, tree)
-

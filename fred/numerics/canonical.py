@@ -59,7 +59,9 @@ def fold(sums: Mapping[Node, T], start: int, end: int, zero: T, add: Callable[[T
         if (index + 1) << level <= start:
             return None
         if level == 0:
-            raise ValueError(f"leaf {index} of {start}..{end} is in no node: the shards do not cover the leaves")
+            raise ValueError(
+                f"leaf {index} of {start}..{end} is in no node: the shards do not cover the leaves"
+            )
         left, right = node(level - 1, 2 * index), node(level - 1, 2 * index + 1)
         return right if left is None else add(left, right)  # type: ignore[arg-type]
 

@@ -56,8 +56,11 @@ def read(cfg: CIFAR10Data | CIFAR100Data) -> tuple[Pair, Pair | None]:
     _, train_names, test_name = LAYOUTS[cfg.kind]
     missing = [name for name in train_names if not (folder / name).is_file()]
     if missing:
-        raise FileNotFoundError(f"{folder} lacks {', '.join(missing)}: a {_title(cfg)} folder holds "
-                                f"{', '.join(train_names)} and {test_name}, as {LAYOUTS[cfg.kind][0]} extracts from the download ({DOWNLOAD})")
+        raise FileNotFoundError(
+            f"{folder} lacks {', '.join(missing)}: a {_title(cfg)} folder holds "
+            f"{', '.join(train_names)} and {test_name}, as {LAYOUTS[cfg.kind][0]} extracts from the download "
+            f"({DOWNLOAD})"
+        )
     parts = [_read_batch(folder / name, cfg) for name in train_names]
     train = (np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts]))
     test = _read_batch(folder / test_name, cfg) if (folder / test_name).is_file() else None
@@ -73,8 +76,10 @@ def find_folder(cfg: CIFAR10Data | CIFAR100Data) -> Path:
     if path.is_dir():
         return path
     what = "is not a folder" if path.exists() else "does not exist"
-    raise FileNotFoundError(f"{_title(cfg)} folder {path} {what}; download the python version ({DOWNLOAD}), "
-                            f"extract it, and give the {name} folder it makes")
+    raise FileNotFoundError(
+        f"{_title(cfg)} folder {path} {what}; download the python version ({DOWNLOAD}), "
+        f"extract it, and give the {name} folder it makes"
+    )
 
 
 def _title(cfg: CIFAR10Data | CIFAR100Data) -> str:
@@ -93,11 +98,20 @@ def _read_batch(path: Path, cfg: CIFAR10Data | CIFAR100Data) -> Pair:
             found = ", ".join(sorted(map(str, batch))) or "nothing"
             raise ValueError(f"{path} has no '{key}' entry (it has {found}); is it a {_title(cfg)} batch?")
     data = batch["data"]
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != PIXELS:
+    if (
+        not isinstance(data, np.ndarray)
+        or data.dtype != np.uint8
+        or data.ndim != 2
+        or data.shape[1] != PIXELS
+    ):
         shape = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
-        raise ValueError(f"{path}: 'data' is {shape}; a {_title(cfg)} batch holds uint8 pixels of shape (N, {PIXELS})")
+        raise ValueError(
+            f"{path}: 'data' is {shape}; a {_title(cfg)} batch holds uint8 pixels of shape (N, {PIXELS})"
+        )
     labels = _labels(path, batch[label_key], label_key, len(data), classes(cfg))
-    images = data.reshape(-1, CHANNELS, SIDE, SIDE).transpose(0, 2, 3, 1).astype(np.float32) / np.float32(255.0)
+    images = data.reshape(-1, CHANNELS, SIDE, SIDE).transpose(0, 2, 3, 1).astype(np.float32) / np.float32(
+        255.0
+    )
     return images, labels
 
 
@@ -107,7 +121,9 @@ def _labels(path: Path, value: Any, key: str, count: int, n_classes: int) -> np.
     except (TypeError, ValueError) as err:  # ragged or odd objects
         raise ValueError(f"{path}: '{key}' cannot be read as labels ({err})") from None
     if labels.shape != (count,) or labels.dtype.kind not in "iu":
-        raise ValueError(f"{path}: '{key}' is {labels.dtype} {labels.shape}; it needs {count} integers, one per image")
+        raise ValueError(
+            f"{path}: '{key}' is {labels.dtype} {labels.shape}; it needs {count} integers, one per image"
+        )
     if count and (labels.min() < 0 or labels.max() >= n_classes):
         raise ValueError(f"{path}: '{key}' holds labels outside 0..{n_classes - 1}")
     return labels.astype(np.int32)
@@ -155,8 +171,10 @@ class _BatchUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         found = ALLOWED.get((module, name))
         if found is None:
-            raise Refused(f"it names {module}.{name}, which a CIFAR batch never does "
-                                         "(it holds numpy arrays, lists, numbers and bytes); refused unread")
+            raise Refused(
+                f"it names {module}.{name}, which a CIFAR batch never does "
+                "(it holds numpy arrays, lists, numbers and bytes); refused unread"
+            )
         return found
 
     def persistent_load(self, pid: Any) -> Any:
@@ -173,7 +191,18 @@ def load_pickle(path: Path) -> Any:
         return _BatchUnpickler(io.BytesIO(raw), encoding="bytes").load()
     except Refused as err:
         raise ValueError(f"{path}: not read as a CIFAR batch: {err}") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
-            UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not a CIFAR batch (a Python pickle of a dict of pixels and labels): "
-                         f"{type(err).__name__}: {str(err)[:200]}") from None
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        OverflowError,
+        UnicodeDecodeError,
+    ) as err:
+        raise ValueError(
+            f"{path} is not a CIFAR batch (a Python pickle of a dict of pixels and labels): "
+            f"{type(err).__name__}: {str(err)[:200]}"
+        ) from None

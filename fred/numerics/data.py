@@ -95,7 +95,9 @@ def load_dataset(cfg: DataConfig, rng: np.random.Generator) -> Dataset:
         classes = source.classes if source.task == "classification" else 0
         dataset = _split(x, y, cfg.eval_fraction, rng, source.task, classes)
     elif isinstance(source, SyntheticImagesData):
-        dataset = _split(*_synthetic_images(source, rng), cfg.eval_fraction, rng, "classification", source.classes)
+        dataset = _split(
+            *_synthetic_images(source, rng), cfg.eval_fraction, rng, "classification", source.classes
+        )
     elif isinstance(source, SyntheticTokensData):
         x, y = tokens.synthetic_tokens(source, rng)
         dataset = _split(x, y, cfg.eval_fraction, rng, "classification", source.vocab)
@@ -193,8 +195,10 @@ def _digits_csv() -> Path:
     """scikit-learn's ``datasets/data/digits.csv.gz``, found without importing the package."""
     spec = importlib.util.find_spec("sklearn")
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError("data.source.kind: digits reads the digits scikit-learn ships, and scikit-learn is not "
-                         "installed; pip install scikit-learn, or give another data.source")
+        raise ValueError(
+            "data.source.kind: digits reads the digits scikit-learn ships, and scikit-learn is not "
+            "installed; pip install scikit-learn, or give another data.source"
+        )
     return Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
 
 
@@ -262,7 +266,9 @@ def _load_cifar(cfg: CIFAR10Data | CIFAR100Data, eval_fraction: float, rng: np.r
     n_classes = cifar.classes(cfg)
     if test is None:
         if len(train[0]) < 2:
-            raise ValueError(f"{cifar.find_folder(cfg)}: {len(train[0])} training images and no test file; give at least 2")
+            raise ValueError(
+                f"{cifar.find_folder(cfg)}: {len(train[0])} training images and no test file; give at least 2"
+            )
         return _split(*train, eval_fraction, rng, "classification", n_classes)
     if len(train[0]) == 0 or len(test[0]) == 0:
         split = "training files hold" if len(train[0]) == 0 else "test file holds"
@@ -284,15 +290,22 @@ def _load_mnist(cfg: MNISTData, eval_fraction: float, rng: np.random.Generator) 
             f"(train-images-idx3-ubyte, train-labels-idx1-ubyte, optionally .gz) or one .npz file"
         )
     if len(train[0]) < (2 if test is None else 1):  # a split needs one example on each side
-        raise ValueError(f"{path}: the training split has {len(train[0])} examples; give at least "
-                         f"{'2 (one is held out for evaluation)' if test is None else 1}")
+        raise ValueError(
+            f"{path}: the training split has {len(train[0])} examples; give at least "
+            f"{'2 (one is held out for evaluation)' if test is None else 1}"
+        )
     if test is None:
         return _split(*train, eval_fraction, rng, "classification", MNIST_CLASSES)
     if len(test[0]) == 0:  # evaluating on nothing would divide by zero
-        raise ValueError(f"{path}: the test split has no examples; give at least one, or leave it out to hold out part of train")
+        raise ValueError(
+            f"{path}: the test split has no examples; give at least one, or leave it out to hold out part of "
+            "train"
+        )
     if train[0].shape[1:] != test[0].shape[1:]:
-        raise ValueError(f"{path}: the training images are {_size(train[0])} pixels but the test images "
-                         f"{_size(test[0])}; both splits need images of one size")
+        raise ValueError(
+            f"{path}: the training images are {_size(train[0])} pixels but the test images "
+            f"{_size(test[0])}; both splits need images of one size"
+        )
     return Dataset(*train, *test, "classification", MNIST_CLASSES)
 
 
@@ -311,7 +324,9 @@ def _read_idx_dir(directory: Path) -> tuple[Pair, Pair | None]:
         return train, None
     if any(f is None for f in test_files):
         present = next(f for f in test_files if f is not None)
-        raise FileNotFoundError(f"{present} has no partner in {directory}: the t10k images and labels come as a pair")
+        raise FileNotFoundError(
+            f"{present} has no partner in {directory}: the t10k images and labels come as a pair"
+        )
     return train, _read_idx_pair(directory, "t10k")
 
 
@@ -321,7 +336,9 @@ def _read_idx_pair(directory: Path, prefix: str) -> Pair:
     images = _parse_idx(images_file, IDX_IMAGES_MAGIC, "images")
     labels = _parse_idx(labels_file, IDX_LABELS_MAGIC, "labels")
     if len(images) != len(labels):
-        raise ValueError(f"{images_file} holds {len(images)} images but {labels_file} holds {len(labels)} labels")
+        raise ValueError(
+            f"{images_file} holds {len(images)} images but {labels_file} holds {len(labels)} labels"
+        )
     return _mnist_pixels(images, images_file), _mnist_labels(labels, labels_file)
 
 
@@ -346,7 +363,9 @@ def _parse_idx(path: Path, magic: int, what: str) -> np.ndarray:
     ndim = magic & 0xFF
     header = 4 + 4 * ndim
     if len(raw) < header:
-        raise ValueError(f"{path} is too short for an IDX {what} header ({len(raw)} bytes, expected at least {header})")
+        raise ValueError(
+            f"{path} is too short for an IDX {what} header ({len(raw)} bytes, expected at least {header})"
+        )
     found = int(np.frombuffer(raw, ">u4", count=1)[0])
     if found != magic:
         raise ValueError(f"{path} has magic number 0x{found:08x}; expected 0x{magic:08x} (IDX {what} file)")
@@ -371,7 +390,10 @@ def _read_bytes(path: Path) -> bytes:
 def _read_npz(path: Path) -> tuple[Pair, Pair | None]:
     """``x_train``/``y_train`` and, if both are present, ``x_test``/``y_test``."""
     if not zipfile.is_zipfile(path):  # np.load would call any other file pickled data
-        raise ValueError(f"{path} is not a .npz file (not a zip archive); write one with numpy.savez(path, x_train=..., y_train=...)")
+        raise ValueError(
+            f"{path} is not a .npz file (not a zip archive); write one with numpy.savez(path, x_train=..., "
+            "y_train=...)"
+        )
     try:
         archive = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as err:
@@ -381,14 +403,19 @@ def _read_npz(path: Path) -> tuple[Pair, Pair | None]:
         missing = {"x_train", "y_train"} - keys
         if missing:
             raise ValueError(
-                f"{path} lacks {sorted(missing)}; expected keys x_train, y_train (and optionally x_test, y_test)"
+                f"{path} lacks {sorted(missing)}; expected keys x_train, y_train (and optionally x_test, "
+                "y_test)"
             )
         if ("x_test" in keys) != ("y_test" in keys):
             raise ValueError(f"{path} has only one of x_test / y_test; give both or neither")
-        train = _npz_pair(path, _npz_array(path, archive, "x_train"), _npz_array(path, archive, "y_train"), "train")
+        train = _npz_pair(
+            path, _npz_array(path, archive, "x_train"), _npz_array(path, archive, "y_train"), "train"
+        )
         test = None
         if "x_test" in keys:
-            test = _npz_pair(path, _npz_array(path, archive, "x_test"), _npz_array(path, archive, "y_test"), "test")
+            test = _npz_pair(
+                path, _npz_array(path, archive, "x_test"), _npz_array(path, archive, "y_test"), "test"
+            )
     return train, test
 
 
@@ -396,8 +423,16 @@ def _npz_array(path: Path, archive, key: str) -> np.ndarray:
     """``archive[key]`` as an array of numbers, or an error naming the file and the key."""
     try:
         array = archive[key]
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:  # object arrays, damaged members
-        raise ValueError(f"{path}: {key} cannot be read ({err}); write numeric arrays with numpy.savez") from None
+    except (
+        OSError,
+        ValueError,
+        EOFError,
+        zipfile.BadZipFile,
+        zlib.error,
+    ) as err:  # object arrays, damaged members
+        raise ValueError(
+            f"{path}: {key} cannot be read ({err}); write numeric arrays with numpy.savez"
+        ) from None
     if array.dtype.kind not in "uif":  # strings, booleans, complex numbers: not pixels or class numbers
         raise ValueError(f"{path}: {key} holds {array.dtype} values; it needs numbers (integers, or floats)")
     if array.ndim == 0:
@@ -408,14 +443,20 @@ def _npz_array(path: Path, archive, key: str) -> np.ndarray:
 def _npz_pair(path: Path, x: np.ndarray, y: np.ndarray, split: str) -> Pair:
     if len(x) != len(y):
         raise ValueError(f"{path}: x_{split} has {len(x)} examples but y_{split} has {len(y)}")
-    if y.ndim > 2 or (y.ndim == 2 and y.shape[1] != 1):  # one-hot rows were read as several labels per example
-        raise ValueError(f"{path}: y_{split} has shape {y.shape}; expected one class number per example, (N,) or (N, 1)")
+    if y.ndim > 2 or (
+        y.ndim == 2 and y.shape[1] != 1
+    ):  # one-hot rows were read as several labels per example
+        raise ValueError(
+            f"{path}: y_{split} has shape {y.shape}; expected one class number per example, (N,) or (N, 1)"
+        )
     if x.ndim == 2 and x.shape[1] == 28 * 28:  # flattened images
         x = x.reshape(-1, 28, 28)
     if x.ndim == 4 and x.shape[-1] == 1:
         x = x[..., 0]
     if x.ndim != 3:
-        raise ValueError(f"{path}: x_{split} has shape {x.shape}; expected (N, 28, 28), (N, 28, 28, 1) or (N, 784)")
+        raise ValueError(
+            f"{path}: x_{split} has shape {x.shape}; expected (N, 28, 28), (N, 28, 28, 1) or (N, 784)"
+        )
     return _mnist_pixels(x, path), _mnist_labels(y.reshape(-1), path)
 
 
@@ -438,7 +479,9 @@ def _mnist_pixels(images: np.ndarray, source: Path) -> np.ndarray:
 
 
 def _mnist_labels(labels: np.ndarray, source: Path) -> np.ndarray:
-    if labels.size and (labels.min() < 0 or labels.max() >= MNIST_CLASSES or np.any(labels != np.round(labels))):
+    if labels.size and (
+        labels.min() < 0 or labels.max() >= MNIST_CLASSES or np.any(labels != np.round(labels))
+    ):
         raise ValueError(f"{source}: labels must be integers 0..{MNIST_CLASSES - 1}")
     return labels.astype(np.int32)
 
@@ -455,10 +498,14 @@ def shard(y: np.ndarray, workers: int, cfg: DataConfig, rng: np.random.Generator
     if workers < 1:
         raise ValueError(f"need at least one worker, got {workers}")
     if n < workers:
-        raise ValueError(f"cannot shard {n} training examples over {workers} workers: each needs at least one")
+        raise ValueError(
+            f"cannot shard {n} training examples over {workers} workers: each needs at least one"
+        )
     if cfg.sharding != "iid" and np.ndim(y) > 1:
-        raise ValueError(f"sharding '{cfg.sharding}' deals examples out by their class, and these labels are sequences "
-                         "(a token at every position), not one class each — use sharding 'iid'")
+        raise ValueError(
+            f"sharding '{cfg.sharding}' deals examples out by their class, and these labels are sequences "
+            "(a token at every position), not one class each — use sharding 'iid'"
+        )
     if cfg.sharding != "iid" and not np.issubdtype(np.asarray(y).dtype, np.integer):
         raise ValueError(
             f"sharding '{cfg.sharding}' needs a classification data set (integer labels); "
@@ -580,7 +627,9 @@ class GlobalBatchStream:
         k = self._taken[worker]
         while self._first + len(self._buffer) <= k:
             self._buffer.append(self._stream.next())
-        block = self._buffer[k - self._first][worker * self.batch_size : (worker + 1) * self.batch_size].copy()
+        block = self._buffer[k - self._first][
+            worker * self.batch_size : (worker + 1) * self.batch_size
+        ].copy()
         self._advance(worker, k)
         return block
 

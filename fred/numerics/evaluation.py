@@ -29,15 +29,17 @@ def eval_chunk_rows(width: int) -> int:
     return max(1, EVAL_BYTES // (16 * max(width, 1)))
 
 
-def mean_loss(model: Model, task: str, params: Params, x: jax.Array,
-              y: jax.Array) -> tuple[jax.Array, jax.Array]:
+def mean_loss(
+    model: Model, task: str, params: Params, x: jax.Array, y: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """Mean loss and accuracy of the whole set ``x, y`` in one call."""
     out = model.apply(params, x)
     return loss(model, task, out, y, "mean"), _accuracy(task, out, y)
 
 
-def chunk_sums(model: Model, task: str, params: Params, x: jax.Array, y: jax.Array,
-               valid: jax.Array) -> tuple[jax.Array, jax.Array]:
+def chunk_sums(
+    model: Model, task: str, params: Params, x: jax.Array, y: jax.Array, valid: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """Summed loss and correct predictions of the first ``valid`` rows (the rest pad a last chunk);
     a sequence counts its share of correct tokens."""
     out = model.apply(params, x)
@@ -64,8 +66,9 @@ Whole = Callable[[Params, np.ndarray, np.ndarray], tuple[jax.Array, jax.Array]]
 Sums = Callable[[Params, np.ndarray, np.ndarray, np.int32], tuple[jax.Array, jax.Array]]
 
 
-def evaluate(whole: Whole, sums: Sums, rows: int, task: str, params: Params, x: np.ndarray,
-             y: np.ndarray) -> tuple[float, float]:
+def evaluate(
+    whole: Whole, sums: Sums, rows: int, task: str, params: Params, x: np.ndarray, y: np.ndarray
+) -> tuple[float, float]:
     """Mean loss and accuracy on ``x, y``: by ``whole`` (:func:`mean_loss`, compiled) when ``x`` has
     at most ``rows`` rows, else by ``sums`` (:func:`chunk_sums`, compiled) over chunks of ``rows``.
     A NaN loss (a diverged run's NaN outputs) has no accuracy: argmax of NaN logits is class 0."""

@@ -28,7 +28,9 @@ from fred.scenario.schema import ArraysData
 Pair = tuple[np.ndarray, np.ndarray]
 CHUNK_BYTES = 64 * 2**20  # read a memory-mapped array this much at a time when checking it
 SHOWN = 5  # rows named in a message
-FORMATS = "an .npz file, a folder of .npy files, a .parquet file, or a folder written by datasets' save_to_disk"
+FORMATS = (
+    "an .npz file, a folder of .npy files, a .parquet file, or a folder written by datasets' save_to_disk"
+)
 
 
 def read_arrays(cfg: ArraysData) -> tuple[Pair, Pair | None, int]:
@@ -37,11 +39,16 @@ def read_arrays(cfg: ArraysData) -> tuple[Pair, Pair | None, int]:
     train = _pair(cfg, Path(cfg.path).expanduser(), "data.source.path")
     held = _pair(cfg, Path(cfg.eval_path).expanduser(), "data.source.eval_path") if cfg.eval_path else None
     if held is None and len(train[0]) < 2:
-        raise ValueError(f"data.source.path: {cfg.path} holds {len(train[0])} example{'s' * (len(train[0]) != 1)}; give at least 2 (one is held "
-                         "out for evaluation), or the eval set in data.source.eval_path")
+        raise ValueError(
+            f"data.source.path: {cfg.path} holds {len(train[0])} example{'s' * (len(train[0]) != 1)}; give "
+            "at least 2 (one is held "
+            "out for evaluation), or the eval set in data.source.eval_path"
+        )
     if held is not None and held[0].shape[1:] != train[0].shape[1:]:
-        raise ValueError(f"data.source.eval_path: its examples are of shape {held[0].shape[1:]} but the training "
-                         f"examples' are {train[0].shape[1:]}; both splits need one shape")
+        raise ValueError(
+            f"data.source.eval_path: its examples are of shape {held[0].shape[1:]} but the training "
+            f"examples' are {train[0].shape[1:]}; both splits need one shape"
+        )
     classes = 0
     if cfg.task == "classification":
         classes = _classes(cfg, train, held)
@@ -53,29 +60,42 @@ def _pair(cfg: ArraysData, path: Path, field: str) -> Pair:
     x, y = _read(path, field, x_name, y_name)
     where = f"{field}: {path}"
     if len(x) == 0 or len(y) == 0:
-        raise ValueError(f"{where} holds no examples ({x_name}: {x.shape[0]} rows, {y_name}: {y.shape[0]}); "
-                         "an empty split can neither train nor be evaluated on")
+        raise ValueError(
+            f"{where} holds no examples ({x_name}: {x.shape[0]} rows, {y_name}: {y.shape[0]}); "
+            "an empty split can neither train nor be evaluated on"
+        )
     if len(x) != len(y):
-        raise ValueError(f"{where}: {_label(x_name)} has {len(x)} rows but {y_name!r} has {len(y)}; give one label per example")
+        raise ValueError(
+            f"{where}: {_label(x_name)} has {len(x)} rows but {y_name!r} has {len(y)}; give one label per "
+            "example"
+        )
     if x.ndim < 2:
-        raise ValueError(f"{where}: {_label(x_name)} has shape {x.shape}; give each example as an array, shape "
-                         "(N, features) or (N, H, W, C)")
+        raise ValueError(
+            f"{where}: {_label(x_name)} has shape {x.shape}; give each example as an array, shape "
+            "(N, features) or (N, H, W, C)"
+        )
     if y.ndim > 2 or (y.ndim == 2 and y.shape[1] != 1):  # one-hot rows would read as several labels
-        raise ValueError(f"{where}: {y_name!r} has shape {y.shape}; give one label or target per example, (N,) or (N, 1)"
-                         " (class numbers, not one-hot rows)")
+        raise ValueError(
+            f"{where}: {y_name!r} has shape {y.shape}; give one label or target per example, (N,) or (N, 1)"
+            " (class numbers, not one-hot rows)"
+        )
     _numbers(x, f"{where}: {_label(x_name)}", "b")
     _numbers(y, f"{where}: {y_name!r}", "")
     y = y.reshape(-1)
     bad = _nonfinite_rows(x) | _nonfinite_rows(y)
     if bad.any():
         rows = np.flatnonzero(bad)
-        raise ValueError(f"{where}: {len(rows):,} of {len(x):,} rows hold NaN or infinite values (rows "
-                         f"{_list(rows)}); drop or fix them")
+        raise ValueError(
+            f"{where}: {len(rows):,} of {len(x):,} rows hold NaN or infinite values (rows "
+            f"{_list(rows)}); drop or fix them"
+        )
     if cfg.task == "classification":
         fractional = np.flatnonzero(y != np.round(y)) if y.dtype.kind == "f" else np.zeros(0, np.int64)
         if len(fractional):
-            raise ValueError(f"{where}: {y_name!r} holds {len(fractional):,} labels that are not whole numbers (rows "
-                             f"{_list(fractional)}); classification needs class numbers 0, 1, ..., or set task: regression")
+            raise ValueError(
+                f"{where}: {y_name!r} holds {len(fractional):,} labels that are not whole numbers (rows "
+                f"{_list(fractional)}); classification needs class numbers 0, 1, ..., or set task: regression"
+            )
         y = y.astype(np.int64)
     x = x.astype(np.float32, copy=False)  # a float32 memory map stays one
     y = y.astype(np.int32) if cfg.task == "classification" else y.astype(np.float32)
@@ -117,14 +137,20 @@ def _classes(cfg: ArraysData, train: Pair, held: Pair | None) -> int:
     if classes is None:
         classes = int(max(y.max() for _, y in labels)) + 1
         if classes < 2:
-            raise ValueError(f"data.source.path: {cfg.path}: every label in {cfg.y!r} is {classes - 1}: one class has nothing to "
-                             "tell apart; check data.source.y, or set task: regression")
+            raise ValueError(
+                f"data.source.path: {cfg.path}: every label in {cfg.y!r} is {classes - 1}: one class has "
+                "nothing to "
+                "tell apart; check data.source.y, or set task: regression"
+            )
     for field, y in labels:
         out = np.flatnonzero((y < 0) | (y >= classes))
         if len(out):
             given = f"classes is {classes}" if cfg.classes is not None else f"{classes} classes"
-            raise ValueError(f"{field}: {len(out):,} label{'s' * (len(out) != 1)} in {cfg.y!r} {'are' if len(out) != 1 else 'is'} outside 0..{classes - 1} ({given}; rows "
-                             f"{_list(out)} hold {_list(y[out])}); renumber the classes from 0, or set data.source.classes")
+            raise ValueError(
+                f"{field}: {len(out):,} label{'s' * (len(out) != 1)} in {cfg.y!r} "
+                f"{'are' if len(out) != 1 else 'is'} outside 0..{classes - 1} ({given}; rows "
+                f"{_list(out)} hold {_list(y[out])}); renumber the classes from 0, or set data.source.classes"
+            )
     return classes
 
 
@@ -134,13 +160,18 @@ def _read(path: Path, field: str, x: str | list[str], y: str) -> Pair:
     if path.is_dir():
         if (path / "dataset_dict.json").is_file():
             splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
-            raise ValueError(f"{field}: {path} holds several splits ({', '.join(splits)}); name one folder: "
-                             f"path: {path / (splits[0] if splits else 'train')}, and the held-out one as eval_path")
+            raise ValueError(
+                f"{field}: {path} holds several splits ({', '.join(splits)}); name one folder: "
+                f"path: {path / (splits[0] if splits else 'train')}, and the held-out one as eval_path"
+            )
         if (path / "state.json").is_file() and (path / "dataset_info.json").is_file():
             return _columns(_hf_table(path, field, _names(x) + [y]), path, field, x, y)
         if any(path.glob("*.npy")):
             return _one_name(x, path, field, lambda key: _npy(path, key, field)), _npy(path, y, field)
-        raise ValueError(f"{field}: {path} is a folder without .npy files or a datasets save_to_disk folder; give {FORMATS}")
+        raise ValueError(
+            f"{field}: {path} is a folder without .npy files or a datasets save_to_disk folder; give "
+            f"{FORMATS}"
+        )
     if not path.exists():
         raise FileNotFoundError(f"{field}: {path} does not exist; give {FORMATS}")
     if zipfile.is_zipfile(path):
@@ -169,7 +200,9 @@ def _npy(folder: Path, key: str, field: str) -> np.ndarray:
     file = folder / f"{key}.npy"
     if not file.is_file():
         stems = sorted(p.stem for p in folder.glob("*.npy"))
-        raise ValueError(f"{field}: {folder} has no {key}.npy; it has {', '.join(stems)} (set data.source.x and y to them)")
+        raise ValueError(
+            f"{field}: {folder} has no {key}.npy; it has {', '.join(stems)} (set data.source.x and y to them)"
+        )
     try:
         return np.load(file, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as err:
@@ -181,7 +214,10 @@ def _npz(path: Path, key: str, field: str) -> np.ndarray:
     with zipfile.ZipFile(path) as archive:
         members = [n.removesuffix(".npy") for n in archive.namelist()]
         if key not in members:
-            raise ValueError(f"{field}: {path} has no key {key!r}; it has {', '.join(members)} (set data.source.x and y to them)")
+            raise ValueError(
+                f"{field}: {path} has no key {key!r}; it has {', '.join(members)} (set data.source.x and y "
+                "to them)"
+            )
         info = archive.getinfo(f"{key}.npy")
     try:
         if info.compress_type == zipfile.ZIP_STORED:
@@ -189,7 +225,9 @@ def _npz(path: Path, key: str, field: str) -> np.ndarray:
         with np.load(path, allow_pickle=False) as archive:
             return archive[key]
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise ValueError(f"{field}: {path}: {key!r} cannot be read ({err}); write arrays of numbers with numpy.savez") from None
+        raise ValueError(
+            f"{field}: {path}: {key!r} cannot be read ({err}); write arrays of numbers with numpy.savez"
+        ) from None
 
 
 def _mapped_member(path: Path, info: zipfile.ZipInfo) -> np.ndarray:
@@ -197,7 +235,12 @@ def _mapped_member(path: Path, info: zipfile.ZipInfo) -> np.ndarray:
     with open(path, "rb") as f:
         f.seek(info.header_offset)
         local = f.read(30)  # the member's local header: its name and extra field lengths are at 26 and 28
-        start = info.header_offset + 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30], "little")
+        start = (
+            info.header_offset
+            + 30
+            + int.from_bytes(local[26:28], "little")
+            + int.from_bytes(local[28:30], "little")
+        )
         f.seek(start)
         shape, fortran, dtype = _array_header(f)
         offset = f.tell()
@@ -230,21 +273,27 @@ def _hf_table(path: Path, field: str, names: list[str]) -> Any:
     try:
         import datasets
     except ImportError:
-        raise ValueError(f"{field}: {path} was written by Hugging Face datasets, which is not installed: "
-                         "pip install 'fred[hf]'") from None
+        raise ValueError(
+            f"{field}: {path} was written by Hugging Face datasets, which is not installed: "
+            "pip install 'fred[hf]'"
+        ) from None
     try:
         found = datasets.load_from_disk(str(path))
     except Exception as err:
         raise ValueError(f"{field}: {path} cannot be read by datasets.load_from_disk: {err}") from None
     _have(found.column_names, names, path, field)
-    return found.with_format("arrow", columns=names)[:]  # the rows in the dataset's order, from its mapped file
+    return found.with_format("arrow", columns=names)[
+        :
+    ]  # the rows in the dataset's order, from its mapped file
 
 
 def _have(columns: list[str], names: list[str], path: Path, field: str) -> None:
     missing = [n for n in names if n not in columns]
     if missing:
-        raise ValueError(f"{field}: {path} has no column {', '.join(map(repr, missing))}; it has "
-                         f"{', '.join(columns)} (set data.source.x and y to them)")
+        raise ValueError(
+            f"{field}: {path} has no column {', '.join(map(repr, missing))}; it has "
+            f"{', '.join(columns)} (set data.source.x and y to them)"
+        )
 
 
 def _columns(table: Any, path: Path, field: str, x: str | list[str], y: str) -> Pair:
@@ -258,8 +307,10 @@ def _features(table: Any, path: Path, field: str, x: str | list[str]) -> np.ndar
     parts = [_column(table, name, path, field) for name in x]
     wide = [name for name, part in zip(x, parts) if part.ndim != 1]
     if wide:
-        raise ValueError(f"{field}: {path}: columns {wide} hold several numbers a row; several x columns must "
-                         "each hold one (or give one list column as x)")
+        raise ValueError(
+            f"{field}: {path}: columns {wide} hold several numbers a row; several x columns must "
+            "each hold one (or give one list column as x)"
+        )
     return np.stack(parts, axis=1)
 
 
@@ -270,25 +321,40 @@ def _column(table: Any, name: str, path: Path, field: str) -> np.ndarray:
 
     column = table.column(name).combine_chunks()
     shape = [len(column)]
-    while pa.types.is_list(column.type) or pa.types.is_large_list(column.type) or pa.types.is_fixed_size_list(column.type):
+    while (
+        pa.types.is_list(column.type)
+        or pa.types.is_large_list(column.type)
+        or pa.types.is_fixed_size_list(column.type)
+    ):
         _no_nulls(column, name, path, field)
         lengths = np.unique(pc.list_value_length(column).to_numpy(zero_copy_only=False))
         if len(lengths) > 1:
-            raise ValueError(f"{field}: {path}: column {name!r} holds lists of {len(lengths)} lengths "
-                             f"({_list(lengths)}); every example needs the same shape")
+            raise ValueError(
+                f"{field}: {path}: column {name!r} holds lists of {len(lengths)} lengths "
+                f"({_list(lengths)}); every example needs the same shape"
+            )
         shape.append(int(lengths[0]) if len(lengths) else 0)
         column = column.flatten()
     _no_nulls(column, name, path, field)
-    if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type)):
-        raise ValueError(f"{field}: {path}: column {name!r} holds {column.type} values; it needs numbers (integers or floats)")
+    if not (
+        pa.types.is_integer(column.type)
+        or pa.types.is_floating(column.type)
+        or pa.types.is_boolean(column.type)
+    ):
+        raise ValueError(
+            f"{field}: {path}: column {name!r} holds {column.type} values; it needs numbers (integers or "
+            "floats)"
+        )
     return column.to_numpy(zero_copy_only=False).reshape(shape)
 
 
 def _no_nulls(column: Any, name: str, path: Path, field: str) -> None:
     if column.null_count:
         rows = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))
-        raise ValueError(f"{field}: {path}: column {name!r} has {column.null_count:,} missing (null) values "
-                         f"(at {_list(rows)}); drop or fill them")
+        raise ValueError(
+            f"{field}: {path}: column {name!r} has {column.null_count:,} missing (null) values "
+            f"(at {_list(rows)}); drop or fill them"
+        )
 
 
 # ----------------------------------------------------------------------------- shapes

@@ -77,7 +77,9 @@ class Numerics:
     by a program of their own: the same bits either way, a compile time that stays bounded.
     """
 
-    def __init__(self, model: Model, task: Literal["classification", "regression"], reduction: str, tile: int = 1):
+    def __init__(
+        self, model: Model, task: Literal["classification", "regression"], reduction: str, tile: int = 1
+    ):
         if reduction == "exact" and model.exact_issue:
             raise ValueError(model.exact_issue)
         self.model, self.task, self.reduction = model, task, reduction
@@ -92,8 +94,9 @@ class Numerics:
         else:
             leaves_of = functools.partial(kernels.stored_tiles, self._tile_grad, self.tile)
         self._exact_at = {
-            stack: jax.jit(functools.partial(kernels.exact_gathered, leaves_of, stack),
-                           static_argnums=(5, 6, 7, 8))
+            stack: jax.jit(
+                functools.partial(kernels.exact_gathered, leaves_of, stack), static_argnums=(5, 6, 7, 8)
+            )
             for stack in (False, True)
         }
         self._piece = jax.jit(functools.partial(kernels.piece_leaves, leaves_of), static_argnums=(5,))
@@ -129,7 +132,11 @@ class Numerics:
         return np.asarray(workers, np.int64) * leaves
 
     def gradients(
-        self, params: Params | tuple[Params, ...], dataset: Dataset, rows: np.ndarray, shards: int,
+        self,
+        params: Params | tuple[Params, ...],
+        dataset: Dataset,
+        rows: np.ndarray,
+        shards: int,
         starts: Sequence[int] | None = None,
     ) -> list[GradSum] | Stacked:
         """What a run records as one gradient call: :meth:`shard_sums_of` for one shard,
@@ -138,9 +145,13 @@ class Numerics:
         :class:`Stacked` whatever the shards (:func:`parts_of` hands them out). ``params`` may
         be a tuple, one set a shard (only where :attr:`batches_parameters`): each shard's
         gradient at its own, the same bits as a call of its own."""
-        if isinstance(params, tuple):  # shards at several parameters are never summed whole: no stacked rows to split
+        if isinstance(
+            params, tuple
+        ):  # shards at several parameters are never summed whole: no stacked rows to split
             per_shard = len(rows) // shards // self.tile
-            each = tuple(params[k // per_shard] for k in range(shards * per_shard))  # a set a tile: one program a shape
+            each = tuple(
+                params[k // per_shard] for k in range(shards * per_shard)
+            )  # a set a tile: one program a shape
             if starts is not None:
                 placed = kernels.placed(starts, per_shard)
                 return self._call(each, dataset, rows, shards, stack=True, starts=placed, per_tile=True)
@@ -192,18 +203,30 @@ class Numerics:
             self._most_tiles[key] = 1 << (most.bit_length() - 1)
         return self._most_tiles[key]
 
-    def _call(self, params: Params, dataset: Dataset, rows: np.ndarray, shards: int, stack: bool,
-              starts: tuple[int, ...] | None = None, per_tile: bool = False):
+    def _call(
+        self,
+        params: Params,
+        dataset: Dataset,
+        rows: np.ndarray,
+        shards: int,
+        stack: bool,
+        starts: tuple[int, ...] | None = None,
+        per_tile: bool = False,
+    ):
         """One gradient call's compiled programs on the rows ``rows``: the fast one in pieces of at most
         :meth:`tiles_per_program` blocks; the exact one over 64-row chunks, or over tiles in one
         program or in pieces summed by a program of their own."""
         x_all, y_all, zero = self._on_device(dataset)
-        if self.reduction == "fast":  # at most as many blocks a program as tiles: the same bound on compile time
+        if (
+            self.reduction == "fast"
+        ):  # at most as many blocks a program as tiles: the same bound on compile time
             blocks, most = rows.reshape(shards, -1), self.tiles_per_program(params, dataset)
             if shards <= most:
                 return self._fast_at[stack](params, x_all, y_all, blocks, shards)
-            calls = [self._fast_at[stack](params, x_all, y_all, blocks[i : i + most], len(blocks[i : i + most]))
-                     for i in range(0, shards, most)]
+            calls = [
+                self._fast_at[stack](params, x_all, y_all, blocks[i : i + most], len(blocks[i : i + most]))
+                for i in range(0, shards, most)
+            ]
             if stack:
                 return kernels.joined(calls)
             return [loss for call in calls for loss in call[0]], [grad for call in calls for grad in call[1]]
@@ -211,13 +234,24 @@ class Numerics:
             pad = (-len(rows)) % kernels.CHUNK_ROWS
             if pad:  # padding rows are real examples (row 0) whose gradients are dropped
                 rows = np.concatenate([rows, np.zeros(pad, rows.dtype)])
-            return self._exact_at[stack](params, x_all, y_all, rows, zero, len(rows) - pad, shards, starts, None)
+            return self._exact_at[stack](
+                params, x_all, y_all, rows, zero, len(rows) - pad, shards, starts, None
+            )
         leaves = len(rows) // self.tile
         most = self.tiles_per_program(params[0] if per_tile else params, dataset)
         if leaves <= most:
             return self._exact_at[stack](params, x_all, y_all, rows, zero, leaves, shards, starts, per_tile)
-        pieces = [self._piece(params[k : k + most] if per_tile else params, x_all, y_all,
-                              rows[k * self.tile : (k + most) * self.tile], zero, per_tile) for k in range(0, leaves, most)]
+        pieces = [
+            self._piece(
+                params[k : k + most] if per_tile else params,
+                x_all,
+                y_all,
+                rows[k * self.tile : (k + most) * self.tile],
+                zero,
+                per_tile,
+            )
+            for k in range(0, leaves, most)
+        ]
         return self._pieces_at[stack](pieces, zero, leaves, shards, starts)
 
     def _on_device(self, dataset: Dataset) -> tuple[jax.Array, jax.Array, jax.Array]:

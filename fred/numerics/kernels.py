@@ -31,13 +31,16 @@ ZERO = np.int32(0)  # a run-time argument of the exact gradient program: see _as
 
 def _unstack(losses: jax.Array, grads: Params, blocks: int) -> tuple[list[jax.Array], list[Params]]:
     """Per-block losses and gradient trees, split inside jit (one call, not one slice per leaf)."""
-    return [losses[i] for i in range(blocks)], [jax.tree.map(lambda g, i=i: g[i], grads) for i in range(blocks)]
+    return [losses[i] for i in range(blocks)], [
+        jax.tree.map(lambda g, i=i: g[i], grads) for i in range(blocks)
+    ]
 
 
 def _concatenated_block_sums(
     chunks: list[tuple[jax.Array, Params]], rows: int, blocks: int
 ) -> tuple[list[jax.Array], list[Params]]:
-    """In-block pairwise sums of per-example chunks: the first ``rows`` rows, laid end to end, in ``blocks``."""
+    """In-block pairwise sums of per-example chunks: the first ``rows`` rows, laid end to end, in
+    ``blocks``."""
     losses = jnp.concatenate([loss for loss, _ in chunks])
     grads = jax.tree.map(lambda *parts: jnp.concatenate(parts), *[g for _, g in chunks])
     split = lambda a: pairwise_sum(a[:rows].reshape(blocks, -1, *a.shape[1:]))
@@ -64,7 +67,10 @@ def _aligned_block_sums(
         return _unstack(losses, grads, blocks)
     columns = [[loss, *jax.tree.leaves(grad)] for loss, grad in chunks]  # per chunk: the loss, then each leaf
     sums = [
-        [_chunked_tree([column[leaf] for column in columns], b * per_block, per_block, chunk) for b in range(blocks)]
+        [
+            _chunked_tree([column[leaf] for column in columns], b * per_block, per_block, chunk)
+            for b in range(blocks)
+        ]
         for leaf in range(len(columns[0]))
     ]
     treedef = jax.tree.structure(chunks[0][1])
@@ -86,10 +92,16 @@ def grad_sums(losses: list[jax.Array], grads: list[Params], per_shard: int) -> l
     return [GradSum(g, loss, per_shard) for g, loss in zip(grads, losses)]
 
 
-def leaf_sums(chunks: list[tuple[jax.Array, Params]], zero: jax.Array, leaves: int, blocks: int,
-              starts: tuple[int, ...] | None):
+def leaf_sums(
+    chunks: list[tuple[jax.Array, Params]],
+    zero: jax.Array,
+    leaves: int,
+    blocks: int,
+    starts: tuple[int, ...] | None,
+):
     """In-block pairwise sums of the first ``leaves`` leaves of ``chunks`` (stored leaf values laid
-    end to end), in ``blocks`` blocks; with ``starts``, the blocks' covers too (:func:`_exact_covered_sums`)."""
+    end to end), in ``blocks`` blocks; with ``starts``, the blocks' covers too
+    (:func:`_exact_covered_sums`)."""
     if starts is not None:
         return _exact_covered_sums(chunks, zero, leaves, blocks, starts)
     per_block = leaves // blocks
@@ -98,8 +110,9 @@ def leaf_sums(chunks: list[tuple[jax.Array, Params]], zero: jax.Array, leaves: i
     return _concatenated_block_sums(chunks, leaves, blocks)
 
 
-def stored_chunks(per_example, params: Params, xs: jax.Array, ys: jax.Array, zero: jax.Array,
-                  per_tile: bool = False) -> list[tuple[jax.Array, Params]]:
+def stored_chunks(
+    per_example, params: Params, xs: jax.Array, ys: jax.Array, zero: jax.Array, per_tile: bool = False
+) -> list[tuple[jax.Array, Params]]:
     """Per-example (loss, gradient) of ``CHUNK_ROWS``-row chunks, each value as a call would store it:
     the leaves of ``exact_tile: 1``.
 
@@ -116,8 +129,15 @@ def stored_chunks(per_example, params: Params, xs: jax.Array, ys: jax.Array, zer
     ]
 
 
-def stored_tiles(tile_grad, tile: int, params: Params | tuple[Params, ...], xs: jax.Array, ys: jax.Array,
-                 zero: jax.Array, per_tile: bool = False) -> list[tuple[jax.Array, Params]]:
+def stored_tiles(
+    tile_grad,
+    tile: int,
+    params: Params | tuple[Params, ...],
+    xs: jax.Array,
+    ys: jax.Array,
+    zero: jax.Array,
+    per_tile: bool = False,
+) -> list[tuple[jax.Array, Params]]:
     """The (loss, gradient) sums of each ``tile``-row tile of ``xs``, as one chunk of stored leaves;
     ``per_tile``: ``params`` is a tuple, tile ``k`` at ``params[k]``.
 
@@ -135,8 +155,9 @@ def stored_tiles(tile_grad, tile: int, params: Params | tuple[Params, ...], xs: 
     return [jax.tree.map(lambda *leaf: jnp.stack(leaf), *tiles)]
 
 
-def _exact_covered_sums(chunks: list[tuple[jax.Array, Params]], zero: jax.Array, leaves: int, blocks: int,
-                        starts: tuple[int, ...]):
+def _exact_covered_sums(
+    chunks: list[tuple[jax.Array, Params]], zero: jax.Array, leaves: int, blocks: int, starts: tuple[int, ...]
+):
     """For shards that begin at leaf ``starts`` in the global batch: each shard's own sum, the
     global tree restricted to its leaves, and the sums of its cover that make it (:func:`_cover_sums`)."""
     per_block = leaves // blocks
@@ -153,14 +174,20 @@ def _exact_covered_sums(chunks: list[tuple[jax.Array, Params]], zero: jax.Array,
     return losses, grads, cover
 
 
-def _cover_sums(chunks: list[tuple[jax.Array, Params]], plan: tuple[tuple[int, int], ...], zero: jax.Array) -> Stacked:
+def _cover_sums(
+    chunks: list[tuple[jax.Array, Params]], plan: tuple[tuple[int, int], ...], zero: jax.Array
+) -> Stacked:
     """Pairwise sums of the rows ``plan`` lists ((first row, rows) each, rows a power of two), in
     its order, and then a row of zeros that XLA cannot see are zeros: the padding of a fold,
     where ``x + 0`` made ``x`` would keep a ``-0.0`` the padded tree makes ``+0.0``."""
     groups = {s: [first for first, size in plan if size == s] for s in sorted({size for _, size in plan})}
-    made = {(s, first): k for k, (s, first) in enumerate((s, f) for s, firsts in groups.items() for f in firsts)}
+    made = {
+        (s, first): k for k, (s, first) in enumerate((s, f) for s, firsts in groups.items() for f in firsts)
+    }
     order = np.array([made[(size, first)] for first, size in plan])  # from size by size to plan's order
-    rows = {s: np.array(firsts)[:, None] + np.arange(s) for s, firsts in groups.items()}  # (tiles, rows) to gather
+    rows = {
+        s: np.array(firsts)[:, None] + np.arange(s) for s, firsts in groups.items()
+    }  # (tiles, rows) to gather
 
     def leaf(a: jax.Array) -> jax.Array:  # a: every row of the call, end to end
         summed = jnp.concatenate([pairwise_sum(a[index]) for index in rows.values()])
@@ -208,9 +235,19 @@ def _stacked(stack: bool, losses: list[jax.Array], grads: list[Params], *cover: 
     return losses, grads
 
 
-def exact_gathered(leaves_of, stack: bool, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array,
-                   zero: jax.Array, leaves: int, blocks: int, starts: tuple[int, ...] | None,
-                   per_tile: bool):
+def exact_gathered(
+    leaves_of,
+    stack: bool,
+    params: Params,
+    x_all: jax.Array,
+    y_all: jax.Array,
+    rows: jax.Array,
+    zero: jax.Array,
+    leaves: int,
+    blocks: int,
+    starts: tuple[int, ...] | None,
+    per_tile: bool,
+):
     """The exact sums of the training rows ``rows`` (gathered inside the call): their leaves
     (``leaves_of``: per-example chunks or tiles; ``per_tile``: tile k at ``params[k]``), then
     :func:`leaf_sums`."""
@@ -218,20 +255,35 @@ def exact_gathered(leaves_of, stack: bool, params: Params, x_all: jax.Array, y_a
     return _stacked(stack, *leaf_sums(chunks, zero, leaves, blocks, starts))
 
 
-def piece_leaves(leaves_of, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array, zero: jax.Array,
-                 per_tile: bool):
+def piece_leaves(
+    leaves_of,
+    params: Params,
+    x_all: jax.Array,
+    y_all: jax.Array,
+    rows: jax.Array,
+    zero: jax.Array,
+    per_tile: bool,
+):
     """The stored leaves of the rows ``rows``: one piece of a call too large for one program."""
     [chunk] = leaves_of(params, x_all[rows], y_all[rows], zero, per_tile)
     return chunk
 
 
-def pieces_summed(stack: bool, pieces: list[tuple[jax.Array, Params]], zero: jax.Array, leaves: int, blocks: int,
-                  starts: tuple[int, ...] | None):
+def pieces_summed(
+    stack: bool,
+    pieces: list[tuple[jax.Array, Params]],
+    zero: jax.Array,
+    leaves: int,
+    blocks: int,
+    starts: tuple[int, ...] | None,
+):
     """:func:`leaf_sums` of the leaves of pieces laid end to end: the adds one program makes."""
     return _stacked(stack, *leaf_sums(list(pieces), zero, leaves, blocks, starts))
 
 
-def fast_gathered(batch_loss, stack: bool, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array, blocks: int):
+def fast_gathered(
+    batch_loss, stack: bool, params: Params, x_all: jax.Array, y_all: jax.Array, rows: jax.Array, blocks: int
+):
     """Each block's summed loss differentiated in one go (``rows`` is ``(blocks, rows)``), written out
     once per block: a vmap over blocks would make a convolution's weight gradient a grouped
     convolution, slow on CPU."""
@@ -256,4 +308,3 @@ def equations(jaxpr: Any) -> int:
             if hasattr(inner, "eqns"):
                 count += equations(inner)
     return count
-

@@ -75,7 +75,9 @@ def _learning_rate(learning_rate: float, schedule: dict[str, Any]) -> float | op
 
 
 @functools.cache  # one value per setting, so jitted steps built from it are compiled once
-def build(kind: str, learning_rate: float, options: str = "{}", schedule: str = "{}") -> GradientTransformation:
+def build(
+    kind: str, learning_rate: float, options: str = "{}", schedule: str = "{}"
+) -> GradientTransformation:
     """Optax's optimizer ``kind`` (sgd, adam, adamw) at ``learning_rate``.
 
     ``options`` are its other arguments and ``schedule`` a learning-rate schedule by name
@@ -132,7 +134,9 @@ def make_step(opt: GradientTransformation) -> Callable[[Params, OptState, Params
 
 
 @functools.cache
-def make_sum_step(opt: GradientTransformation) -> Callable[[Params, OptState, Params, int], tuple[Params, OptState]]:
+def make_sum_step(
+    opt: GradientTransformation,
+) -> Callable[[Params, OptState, Params, int], tuple[Params, OptState]]:
     """Like :func:`make_step`, from a gradient *sum* and its example count, in one compiled call."""
 
     @op("fred.numerics.optim:sum_step_from_spec", opt.spec or None)

@@ -39,7 +39,9 @@ PADDING = ((1, 1), (1, 1))  # as the reference implementations pad a 3x3 convolu
 DIMENSIONS = ("NHWC", "HWIO", "NHWC")
 
 
-def build(depth: int, width: int, group: bool, feature_shape: tuple[int, ...], outputs: int) -> tuple[Callable, Callable]:
+def build(
+    depth: int, width: int, group: bool, feature_shape: tuple[int, ...], outputs: int
+) -> tuple[Callable, Callable]:
     """``(init, apply)`` of the ResNet of ``depth`` layers whose first stage has ``width``
     channels, with GroupNorm (``group``) or none, for images of ``feature_shape`` ``(H, W, C)``."""
     blocks = (depth - 2) // 6
@@ -53,7 +55,9 @@ def build(depth: int, width: int, group: bool, feature_shape: tuple[int, ...], o
         normals = jax.random.normal(conv_key, (sum(sizes),), jnp.float32)
         params: Params = {}
         for (name, c_in, c_out), start, size in zip(convs, itertools.accumulate([0, *sizes]), sizes):
-            std = math.sqrt(2.0 / (9 * c_in)) / (math.sqrt(3 * blocks) if not group and name.endswith("conv2") else 1.0)
+            std = math.sqrt(2.0 / (9 * c_in)) / (
+                math.sqrt(3 * blocks) if not group and name.endswith("conv2") else 1.0
+            )
             params[f"{name}.w"] = normals[start : start + size].reshape(3, 3, c_in, c_out) * std
             if group:
                 norm = name[: -len("conv1")] + "norm" + name[-1]

@@ -40,10 +40,13 @@ from fred.scenario import registry
 
 F = TypeVar("F", bound=Callable[..., Any])
 _ACTIVE: contextvars.ContextVar[Tape | None] = contextvars.ContextVar("fred_tape", default=None)
-_flatten = jax.tree_util.default_registry.flatten  # jax.tree.flatten without its two Python wrappers: a tape flattens twice a call
+_flatten = (
+    jax.tree_util.default_registry.flatten
+)  # jax.tree.flatten without its two Python wrappers: a tape flattens twice a call
 
 
-Code = Any  # a leaf on the tape: ``(index,)`` for an array value (``[index]`` in the file), the literal otherwise
+# a leaf on the tape: ``(index,)`` for an array value (``[index]`` in the file), the literal otherwise
+Code = Any
 
 
 class Call(NamedTuple):
@@ -86,8 +89,10 @@ def op(name: str, key: tuple[Any, ...] | None = None) -> Callable[[F], F]:
         @functools.wraps(fn)
         def recorded(*args: Any, **kwargs: Any) -> Any:
             if kwargs:
-                raise TypeError(f"{name} takes its arguments by position only (the tape records them in order); "
-                                f"pass {', '.join(kwargs)} by position")
+                raise TypeError(
+                    f"{name} takes its arguments by position only (the tape records them in order); "
+                    f"pass {', '.join(kwargs)} by position"
+                )
             tape = _ACTIVE.get()
             if tape is None or tape.depth:
                 return fn(*args)
@@ -102,7 +107,9 @@ def op(name: str, key: tuple[Any, ...] | None = None) -> Callable[[F], F]:
     return decorate
 
 
-REPLAY_BUILDS = frozenset({"gradients"})  # ops replay rebuilds from the run's scenario (fred.tools.replay's context)
+REPLAY_BUILDS = frozenset(
+    {"gradients"}
+)  # ops replay rebuilds from the run's scenario (fred.tools.replay's context)
 
 
 def _check_resolves(name: str, key: tuple[Any, ...] | None) -> None:
@@ -115,7 +122,8 @@ def _check_resolves(name: str, key: tuple[Any, ...] | None) -> None:
     except (ValueError, ImportError, AttributeError) as err:
         raise TypeError(
             f"fred.numerics.tape.op({name!r}) cannot be found by replay ({err}): name the decorated function "
-            "'module:attribute' of a module in fred, strategies or the package of an installed strategy plug-in "
+            "'module:attribute' of a module in fred, strategies or the package of an installed strategy "
+            "plug-in "
             "(the module its fred.strategies entry point names, or one inside it), at module level"
         ) from None
     if not callable(target):
@@ -141,7 +149,9 @@ class Placeholder:
 
     def get(self) -> Any:
         if self.value is None:
-            raise NeedsValue(f"value {self.index} was read outside a recorded computation while fast-forwarding")
+            raise NeedsValue(
+                f"value {self.index} was read outside a recorded computation while fast-forwarding"
+            )
         return self.value
 
     def __float__(self) -> float:
@@ -151,8 +161,11 @@ class Placeholder:
         return np.asarray(self.get(), dtype=dtype)
 
     def _used(self, *_: Any) -> Any:
-        raise NeedsValue(f"value {self.index} was used in a computation the tape does not record (not a fred.numerics.tape.op) "
-                         "while fast-forwarding")
+        raise NeedsValue(
+            f"value {self.index} was used in a computation the tape does not record (not a "
+            "fred.numerics.tape.op) "
+            "while fast-forwarding"
+        )
 
 
 # Arithmetic on a value outside a recorded computation needs the number too (``x * y`` in a
@@ -160,13 +173,27 @@ class Placeholder:
 for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul"):
     for _dunder in (f"__{_name}__", f"__r{_name}__"):
         setattr(Placeholder, _dunder, Placeholder._used)
-for _dunder in ("__neg__", "__pos__", "__abs__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__int__", "__index__",
-                "__len__", "__iter__", "__getitem__"):
+for _dunder in (
+    "__neg__",
+    "__pos__",
+    "__abs__",
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+    "__bool__",
+    "__int__",
+    "__index__",
+    "__len__",
+    "__iter__",
+    "__getitem__",
+):
     setattr(Placeholder, _dunder, Placeholder._used)
 
 
 def read_outside_tape(err: BaseException) -> bool:
-    """Whether ``err`` is JAX refusing a placeholder: an unrecorded jitted function was given one while fast-forwarding."""
+    """Whether ``err`` is JAX refusing a placeholder: an unrecorded jitted function was given one while
+    fast-forwarding."""
     return isinstance(err, (TypeError, ValueError)) and f"{Placeholder.__module__}.Placeholder" in str(err)
 
 
@@ -224,7 +251,9 @@ class Tape:
     def __exit__(self, *exc: Any) -> None:
         _ACTIVE.reset(self._token)
 
-    def call(self, name: str, key: tuple[Any, ...] | None, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    def call(
+        self, name: str, key: tuple[Any, ...] | None, fn: Callable[..., Any], args: tuple[Any, ...]
+    ) -> Any:
         if self._replay is not None and len(self.calls) < len(self._replay.calls):
             return self._fast_forward(name, key, args)
         leaves, treedef = _flatten(args)
@@ -238,7 +267,9 @@ class Tape:
         finally:
             self.depth -= 1
         leaves, out_def = _flatten(result)
-        self.calls.append(_new_call((name, key, args_def, arg_codes, self._treedef(out_def), self._outputs(leaves))))
+        self.calls.append(
+            _new_call((name, key, args_def, arg_codes, self._treedef(out_def), self._outputs(leaves)))
+        )
         return result
 
     def _fast_forward(self, name: str, key: tuple[Any, ...] | None, args: tuple[Any, ...]) -> Any:
@@ -249,7 +280,9 @@ class Tape:
         expected = recorded.calls[len(self.calls)]
         same = (name, key, arg_codes) == (expected.name, expected.key, expected.arg_codes)
         if not same or self.treedefs[args_def] != recorded.treedefs[expected.args]:
-            raise ResumeMismatch(f"call {len(self.calls)} is {name}, not the checkpoint's {expected.name} with the same inputs")
+            raise ResumeMismatch(
+                f"call {len(self.calls)} is {name}, not the checkpoint's {expected.name} with the same inputs"
+            )
         out_def = recorded.treedefs[expected.out]
         leaves = [self._placeholder(c[0]) if is_ref(c) else c for c in expected.out_codes]
         made = refs(expected.out_codes)
@@ -300,7 +333,9 @@ class Tape:
         return tuple(codes)
 
     def _treedef(self, treedef: Any) -> int:
-        index = self._treedef_ids.get(treedef)  # one lookup: comparing a gradient call's structure takes ~2 us
+        index = self._treedef_ids.get(
+            treedef
+        )  # one lookup: comparing a gradient call's structure takes ~2 us
         if index is None:
             index = self._treedef_ids[treedef] = len(self.treedefs)
             self.treedefs.append(treedef)
@@ -424,7 +459,9 @@ def mark(tape: Tape) -> Mark:
 
 
 def document(
-    tape: Tape, final: tuple[int, Sequence[Code]], since: Mark = Mark()
+    tape: Tape,
+    final: tuple[int, Sequence[Code]],
+    since: Mark = Mark(),  # noqa: B008 (Mark is an immutable NamedTuple)
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The tape as JSON-able data plus its constants packed into one flat array per dtype.
 
@@ -446,7 +483,9 @@ def document(
     return doc, blobs
 
 
-def pack(arrays: dict[int, np.ndarray], prefix: str = "blob") -> tuple[list[list[Any]], dict[str, np.ndarray]]:
+def pack(
+    arrays: dict[int, np.ndarray], prefix: str = "blob"
+) -> tuple[list[list[Any]], dict[str, np.ndarray]]:
     """Arrays by index as one flat array per dtype (``prefix<dtype>``) and a table of
     ``[index, dtype, shape, offset]``: a file of thousands of small arrays is a few entries."""
     packed: dict[str, list[np.ndarray]] = {}
@@ -461,7 +500,9 @@ def pack(arrays: dict[int, np.ndarray], prefix: str = "blob") -> tuple[list[list
     return table, {f"{prefix}{kind}": np.concatenate(parts) for kind, parts in packed.items()}
 
 
-def unpack(table: list[list[Any]], blobs: dict[str, np.ndarray], prefix: str = "blob") -> dict[int, np.ndarray]:
+def unpack(
+    table: list[list[Any]], blobs: dict[str, np.ndarray], prefix: str = "blob"
+) -> dict[int, np.ndarray]:
     """What :func:`pack` packed."""
     arrays = {}
     for index, kind, shape, offset in table:
@@ -491,7 +532,8 @@ def write(path: Path, doc: dict[str, Any], blobs: dict[str, np.ndarray], **extra
 
 
 def read(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """The document and constant blobs of a tape file (for :func:`digest` and :func:`parse`), and any extras."""
+    """The document and constant blobs of a tape file (for :func:`digest` and :func:`parse`), and any
+    extras."""
     with np.load(path, allow_pickle=False) as data:
         doc = json.loads(bytes(data["tape"]).decode())
         blobs = {name: data[name] for name in data.files if name.startswith("blob")}
@@ -574,8 +616,10 @@ def resolve(name: str) -> Any:
     module, _, attribute = name.partition(":")
     top = module.split(".")[0]
     if top not in ("fred", "strategies") and top not in registry.plugin_packages():
-        raise ValueError(f"the tape names {name!r}, outside fred, strategies and the installed strategy plug-ins: "
-                         f"install the plug-in whose package is {top!r} (the run's summary.json names its distribution)")
+        raise ValueError(
+            f"the tape names {name!r}, outside fred, strategies and the installed strategy plug-ins: "
+            f"install the plug-in whose package is {top!r} (the run's summary.json names its distribution)"
+        )
     target: Any = importlib.import_module(module)
     for part in attribute.split("."):
         target = getattr(target, part)

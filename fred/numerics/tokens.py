@@ -33,32 +33,42 @@ def read_text(cfg: TextData) -> tuple[np.ndarray, int]:
     path = Path(cfg.path).expanduser()
     if not path.is_file():
         what = "is not a file" if path.exists() else "does not exist"
-        raise FileNotFoundError(f"text file {path} {what}; give data.source.path a text file (UTF-8 for level: char)")
+        raise FileNotFoundError(
+            f"text file {path} {what}; give data.source.path a text file (UTF-8 for level: char)"
+        )
     raw = path.read_bytes()
     if cfg.level == "byte":
         return np.frombuffer(raw, np.uint8).astype(np.int32), BYTE_VOCAB
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ValueError(f"{path} is not UTF-8 text (byte {err.start}: {raw[err.start:err.start + 1]!r}); "
-                         "give a UTF-8 file, or read it by byte: data.source.level: byte") from None
+        raise ValueError(
+            f"{path} is not UTF-8 text (byte {err.start}: {raw[err.start : err.start + 1]!r}); "
+            "give a UTF-8 file, or read it by byte: data.source.level: byte"
+        ) from None
     points = np.frombuffer(text.encode("utf-32-le"), "<u4")
     alphabet, tokens = np.unique(points, return_inverse=True)
     if len(alphabet) < 2:
-        raise ValueError(f"{path} uses {len(alphabet)} distinct character{'s' * (len(alphabet) != 1)}; "
-                         "next-token prediction needs at least 2")
+        raise ValueError(
+            f"{path} uses {len(alphabet)} distinct character{'s' * (len(alphabet) != 1)}; "
+            "next-token prediction needs at least 2"
+        )
     return tokens.astype(np.int32), len(alphabet)
 
 
-def text_split(cfg: TextData, eval_fraction: float) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray], int]:
+def text_split(
+    cfg: TextData, eval_fraction: float
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray], int]:
     """Training and held-out windows ``(x, y)`` of the file, and the vocabulary's size."""
     tokens, vocab = read_text(cfg)
     n, window = len(tokens), cfg.context + 1
     held = int(round(eval_fraction * n))
     if held < window or n - held < window:
-        raise ValueError(f"{Path(cfg.path).expanduser()}: {n:,} tokens split {n - held:,} for training and {held:,} held "
-                         f"out (data.eval_fraction {eval_fraction}); each part needs at least context + 1 = {window} "
-                         "tokens: give a longer file, a smaller data.source.context or another eval_fraction")
+        raise ValueError(
+            f"{Path(cfg.path).expanduser()}: {n:,} tokens split {n - held:,} for training and {held:,} held "
+            f"out (data.eval_fraction {eval_fraction}); each part needs at least context + 1 = {window} "
+            "tokens: give a longer file, a smaller data.source.context or another eval_fraction"
+        )
     return windows(tokens[: n - held], cfg.context), windows(tokens[n - held :], cfg.context), vocab
 
 
@@ -146,8 +156,9 @@ def markov_loss_floor(cfg: SyntheticTokensData, rng: np.random.Generator) -> flo
         total += float(marginal @ entropies)
         if t == cfg.context - 1:
             break
-        following = np.bincount(successors.ravel(), weights=(marginal[:, None] * probabilities).ravel(),
-                                minlength=cfg.vocab)
+        following = np.bincount(
+            successors.ravel(), weights=(marginal[:, None] * probabilities).ravel(), minlength=cfg.vocab
+        )
         if np.abs(following - marginal).sum() <= 1e-14:  # stationary: every later position adds as much
             total += (cfg.context - 1 - t) * float(following @ entropies)
             break

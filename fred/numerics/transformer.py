@@ -75,8 +75,14 @@ def _shapes(d: int, layers: int, positions: int, vocab: int) -> list[tuple[str, 
     dense = lambda name, n_in, n_out: [(f"{name}.w", (n_in, n_out)), (f"{name}.b", (n_out,))]
     for i in range(layers):
         p = f"h.{i}"
-        shapes += [*norm(f"{p}.ln_1"), *dense(f"{p}.attn.c_attn", d, 3 * d), *dense(f"{p}.attn.c_proj", d, d),
-                   *norm(f"{p}.ln_2"), *dense(f"{p}.mlp.c_fc", d, 4 * d), *dense(f"{p}.mlp.c_proj", 4 * d, d)]
+        shapes += [
+            *norm(f"{p}.ln_1"),
+            *dense(f"{p}.attn.c_attn", d, 3 * d),
+            *dense(f"{p}.attn.c_proj", d, d),
+            *norm(f"{p}.ln_2"),
+            *dense(f"{p}.mlp.c_fc", d, 4 * d),
+            *dense(f"{p}.mlp.c_proj", 4 * d, d),
+        ]
     return shapes + norm("ln_f")
 
 
@@ -93,7 +99,9 @@ def _layer_norm(params: Params, name: str, x: jax.Array) -> jax.Array:
 
 def _attention(params: Params, prefix: str, x: jax.Array, heads: int, causal: jax.Array) -> jax.Array:
     n, t, d = x.shape
-    q, k, v = jnp.split(_dense(params, f"{prefix}.attn.c_attn", x).reshape(n, t, 3 * heads, d // heads), 3, axis=2)
+    q, k, v = jnp.split(
+        _dense(params, f"{prefix}.attn.c_attn", x).reshape(n, t, 3 * heads, d // heads), 3, axis=2
+    )
     scores = jnp.einsum("nthd,nshd->nhts", q, k) / math.sqrt(d // heads)
     weights = jax.nn.softmax(jnp.where(causal, scores, jnp.finfo(scores.dtype).min), axis=-1)
     return _dense(params, f"{prefix}.attn.c_proj", jnp.einsum("nhts,nshd->nthd", weights, v).reshape(n, t, d))

@@ -58,16 +58,24 @@ def import_object(path: str, field: str, code_dir: str) -> Any:
     except ModuleNotFoundError as err:
         top = module_name.split(".")[0]
         raise UserCodeError(
-            f"{field}: cannot import {module_name!r} ({err}); looked in the installed packages, PYTHONPATH and "
-            f"{code_dir} (model.code_dir): put {top}.py there, set model.code_dir to the folder that holds it, or "
-            "install its package") from None
+            f"{field}: cannot import {module_name!r} ({err}); looked in the installed packages, PYTHONPATH "
+            "and "
+            f"{code_dir} (model.code_dir): put {top}.py there, set model.code_dir to the folder that holds "
+            "it, or "
+            "install its package"
+        ) from None
     except USER_ERRORS as err:  # the user's module failed while importing: its error, named
-        raise UserCodeError(f"{field}: importing {module_name!r} raised {type(err).__name__}: {err}") from None
+        raise UserCodeError(
+            f"{field}: importing {module_name!r} raised {type(err).__name__}: {err}"
+        ) from None
     found: Any = module
     for part in attribute.split("."):
         if not hasattr(found, part):
             public = sorted(n for n in dir(found) if not n.startswith("_"))[:20]
-            raise UserCodeError(f"{field}: {module_name!r} has no {attribute!r}; it has: {', '.join(public) or 'nothing public'}")
+            raise UserCodeError(
+                f"{field}: {module_name!r} has no {attribute!r}; it has: "
+                f"{', '.join(public) or 'nothing public'}"
+            )
         found = getattr(found, part)
     return found
 
@@ -131,9 +139,12 @@ def _linen(module: Any, where: str, feature_shape: tuple[int, ...]) -> Style:
         others = sorted(set(variables) - {"params"})
         if others:
             raise UserCodeError(
-                f"{where}: the linen module keeps collections {others} besides 'params' (state such as BatchNorm's "
-                "batch_stats, updated as it trains); fred trains parameters only: use LayerNorm or GroupNorm, "
-                "or BatchNorm(use_running_average=True)")
+                f"{where}: the linen module keeps collections {others} besides 'params' (state such as "
+                "BatchNorm's "
+                "batch_stats, updated as it trains); fred trains parameters only: use LayerNorm or "
+                "GroupNorm, "
+                "or BatchNorm(use_running_average=True)"
+            )
         return variables["params"]
 
     return Style("flax.linen", params, lambda tree, x: module.apply({"params": tree}, x))
@@ -143,12 +154,17 @@ def _nnx(module: Any, where: str) -> Style:
     from flax import nnx
 
     graphdef, _, rest = nnx.split(module, nnx.Param, ...)
-    kept = sorted({type(v).__name__ for v in jax.tree.leaves(rest, is_leaf=lambda v: isinstance(v, nnx.Variable))})
+    kept = sorted(
+        {type(v).__name__ for v in jax.tree.leaves(rest, is_leaf=lambda v: isinstance(v, nnx.Variable))}
+    )
     if kept:
         raise UserCodeError(
-            f"{where}: the NNX module holds {', '.join(kept)} state besides its nnx.Param parameters (BatchNorm's "
-            "statistics, Dropout's random keys); fred trains parameters only: use LayerNorm or GroupNorm, and leave "
-            "Dropout out")
+            f"{where}: the NNX module holds {', '.join(kept)} state besides its nnx.Param parameters "
+            "(BatchNorm's "
+            "statistics, Dropout's random keys); fred trains parameters only: use LayerNorm or GroupNorm, "
+            "and leave "
+            "Dropout out"
+        )
 
     def params(obj: Any, _key: jax.Array) -> Tree:
         return nnx.split(obj, nnx.Param, ...)[1]
@@ -169,7 +185,9 @@ def _equinox(module: Any) -> Style:
 
 
 # ----------------------------------------------------------------------------- the factory
-def call_factory(cfg: Any, factory: Callable, key: jax.Array, feature_shape: tuple[int, ...], outputs: int) -> Any:
+def call_factory(
+    cfg: Any, factory: Callable, key: jax.Array, feature_shape: tuple[int, ...], outputs: int
+) -> Any:
     """``factory(**cfg.args)``, with ``key``, ``rngs`` (an ``nnx.Rngs``), ``feature_shape`` and
     ``outputs`` added for a factory that names them and whose args do not give them."""
     kwargs = dict(cfg.args)
@@ -177,8 +195,12 @@ def call_factory(cfg: Any, factory: Callable, key: jax.Array, feature_shape: tup
         wanted = inspect.signature(factory).parameters
     except (TypeError, ValueError):  # a builtin without a signature: the args alone
         wanted = {}
-    provided = {"key": lambda: key, "rngs": lambda: _rngs(cfg, key), "feature_shape": lambda: tuple(feature_shape),
-                "outputs": lambda: outputs}
+    provided = {
+        "key": lambda: key,
+        "rngs": lambda: _rngs(cfg, key),
+        "feature_shape": lambda: tuple(feature_shape),
+        "outputs": lambda: outputs,
+    }
     for name in PROVIDED:
         if name in wanted and name not in kwargs:
             kwargs[name] = provided[name]()
@@ -186,8 +208,10 @@ def call_factory(cfg: Any, factory: Callable, key: jax.Array, feature_shape: tup
         return factory(**kwargs)
     except TypeError as err:
         if _rejected_arguments(err, factory):
-            raise UserCodeError(f"model.args: {cfg.factory} rejected the arguments {sorted(kwargs)} ({err}); "
-                                f"it takes {_signature(factory)}") from None
+            raise UserCodeError(
+                f"model.args: {cfg.factory} rejected the arguments {sorted(kwargs)} ({err}); "
+                f"it takes {_signature(factory)}"
+            ) from None
         raise UserCodeError(f"model.factory: {cfg.factory} raised TypeError: {err}") from None
     except UserCodeError:
         raise
@@ -199,8 +223,10 @@ def _rngs(cfg: Any, key: jax.Array) -> Any:
     try:
         from flax import nnx
     except ImportError:
-        raise UserCodeError(f"model.factory: {cfg.factory} takes rngs, an nnx.Rngs, but Flax is not installed: "
-                            "pip install flax, or name the argument key (a JAX key)") from None
+        raise UserCodeError(
+            f"model.factory: {cfg.factory} takes rngs, an nnx.Rngs, but Flax is not installed: "
+            "pip install flax, or name the argument key (a JAX key)"
+        ) from None
     return nnx.Rngs(key)
 
 
@@ -220,8 +246,10 @@ def checked_factory(cfg: Any) -> Callable:
     """The factory ``cfg`` names, if it can be called."""
     factory = import_object(cfg.factory, "model.factory", cfg.code_dir)
     if not callable(factory):
-        raise UserCodeError(f"model.factory: {cfg.factory} is {_what(factory)}, not a function; name a function "
-                            f"that returns {STYLES}")
+        raise UserCodeError(
+            f"model.factory: {cfg.factory} is {_what(factory)}, not a function; name a function "
+            f"that returns {STYLES}"
+        )
     return factory
 
 
@@ -233,11 +261,15 @@ def flat_names(tree: Tree, where: str) -> list[str]:
         name = ".".join(_key_name(key) for key in path).removesuffix(".value") or "params"
         if getattr(leaf, "dtype", None) != jnp.float32:
             raise UserCodeError(
-                f"{where}: parameter {name!r} is {getattr(leaf, 'dtype', type(leaf).__name__)}; fred trains float32 "
-                "arrays only: make it float32, or keep it out of the parameters (a constant in apply)")
+                f"{where}: parameter {name!r} is {getattr(leaf, 'dtype', type(leaf).__name__)}; fred trains "
+                "float32 "
+                "arrays only: make it float32, or keep it out of the parameters (a constant in apply)"
+            )
         names.append(name)
     if len(set(names)) != len(names):
-        raise UserCodeError(f"{where}: two parameters share a name in {names[:10]}; give the pytree distinct keys")
+        raise UserCodeError(
+            f"{where}: two parameters share a name in {names[:10]}; give the pytree distinct keys"
+        )
     if not names:
         raise UserCodeError(f"{where}: the model has no parameters (no float32 arrays) to train")
     return names
@@ -262,16 +294,20 @@ def loss_function(cfg: Any) -> Callable[[jax.Array, jax.Array], jax.Array] | Non
         return mse
     loss = import_object(cfg.loss, "model.loss", cfg.code_dir)
     if not callable(loss):
-        raise UserCodeError(f"model.loss: {cfg.loss} is {_what(loss)}, not a function; name a function "
-                            "loss(outputs, label) -> a number, for one example")
+        raise UserCodeError(
+            f"model.loss: {cfg.loss} is {_what(loss)}, not a function; name a function "
+            "loss(outputs, label) -> a number, for one example"
+        )
     return loss
 
 
 def cross_entropy(outputs: jax.Array, label: jax.Array) -> jax.Array:
     """``-log softmax(outputs)[label]``: fred's classification loss, by name."""
     if not jnp.issubdtype(label.dtype, jnp.integer):
-        raise UserCodeError("model.loss: cross_entropy needs class labels (integers); this data set's targets are "
-                            f"{label.dtype} (regression): use mse")
+        raise UserCodeError(
+            "model.loss: cross_entropy needs class labels (integers); this data set's targets are "
+            f"{label.dtype} (regression): use mse"
+        )
     return -jax.nn.log_softmax(outputs)[label]
 
 
@@ -291,10 +327,15 @@ def probe_rows(feature_shape: tuple[int, ...], rows: int = 4) -> np.ndarray:
 def close(a: np.ndarray, b: np.ndarray) -> bool:
     """Within what a different batch size may change in float32 (and no more)."""
     scale = max(float(np.max(np.abs(a))) if a.size else 0.0, 1.0)
-    return bool(np.all(np.isfinite(a) == np.isfinite(b))) and float(np.nanmax(np.abs(a - b), initial=0.0)) <= 1e-4 * scale
+    return (
+        bool(np.all(np.isfinite(a) == np.isfinite(b)))
+        and float(np.nanmax(np.abs(a - b), initial=0.0)) <= 1e-4 * scale
+    )
 
 
-def per_example_width(apply: Callable[[Tree, jax.Array], jax.Array], params: Tree, feature_shape: tuple[int, ...]) -> int:
+def per_example_width(
+    apply: Callable[[Tree, jax.Array], jax.Array], params: Tree, feature_shape: tuple[int, ...]
+) -> int:
     """The most floats one example adds to a value of ``apply``'s program: each value's size
     traced with a batch of 2, less its size with a batch of 1 (a value the size of a weight
     adds nothing). 0 when the two programs differ in form and it cannot tell."""
@@ -340,7 +381,9 @@ def build(cfg: Any, feature_shape: tuple[int, ...], outputs: int) -> Model:
     def init(key: jax.Array) -> Params:
         made = style.params(make(key), key)
         if jax.tree.structure(made) != treedef:
-            raise UserCodeError(f"{where}: the parameters' structure changes with the random key; it must not")
+            raise UserCodeError(
+                f"{where}: the parameters' structure changes with the random key; it must not"
+            )
         return dict(zip(names, jax.tree.leaves(made)))
 
     def apply(params: Params, x: jax.Array) -> jax.Array:
@@ -361,30 +404,45 @@ def _user_call(where: str, doing: str, call: Callable[[], Any]) -> Any:
         raise UserCodeError(f"{where}: {doing} raised {type(err).__name__}: {str(err)[:300]}") from None
 
 
-def _check_outputs(where: str, style: str, apply: Callable, params: Params, feature_shape: tuple[int, ...],
-                   outputs: int) -> str:
+def _check_outputs(
+    where: str, style: str, apply: Callable, params: Params, feature_shape: tuple[int, ...], outputs: int
+) -> str:
     """Refuse a model whose outputs do not fit the data; return why per-example gradients
     would not be its gradients ("" when they are)."""
     rows = probe_rows(feature_shape)
-    batch = _user_call(where, f"its {style} apply on {len(rows)} examples of shape {feature_shape}",
-                       lambda: np.asarray(jax.jit(apply)(params, rows)))
+    batch = _user_call(
+        where,
+        f"its {style} apply on {len(rows)} examples of shape {feature_shape}",
+        lambda: np.asarray(jax.jit(apply)(params, rows)),
+    )
     wanted = (len(rows), outputs)
     if batch.shape != wanted:
-        need = f"one output per class ({outputs} classes)" if outputs > 1 else "one output (the regression target)"
+        need = (
+            f"one output per class ({outputs} classes)"
+            if outputs > 1
+            else "one output (the regression target)"
+        )
         raise UserCodeError(
-            f"{where}: the model gives outputs of shape {batch.shape} for {len(rows)} examples; this data set needs "
-            f"{wanted}: {need} for each example (a factory that takes 'outputs' is given the number)")
+            f"{where}: the model gives outputs of shape {batch.shape} for {len(rows)} examples; this data "
+            "set needs "
+            f"{wanted}: {need} for each example (a factory that takes 'outputs' is given the number)"
+        )
     alone = np.concatenate([np.asarray(jax.jit(apply)(params, rows[i : i + 1])) for i in range(len(rows))])
     if not close(batch, alone):
-        return (f"{where}: an example's outputs depend on the other examples in its batch (statistics over the "
-                "batch?), so the exact reduction's per-example gradients are not this model's gradients; set "
-                "strategy.reduction: fast, or make each example's outputs its own")
+        return (
+            f"{where}: an example's outputs depend on the other examples in its batch (statistics over the "
+            "batch?), so the exact reduction's per-example gradients are not this model's gradients; set "
+            "strategy.reduction: fast, or make each example's outputs its own"
+        )
     one = lambda p, x: jnp.sum(apply(p, x[None]))
     try:
         jax.eval_shape(jax.vmap(jax.grad(one), in_axes=(None, 0)), params, rows)
     except USER_ERRORS as err:
-        return (f"{where}: the exact reduction maps jax.grad over single examples (jax.vmap), which this model does "
-                f"not support ({type(err).__name__}: {str(err)[:200]}); set strategy.reduction: fast")
+        return (
+            f"{where}: the exact reduction maps jax.grad over single examples (jax.vmap), which this model "
+            "does "
+            f"not support ({type(err).__name__}: {str(err)[:200]}); set strategy.reduction: fast"
+        )
     return ""
 
 
@@ -400,7 +458,9 @@ def sizes(cfg: Any, feature_shape: tuple[int, ...], outputs: int) -> tuple[int, 
         styles.append(detect(built, where, feature_shape))
         return styles[-1].params(built, key)
 
-    shapes = _user_call(where, "building its parameters", lambda: jax.eval_shape(params, jax.random.PRNGKey(0)))
+    shapes = _user_call(
+        where, "building its parameters", lambda: jax.eval_shape(params, jax.random.PRNGKey(0))
+    )
     try:
         width = per_example_width(styles[-1].apply, shapes, feature_shape)
     except USER_ERRORS:  # built under a trace, some models cannot be traced again; building them says why

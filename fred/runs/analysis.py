@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 SUMMARY_FIELDS_PLOTTED = ("name", "strategy", "workers")
 # What summary_row reads of a summary.json, and the comparison's figures.
 SUMMARY_FIELDS_COMPARED = (
-    *SUMMARY_FIELDS_PLOTTED, "status", "final_eval_loss", "final_eval_accuracy", "sim_time_s", "updates", "bytes_sent",
+    *SUMMARY_FIELDS_PLOTTED, "status", "final_eval_loss", "final_eval_accuracy", "sim_time_s", "updates",
+    "bytes_sent",
 )  # fmt: skip
 
 
@@ -26,8 +27,10 @@ def with_summary_fields(result: RunResult, fields: tuple[str, ...], command: str
     if missing:
         where = result.path if result.path is not None else Path("?")
         raise ValueError(
-            f"{where / 'summary.json'} has no {', '.join(map(repr, missing))}: it was written by an older fred or edited; "
-            f"run its scenario again with this fred (fred run {where / 'scenario.yaml'}) and {command} the new run"
+            f"{where / 'summary.json'} has no {', '.join(map(repr, missing))}: it was written by an older "
+            "fred or edited; "
+            f"run its scenario again with this fred (fred run {where / 'scenario.yaml'}) and {command} the "
+            "new run"
         )
     return result
 
@@ -45,7 +48,9 @@ def summary_row(result: RunResult, target_loss: float | None = None) -> dict[str
         "final_accuracy": _nan_if_none(s["final_eval_accuracy"]),
         "sim_time_s": s["sim_time_s"],
         "updates": s["updates"],
-        "target_loss": math.nan if target_loss is None else target_loss,  # a CSV read later has no command line beside it
+        "target_loss": math.nan
+        if target_loss is None
+        else target_loss,  # a CSV read later has no command line beside it
         "time_to_target_s": hit[0] if hit else math.nan,
         "updates_to_target": hit[1] if hit else math.nan,
         "bytes_sent": s["bytes_sent"],

@@ -16,10 +16,17 @@ from fred.numerics.tape import NeedsValue, ResumeMismatch, read_outside_tape
 from fred.runs import checkpoint
 from fred.runs.checkpoint import Checkpointer, Saved, checkpoint_dir
 from fred.runs.memory import check_fits
-from fred.runs.work import check_evaluations
 from fred.runs.paths import check_out
-from fred.runs.records import EVENT_DTYPES, METRIC_DTYPES, UPDATE_DTYPES, is_complete, missing_files, write_run_dir
+from fred.runs.records import (
+    EVENT_DTYPES,
+    METRIC_DTYPES,
+    UPDATE_DTYPES,
+    is_complete,
+    missing_files,
+    write_run_dir,
+)
 from fred.runs.runner import Progress, RunResult, execute
+from fred.runs.work import check_evaluations
 from fred.scenario.loading import ScenarioError, include_profiles, merge, read_yaml, validate
 from fred.scenario.schema import Scenario
 
@@ -104,19 +111,29 @@ def resume(
     check_out(run_dir)
     _check_interval(checkpoint_every_s)  # before anything runs (0 was taken as "no checkpoints")
     path = checkpoint_dir(run_dir)
-    checkpoint.check_folder(path, resuming=True)  # a link, or other files: never written through, never deleted
+    checkpoint.check_folder(
+        path, resuming=True
+    )  # a link, or other files: never written through, never deleted
     if not (path / "scenario.yaml").is_file():
         if is_complete(Path(run_dir)):
             raise ScenarioError([f"{run_dir} is a finished run: there is nothing to resume"], str(run_dir))
-        raise ScenarioError([f"no checkpoint for {run_dir} (looked in {path}); start runs with --checkpoint-every-s"], str(run_dir))
+        raise ScenarioError(
+            [f"no checkpoint for {run_dir} (looked in {path}); start runs with --checkpoint-every-s"],
+            str(run_dir),
+        )
     if is_complete(Path(run_dir)):  # a checkpoint left by an earlier run: resuming it would replace this one
-        stale = (f"{run_dir} is a finished run, and {path} the checkpoint of an unfinished one that would replace it: "
-                 f"delete {path} to keep the finished run, or move {run_dir} away to finish the checkpointed one")
+        stale = (
+            f"{run_dir} is a finished run, and {path} the checkpoint of an unfinished one that would replace "
+            "it: "
+            f"delete {path} to keep the finished run, or move {run_dir} away to finish the checkpointed one"
+        )
         raise ScenarioError([stale], str(run_dir))
     scenario = validate(read_yaml(path / "scenario.yaml", own=True), str(path / "scenario.yaml"))
     check_fits(scenario)
     check_evaluations(scenario)
-    checkpointer = _checkpointer(scenario, Path(run_dir), checkpoint_every_s) if checkpoint_every_s is not None else None
+    checkpointer = (
+        _checkpointer(scenario, Path(run_dir), checkpoint_every_s) if checkpoint_every_s is not None else None
+    )
     saved, reason = _load_checkpoint(path, scenario)
     result = None
     if saved is not None:
@@ -124,7 +141,12 @@ def resume(
             checkpointer.wall_before_s = saved.wall_s
         try:
             result = execute(scenario, progress, checkpointer, resume=saved)
-        except (ResumeMismatch, NeedsValue, TypeError, ValueError) as err:  # not a failure to write or to compute: those are the run's
+        except (
+            ResumeMismatch,
+            NeedsValue,
+            TypeError,
+            ValueError,
+        ) as err:  # not a failure to write or to compute: those are the run's
             if isinstance(err, (TypeError, ValueError)) and not read_outside_tape(err):
                 raise
             reason = f"{type(err).__name__}: {err}"
@@ -151,18 +173,30 @@ def _load_checkpoint(path: Path, scenario: Scenario) -> tuple[Saved | None, str 
 def _not_a_checkpoint_folder(run_dir: Path) -> None:
     # `ls` shows run.checkpoint/ beside nothing else: --resume was given it, and check_out's
     # advice was to choose another --out or empty it
-    if run_dir.name.endswith(".checkpoint") and (run_dir / "scenario.yaml").is_file() and not (run_dir / "summary.json").exists():
+    if (
+        run_dir.name.endswith(".checkpoint")
+        and (run_dir / "scenario.yaml").is_file()
+        and not (run_dir / "summary.json").exists()
+    ):
         run = run_dir.with_name(run_dir.name.removesuffix(".checkpoint"))
-        raise ScenarioError([f"{run_dir} is a checkpoint folder; give the run directory it is for: fred run --resume {run}"],
-                            str(run_dir))
+        raise ScenarioError(
+            [f"{run_dir} is a checkpoint folder; give the run directory it is for: fred run --resume {run}"],
+            str(run_dir),
+        )
 
 
 def _check_interval(every_s: float | None) -> None:
-    if every_s is not None and not every_s > 0:  # 0 would save (and collect garbage) after every simulated step
-        raise ValueError(f"--checkpoint-every-s {every_s}: give a positive number of wall-clock seconds, e.g. 60")
+    if (
+        every_s is not None and not every_s > 0
+    ):  # 0 would save (and collect garbage) after every simulated step
+        raise ValueError(
+            f"--checkpoint-every-s {every_s}: give a positive number of wall-clock seconds, e.g. 60"
+        )
 
 
-def _checkpointer(scenario: Scenario, out: Path, every_s: float, inputs: tuple[str | Path, ...] = ()) -> Checkpointer:
+def _checkpointer(
+    scenario: Scenario, out: Path, every_s: float, inputs: tuple[str | Path, ...] = ()
+) -> Checkpointer:
     _check_interval(every_s)
     path = checkpoint_dir(out)
     checkpoint.check_folder(path, inputs)
@@ -170,7 +204,9 @@ def _checkpointer(scenario: Scenario, out: Path, every_s: float, inputs: tuple[s
     return Checkpointer(path, every_s, scenario.digest())
 
 
-def _finish(scenario: Scenario, result: RunResult, out: str | Path | None, checkpointer: Checkpointer | None) -> RunResult:
+def _finish(
+    scenario: Scenario, result: RunResult, out: str | Path | None, checkpointer: Checkpointer | None
+) -> RunResult:
     """Write the run directory; only then drop the checkpoints it no longer needs."""
     if out is not None:
         result.path = write_run_dir(
@@ -193,13 +229,19 @@ def load_run(path: str | Path | None, tables: bool = True) -> RunResult:
     says so): what replay does, which needs only the scenario, summary and parameters.
     """
     if path is None:  # the path of a result run without out=
-        raise ValueError("no run directory to load: this result was not written; pass out= to fred.run to write one")
+        raise ValueError(
+            "no run directory to load: this result was not written; pass out= to fred.run to write one"
+        )
     path = Path(path)
     if not path.is_dir():
-        raise ScenarioError([f"{path} is not a directory; give a run directory written by fred run"], str(path))
+        raise ScenarioError(
+            [f"{path} is not a directory; give a run directory written by fred run"], str(path)
+        )
     missing = missing_files(path)
     if missing:
-        raise ScenarioError([f"{path} is not a complete run directory: it has no {', '.join(missing)}"], str(path))
+        raise ScenarioError(
+            [f"{path} is not a complete run directory: it has no {', '.join(missing)}"], str(path)
+        )
     scenario = validate(read_yaml(path / "scenario.yaml", own=True), str(path / "scenario.yaml"))
     return RunResult(
         scenario=scenario,
@@ -227,7 +269,13 @@ def _npz(file: Path) -> dict[str, np.ndarray]:
         return {k: npz[k] for k in npz.files}
 
 
-JSON_KINDS = {list: "a JSON array", str: "a JSON string", int: "a JSON number", float: "a JSON number", bool: "a JSON boolean"}
+JSON_KINDS = {
+    list: "a JSON array",
+    str: "a JSON string",
+    int: "a JSON number",
+    float: "a JSON number",
+    bool: "a JSON boolean",
+}
 
 
 def _summary(file: Path) -> dict[str, Any]:
@@ -237,8 +285,11 @@ def _summary(file: Path) -> dict[str, Any]:
     if not isinstance(summary, dict):
         text = json.dumps(summary)
         shown = text if len(text) <= 40 else text[:37] + "..."
-        raise _damaged(file, f"holds {shown} ({JSON_KINDS.get(type(summary), 'JSON null')}), "
-                             "not the JSON object of fields fred run writes")
+        raise _damaged(
+            file,
+            f"holds {shown} ({JSON_KINDS.get(type(summary), 'JSON null')}), "
+            "not the JSON object of fields fred run writes",
+        )
     return summary
 
 

@@ -52,7 +52,9 @@ def build_run(scenario: Scenario) -> Built:
     sim = Simulation(
         env=simpy.Environment(),
         workers=workers,
-        network=Network(scenario.network, scenario.cluster.workers_per_device, scenario.cluster.devices_per_node),
+        network=Network(
+            scenario.network, scenario.cluster.workers_per_device, scenario.cluster.devices_per_node
+        ),
         compute_model=ComputeModel(scenario),
         gradients=None if scenario.workload.timing_only else GradientService(numerics, dataset),
         init_params=init_params,
@@ -71,7 +73,11 @@ def build_numerics(scenario: Scenario) -> tuple[Dataset, Model, Numerics]:
     dataset = load_dataset(scenario.data, data_stream(scenario.seed))
     strategy = scenario.strategy
     model, numerics = _model_and_numerics(
-        scenario.model.model_dump_json(), dataset.feature_shape, _outputs(dataset), dataset.task, strategy.reduction,
+        scenario.model.model_dump_json(),
+        dataset.feature_shape,
+        _outputs(dataset),
+        dataset.task,
+        strategy.reduction,
         strategy.exact_tile,
     )
     return dataset, model, numerics
@@ -101,7 +107,9 @@ def _model_and_numerics(
     return model, Numerics(model, task, reduction, tile)  # type: ignore[arg-type]
 
 
-def _buckets(scenario: Scenario, param_bytes: int, feature_shape: tuple[int, ...], outputs: int) -> tuple[buckets.Bucket, ...]:
+def _buckets(
+    scenario: Scenario, param_bytes: int, feature_shape: tuple[int, ...], outputs: int
+) -> tuple[buckets.Bucket, ...]:
     """The scenario's gradient buckets, in backward order (none without ``workload.bucket_bytes``),
     cut from the profile's layers, or else from the model's own (for the data's shape)."""
     workload = scenario.workload
@@ -126,17 +134,35 @@ def _workers(scenario: Scenario, dataset: Dataset) -> list[Worker]:
     tile = scenario.strategy.exact_tile if scenario.strategy.reduction == "exact" else 1
     if data.sharding == "iid":
         total = len(dataset.y_train)
-        _check_fits(data.batch_size, n, total // n, f"{total} training examples "
-                    f"(iid sharding cuts every step's {n} batches from all of them, {data.batch_size * n} rows)", total, tile)
+        _check_fits(
+            data.batch_size,
+            n,
+            total // n,
+            f"{total} training examples "
+            f"(iid sharding cuts every step's {n} batches from all of them, {data.batch_size * n} rows)",
+            total,
+            tile,
+        )
         # One global permutation per epoch; worker i takes block i of every global batch,
         # so n workers of batch b see exactly what one worker of batch n*b sees.
-        stream = GlobalBatchStream(len(dataset.y_train), n, data.batch_size, rng.stream(scenario.seed, "data", "batches"))
+        stream = GlobalBatchStream(
+            len(dataset.y_train), n, data.batch_size, rng.stream(scenario.seed, "data", "batches")
+        )
         return [Worker(i, lambda i=i: stream.next_for(i)) for i in range(n)]
     shards = shard(dataset.y_train, n, data, rng.stream(scenario.seed, "data", "shard"))
     smallest = min(range(n), key=lambda i: len(shards[i]))
-    _check_fits(data.batch_size, n, len(shards[smallest]), f"worker {smallest}'s {data.sharding} shard of {len(shards[smallest])} examples",
-                len(dataset.y_train), tile)
-    streams = [BatchStream(s, data.batch_size, rng.stream(scenario.seed, "data", "batches", i)) for i, s in enumerate(shards)]
+    _check_fits(
+        data.batch_size,
+        n,
+        len(shards[smallest]),
+        f"worker {smallest}'s {data.sharding} shard of {len(shards[smallest])} examples",
+        len(dataset.y_train),
+        tile,
+    )
+    streams = [
+        BatchStream(s, data.batch_size, rng.stream(scenario.seed, "data", "batches", i))
+        for i, s in enumerate(shards)
+    ]
     return [Worker(i, streams[i].next) for i in range(n)]
 
 
@@ -150,8 +176,11 @@ def _check_fits(batch_size: int, workers: int, most: int, where: str, total: int
     if workers > 1 and batch_size <= total:  # fewer workers helps only if one worker's all would do
         fixes.append(f"use fewer than {workers} workers")
     if not fixes:
-        fixes.append(f"{_at_most(total, tile)} and use fewer than {workers} workers" if workers > 1 and total >= 1
-                     else "give a data set with more examples")
+        fixes.append(
+            f"{_at_most(total, tile)} and use fewer than {workers} workers"
+            if workers > 1 and total >= 1
+            else "give a data set with more examples"
+        )
     raise ValueError(f"data.batch_size: {batch_size} rows a batch do not fit {where}: {', or '.join(fixes)}")
 
 

@@ -65,21 +65,29 @@ def check_folder(path: Path, inputs: tuple[str | Path, ...] = (), resuming: bool
     """
     other = "" if resuming else ", or choose another --out"
     if path.is_symlink():
-        raise ValueError(f"{path} is a link (to {os.readlink(path)}); checkpoints are kept in a directory of fred's own "
-                         "there and fred never writes or deletes through a link: remove the link{other}")
+        raise ValueError(
+            f"{path} is a link (to {os.readlink(path)}); checkpoints are kept in a directory of fred's own "
+            "there and fred never writes or deletes through a link: remove the link{other}"
+        )
     if not path.exists():
         return
     if not path.is_dir():
         raise ValueError(f"{path} is a file; checkpoints go in a directory of that name: move it{other}")
     for given in map(Path, inputs):
         if path.resolve() in given.resolve().parents:
-            raise ValueError(f"{given} is in {path}, the checkpoint folder this run writes and deletes when it ends: "
-                             "copy the scenario elsewhere and run that, or choose another --out")
-    others = sorted(p.name for p in path.iterdir() if not is_checkpoint_file(p.name) or p.is_symlink() or not p.is_file())
+            raise ValueError(
+                f"{given} is in {path}, the checkpoint folder this run writes and deletes when it ends: "
+                "copy the scenario elsewhere and run that, or choose another --out"
+            )
+    others = sorted(
+        p.name for p in path.iterdir() if not is_checkpoint_file(p.name) or p.is_symlink() or not p.is_file()
+    )
     if others:
         shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-        raise ValueError(f"{path} holds files fred did not write ({shown}); it is the checkpoint folder of the run "
-                         "directory beside it, which fred deletes when the run is written: move them out{other}")
+        raise ValueError(
+            f"{path} holds files fred did not write ({shown}); it is the checkpoint folder of the run "
+            "directory beside it, which fred deletes when the run is written: move them out{other}"
+        )
 
 
 def remove(path: Path) -> None:
@@ -105,7 +113,10 @@ class Saved:
     values: dict[int, np.ndarray]
     metrics: list[list[float]]
     scenario_sha256: str
-    train: tuple[float, int] = (0, 0)  # the train losses added up since the last evaluation, and their examples
+    train: tuple[float, int] = (
+        0,
+        0,
+    )  # the train losses added up since the last evaluation, and their examples
     wall_s: float = 0.0  # wall-clock seconds the run had taken when it was saved (earlier processes included)
     eval_wall_s: float = 0.0  # of those, the seconds spent evaluating
 
@@ -151,7 +162,9 @@ class Checkpointer:
         """Whether ``every_s`` has passed since the last checkpoint (or the start)."""
         return self.clock() >= self._next_s
 
-    def save(self, steps: int, tape: tapes.Tape, metrics: list[list[float]], train: tuple[float, int] = (0, 0)) -> None:
+    def save(
+        self, steps: int, tape: tapes.Tape, metrics: list[list[float]], train: tuple[float, int] = (0, 0)
+    ) -> None:
         """Write the tape's new segment, then the checkpoint file naming every segment, each
         atomically: a kill at any point leaves the previous checkpoint whole."""
         collect()  # so that the arrays still alive are exactly the ones the run can still read
@@ -163,10 +176,16 @@ class Checkpointer:
             self._replace(name, lambda f: tapes.write(f, *tapes.document(tape, (0, []), self._mark)))
             segments = [*segments, name]
         table, values = tapes.pack(tape.live_values(), "values")  # thousands of scalars: a few entries
-        state = {"steps": steps, "metrics": metrics, "scenario_sha256": self.scenario_sha256,
-                 "segments": segments, "values": table, "train": list(train),
-                 "wall_s": self.wall_before_s + time.perf_counter() - self._born_s,
-                 "eval_wall_s": self.eval_wall_s}
+        state = {
+            "steps": steps,
+            "metrics": metrics,
+            "scenario_sha256": self.scenario_sha256,
+            "segments": segments,
+            "values": table,
+            "train": list(train),
+            "wall_s": self.wall_before_s + time.perf_counter() - self._born_s,
+            "eval_wall_s": self.eval_wall_s,
+        }
         self._replace("checkpoint.npz", lambda f: _write_state(f, state, values))
         self._segments, self._mark = segments, now
         self._forget_others(segments)
@@ -206,12 +225,22 @@ def load(path: Path) -> Saved:
         missing = [name for name in state["segments"] if not (path / name).is_file()]
         if missing:
             raise ValueError(f"{path}: the checkpoint's tape segment {missing[0]} is missing")
-        recorded = tapes.joined([tapes.parse(*tapes.read(path / name)[:2]) for name in state["segments"]], (0, ()))
+        recorded = tapes.joined(
+            [tapes.parse(*tapes.read(path / name)[:2]) for name in state["segments"]], (0, ())
+        )
     if "values" in state:
         values = tapes.unpack(state["values"], extra, "values")
     else:  # the single-file layout: one entry per value
         values = {int(name[1:]): value for name, value in extra.items()}
     train = tuple(state.get("train", (0, 0)))  # zero where the file holds none (nor the wall times)
     wall_s, eval_wall_s = float(state.get("wall_s", 0.0)), float(state.get("eval_wall_s", 0.0))
-    return Saved(state["steps"], recorded, values, state["metrics"], state["scenario_sha256"],
-                 train, wall_s, eval_wall_s)  # type: ignore[arg-type]
+    return Saved(
+        state["steps"],
+        recorded,
+        values,
+        state["metrics"],
+        state["scenario_sha256"],
+        train,
+        wall_s,
+        eval_wall_s,
+    )  # type: ignore[arg-type]

@@ -88,8 +88,9 @@ class FastForward:
             raise ResumeMismatch(f"an evaluation at {at_s} s that the checkpoint does not have")
         row = self._rows.pop(0)
         if (row[0], row[1]) != (at_s, count):
-            raise ResumeMismatch(f"evaluation at {at_s} s after {count} updates; "
-                                 f"the checkpoint's was at {row[0]} s, {row[1]}")
+            raise ResumeMismatch(
+                f"evaluation at {at_s} s after {count} updates; the checkpoint's was at {row[0]} s, {row[1]}"
+            )
         return row[2], row[3], row[4]
 
     def reached(self, steps: int) -> bool:
@@ -146,8 +147,12 @@ class Controller:
         self.timing_only = built.scenario.workload.timing_only
         self.stop_reason: str | None = None
         self.status = "completed"
-        self._train: list[tuple[Any, int | None, int]] = []  # (loss array, row, examples): not the gradients, to free them
-        self._train_sum: float = 0  # the oldest train losses since the last evaluation, added up in order (_fold)
+        self._train: list[
+            tuple[Any, int | None, int]
+        ] = []  # (loss array, row, examples): not the gradients, to free them
+        self._train_sum: float = (
+            0  # the oldest train losses since the last evaluation, added up in order (_fold)
+        )
         self._train_examples = 0
         self._last_eval: tuple[float, int] | None = None
         self.eval_wall_s = 0.0  # wall seconds the run spent evaluating (reported apart from training)
@@ -186,7 +191,11 @@ class Controller:
             self.evaluate(now)
         elif self.progress is not None and count % self._progress_every == 0:
             self.progress(now, count, self._last_loss)  # keep the bar moving between evaluations
-        if self.stop_reason is None and self.stop_cfg.max_updates is not None and count >= self.stop_cfg.max_updates:
+        if (
+            self.stop_reason is None
+            and self.stop_cfg.max_updates is not None
+            and count >= self.stop_cfg.max_updates
+        ):
             self.stop_reason = "max_updates"
 
     def evaluate(self, at_s: float) -> None:
@@ -196,8 +205,12 @@ class Controller:
         if self._last_eval == (at_s, count):
             return
         self._last_eval = (at_s, count)
-        loss, accuracy, train_loss = self._restored(at_s, count) if self.forward is not None else self._measure()
-        if self.budget is not None and self.budget.evaluated_once():  # evaluating far more than training: ends here
+        loss, accuracy, train_loss = (
+            self._restored(at_s, count) if self.forward is not None else self._measure()
+        )
+        if (
+            self.budget is not None and self.budget.evaluated_once()
+        ):  # evaluating far more than training: ends here
             self.built.sim.fail(self.budget.failure(self.built.scenario))
         self._train.clear()
         self._train_sum, self._train_examples = 0, 0
@@ -215,7 +228,9 @@ class Controller:
             loss, accuracy = math.nan, math.nan
         else:
             ds = self.built.dataset
-            params = jax.block_until_ready(resolved(self.params_fn()))  # training still computing is not evaluation's
+            params = jax.block_until_ready(
+                resolved(self.params_fn())
+            )  # training still computing is not evaluation's
             started = time.perf_counter()
             loss, accuracy = self.built.numerics.evaluate(params, ds.x_eval, ds.y_eval)
             self.eval_wall_s += time.perf_counter() - started
@@ -288,8 +303,13 @@ class Controller:
             # Most steps have nothing to act on before them: no signal, no failure, no evaluation or
             # time limit before the next event. Every check of _before would pass, and is skipped
             # (the attribute reads of this line are the loop's whole cost per step then).
-            if not (upcoming <= bound_s and upcoming != math.inf and sim.failure is None
-                    and interrupt.signum is None and not interrupt.forced):
+            if not (
+                upcoming <= bound_s
+                and upcoming != math.inf
+                and sim.failure is None
+                and interrupt.signum is None
+                and not interrupt.forced
+            ):
                 end_s = self._before(upcoming, due, interrupt)
                 bound_s = due.bound_s
                 if end_s is not None:
@@ -312,7 +332,9 @@ class Controller:
                 interrupt.check()
             self.after_step(stopping=interrupt.requested)
             interrupt.check()
-        if sim.failure is not None:  # the step that reached the stop also failed: a failed run, as its events say
+        if (
+            sim.failure is not None
+        ):  # the step that reached the stop also failed: a failed run, as its events say
             self.status, self.stop_reason = "failed", "failed"
         return env.now
 
@@ -326,7 +348,9 @@ class Controller:
         if sim.failure is not None:  # an evaluation's failure comes at its time, ahead of the clock
             self.status, self.stop_reason = "failed", "failed"
             return max(env.now, self._last_eval[0]) if self._last_eval is not None else env.now
-        if upcoming == math.inf:  # nothing will happen again: the stop can never be reached, not even max_sim_time_s
+        if (
+            upcoming == math.inf
+        ):  # nothing will happen again: the stop can never be reached, not even max_sim_time_s
             self.status, self.stop_reason = "stalled", "no_events"
             return env.now
         self._evaluate_before(upcoming, due, interrupt)
@@ -344,11 +368,21 @@ class Controller:
         every update applied at t, as the end's evaluation does: it waits until the events at t
         are done."""
         sim = self.built.sim
-        while due.next_s < upcoming and due.next_s <= due.max_s and self.stop_reason is None and sim.failure is None:
+        while (
+            due.next_s < upcoming
+            and due.next_s <= due.max_s
+            and self.stop_reason is None
+            and sim.failure is None
+        ):
             interrupt.check()  # up to 100,000 evaluations between two steps: a stop is not kept waiting
-            if due.evals > MAX_CADENCE_EVENTS:  # a long wait the scenario did not show (validation bounds the rest)
-                sim.fail(f"eval.every_s is {due.every_s} s: {due.evals - 1:,} evaluations by {due.next_s:.6g} s, the most "
-                         "a run makes; give a larger eval.every_s, or eval.every_updates")
+            if (
+                due.evals > MAX_CADENCE_EVENTS
+            ):  # a long wait the scenario did not show (validation bounds the rest)
+                sim.fail(
+                    f"eval.every_s is {due.every_s} s: {due.evals - 1:,} evaluations by {due.next_s:.6g} s, "
+                    "the most "
+                    "a run makes; give a larger eval.every_s, or eval.every_updates"
+                )
                 break
             self.evaluate(due.next_s)
             due.evals += 1

@@ -62,7 +62,13 @@ def _syscall(libc: ctypes.CDLL) -> Callable[..., int] | None:
     syscall.restype = ctypes.c_long  # variadic: every argument is passed as a whole register
 
     def call(olddir: int, old: bytes, newdir: int, new: bytes, flags: int) -> int:
-        return syscall(ctypes.c_long(number), ctypes.c_long(olddir), ctypes.c_char_p(old),
-                       ctypes.c_long(newdir), ctypes.c_char_p(new), ctypes.c_ulong(flags))
+        return syscall(
+            ctypes.c_long(number),
+            ctypes.c_long(olddir),
+            ctypes.c_char_p(old),
+            ctypes.c_long(newdir),
+            ctypes.c_char_p(new),
+            ctypes.c_ulong(flags),
+        )
 
     return call

@@ -209,7 +209,10 @@ def release_semaphores() -> None:
 
 
 def _unlink_semaphores() -> None:
-    util, synchronize = sys.modules.get("multiprocessing.util"), sys.modules.get("multiprocessing.synchronize")
+    util, synchronize = (
+        sys.modules.get("multiprocessing.util"),
+        sys.modules.get("multiprocessing.synchronize"),
+    )
     registry = getattr(util, "_finalizer_registry", None)  # private: Python has no public way
     cleanup = getattr(getattr(synchronize, "SemLock", None), "_cleanup", None)
     if registry is None or cleanup is None:  # no semaphore was made (or another Python): nothing to do
@@ -285,7 +288,8 @@ class StopRequest:
     def check(self) -> None:
         if self.signum is not None:
             signum, self.signum = self.signum, None
-            # Python's own SIGINT handler raises KeyboardInterrupt; the fred command's raises Terminated for SIGTERM.
+            # Python's own SIGINT handler raises KeyboardInterrupt; the fred command's raises Terminated for
+            # SIGTERM.
             self._previous.get(signum, signal.default_int_handler)(signum, None)
 
 

@@ -47,7 +47,9 @@ from fred.scenario.schema import (
 ENV = "FRED_MEMORY_LIMIT_GB"
 GB = 1e9
 FLOAT = 4  # bytes of a float32
-PER_EXAMPLE_ROWS = 4 * CHUNK_ROWS  # per-example gradients of one call held at once, at most (measured: ~200-360)
+PER_EXAMPLE_ROWS = (
+    4 * CHUNK_ROWS
+)  # per-example gradients of one call held at once, at most (measured: ~200-360)
 
 
 class TooLarge(ValueError):
@@ -92,7 +94,9 @@ def data_shape(scenario: Scenario) -> Shape | None:
     if isinstance(source, DigitsData):
         return Shape(1797, (8, 8, 1), 10, 1.0)
     if isinstance(source, SyntheticImagesData):
-        return Shape(source.examples, IMAGE_SHAPE, source.classes, 3.0)  # the gathered templates, then the noise
+        return Shape(
+            source.examples, IMAGE_SHAPE, source.classes, 3.0
+        )  # the gathered templates, then the noise
     if isinstance(source, SyntheticTokensData):  # tokens and their labels, int32: as large as the features
         return Shape(source.examples, (source.context,), source.vocab, 3.0)
     if isinstance(source, (CIFAR10Data, CIFAR100Data)):
@@ -140,7 +144,9 @@ def _text_shape(scenario: Scenario, source: TextData) -> Shape | None:
     if not path.is_file():
         return None
     declared = model_workloads.declared_shape(source, scenario.model)
-    vocab = declared[1] if declared is not None else BYTE_VOCAB  # characters: at most as many as bytes' values, mostly
+    vocab = (
+        declared[1] if declared is not None else BYTE_VOCAB
+    )  # characters: at most as many as bytes' values, mostly
     # x and y of the file's tokens: twice the features; the bytes, then the tokens, then the windows
     return Shape(max(path.stat().st_size // source.context, 1), (source.context,), vocab, 3.0)
 
@@ -166,7 +172,11 @@ def _mnist_shapes(path: Path) -> list[tuple[int, ...]] | None:
             if f"{key}.npy" in archive.namelist():
                 with archive.open(f"{key}.npy") as f:
                     version = np.lib.format.read_magic(f)
-                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                    read = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
                     shape = read(f)[0]  # the header only, not the array
                 shapes.append(tuple(shape) if len(shape) != 2 else (shape[0], 28, 28))
     return shapes or None
@@ -184,7 +194,9 @@ def estimate(scenario: Scenario, shape: Shape) -> Estimate:
     p = param_count(scenario, shape)
     params = p * FLOAT
     features = math.prod(shape.feature_shape)
-    parts = [("data", shape.examples * features * FLOAT * (1 + shape.load_factor))]  # kept, with its device copy
+    parts = [
+        ("data", shape.examples * features * FLOAT * (1 + shape.load_factor))
+    ]  # kept, with its device copy
     if scenario.workload.timing_only:
         parts.append(("parameters", params))
     else:
@@ -204,7 +216,12 @@ def estimate(scenario: Scenario, shape: Shape) -> Estimate:
             parts.append(("evaluation", eval_chunk_rows(width) * width * FLOAT * 4))
         instructions = gradient_program_size(scenario)
         if instructions:
-            parts.append((f"compiling the gradient program (about {instructions:,} XLA instructions)", compile_bytes(instructions)))
+            parts.append(
+                (
+                    f"compiling the gradient program (about {instructions:,} XLA instructions)",
+                    compile_bytes(instructions),
+                )
+            )
     return Estimate(sum(b for _, b in parts), parts, p)
 
 
@@ -247,7 +264,9 @@ HLO_PER_LAYER, HLO_BASE, HLO_PER_UNIT_RUN = 130, 220, 21
 # MLP [16, 1, 1, 1, 1, 16] (14,458 instructions in 8 copies), within 2 % of a run of 8 not fitted;
 # in programs of 4 tiles XLA shares more, and the estimate is high by about 30 %.
 HLO_PER_UNIT_RUN_TILE = 42
-COMPILE_BYTES_PER_INSTRUCTION = 8500  # measured 7-9 kB up to 58,000 instructions, then more a larger program's:
+COMPILE_BYTES_PER_INSTRUCTION = (
+    8500  # measured 7-9 kB up to 58,000 instructions, then more a larger program's:
+)
 COMPILE_GROWTH_FROM, COMPILE_GROWTH_POWER = 58_000, 0.4  # 15 kB each at 232,000
 
 
@@ -295,7 +314,11 @@ def backward_copies(scenario: Scenario) -> int:
 
 def compile_bytes(instructions: int) -> float:
     """What compiling a program of ``instructions`` holds at its peak, roughly."""
-    return COMPILE_BYTES_PER_INSTRUCTION * instructions * max(1.0, instructions / COMPILE_GROWTH_FROM) ** COMPILE_GROWTH_POWER
+    return (
+        COMPILE_BYTES_PER_INSTRUCTION
+        * instructions
+        * max(1.0, instructions / COMPILE_GROWTH_FROM) ** COMPILE_GROWTH_POWER
+    )
 
 
 def optimizer_state_copies(scenario: Scenario) -> int:
@@ -340,7 +363,9 @@ def memory_limit() -> tuple[float, str]:
     return max(available, 0.0), source
 
 
-RUNNING_RESERVE = 0.5 * GB  # address space a run maps beyond its libraries' (threads' stacks and malloc arenas; measured ~0.25 GB)
+RUNNING_RESERVE = (
+    0.5 * GB
+)  # address space a run maps beyond its libraries' (threads' stacks and malloc arenas; measured ~0.25 GB)
 RLIMITS = (  # (resource name, /proc/self/status field it is held to, how people set it)
     ("RLIMIT_AS", "VmSize", "address-space limit (ulimit -v, RLIMIT_AS)"),
     ("RLIMIT_DATA", "VmData", "data-size limit (ulimit -d, RLIMIT_DATA)"),
@@ -365,9 +390,13 @@ def _rlimit_rooms() -> list[tuple[float, str]]:
         held = _status_bytes(field)
         if held is None:
             continue
-        rooms.append((soft - held - RUNNING_RESERVE,
-                      f"left under this process's {said} of {_gb(soft)}, after the {_gb(held)} it holds (JAX, "
-                      f"pyarrow and Python mapped) and {_gb(RUNNING_RESERVE)} for a run's threads"))
+        rooms.append(
+            (
+                soft - held - RUNNING_RESERVE,
+                f"left under this process's {said} of {_gb(soft)}, after the {_gb(held)} it holds (JAX, "
+                f"pyarrow and Python mapped) and {_gb(RUNNING_RESERVE)} for a run's threads",
+            )
+        )
     return rooms
 
 
@@ -428,16 +457,27 @@ def check_fits(scenario: Scenario) -> Fit | None:
     compiling = sum(b for what, b in found.parts if what.startswith("compiling"))
     if compiling > 0.5 * found.total:
         runs = unit_runs(model)
-        fixes = ("give hidden layers of at least 2 units, or fewer of 1 unit in a row (a run of k layers of 1 unit compiles "
-                 "to a program that grows as k squared), or fewer layers" if runs and max(runs) >= 10 else "give fewer layers")
+        fixes = (
+            "give hidden layers of at least 2 units, or fewer of 1 unit in a row (a run of k layers of 1 "
+            "unit compiles "
+            "to a program that grows as k squared), or fewer layers"
+            if runs and max(runs) >= 10
+            else "give fewer layers"
+        )
         if backward_copies(scenario) > 1:
-            fixes += ", or strategy.reduction: fast (one copy of the backward pass in the program, not one per leaf chunk or tile)"
+            fixes += (
+                ", or strategy.reduction: fast (one copy of the backward pass in the program, not one per "
+                "leaf chunk or tile)"
+            )
     elif found.parts[0][1] < 0.5 * found.total:
         leaves = sum(b for what, b in found.parts if what.startswith(("per-example", "tile gradients")))
-        fixes = "give fewer workers or a smaller model" + (", or strategy.reduction: fast" if leaves > 0.25 * found.total else "")
+        fixes = "give fewer workers or a smaller model" + (
+            ", or strategy.reduction: fast" if leaves > 0.25 * found.total else ""
+        )
     raise_limit = "raise the limit" + (" (ulimit -v or -d) or give it" if "ulimit" in source else "")
     raise TooLarge(
-        f"out of memory: this run would hold about {_gb(found.total)} (a model of {found.params:,} parameters, "
+        f"out of memory: this run would hold about {_gb(found.total)} (a model of {found.params:,} "
+        "parameters, "
         f"{_gb(found.params * FLOAT)} a copy; {parts}), and {_gb(limit)} is {source}; {fixes}. On a machine "
         f"that has more, {raise_limit}: fred run --memory-limit-gb N, or {ENV}=N"
     )
@@ -454,7 +494,8 @@ def allocation_failed(err: BaseException) -> bool:
         return True
     text = str(err)
     return type(err).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and (
-        "out of memory" in text.lower() or "RESOURCE_EXHAUSTED" in text or "bad_alloc" in text)
+        "out of memory" in text.lower() or "RESOURCE_EXHAUSTED" in text or "bad_alloc" in text
+    )
 
 
 def out_of_memory(err: BaseException, fit: Fit | None, where: str) -> str:
@@ -462,15 +503,23 @@ def out_of_memory(err: BaseException, fit: Fit | None, where: str) -> str:
     it was held to, and what to do."""
     said = f"out of memory {where} ({_allocation(err)})"
     if fit is None:
-        return (f"{said}; fred could not estimate this run's memory beforehand: give fewer workers, a smaller model "
-                f"or a smaller data set")
+        return (
+            f"{said}; fred could not estimate this run's memory beforehand: give fewer workers, a smaller "
+            "model "
+            f"or a smaller data set"
+        )
     said += f": fred estimated the run at about {_gb(fit.estimate)}, and {_gb(fit.limit)} is {fit.source}"
     if fit.source.startswith("the limit set"):
-        return (f"{said}, perhaps more than this process can have: give the memory it really has, fred run "
-                f"--memory-limit-gb N (or {ENV}=N), so that a run estimated not to fit is refused before it starts; "
-                f"or give fewer workers or a smaller model")
-    return (f"{said}; the run needed more than the estimate: give fewer workers or a smaller model, or run it "
-            f"where more memory is free (fred run --memory-limit-gb N sets the limit estimates are held to)")
+        return (
+            f"{said}, perhaps more than this process can have: give the memory it really has, fred run "
+            f"--memory-limit-gb N (or {ENV}=N), so that a run estimated not to fit is refused before it "
+            "starts; "
+            f"or give fewer workers or a smaller model"
+        )
+    return (
+        f"{said}; the run needed more than the estimate: give fewer workers or a smaller model, or run it "
+        f"where more memory is free (fred run --memory-limit-gb N sets the limit estimates are held to)"
+    )
 
 
 def _allocation(err: BaseException) -> str:

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Callable
 
 # A run directory's records (``fred.runs.records.FILES`` and the tape): never an output's name inside one.
-RUN_FILES = ("scenario.yaml", "summary.json", "metrics.parquet", "updates.parquet", "events.parquet", "params.npz", "tape.npz")
+RUN_FILES = (
+    "scenario.yaml",
+    "summary.json",
+    "metrics.parquet",
+    "updates.parquet",
+    "events.parquet",
+    "params.npz",
+    "tape.npz",
+)
 # What else fred puts in a run directory (fred plot's and fred trace's defaults) and a desktop's
 # folder view adds: describing the earlier run, they go with it when a run replaces it.
 RUN_EXTRAS = ("plots", "trace.json", ".DS_Store")
@@ -34,9 +42,13 @@ def output_file(path: str | Path, default_name: str, inputs: tuple[str | Path, .
         path = path / default_name
         no_link(path)
     for given in map(Path, inputs):
-        if path.resolve() == given.resolve() or (given.is_dir() and path.resolve().parent == given.resolve()
-                                                 and path.name in RUN_FILES):
-            raise ValueError(f"{path} is what this command reads; writing its output there would replace it: give another path")
+        if path.resolve() == given.resolve() or (
+            given.is_dir() and path.resolve().parent == given.resolve() and path.name in RUN_FILES
+        ):
+            raise ValueError(
+                f"{path} is what this command reads; writing its output there would replace it: give another "
+                "path"
+            )
     _make(path.parent)
     return path
 
@@ -81,8 +93,10 @@ def no_link(path: Path, option: str = "path") -> None:
     """Refuse a symbolic link where fred would write or delete: writing through it changed the
     files where it points (a checkpoint folder's link had fred delete files it had not written)."""
     if path.is_symlink():
-        raise ValueError(f"{path} is a link (to {os.readlink(path)}); fred never writes or deletes through a link: "
-                         f"give the path it points to, or another {option}")
+        raise ValueError(
+            f"{path} is a link (to {os.readlink(path)}); fred never writes or deletes through a link: "
+            f"give the path it points to, or another {option}"
+        )
 
 
 def check_out(out: str | Path) -> None:
@@ -95,9 +109,13 @@ def check_out(out: str | Path) -> None:
     """
     out = Path(out)
     here = Path.cwd().resolve()
-    if out.resolve() == here or out.resolve() in here.parents:  # '--out .': renaming it away fails, or deletes the shell's directory
-        raise ValueError(f"{out} is the working directory or holds it; the run directory replaces what is at --out: "
-                         "give a directory inside it, e.g. --out runs/mine")
+    if (
+        out.resolve() == here or out.resolve() in here.parents
+    ):  # '--out .': renaming it away fails, or deletes the shell's directory
+        raise ValueError(
+            f"{out} is the working directory or holds it; the run directory replaces what is at --out: "
+            "give a directory inside it, e.g. --out runs/mine"
+        )
     existing = next((p for p in out.parents if p.exists()), None)
     if existing is not None and not existing.is_dir():
         raise ValueError(f"cannot make the run directory {out}: {existing} is a file: choose another --out")
@@ -107,7 +125,10 @@ def check_out(out: str | Path) -> None:
         return
     if not out.is_dir() or out.is_symlink():
         kind = "a link" if out.is_symlink() else "a file"
-        raise ValueError(f"{out} is {kind}, not a run directory; writing the run there would replace it: choose another --out")
+        raise ValueError(
+            f"{out} is {kind}, not a run directory; writing the run there would replace it: choose another "
+            "--out"
+        )
     if not (out / "summary.json").is_file() and any(out.iterdir()):
         raise ValueError(
             f"{out} is a directory of other files, not a fred run directory (it has no summary.json); "
@@ -116,8 +137,10 @@ def check_out(out: str | Path) -> None:
     others = sorted(p.name for p in out.iterdir() if p.name not in RUN_FILES + RUN_EXTRAS)
     if others:  # notes, a notebook: an earlier run's directory is replaced whole
         shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-        raise ValueError(f"{out} holds an earlier run and other files ({shown}); writing the run there would "
-                         "delete them: move them out, or choose another --out")
+        raise ValueError(
+            f"{out} holds an earlier run and other files ({shown}); writing the run there would "
+            "delete them: move them out, or choose another --out"
+        )
 
 
 def _make(directory: Path) -> None:
@@ -127,7 +150,9 @@ def _make(directory: Path) -> None:
         raise ValueError(f"cannot make the directory {directory}: a file is in the way") from None
     except PermissionError:
         parent = next((p for p in directory.parents if p.exists()), directory)
-        raise ValueError(f"cannot make the directory {directory}: {parent} is not writable: give another path") from None
+        raise ValueError(
+            f"cannot make the directory {directory}: {parent} is not writable: give another path"
+        ) from None
     _check_writable(directory, "path")
 
 
@@ -137,7 +162,9 @@ def _check_writable(directory: Path, option: str) -> None:
     try:
         tempfile.TemporaryDirectory(prefix=".fred-check-", dir=directory).cleanup()
     except OSError as err:
-        raise ValueError(f"cannot write in {directory} ({err.strerror or err}): give another {option}") from None
+        raise ValueError(
+            f"cannot write in {directory} ({err.strerror or err}): give another {option}"
+        ) from None
 
 
 FULL = {  # what fills up, by errno: the disk, the user's quota, the process's file-size limit
@@ -159,7 +186,14 @@ def full_disk(err: OSError) -> str | None:
     if err.errno in FULL:
         return FULL[err.errno]
     text = str(err).lower()
-    return next((said for code, said in FULL.items() if f"[errno {code}]" in text or os.strerror(code).lower() in text), None)
+    return next(
+        (
+            said
+            for code, said in FULL.items()
+            if f"[errno {code}]" in text or os.strerror(code).lower() in text
+        ),
+        None,
+    )
 
 
 def no_space(err: OSError, folder: Path, what: str, needs_bytes: float) -> NoSpace:
@@ -169,10 +203,16 @@ def no_space(err: OSError, folder: Path, what: str, needs_bytes: float) -> NoSpa
         free = f", {_size(shutil.disk_usage(folder).free)} free there now"
     except OSError:
         free = ""
-    fix = ("raise the limit (ulimit -f) or give" if err.errno == errno.EFBIG or "ulimit -f" in said
-           else "free some space there or give")
-    return NoSpace(err.errno or errno.ENOSPC,
-                   f"{said}: {what} was not written to {folder} (it needs up to about {_size(needs_bytes)}{free}); {fix} another --out")
+    fix = (
+        "raise the limit (ulimit -f) or give"
+        if err.errno == errno.EFBIG or "ulimit -f" in said
+        else "free some space there or give"
+    )
+    return NoSpace(
+        err.errno or errno.ENOSPC,
+        f"{said}: {what} was not written to {folder} (it needs up to about {_size(needs_bytes)}{free}); "
+        f"{fix} another --out",
+    )
 
 
 def _size(count: float) -> str:

@@ -31,15 +31,24 @@ from fred.runs.exchange import UNSUPPORTED, exchange
 from fred.runs.paths import RUN_FILES, check_out, full_disk, no_space
 from fred.simulation.engine import Contribution
 
-EVENT_DTYPES = {"start_s": "float64", "end_s": "float64", "entity": "string", "kind": "string", "bytes": "float64", "peer": "string"}
+EVENT_DTYPES = {
+    "start_s": "float64",
+    "end_s": "float64",
+    "entity": "string",
+    "kind": "string",
+    "bytes": "float64",
+    "peer": "string",
+}
 UPDATE_DTYPES = {"sim_time_s": "float64", "update": "int64", "worker": "int64", "version_read": "int64",
                  "version_applied": "int64", "staleness": "int64", "cached": "bool"}  # fmt: skip
-METRIC_DTYPES = {"sim_time_s": "float64", "updates": "int64", "eval_loss": "float64", "eval_accuracy": "float64",
-                 "train_loss": "float64"}  # fmt: skip
+METRIC_DTYPES = {"sim_time_s": "float64", "updates": "int64", "eval_loss": "float64",
+                 "eval_accuracy": "float64", "train_loss": "float64"}  # fmt: skip
 EVENT_COLUMNS = list(EVENT_DTYPES)
 UPDATE_COLUMNS = list(UPDATE_DTYPES)
 METRIC_COLUMNS = list(METRIC_DTYPES)
-FILES = [name for name in RUN_FILES if name != "tape.npz"]  # what a complete run directory has (the tape is optional)
+FILES = [
+    name for name in RUN_FILES if name != "tape.npz"
+]  # what a complete run directory has (the tape is optional)
 
 
 @dataclass
@@ -51,7 +60,9 @@ class Recorder:
     metrics: dict[str, list] = field(default_factory=lambda: {c: [] for c in METRIC_COLUMNS})
     update_count: int = 0
 
-    def on_event(self, kind: str, entity: str, start_s: float, end_s: float, nbytes: float, peer: str) -> None:
+    def on_event(
+        self, kind: str, entity: str, start_s: float, end_s: float, nbytes: float, peer: str
+    ) -> None:
         ev = self.events
         ev["peer"].append(peer)
         ev["start_s"].append(start_s)
@@ -83,7 +94,9 @@ class Recorder:
         up["staleness"].extend([version_applied - read for read in reads])
 
     def on_metric(self, now_s: float, eval_loss: float, eval_accuracy: float, train_loss: float) -> None:
-        for column, value in zip(METRIC_COLUMNS, [now_s, self.update_count, eval_loss, eval_accuracy, train_loss]):
+        for column, value in zip(
+            METRIC_COLUMNS, [now_s, self.update_count, eval_loss, eval_accuracy, train_loss]
+        ):
             self.metrics[column].append(value)
 
     def tables(self, end_s: float = math.inf) -> dict[str, pd.DataFrame]:
@@ -146,13 +159,18 @@ def write_run_dir(
     except OSError as err:
         if full_disk(err) is None:
             raise
-        raise no_space(err, out.parent, f"the run directory {out.name}", _needs_bytes(tables, params, tape)) from None
-    finally:  # Ctrl-C or a failed rename included: leave nothing behind (once swapped, tmp holds the run replaced)
+        raise no_space(
+            err, out.parent, f"the run directory {out.name}", _needs_bytes(tables, params, tape)
+        ) from None
+    # Ctrl-C or a failed rename included: leave nothing behind (once swapped, tmp holds the run replaced)
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
-def _needs_bytes(tables: dict[str, pd.DataFrame], params: Params, tape: tuple[dict[str, Any], dict[str, np.ndarray]] | None) -> float:
+def _needs_bytes(
+    tables: dict[str, pd.DataFrame], params: Params, tape: tuple[dict[str, Any], dict[str, np.ndarray]] | None
+) -> float:
     """About what a run directory takes on disk: its tables as held in memory (Parquet's
     compression makes them smaller), its parameters and its tape's arrays as stored."""
     held = sum(float(table.memory_usage(index=False, deep=True).sum()) for table in tables.values())
@@ -232,7 +250,9 @@ def _rename_into_place(new: Path, out: Path) -> None:
 def _hidden(out: Path, kind: str, *more: int) -> Path:
     """A hidden copy of ``out`` this process works on (``partial``: being written, or the earlier
     run just swapped out; ``old``: an earlier run moved aside), named with the host and pid that own it."""
-    return out.parent / "-".join([f".{out.name}.{kind}", socket.gethostname(), str(os.getpid()), *map(str, more)])
+    return out.parent / "-".join(
+        [f".{out.name}.{kind}", socket.gethostname(), str(os.getpid()), *map(str, more)]
+    )
 
 
 def _drop_leftovers(out: Path) -> None:
@@ -244,7 +264,7 @@ def _drop_leftovers(out: Path) -> None:
     for kind in ("partial", "old"):
         prefix = f".{out.name}.{kind}-{socket.gethostname()}-"
         for leftover in out.parent.glob(glob.escape(prefix) + "*"):
-            pid = leftover.name[len(prefix):].split("-")[0]
+            pid = leftover.name[len(prefix) :].split("-")[0]
             if pid.isdigit() and not _alive(int(pid)):
                 shutil.rmtree(leftover, ignore_errors=True)
 

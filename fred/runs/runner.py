@@ -33,8 +33,16 @@ from fred.scenario.schema import Scenario
 if TYPE_CHECKING:
     from fred.runs.checkpoint import Checkpointer, Saved
 
-__all__ = ["Built", "Progress", "RanOutOfMemory", "RunResult", "WALL_CLOCK_KEYS", "build", "execute",
-           "numerics_device"]
+__all__ = [
+    "Built",
+    "Progress",
+    "RanOutOfMemory",
+    "RunResult",
+    "WALL_CLOCK_KEYS",
+    "build",
+    "execute",
+    "numerics_device",
+]
 
 build = build_run  # the name the run calls it by: tests and benchmarks put a stand-in here
 _Controller = Controller  # the name the benchmarks time the simulation loop by (Controller.drive)
@@ -64,20 +72,29 @@ class RunResult:
         # The dataclass's would print every table and every parameter array: 19 kB for a small MLP.
         s = self.summary
         where = f", path={str(self.path)!r}" if self.path is not None else ""
-        return (f"RunResult({self.title!r}: {s.get('strategy')}, {s.get('workers')} workers, status={s.get('status')}, "
-                f"updates={s.get('updates')}, sim_time_s={s.get('sim_time_s')}, final_eval_loss={s.get('final_eval_loss')}, "
-                f"{self._tables_text()}{where})")
+        return (
+            f"RunResult({self.title!r}: {s.get('strategy')}, {s.get('workers')} workers, "
+            f"status={s.get('status')}, "
+            f"updates={s.get('updates')}, sim_time_s={s.get('sim_time_s')}, "
+            f"final_eval_loss={s.get('final_eval_loss')}, "
+            f"{self._tables_text()}{where})"
+        )
 
     def _tables_text(self) -> str:
         if not self.tables_read:
             return "tables: not read"
-        return f"tables: metrics {len(self.metrics)} rows, updates {len(self.updates)}, events {len(self.events)}"
+        return (
+            f"tables: metrics {len(self.metrics)} rows, updates {len(self.updates)}, events "
+            f"{len(self.events)}"
+        )
 
     def _need_tables(self, what: str) -> None:
         # Empty unread tables would answer as a run with no updates: "never reached", no staleness.
         if not self.tables_read:
-            raise ValueError(f"{what} reads the run's tables, which load_run(..., tables=False) left unread; "
-                             f"load it with fred.load_run({str(self.path)!r})")
+            raise ValueError(
+                f"{what} reads the run's tables, which load_run(..., tables=False) left unread; "
+                f"load it with fred.load_run({str(self.path)!r})"
+            )
 
     @property
     def title(self) -> str:
@@ -85,7 +102,8 @@ class RunResult:
         return self.label if self.label is not None else str(self.summary["name"])
 
     def staleness(self, by: str = "overall", bins: int = 20) -> pd.DataFrame:
-        """Staleness distribution ``overall``, per ``worker`` (every worker a row) or over ``time`` (see fred.runs.staleness)."""
+        """Staleness distribution ``overall``, per ``worker`` (every worker a row) or over ``time`` (see
+        fred.runs.staleness)."""
         self._need_tables("staleness")
         return staleness(self.updates, by, bins, int(self.summary["workers"]))  # type: ignore[arg-type]
 
@@ -120,7 +138,11 @@ def execute(
 
 
 def _execute(
-    scenario: Scenario, progress: Progress | None, checkpointer: Checkpointer | None, resume: Saved | None, wall_start: float,
+    scenario: Scenario,
+    progress: Progress | None,
+    checkpointer: Checkpointer | None,
+    resume: Saved | None,
+    wall_start: float,
     interrupt: StopRequest,
 ) -> RunResult:
     fit = check_fits(scenario)  # before loading data or compiling: what does not fit is refused at no cost
@@ -135,7 +157,9 @@ def _execute(
     recorder = Recorder()
     built.sim.tracers.append(recorder.on_event)
     forward = FastForward(resume) if resume is not None else None
-    with forward.tape() if forward is not None else Tape() as tape:  # every jitted computation, for fred replay
+    with (
+        forward.tape() if forward is not None else Tape() as tape
+    ):  # every jitted computation, for fred replay
         params_fn = registry.get(scenario.strategy.name).start(built.sim, scenario.strategy)
         built.sim.faults.start()
         controller = Controller(built, params_fn, recorder, progress, tape, checkpointer, forward)
@@ -153,14 +177,23 @@ def _execute(
                 raise
             return _ran_out_of_memory(scenario, built, controller, err, fit, time.perf_counter() - wall_start)
     tables = recorder.tables(end_s)
-    wall_s = time.perf_counter() - wall_start + (resume.wall_s if resume is not None else 0.0)  # a resumed run: all of it
+    wall_s = (
+        time.perf_counter() - wall_start + (resume.wall_s if resume is not None else 0.0)
+    )  # a resumed run: all of it
     summary = summarize(scenario, built, controller, tables, params, end_s, wall_s)
     summary["tape_sha256"] = digest(*recorded)
-    return RunResult(scenario, summary, tables["metrics"], tables["updates"], tables["events"], params, tape=recorded)
+    return RunResult(
+        scenario, summary, tables["metrics"], tables["updates"], tables["events"], params, tape=recorded
+    )
 
 
 def _ran_out_of_memory(
-    scenario: Scenario, built: Built, controller: Controller, err: BaseException, fit: Fit | None, wall_s: float,
+    scenario: Scenario,
+    built: Built,
+    controller: Controller,
+    err: BaseException,
+    fit: Fit | None,
+    wall_s: float,
 ) -> RunResult:
     """The run as far as it went when an allocation failed, recorded as failed (``stop_reason:
     out_of_memory``, the ``failure`` saying what failed, the estimate and the limit), without
@@ -172,8 +205,10 @@ def _ran_out_of_memory(
     said = out_of_memory(err, fit, f"at {end_s:.6g} s of simulated time, after {updates:,} updates")
     if controller.keep_checkpoint():
         assert controller.checkpointer is not None
-        raise RanOutOfMemory(f"{said}; the run is not recorded, its checkpoint is kept: "
-                             f"fred run --resume {controller.checkpointer.run_dir} finishes it") from None
+        raise RanOutOfMemory(
+            f"{said}; the run is not recorded, its checkpoint is kept: "
+            f"fred run --resume {controller.checkpointer.run_dir} finishes it"
+        ) from None
     built.sim.failure = None  # this is what ended the run, whatever failed before in the same step
     built.sim.fail(said)
     controller.status, controller.stop_reason = "failed", "out_of_memory"

@@ -42,7 +42,9 @@ def summarize(
     ``params`` (none: out of memory, or timing only) and how its ``controller`` ended it."""
     metrics, events, updates = tables["metrics"], tables["events"], tables["updates"]
     kinds = _EventKinds(events)
-    last = metrics.iloc[-1] if len(metrics) else {"eval_loss": math.nan, "eval_accuracy": math.nan}  # none: out of memory at the first
+    last = (
+        metrics.iloc[-1] if len(metrics) else {"eval_loss": math.nan, "eval_accuracy": math.nan}
+    )  # none: out of memory at the first
     return {
         "name": scenario.name,
         "status": controller.status,
@@ -62,7 +64,9 @@ def summarize(
         "param_bytes": int(built.sim.param_bytes),
         **_push_fetch_counters(kinds),
         **_fault_counters(kinds, built.sim.report),
-        **({"bytes_between_sites": kinds.bytes_of("wide_area")} if scenario.network.sites is not None else {}),
+        **(
+            {"bytes_between_sites": kinds.bytes_of("wide_area")} if scenario.network.sites is not None else {}
+        ),
         "mean_staleness": _num(updates["staleness"].mean()) if len(updates) else None,
         "max_staleness": int(updates["staleness"].max()) if len(updates) else None,
         **built.sim.report,
@@ -145,7 +149,9 @@ class _EventKinds:
         codes = [self._code[k] for k in kinds if k in self._code]
         if not codes:
             return 0.0
-        return float(np.nansum(self._bytes[np.isin(self._codes, codes)]))  # NaN skipped, as pandas' sum skips it
+        return float(
+            np.nansum(self._bytes[np.isin(self._codes, codes)])
+        )  # NaN skipped, as pandas' sum skips it
 
 
 def _num(value: Any) -> float | None:

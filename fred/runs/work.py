@@ -5,7 +5,8 @@ large a model each one computes.
 reference), yet of a digits MLP every 10⁻⁶ simulated seconds they took minutes: about 2 ms each,
 most of it the cost of an evaluation whatever its size. An evaluation costs, in multiply-adds,
 its rows times the model's parameters, and :data:`EVAL_FIXED` more; a gradient step three
-times that (forward and backward) for each of its examples, and :data:`TRAIN_FIXED` more. A run whose evaluations
+times that (forward and backward) for each of its examples, and :data:`TRAIN_FIXED` more. A run whose
+evaluations
 cost more than :data:`MAX_EVAL_WORK` **and** more than :data:`EVAL_RATIO` times its training is
 refused before it starts (:func:`check_evaluations`, from the fewest evaluations the scenario
 can make) or, when it only turns out so as it runs (evaluations every few microseconds while a
@@ -21,11 +22,16 @@ import math
 from fred.runs.memory import data_shape, param_count
 from fred.scenario.schema import Scenario, run_work
 
-EVAL_FIXED = 2e7  # an evaluation's cost besides its arithmetic (dispatch, records): ~2 ms on a 2-core CPU, as multiply-adds
-MAX_EVAL_WORK = 5e11  # multiply-adds all of a run's evaluations may cost before the ratio is asked: about a minute
+# an evaluation's cost besides its arithmetic (dispatch, records): ~2 ms on a 2-core CPU, as multiply-adds
+EVAL_FIXED = 2e7
+MAX_EVAL_WORK = (
+    5e11  # multiply-adds all of a run's evaluations may cost before the ratio is asked: about a minute
+)
 EVAL_RATIO = 10  # ... past which they may cost at most this many times the run's training
 TRAIN_FACTOR = 3  # a gradient costs a forward and a backward pass: about 3 forward passes
-TRAIN_FIXED = 3e6  # a gradient step's cost besides its arithmetic (its call, the simulation): ~0.3 ms, as multiply-adds
+TRAIN_FIXED = (
+    3e6  # a gradient step's cost besides its arithmetic (its call, the simulation): ~0.3 ms, as multiply-adds
+)
 
 
 def evaluation_cost(rows: int, params: int) -> float:
@@ -82,10 +88,14 @@ def check_evaluations(scenario: Scenario) -> None:
     if too_costly(evaluated, trained):
         field = "eval.every_s" if scenario.eval.every_s is not None else "eval.every_updates"
         raise ValueError(
-            f"{field}: at least {evaluations:,.0f} evaluations of {rows:,} rows by a model of {params:,} parameters "
-            f"cost about {evaluated:.3g} multiply-adds, {_times(evaluated, trained)} the run's training; give a larger "
-            f"{field} or fewer data.eval_examples (evaluations may cost {MAX_EVAL_WORK:.0e}, or {EVAL_RATIO} times "
-            "the training)")
+            f"{field}: at least {evaluations:,.0f} evaluations of {rows:,} rows by a model of {params:,} "
+            "parameters "
+            f"cost about {evaluated:.3g} multiply-adds, {_times(evaluated, trained)} the run's training; "
+            "give a larger "
+            f"{field} or fewer data.eval_examples (evaluations may cost {MAX_EVAL_WORK:.0e}, or {EVAL_RATIO} "
+            "times "
+            "the training)"
+        )
 
 
 def _times(evaluated: float, trained: float) -> str:
@@ -113,6 +123,9 @@ class EvaluationBudget:
 
     def failure(self, scenario: Scenario) -> str:
         field = "eval.every_s" if scenario.eval.every_s is not None else "eval.every_updates"
-        return (f"{field}: {self.evaluations:,} evaluations have cost {self.evaluated:.3g} multiply-adds, "
-                f"{_times(self.evaluated, self.trained)} the run's training so far (evaluations may cost "
-                f"{MAX_EVAL_WORK:.0e}, or {EVAL_RATIO} times the training); give a larger {field} or fewer data.eval_examples")
+        return (
+            f"{field}: {self.evaluations:,} evaluations have cost {self.evaluated:.3g} multiply-adds, "
+            f"{_times(self.evaluated, self.trained)} the run's training so far (evaluations may cost "
+            f"{MAX_EVAL_WORK:.0e}, or {EVAL_RATIO} times the training); give a larger {field} or fewer "
+            "data.eval_examples"
+        )

@@ -34,12 +34,17 @@ class ScenarioError(Exception):
         count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
         lines = [f"  - {_cut(p)}" for p in problems[:MAX_PROBLEMS_SHOWN]]
         if len(problems) > MAX_PROBLEMS_SHOWN:
-            lines.append(f"  ... and {len(problems) - MAX_PROBLEMS_SHOWN} more problems; fix these and run again to see them")
+            lines.append(
+                f"  ... and {len(problems) - MAX_PROBLEMS_SHOWN} more problems; fix these and run again to "
+                "see them"
+            )
         super().__init__(f"{_cut(source)}: {count}\n" + "\n".join(lines))
 
 
 MAX_PROBLEMS_SHOWN = 20  # lines of problems a message shows: what a person reads, not a fuzzer's 10,000
-MAX_LINE = 1000  # characters of one problem's line: values are cut to 200 before, and a fix may name two long paths
+MAX_LINE = (
+    1000  # characters of one problem's line: values are cut to 200 before, and a fix may name two long paths
+)
 
 
 def _cut(line: str) -> str:
@@ -65,7 +70,9 @@ def read_yaml(path: str | Path, own: bool = False) -> dict[str, Any]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ScenarioError([f"the top level must be a mapping of sections, got {type(data).__name__}"], str(path))
+        raise ScenarioError(
+            [f"the top level must be a mapping of sections, got {type(data).__name__}"], str(path)
+        )
     return data
 
 
@@ -96,17 +103,24 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> None:
     indexes a list (``cluster.stragglers.0.slow_factor``)."""
     keys = path.split(".")
     if not all(keys):
-        raise ScenarioError([f"--set {path}={shown(value)}: a part of the path is empty; write it as path.to.key=value"], "--set")
+        raise ScenarioError(
+            [f"--set {path}={shown(value)}: a part of the path is empty; write it as path.to.key=value"],
+            "--set",
+        )
     node: Any = data
     for depth, key in enumerate(keys):
         last, parent = depth == len(keys) - 1, ".".join(keys[:depth])
         if isinstance(node, list):
             index = _list_index(node, key)
             if index is None:
-                raise ScenarioError([f"--set {path}: {parent} is a list of {len(node)}; index it 0..{len(node) - 1}"], "--set")
+                raise ScenarioError(
+                    [f"--set {path}: {parent} is a list of {len(node)}; index it 0..{len(node) - 1}"], "--set"
+                )
             key = index  # type: ignore[assignment]
         elif not isinstance(node, dict):
-            raise ScenarioError([f"--set {path}: {parent} is {shown(node)}, not a section; set it whole"], "--set")
+            raise ScenarioError(
+                [f"--set {path}: {parent} is {shown(node)}, not a section; set it whole"], "--set"
+            )
         if last:
             node[key] = value
         elif isinstance(node, dict) and node.get(key) is None:
@@ -151,8 +165,9 @@ def validate(data: dict[str, Any], source: str = "scenario") -> Scenario:
         raise ScenarioError(_merged([_describe(e, data) for e in err.errors()]), source) from None
 
 
-def load_scenario(path: str | Path, sets: list[str] | None = None, seed: int | None = None,
-                  typed: list[str] | None = None) -> Scenario:
+def load_scenario(
+    path: str | Path, sets: list[str] | None = None, seed: int | None = None, typed: list[str] | None = None
+) -> Scenario:
     """Read, override and validate a scenario file; a problem with a field of ``typed`` (by
     default ``sets``: the ``--set`` options the user typed) is said to be that option's."""
     sets = list(sets or [])
@@ -171,7 +186,10 @@ def blaming_sets(sets: list[str]) -> Iterator[None]:
         yield
     except ScenarioError as err:
         lines = [_blamed(problem, sets) for problem in err.problems]
-        ours = sum(line.startswith("--set ") and not problem.startswith("--set ") for line, problem in zip(lines, err.problems))
+        ours = sum(
+            line.startswith("--set ") and not problem.startswith("--set ")
+            for line, problem in zip(lines, err.problems)
+        )
         source = err.source if not ours else "--set" if ours == len(lines) else f"{err.source} and --set"
         raise ScenarioError(lines, source) from None
 
@@ -180,7 +198,9 @@ def _blamed(problem: str, sets: list[str]) -> str:
     """``problem`` headed by the ``--set`` that gave its field, if one did (the last one that did)."""
     field, _, rest = problem.partition(": ")
     said_as = problem
-    if field == "scenario":  # a check across sections ("scenario: stop.max_updates is 5: ..."): the field it names
+    if (
+        field == "scenario"
+    ):  # a check across sections ("scenario: stop.max_updates is 5: ..."): the field it names
         field, said_as = rest.split(" ", 1)[0].rstrip(":"), rest
     if " " in field or not field:
         return problem
@@ -203,7 +223,9 @@ def include_profiles(data: dict[str, Any], base_dir: Path, source: str = "scenar
     A relative path is taken from ``base_dir``: the scenario file's folder (the working
     directory for a scenario built in Python).
     """
-    base_dir = base_dir.absolute()  # a missing file is named by the path looked at, whatever the working directory
+    base_dir = (
+        base_dir.absolute()
+    )  # a missing file is named by the path looked at, whatever the working directory
     data = _included(data, base_dir, source)
     missing = missing_files(data, base_dir)
     if missing:  # said now, in the scenario's words, not after JAX has loaded and the run has begun
@@ -214,20 +236,32 @@ def include_profiles(data: dict[str, Any], base_dir: Path, source: str = "scenar
         return data
     profile = compute["profile"]
     if not isinstance(profile, str):
-        raise ScenarioError([f"cluster.compute.profile: got {shown(profile)}; give the path of a profile file"], source)
-    others = sorted(k for k, v in compute.items() if k not in ("profile", "host_overhead_s") and v is not None)
+        raise ScenarioError(
+            [f"cluster.compute.profile: got {shown(profile)}; give the path of a profile file"], source
+        )
+    others = sorted(
+        k for k, v in compute.items() if k not in ("profile", "host_overhead_s") and v is not None
+    )
     if others:  # the profile's time would silently replace step_time_s, or clash with FLOPs
-        raise ScenarioError([f"cluster.compute: a profile gives the step time; drop {', '.join(others)}, or the profile"], source)
+        raise ScenarioError(
+            [f"cluster.compute: a profile gives the step time; drop {', '.join(others)}, or the profile"],
+            source,
+        )
     try:
         step_time_s = read_profile(base_dir / profile)
     except ValueError as err:
         raise ScenarioError([str(err)], source) from None
     out = copy.deepcopy(data)
-    out["cluster"]["compute"] = {k: v for k, v in compute.items() if k != "profile"} | {"step_time_s": step_time_s}
+    out["cluster"]["compute"] = {k: v for k, v in compute.items() if k != "profile"} | {
+        "step_time_s": step_time_s
+    }
     return out
 
 
-PATHS = ("data.source.path", "data.source.eval_path")  # the files a scenario names, besides include and profile
+PATHS = (
+    "data.source.path",
+    "data.source.eval_path",
+)  # the files a scenario names, besides include and profile
 
 
 def absolute_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
@@ -247,8 +281,10 @@ def absolute_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
 
 DATA_FILES = {  # what a data source's path names, for a missing one
     "mnist": "a folder of MNIST IDX files or one .npz file",
-    "arrays": "an .npz file, a folder of .npy files, a .parquet file, or a folder written by datasets' save_to_disk",
-    "cifar10": "the cifar-10-batches-py folder CIFAR-10's python version unpacks to, or the folder holding it",
+    "arrays": "an .npz file, a folder of .npy files, a .parquet file, or a folder written by datasets' "
+    "save_to_disk",
+    "cifar10": "the cifar-10-batches-py folder CIFAR-10's python version unpacks to, or the folder holding "
+    "it",
     "cifar100": "the cifar-100-python folder CIFAR-100's python version unpacks to, or the folder holding it",
     "text": "a text file",
 }
@@ -278,14 +314,26 @@ def _included(data: dict[str, Any], base_dir: Path, source: str) -> dict[str, An
     if not isinstance(data, dict) or "include" not in data:
         return data
     files = [data["include"]] if isinstance(data["include"], str) else data["include"]
-    if not isinstance(files, list) or not files or len(files) > MAX_INCLUDES or not all(isinstance(f, str) and f for f in files):
-        raise ScenarioError([f"include: got {shown(data['include'])}; give a file, or a list of up to {MAX_INCLUDES} "
-                             "files, of scenario sections (a profile fred fit wrote)"], source)
+    if (
+        not isinstance(files, list)
+        or not files
+        or len(files) > MAX_INCLUDES
+        or not all(isinstance(f, str) and f for f in files)
+    ):
+        raise ScenarioError(
+            [
+                f"include: got {shown(data['include'])}; give a file, or a list of up to {MAX_INCLUDES} "
+                "files, of scenario sections (a profile fred fit wrote)"
+            ],
+            source,
+        )
     merged: dict[str, Any] = {}
     for name in files:
         part = read_yaml(base_dir / name)
         if "include" in part:
-            raise ScenarioError([f"include: {name} includes files itself; name them all in the scenario's include"], source)
+            raise ScenarioError(
+                [f"include: {name} includes files itself; name them all in the scenario's include"], source
+            )
         merged = merge(merged, part)
     return merge(merged, {k: v for k, v in data.items() if k != "include"})
 
@@ -336,7 +384,9 @@ def _describe(error: dict[str, Any], data: dict[str, Any]) -> _Problem:
         allowed = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",")]
         close = difflib.get_close_matches(str(ctx.get("tag")), allowed, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ";"
-        return _Problem(field, f"{field}: got {ctx.get('tag')!r}{hint} allowed: {', '.join(allowed)}", "", branch)
+        return _Problem(
+            field, f"{field}: got {ctx.get('tag')!r}{hint} allowed: {', '.join(allowed)}", "", branch
+        )
     message = error["msg"].removeprefix("Value error, ")
     if kind in ("value_error", "assertion_error") or "input" not in error or isinstance(error["input"], dict):
         return _Problem(where, f"{where}: ", message, branch)
@@ -368,11 +418,15 @@ def _key_index() -> dict[str, list[tuple[str, str]]]:
                 owners.setdefault(key, []).append(strategy.name)
     for key, names in owners.items():
         more = " and others" if len(names) > 3 else ""
-        index.setdefault(key, []).append(("strategy", "" if len(names) == len(strategies) else f"name {', '.join(names[:3])}{more}"))
+        index.setdefault(key, []).append(
+            ("strategy", "" if len(names) == len(strategies) else f"name {', '.join(names[:3])}{more}")
+        )
     return {key: list(dict.fromkeys(places)) for key, places in index.items()}
 
 
-def _index_section(options: list[type[BaseModel]], section: str, index: dict[str, list[tuple[str, str]]]) -> None:
+def _index_section(
+    options: list[type[BaseModel]], section: str, index: dict[str, list[tuple[str, str]]]
+) -> None:
     """Index the keys of a section that is one of ``options`` (the kinds of a union, or one model)."""
     kinds: dict[str, list[str]] = {}
     for option in options:
@@ -384,7 +438,10 @@ def _index_section(options: list[type[BaseModel]], section: str, index: dict[str
     for option in options:
         for key, field in option.model_fields.items():
             annotation, items = field.annotation, ""
-            while typing.get_origin(annotation) in (list, dict):  # a list or mapping of sections: each item is one
+            while typing.get_origin(annotation) in (
+                list,
+                dict,
+            ):  # a list or mapping of sections: each item is one
                 annotation, items = typing.get_args(annotation)[-1], items + ".<i>"
             inner = _models(annotation)
             if inner:
@@ -405,7 +462,10 @@ def _walk(loc: tuple, data: Any) -> tuple[list, type[BaseModel] | None, bool]:
             continue
         options = _models(annotation)
         if not options and isinstance(part, str) and _is_union(annotation):
-            annotation, branch = None, True  # a branch pydantic tried ("literal[...]", "list[...]"), not a key
+            annotation, branch = (
+                None,
+                True,
+            )  # a branch pydantic tried ("literal[...]", "list[...]"), not a key
             continue
         if len(options) > 1 and isinstance(part, str):
             tagged = [m for m in options if _tag(m) == part]

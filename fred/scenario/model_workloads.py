@@ -35,7 +35,11 @@ def layer(name: str, params: int, forward_flops: int) -> Layer:
 
 def conv(name: str, c_in: int, c_out: int, k: int, pixels_out: int, bias: bool = False) -> Layer:
     outputs = c_out * pixels_out
-    return layer(name, k * k * c_in * c_out + (c_out if bias else 0), 2 * k * k * c_in * outputs + (outputs if bias else 0))
+    return layer(
+        name,
+        k * k * c_in * c_out + (c_out if bias else 0),
+        2 * k * k * c_in * outputs + (outputs if bias else 0),
+    )
 
 
 def dense(name: str, n_in: int, n_out: int, tokens: int = 1) -> Layer:
@@ -64,9 +68,20 @@ def model_workload(model: Any, feature_shape: tuple[int, ...], outputs: int) -> 
         if len(_CACHE) >= CACHE_SIZE:
             _CACHE.clear()
         layers = model.layer_list(key[1], key[2])
-        _CACHE[key] = None if layers is None else Workload(
-            f"model:{model.kind}", f"the scenario's {model.kind}", f"one example of shape {key[1]}", (), tuple(layers),
-            0.0, sum(each.param_bytes for each in layers), float(TRAINING_PASSES * sum(each.forward_flops for each in layers)))
+        _CACHE[key] = (
+            None
+            if layers is None
+            else Workload(
+                f"model:{model.kind}",
+                f"the scenario's {model.kind}",
+                f"one example of shape {key[1]}",
+                (),
+                tuple(layers),
+                0.0,
+                sum(each.param_bytes for each in layers),
+                float(TRAINING_PASSES * sum(each.forward_flops for each in layers)),
+            )
+        )
     return _CACHE[key]
 
 

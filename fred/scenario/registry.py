@@ -60,7 +60,10 @@ def provider(strategy: Strategy, fred_version: str) -> tuple[str, str | None]:
 _REGISTRY: dict[str, Strategy] = {}
 _PROBLEMS: dict[str, str] = {}  # a name left out -> why (a plug-in that failed, a name defined twice)
 _DEFINERS: dict[str, list[str]] = {}  # a name defined more than once -> where, in loading order
-_plugin_state: dict[str, Any] = {"loaded": False, "staged": None}  # staged: a plug-in's strategies as it loads
+_plugin_state: dict[str, Any] = {
+    "loaded": False,
+    "staged": None,
+}  # staged: a plug-in's strategies as it loads
 _PLUGIN_PACKAGES: set[str] = set()  # the top-level modules of the plug-ins that loaded (plugin_packages)
 
 
@@ -78,7 +81,9 @@ def register(config: type[BaseModel], timing_only: bool = False) -> Callable[[St
             return start
         if name in _REGISTRY:
             first = _REGISTRY[name].source
-            raise ValueError(f"strategy {name!r} is registered twice, by {first} and by {start.__module__}; rename one")
+            raise ValueError(
+                f"strategy {name!r} is registered twice, by {first} and by {start.__module__}; rename one"
+            )
         _REGISTRY[name] = strategy
         return start
 
@@ -87,11 +92,17 @@ def register(config: type[BaseModel], timing_only: bool = False) -> Callable[[St
 
 def _load_plugins() -> None:
     for package in PLUGIN_PACKAGES:
-        importlib.import_module(package)  # a no-op after the first time; a broken in-tree module stops everything
+        importlib.import_module(
+            package
+        )  # a no-op after the first time; a broken in-tree module stops everything
     if not _plugin_state["loaded"]:
-        _plugin_state["loaded"] = True  # first: a plug-in that looks a strategy up while loading must not recurse
+        _plugin_state["loaded"] = (
+            True  # first: a plug-in that looks a strategy up while loading must not recurse
+        )
         found = entry_points(group=ENTRY_POINT_GROUP)
-        for entry in sorted(found, key=lambda e: (e.name, e.value, e.dist.name if e.dist else "")):  # not the path's order
+        for entry in sorted(
+            found, key=lambda e: (e.name, e.value, e.dist.name if e.dist else "")
+        ):  # not the path's order
             _load_entry_point(entry)
 
 
@@ -108,25 +119,34 @@ def _load_entry_point(entry: EntryPoint) -> None:
         raise
     except BaseException as err:  # noqa: BLE001 - any error of a plug-in is its own, reported in one line
         # SystemExit too: a plug-in calling sys.exit(0) as it imports would end every command with status 0.
-        _PROBLEMS[entry.name] = (f"strategy plug-in {source} failed to import ({_raised(err)}); "
-                                 f"fix it or uninstall {package}")
+        _PROBLEMS[entry.name] = (
+            f"strategy plug-in {source} failed to import ({_raised(err)}); fix it or uninstall {package}"
+        )
         return
     finally:
         _plugin_state["staged"] = None
     _PLUGIN_PACKAGES.add(entry.module.split(".")[0])
     earlier = _REGISTRY.get(entry.name)
     if not staged and earlier is not None and (earlier.source + ".").startswith(entry.module + "."):
-        staged = [_REGISTRY.pop(entry.name)]  # its module was imported before the registry looked for plug-ins
+        staged = [
+            _REGISTRY.pop(entry.name)
+        ]  # its module was imported before the registry looked for plug-ins
     if entry.name not in [s.name for s in staged]:
         made = ", ".join(repr(s.name) for s in staged) or "none"
-        _PROBLEMS[entry.name] = (f"strategy plug-in {source} registered no strategy {entry.name!r} (it registered "
-                                 f"{made}); name the entry point as its strategy config's name")
+        _PROBLEMS[entry.name] = (
+            f"strategy plug-in {source} registered no strategy {entry.name!r} (it registered "
+            f"{made}); name the entry point as its strategy config's name"
+        )
     for strategy in staged:
         refusal = api_refusal(strategy.config, source, package)
         if refusal:
             _PROBLEMS[strategy.name] = refusal
             continue
-        _add_plugin(strategy._replace(source=source, distribution=package, version=dist.version if dist is not None else None))
+        _add_plugin(
+            strategy._replace(
+                source=source, distribution=package, version=dist.version if dist is not None else None
+            )
+        )
 
 
 def _raised(err: BaseException) -> str:
@@ -153,18 +173,24 @@ def api_refusal(config: type[BaseModel], source: str, package: str) -> str | Non
     wanted, ours = api_version(declared), api_version(strategy_api)
     assert ours is not None
     if wanted is None:
-        return (f"strategy plug-in {source} states strategy_api {declared!r}; give the contract version it "
-                f"is written for as \"MAJOR.MINOR\" (this fred {__version__} implements {strategy_api}), "
-                f"or uninstall {package}")
+        return (
+            f"strategy plug-in {source} states strategy_api {declared!r}; give the contract version it "
+            f'is written for as "MAJOR.MINOR" (this fred {__version__} implements {strategy_api}), '
+            f"or uninstall {package}"
+        )
     if wanted[0] == ours[0] and wanted[1] <= ours[1]:
         return None
     if wanted > ours:
-        return (f"strategy plug-in {source} is written for strategy API {declared}, newer than this fred's "
-                f"{strategy_api} (fred {__version__}): upgrade fred, or install a version of {package} "
-                f"written for strategy API {ours[0]}.{ours[1]} or older")
-    return (f"strategy plug-in {source} is written for strategy API {declared}, which this fred "
-            f"{__version__} no longer implements (it implements {strategy_api}): upgrade {package}, or use "
-            f"a fred of strategy API {wanted[0]}")
+        return (
+            f"strategy plug-in {source} is written for strategy API {declared}, newer than this fred's "
+            f"{strategy_api} (fred {__version__}): upgrade fred, or install a version of {package} "
+            f"written for strategy API {ours[0]}.{ours[1]} or older"
+        )
+    return (
+        f"strategy plug-in {source} is written for strategy API {declared}, which this fred "
+        f"{__version__} no longer implements (it implements {strategy_api}): upgrade {package}, or use "
+        f"a fred of strategy API {wanted[0]}"
+    )
 
 
 def _add_plugin(strategy: Strategy) -> None:
@@ -175,8 +201,10 @@ def _add_plugin(strategy: Strategy) -> None:
         return
     sources = _DEFINERS.setdefault(name, [_REGISTRY.pop(name).source] if name in _REGISTRY else [])
     sources.append(strategy.source)
-    _PROBLEMS[name] = (f"strategy {name!r} is defined {len(sources)} times, by {' and by '.join(sources)}; "
-                       "uninstall all but one, or rename a strategy (its config's name and its entry point)")
+    _PROBLEMS[name] = (
+        f"strategy {name!r} is defined {len(sources)} times, by {' and by '.join(sources)}; "
+        "uninstall all but one, or rename a strategy (its config's name and its entry point)"
+    )
 
 
 def plugin_packages() -> frozenset[str]:
@@ -204,8 +232,10 @@ def get(name: str) -> Strategy:
             raise ValueError(_PROBLEMS[name])
         close = difflib.get_close_matches(str(name), names(), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"unknown strategy {name!r}{hint} Registered: {', '.join(names())} (a plug-in's strategy "
-                         f"is found once its package, with a {ENTRY_POINT_GROUP} entry point, is installed)")
+        raise ValueError(
+            f"unknown strategy {name!r}{hint} Registered: {', '.join(names())} (a plug-in's strategy "
+            f"is found once its package, with a {ENTRY_POINT_GROUP} entry point, is installed)"
+        )
     return _REGISTRY[name]
 
 

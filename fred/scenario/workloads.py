@@ -83,9 +83,22 @@ def load(name: str) -> Workload:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ValueError(f"no workload profile {name!r}{hint} Known: {', '.join(names())}")
     entry = library[name]
-    layers = tuple(Layer(layer_name, int(nbytes), int(flops)) for layer_name, nbytes, flops in entry["layers"])
-    derived = Workload(name, entry["title"], entry["example"], tuple(entry["sources"]), layers,
-                       float(entry["published_params"]), 0, 0.0)
+    layers = tuple(
+        Layer(layer_name, int(nbytes), int(flops)) for layer_name, nbytes, flops in entry["layers"]
+    )
+    derived = Workload(
+        name,
+        entry["title"],
+        entry["example"],
+        tuple(entry["sources"]),
+        layers,
+        float(entry["published_params"]),
+        0,
+        0.0,
+    )
     totals = entry.get("scenario_totals", {})
-    return replace(derived, timed_param_bytes=int(totals.get("param_bytes", derived.param_bytes)),
-                   timed_flops_per_example=float(totals.get("flops_per_example", derived.flops_per_example)))
+    return replace(
+        derived,
+        timed_param_bytes=int(totals.get("param_bytes", derived.param_bytes)),
+        timed_flops_per_example=float(totals.get("flops_per_example", derived.flops_per_example)),
+    )

@@ -72,13 +72,21 @@ def read_text(path: str | Path, bounded: bool = True) -> str:
         os.close(fd)
         if stat.S_ISDIR(mode):
             raise ValueError(f"{path} is a directory; give a .yaml file")
-        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        kind = (
+            "a FIFO (named pipe)"
+            if stat.S_ISFIFO(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "a device"
+        )
         raise ValueError(f"{path} is {kind}, not a regular file; save the YAML to a file and give that")
     with os.fdopen(fd, "rb") as file:
         data = file.read(MAX_FILE_BYTES + 1) if bounded else file.read()
     if bounded and len(data) > MAX_FILE_BYTES:
-        raise ValueError(f"{path} is over {MAX_FILE_BYTES >> 20} MiB, and a scenario or a profile is a few kB (the "
-                         "reader would take minutes); give long lists by name where the field allows it (topology: ring)")
+        raise ValueError(
+            f"{path} is over {MAX_FILE_BYTES >> 20} MiB, and a scenario or a profile is a few kB (the "
+            "reader would take minutes); give long lists by name where the field allows it (topology: ring)"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -102,16 +110,25 @@ class NumbersLoader(yaml.SafeLoader):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
             if event.anchor in self._open:
-                raise Refused(f"the alias *{event.anchor} is inside its own anchor &{event.anchor}: an endless value", event.start_mark)
+                raise Refused(
+                    f"the alias *{event.anchor} is inside its own anchor &{event.anchor}: an endless value",
+                    event.start_mark,
+                )
             node = super().compose_node(parent, index)
             self._repeated += self._sizes.get(id(node), 1)
             if self._repeated > MAX_ALIAS_VALUES:
-                raise Refused(f"aliases (*name) repeat more than {MAX_ALIAS_VALUES:,} values in all; write the values "
-                              "out, or use fewer aliases", event.start_mark)
+                raise Refused(
+                    f"aliases (*name) repeat more than {MAX_ALIAS_VALUES:,} values in all; write the values "
+                    "out, or use fewer aliases",
+                    event.start_mark,
+                )
             return node
         collection = isinstance(event, yaml.CollectionStartEvent)
         if collection and self._depth >= MAX_DEPTH:
-            raise Refused(f"lists and mappings nested more than {MAX_DEPTH} deep; a scenario needs a few levels", event.start_mark)
+            raise Refused(
+                f"lists and mappings nested more than {MAX_DEPTH} deep; a scenario needs a few levels",
+                event.start_mark,
+            )
         anchor = getattr(event, "anchor", None)
         self._depth += collection
         self._open.append(anchor)
@@ -120,8 +137,11 @@ class NumbersLoader(yaml.SafeLoader):
         finally:
             self._depth -= collection
             self._open.pop()
-        children = node.value if isinstance(node, yaml.SequenceNode) else (
-            [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else [])
+        children = (
+            node.value
+            if isinstance(node, yaml.SequenceNode)
+            else ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else [])
+        )
         self._sizes[id(node)] = 1 + sum(self._sizes.get(id(c), 1) for c in children)
         return node
 
@@ -142,8 +162,11 @@ class NumbersLoader(yaml.SafeLoader):
             for source in sources:
                 if not isinstance(source, yaml.MappingNode):
                     raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping", node.start_mark,
-                        f"a merge key (<<) takes a mapping or a list of mappings, not a {source.id}", source.start_mark)
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"a merge key (<<) takes a mapping or a list of mappings, not a {source.id}",
+                        source.start_mark,
+                    )
                 self.flatten_mapping(source)
                 merged.extend(source.value)
         if not merged:
@@ -171,10 +194,17 @@ class NumbersLoader(yaml.SafeLoader):
             value = None
         limit = sys.get_int_max_str_digits() or 4300  # 0: no limit set; still no field's
         if value is None or abs(value).bit_length() > limit * math.log2(10):  # 0x and 0b have no limit
-            digits = sum(c.isdigit() for c in str(node.value)) if value is None else int(abs(value).bit_length() * math.log10(2))
+            digits = (
+                sum(c.isdigit() for c in str(node.value))
+                if value is None
+                else int(abs(value).bit_length() * math.log10(2))
+            )
             where = _path_to(self._root, node)
-            raise Refused(f"{where + ': ' if where else ''}an integer of {digits:,} digits; Python reads at most "
-                          f"{limit:,} (written in decimal), and no field needs more than a few", node.start_mark)
+            raise Refused(
+                f"{where + ': ' if where else ''}an integer of {digits:,} digits; Python reads at most "
+                f"{limit:,} (written in decimal), and no field needs more than a few",
+                node.start_mark,
+            )
         return value
 
 
@@ -207,7 +237,12 @@ class UniqueKeysLoader(NumbersLoader):
             key = self.construct_object(key_node, deep=True)
             try:
                 if key in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"the key {shown(key)} is given twice; merge the two into one", key_node.start_mark)
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"the key {shown(key)} is given twice; merge the two into one",
+                        key_node.start_mark,
+                    )
                 seen.add(key)
             except TypeError:  # a list as a key: the constructor refuses it, saying where
                 continue
@@ -258,4 +293,3 @@ def shown(value: Any, limit: int = MAX_SHOWN) -> str:
     if len(text) <= limit:
         return text
     return f"{text[: limit - 1]}… ({len(text):,} characters)"
-

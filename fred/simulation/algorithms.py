@@ -32,8 +32,17 @@ import simpy
 
 from fred.scenario.schema import NcclConfig, NetworkConfig
 from fred.simulation import nccl
-from fred.simulation.collectives import (ALGORITHMS, Round, binomial_broadcast, bytes_sent, hierarchical,
-                                         ring_allgather, ring_phases, ring_reduce_scatter, run_rounds)
+from fred.simulation.collectives import (
+    ALGORITHMS,
+    Round,
+    binomial_broadcast,
+    bytes_sent,
+    hierarchical,
+    ring_allgather,
+    ring_phases,
+    ring_reduce_scatter,
+    run_rounds,
+)
 from fred.simulation.network import ring_by_chunk
 from fred.simulation.rounds_as_flows import RoundsAsFlows, on_idle_links
 from fred.simulation.transport import Transport
@@ -105,15 +114,24 @@ class AsFlows(RoundsTiming):
     def run(self, names: list[str], rounds: list[Round], nbytes: float) -> Process:
         done, transport, env = self.env.event(), self.transport, self.env
 
-        def post(src: int, dst: int, n: float, hops: int, arrive: Callable[[], None],
-                 sent: Callable[[], None]) -> None:
+        def post(
+            src: int, dst: int, n: float, hops: int, arrive: Callable[[], None], sent: Callable[[], None]
+        ) -> None:
             transport.post(names[src], names[dst], n, hops, arrive, sent)
 
         def later(delay_s: float, then: Callable[[], None]) -> None:
             env.timeout(delay_s).callbacks.append(lambda _: then())
 
-        run = RoundsAsFlows(rounds, len(names), nbytes, self.config.reduce_s_per_byte, post, later,
-                            lambda: done.succeed(), start=False)
+        run = RoundsAsFlows(
+            rounds,
+            len(names),
+            nbytes,
+            self.config.reduce_s_per_byte,
+            post,
+            later,
+            lambda: done.succeed(),
+            start=False,
+        )
         flows, path = transport.flows, transport.network.path
         if not self.one_piece or not on_idle_links(run, flows, names, path):  # type: ignore[arg-type]
             run.start()
@@ -219,12 +237,18 @@ class Nccl(RingBytes, Collective):
         known = self.picks.get(key)
         if known is None:
             allowed = cfg.nccl or NcclConfig()
-            fabric = nccl.Fabric(len(names), nodes, cfg.intra_node.rate_bps(),
-                                 cfg.bandwidth_bps * cfg.efficiency, allowed.intra_link)
+            fabric = nccl.Fabric(
+                len(names),
+                nodes,
+                cfg.intra_node.rate_bps(),
+                cfg.bandwidth_bps * cfg.efficiency,
+                allowed.intra_link,
+            )
             known = self.picks[key] = nccl.choose(nbytes, fabric, allowed.algorithms, allowed.protocols)
             self.report.setdefault("nccl", []).append(
                 f"{nbytes:.6g} bytes over {len(names)} ranks on {nodes} nodes: "
-                f"{known.algorithm}/{known.protocol}, {known.time_s * 1e3:.4g} ms")
+                f"{known.algorithm}/{known.protocol}, {known.time_s * 1e3:.4g} ms"
+            )
         return known
 
 

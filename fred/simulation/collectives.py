@@ -117,8 +117,10 @@ def binary_tree(p: int) -> list[Round]:
     runs from the root down, each parent sending to its right child, then its left.
     """
     depth = p.bit_length() - 1
-    by_side = [[[c for c in range((1 << d) - 1, min((2 << d) - 1, p)) if c % 2 == side] for side in (0, 1)]
-               for d in range(1, depth + 1)]  # at depth d: right children (even positions), then left
+    by_side = [
+        [[c for c in range((1 << d) - 1, min((2 << d) - 1, p)) if c % 2 == side] for side in (0, 1)]
+        for d in range(1, depth + 1)
+    ]  # at depth d: right children (even positions), then left
     up = [[Step(c, (c - 1) // 2, 1.0, True) for c in side] for level in reversed(by_side) for side in level]
     down = [[Step((c - 1) // 2, c, 1.0, False) for c in side] for level in by_side for side in level]
     return [steps for steps in up + down if steps]
@@ -128,7 +130,11 @@ def binary_tree(p: int) -> list[Round]:
 def ring(p: int) -> list[Round]:
     """The ring as rounds: 2(p-1) rounds of a 1/p chunk to the next member, the first p-1 added in.
     (A flat all-reduce books the ring in fred.simulation.network; this form serves inside others.)"""
-    return [[Step(i, (i + 1) % p, 1.0 / p, k < p - 1) for i in range(p)] for k in range(2 * (p - 1))] if p > 1 else []
+    return (
+        [[Step(i, (i + 1) % p, 1.0 / p, k < p - 1) for i in range(p)] for k in range(2 * (p - 1))]
+        if p > 1
+        else []
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -151,8 +157,10 @@ def ring_reduce_scatter(p: int) -> list[Round]:
 def binomial_broadcast(p: int) -> list[Round]:
     """A broadcast of the whole message from member 0 down a binomial tree: in round k each
     member below ``2^k`` sends it to the member ``2^k`` above it, ``ceil(log2 p)`` rounds."""
-    return [[Step(i, i + (1 << k), 1.0, False) for i in range(min(1 << k, p - (1 << k)))]
-            for k in range((p - 1).bit_length())]
+    return [
+        [Step(i, i + (1 << k), 1.0, False) for i in range(min(1 << k, p - (1 << k)))]
+        for k in range((p - 1).bit_length())
+    ]
 
 
 @functools.lru_cache(maxsize=64)
@@ -203,8 +211,12 @@ def double_binary_tree(p: int) -> list[Round]:
     if p < 2:
         return []
     tree = _in_order_tree(p)
-    up: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (child's height, its turn at its parent) -> (child, parent)
-    down: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (-parent's height, the child's turn) -> (parent, child)
+    up: dict[
+        tuple[int, int], list[tuple[int, int]]
+    ] = {}  # (child's height, its turn at its parent) -> (child, parent)
+    down: dict[
+        tuple[int, int], list[tuple[int, int]]
+    ] = {}  # (-parent's height, the child's turn) -> (parent, child)
     for parent, (_, height, children) in enumerate(tree):
         for turn, child in enumerate(children):
             up.setdefault((tree[child][1], len(children) - 1 - turn), []).append((child, parent))
@@ -213,7 +225,9 @@ def double_binary_tree(p: int) -> list[Round]:
     for pairs, reduce in ((up, True), (down, False)):
         for key in sorted(pairs):
             for lane in (0, 1):
-                rounds.append([Step((a + lane) % p, (b + lane) % p, 0.5, reduce, 1, lane) for a, b in pairs[key]])
+                rounds.append(
+                    [Step((a + lane) % p, (b + lane) % p, 0.5, reduce, 1, lane) for a, b in pairs[key]]
+                )
     return rounds
 
 
@@ -227,7 +241,9 @@ ALGORITHMS: dict[str, Callable[[int], list[Round]]] = {
 
 
 @functools.lru_cache(maxsize=64)
-def hierarchical(nodes: tuple[tuple[int, ...], ...], across: str, ring_as_phases: bool = False) -> list[Round]:
+def hierarchical(
+    nodes: tuple[tuple[int, ...], ...], across: str, ring_as_phases: bool = False
+) -> list[Round]:
     """Reduce inside each node to its first member, all-reduce those across nodes by
     ``across``, broadcast inside each node. ``nodes`` are the members' positions by node.
 
@@ -236,17 +252,28 @@ def hierarchical(nodes: tuple[tuple[int, ...], ...], across: str, ring_as_phases
     broadcast runs the same tree from the root down. All nodes move in the same rounds.
     """
     depth = (max(len(members) for members in nodes) - 1).bit_length()  # ceil(log2 g) rounds
-    up = [[Step(m[i], m[i - (1 << k)], 1.0, True) for m in nodes for i in range(len(m)) if i % (2 << k) == 1 << k]
-          for k in range(depth)]
+    up = [
+        [
+            Step(m[i], m[i - (1 << k)], 1.0, True)
+            for m in nodes
+            for i in range(len(m))
+            if i % (2 << k) == 1 << k
+        ]
+        for k in range(depth)
+    ]
     down = [[Step(s.dst, s.src, 1.0, False) for s in steps] for steps in reversed(up)]
     leaders = [m[0] for m in nodes]
     schedule = ring_phases if (ring_as_phases and across == "ring") else ALGORITHMS[across]
-    across_rounds = [[Step(leaders[s.src], leaders[s.dst], s.fraction, s.reduce, s.hops, s.lane) for s in steps]
-                     for steps in schedule(len(leaders))]
+    across_rounds = [
+        [Step(leaders[s.src], leaders[s.dst], s.fraction, s.reduce, s.hops, s.lane) for s in steps]
+        for steps in schedule(len(leaders))
+    ]
     return [r for r in up + across_rounds + down if r]
 
 
-def run_rounds(book: Book, rounds: list[Round], p: int, nbytes: float, reduce_s_per_byte: float, now_s: float) -> float:
+def run_rounds(
+    book: Book, rounds: list[Round], p: int, nbytes: float, reduce_s_per_byte: float, now_s: float
+) -> float:
     """Book every step in order; return when the last member has the result (before S)."""
     count = lanes(rounds)
     ready = [now_s] * (p * count)  # [member * count + lane]: when it has folded in all sent to it so far
@@ -255,7 +282,9 @@ def run_rounds(book: Book, rounds: list[Round], p: int, nbytes: float, reduce_s_
         for step in steps:
             own = lanes_of(step, count)
             src, dst = step.src * count, step.dst * count
-            start_s = max(max(ready[src + lane], ready[dst + lane]) for lane in own)  # rendezvous: both ends reached this round
+            start_s = max(
+                max(ready[src + lane], ready[dst + lane]) for lane in own
+            )  # rendezvous: both ends reached this round
             arrive_s = book(step.src, step.dst, step.fraction * nbytes, start_s)
             reduce_s = step.fraction * nbytes * reduce_s_per_byte if step.reduce else 0.0
             for lane in own:
@@ -282,10 +311,12 @@ def _senders(rounds: list[Round]) -> tuple[np.ndarray, np.ndarray]:
         if len(_SENDERS) >= 64:
             _SENDERS.clear()
         steps = [s for r in rounds for s in r]
-        kept = _SENDERS[id(rounds)] = (rounds, np.array([s.src for s in steps], dtype=np.intp),
-                                       np.array([s.fraction for s in steps]))
+        kept = _SENDERS[id(rounds)] = (
+            rounds,
+            np.array([s.src for s in steps], dtype=np.intp),
+            np.array([s.fraction for s in steps]),
+        )
     return kept[1], kept[2]
-
 
 
 def allreduce_time_s(algorithm: str, p: int, nbytes: float, cfg: NetworkConfig) -> float:
@@ -345,7 +376,10 @@ def broadcast_time_s(p: int, nbytes: float, cfg: NetworkConfig) -> float:
     reached in ``popcount(x)`` hops; a member sends one message after another, so the message
     to ``x`` leaves its sender's link after ``bitlength(x)`` whole messages have."""
     alpha, beta = cfg.latency_s, 1.0 / (cfg.bandwidth_bps * cfg.efficiency)
-    return max((x.bit_count() * alpha + x.bit_length() * nbytes * beta for x in range(1, p)), default=0.0) + cfg.sync_s
+    return (
+        max((x.bit_count() * alpha + x.bit_length() * nbytes * beta for x in range(1, p)), default=0.0)
+        + cfg.sync_s
+    )
 
 
 def hierarchical_time_s(across: str, nodes: int, per_node: int, nbytes: float, cfg: NetworkConfig) -> float:
@@ -360,8 +394,13 @@ def hierarchical_time_s(across: str, nodes: int, per_node: int, nbytes: float, c
     alpha_i, beta_i, gamma = cfg.intra_node.latency_s, 1.0 / cfg.intra_node.rate_bps(), cfg.reduce_s_per_byte
     m = (per_node - 1).bit_length()
     reduce_s = m * (alpha_i + nbytes * beta_i + nbytes * gamma)
-    broadcast_s = max((bin(x).count("1") * alpha_i + (m - ((x & -x).bit_length() - 1)) * nbytes * beta_i
-                       for x in range(1, per_node)), default=0.0)
+    broadcast_s = max(
+        (
+            bin(x).count("1") * alpha_i + (m - ((x & -x).bit_length() - 1)) * nbytes * beta_i
+            for x in range(1, per_node)
+        ),
+        default=0.0,
+    )
     across_s = allreduce_time_s(across, nodes, nbytes, cfg) - cfg.sync_s if nodes > 1 else 0.0
     return reduce_s + across_s + broadcast_s + cfg.sync_s
 
@@ -416,4 +455,3 @@ def double_binary_tree_time_s(p: int, nbytes: float, cfg: NetworkConfig) -> floa
     if p & (p - 1) == 0:
         return (2 * depth - 1) * hop_s + depth * alpha + (2 * depth - 1) * half * beta + cfg.sync_s
     return 2 * depth * hop_s + (depth + 1) * alpha + 2 * depth * half * beta + cfg.sync_s
-

@@ -16,7 +16,9 @@ import numpy as np
 from fred.numerics import rng
 from fred.scenario.schema import Scenario, base_step_time_s
 
-NORMALS_AHEAD = 64  # a worker's jitter draws taken from its stream at once: the same values, ~30x cheaper each
+NORMALS_AHEAD = (
+    64  # a worker's jitter draws taken from its stream at once: the same values, ~30x cheaper each
+)
 
 
 class ComputeModel:
@@ -37,7 +39,9 @@ class ComputeModel:
         # Python floats from here on: numpy scalar arithmetic costs microseconds per draw.
         self.scale, self.delay_s = self.scale.tolist(), self.delay_s.tolist()
         self.sigma = cluster.jitter.sigma if cluster.jitter.kind == "lognormal" else 0.0
-        self.changes = sorted(((c.at_s, c.worker, c.speed) for c in cluster.speed_changes), key=lambda c: c[0])
+        self.changes = sorted(
+            ((c.at_s, c.worker, c.speed) for c in cluster.speed_changes), key=lambda c: c[0]
+        )
         self.base_speed = [cluster.speed.get(w, 1.0) for w in range(n)]
         self.straggle = cluster.random_straggle
         self.seed = scenario.seed
@@ -46,7 +50,9 @@ class ComputeModel:
         self._streams: list[np.random.Generator | None] = [None] * n
         # Jitter drawn ahead, last first: a stream's block of normals is the same numbers as as many
         # single draws. Only when the stream draws nothing else (no random straggle between them).
-        self._normals: list[list[float]] | None = [[] for _ in range(n)] if self.straggle.probability == 0 else None
+        self._normals: list[list[float]] | None = (
+            [[] for _ in range(n)] if self.straggle.probability == 0 else None
+        )
 
     def speed_at(self, worker: int, now_s: float) -> float:
         """The worker's speed factor at ``now_s``: its latest change at or before then."""

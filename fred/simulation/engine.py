@@ -39,6 +39,7 @@ a lost transfer is resent after the scenario's retransmit timeout.
 SimPy orders simultaneous events by (time, priority, insertion sequence), and every
 process here is started in a fixed order, so the whole run is deterministic.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Generator, NamedTuple, Sequence
@@ -128,7 +129,9 @@ class Simulation:
         self.allgather_timing: Collective = allgather_for(self.transport)
         wpd = network.workers_per_device
         # Processes sharing a device take turns (GPU time-slicing): a step waits for the device.
-        self._devices = [simpy.Resource(env, capacity=1) for _ in range(-(-len(workers) // wpd))] if wpd > 1 else None
+        self._devices = (
+            [simpy.Resource(env, capacity=1) for _ in range(-(-len(workers) // wpd))] if wpd > 1 else None
+        )
         if self._share > 0:
             devices = -(-len(workers) // wpd)
             self._in_flight, self._load_changed = [0] * devices, [env.event() for _ in range(devices)]
@@ -238,8 +241,12 @@ class Simulation:
 
     # -- primitives --------------------------------------------------------------------
     def compute(
-        self, worker: Worker, params: Params, duration_s: float | None = None,
-        started: Callable[[float], None] | None = None, buckets: Sequence[simpy.Event] | None = None,
+        self,
+        worker: Worker,
+        params: Params,
+        duration_s: float | None = None,
+        started: Callable[[float], None] | None = None,
+        buckets: Sequence[simpy.Event] | None = None,
     ) -> Generator[simpy.Event, Any, GradSum | None]:
         """One gradient step of ``worker`` on its next batch, at ``params``.
 
@@ -256,7 +263,9 @@ class Simulation:
         device (``wait`` while others hold it) for the rest of the step.
         """
         self._own(worker)
-        request = self.gradients.request(params, worker.next_batch(), worker.index) if self.gradients else None
+        request = (
+            self.gradients.request(params, worker.next_batch(), worker.index) if self.gradients else None
+        )
         try:
             if self._devices is None:
                 yield from self._step(worker, request, duration_s, started, buckets=buckets)
@@ -268,7 +277,9 @@ class Simulation:
                     yield from self.work(worker.name, host_s, kind="host")
                 with self._devices[worker.index // self.network.workers_per_device].request() as turn:
                     yield from self.wait_for(worker.name, turn)
-                    yield from self._step(worker, request, duration_s, started, with_host=False, buckets=buckets)
+                    yield from self._step(
+                        worker, request, duration_s, started, with_host=False, buckets=buckets
+                    )
         except simpy.Interrupt:
             if request is not None:
                 self.gradients.cancel(request)  # type: ignore[union-attr]
@@ -280,9 +291,15 @@ class Simulation:
             hook(grad)
         return grad
 
-    def _step(self, worker: Worker, request: Any, duration_s: float | None,
-              started: Callable[[float], None] | None = None, with_host: bool = True,
-              buckets: Sequence[simpy.Event] | None = None) -> Generator[simpy.Event, Any, None]:
+    def _step(
+        self,
+        worker: Worker,
+        request: Any,
+        duration_s: float | None,
+        started: Callable[[float], None] | None = None,
+        with_host: bool = True,
+        buckets: Sequence[simpy.Event] | None = None,
+    ) -> Generator[simpy.Event, Any, None]:
         """The step's time on its device, drawn as it starts (speed changes are in simulated time);
         ``with_host`` adds the host overhead when it was not spent before the device's turn. With
         ``buckets`` each bucket's ready event is triggered as the backward pass reaches it."""
@@ -345,10 +362,16 @@ class Simulation:
             self.trace(kind, entity, start, self.now)
 
     def send(
-        self, src: str, dst: str, nbytes: float, kind: str = "send", payload: Any = NO_PAYLOAD,
+        self,
+        src: str,
+        dst: str,
+        nbytes: float,
+        kind: str = "send",
+        payload: Any = NO_PAYLOAD,
         delivered: Callable[[], bool] | None = None,
     ) -> Generator[simpy.Event, Any, None]:
-        """Move ``nbytes`` from ``src`` to ``dst``; a ``payload``, if given, is delivered to ``dst``'s mailbox.
+        """Move ``nbytes`` from ``src`` to ``dst``; a ``payload``, if given, is delivered to ``dst``'s
+        mailbox.
 
         ``None`` is a payload like any other (a timing-only run's parameters are ``None``);
         without one, nothing is delivered and only the transfer is simulated.
@@ -415,7 +438,9 @@ class Simulation:
         """
         return self._join(group, member, nbytes, value, True)
 
-    def _join(self, group: Sequence[Worker], member: Worker, nbytes: float, value: Any, gather: bool) -> Process:
+    def _join(
+        self, group: Sequence[Worker], member: Worker, nbytes: float, value: Any, gather: bool
+    ) -> Process:
         """:meth:`allreduce`, or with ``gather`` :meth:`allgather`: join the group's next collective."""
         if self._track:
             self._own(member)
@@ -427,8 +452,11 @@ class Simulation:
         if coll is None:
             coll = self._collectives[(key, call)] = CollectiveCall(self.env, nbytes, self.trace, gather)
         elif coll.gather != gather:
-            raise RuntimeError(f"{member.name} joined collective {call} of its group as an all-{'gather' if gather else 'reduce'} "
-                               "while others joined it as the other kind: members must call them in the same order")
+            raise RuntimeError(
+                f"{member.name} joined collective {call} of its group as an "
+                f"all-{'gather' if gather else 'reduce'} "
+                "while others joined it as the other kind: members must call them in the same order"
+            )
         coll.arrived.append((member.index, value))
         waiting = (member.name, self.env.now)
         coll.waiting.append(waiting)
@@ -437,7 +465,9 @@ class Simulation:
         try:
             yield coll.done
         except simpy.Interrupt:
-            if coll.started.callbacks is not None:  # crashed before it started: its value never entered the ring
+            if (
+                coll.started.callbacks is not None
+            ):  # crashed before it started: its value never entered the ring
                 coll.arrived = [a for a in coll.arrived if a[0] != member.index]
                 coll.waiting.remove(waiting)
                 if self.env.now > waiting[1]:
@@ -470,7 +500,9 @@ class Simulation:
             return (yield from self.allreduce(group, worker, self.param_bytes, grad))
         began = self.env.event()
         early = self.process(self._early_buckets(worker, group, began))
-        grad = yield from self.compute(worker, params, started=lambda duration_s: began.succeed((self.now, duration_s)))
+        grad = yield from self.compute(
+            worker, params, started=lambda duration_s: began.succeed((self.now, duration_s))
+        )
         yield early
         return (yield from self.allreduce(group, worker, self.buckets[-1].nbytes, grad))
 
@@ -484,7 +516,9 @@ class Simulation:
         last = self.buckets[-1].nbytes if self.buckets else self.param_bytes
         return (yield from self.allreduce(group, worker, last, grad))
 
-    def _ready_buckets(self, worker: Worker, group: Sequence[Worker], ready: Sequence[simpy.Event]) -> Process:
+    def _ready_buckets(
+        self, worker: Worker, group: Sequence[Worker], ready: Sequence[simpy.Event]
+    ) -> Process:
         """Every bucket but the last, one after another, each once its event says it is made."""
         for bucket, made in zip(self.buckets[:-1], ready):
             yield made

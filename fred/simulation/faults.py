@@ -38,7 +38,9 @@ class Engine(Protocol):
 
     @property
     def now(self) -> float: ...
-    def trace(self, kind: str, entity: str, start_s: float, end_s: float, nbytes: float = 0.0, peer: str = "") -> None: ...
+    def trace(
+        self, kind: str, entity: str, start_s: float, end_s: float, nbytes: float = 0.0, peer: str = ""
+    ) -> None: ...
     def fail(self, reason: str) -> None: ...
     def interrupt_owned(self, worker: Worker, cause: Crash) -> None: ...
     def rejoined(self, worker: Worker) -> None: ...
@@ -119,7 +121,9 @@ class Faults:
     def blocked(self, missing: list[int], what: str) -> None:
         """Someone waits for crashed ``missing`` workers: without a timeout the run cannot go on,
         unless they will rejoin (the wait then ends with the rejoin)."""
-        down = [i for i in missing if i in self.down and i not in self._excluded and i not in self._coming_back]
+        down = [
+            i for i in missing if i in self.down and i not in self._excluded and i not in self._coming_back
+        ]
         if down and self.config.sync_timeout_s is None:
             self.sim.fail(
                 f"worker {down[0]} crashed and {what} waits for it; "
@@ -217,16 +221,23 @@ class Faults:
         port = self.sim.network.link_port(entity)
         bandwidth_bps, latency_s = self._healthy.setdefault(port.name, (port.bandwidth_bps, port.latency_s))
         for degrade in self._degraded[port.name]:  # in the order they began: the same bits every run
-            bandwidth_bps, latency_s = bandwidth_bps * degrade.bandwidth_factor, latency_s + degrade.extra_latency_s
+            bandwidth_bps, latency_s = (
+                bandwidth_bps * degrade.bandwidth_factor,
+                latency_s + degrade.extra_latency_s,
+            )
         port.bandwidth_bps, port.latency_s = bandwidth_bps, latency_s
         if self.sim.flows is not None:  # flows in flight on it change speed now
             self.sim.flows.changed((port.tx, port.rx))
 
     def _checkpoints(self, every_s: float) -> Generator[simpy.Event, Any, None]:
         for count in itertools.count():
-            if count >= MAX_CADENCE_EVENTS:  # a long wait the scenario did not show (validation bounds the rest)
-                self.sim.fail(f"faults.server_crash.checkpoint_every_s is {every_s} s: {count:,} checkpoints by "
-                              f"{self.sim.now:.6g} s, the most a run makes; give a larger checkpoint_every_s")
+            if (
+                count >= MAX_CADENCE_EVENTS
+            ):  # a long wait the scenario did not show (validation bounds the rest)
+                self.sim.fail(
+                    f"faults.server_crash.checkpoint_every_s is {every_s} s: {count:,} checkpoints by "
+                    f"{self.sim.now:.6g} s, the most a run makes; give a larger checkpoint_every_s"
+                )
                 return
             if self.server is not None and not self.server.down:
                 self.server.checkpoint()

@@ -58,11 +58,32 @@ class Flow:
     In a star its bytes, rate and time live in the star's arrays (``slot``), not here.
     """
 
-    __slots__ = ("channels", "remaining", "rate_bps", "since_s", "arrive", "latency_s", "timer", "sent", "seq",
-                 "star", "slot", "weight")
+    __slots__ = (
+        "channels",
+        "remaining",
+        "rate_bps",
+        "since_s",
+        "arrive",
+        "latency_s",
+        "timer",
+        "sent",
+        "seq",
+        "star",
+        "slot",
+        "weight",
+    )
 
-    def __init__(self, channels: tuple[Channel, ...], nbytes: float, now_s: float, latency_s: float,
-                 arrive: Arrival, sent: Callable[[], None] | None = None, seq: int = 0, weight: float = 1.0):
+    def __init__(
+        self,
+        channels: tuple[Channel, ...],
+        nbytes: float,
+        now_s: float,
+        latency_s: float,
+        arrive: Arrival,
+        sent: Callable[[], None] | None = None,
+        seq: int = 0,
+        weight: float = 1.0,
+    ):
         self.channels, self.remaining, self.rate_bps, self.since_s = channels, nbytes, 0.0, now_s
         self.latency_s, self.arrive, self.timer, self.sent = latency_s, arrive, 0, sent
         self.seq = seq  # its place in the order flows started
@@ -100,8 +121,14 @@ class FairShare:
         self._held: int | None = None  # the place in SimPy's order of a recompute not yet scheduled
         self._starred = False  # whether a star was ever made (until then no channel is in one)
 
-    def start(self, channels: tuple[Channel, ...], nbytes: float, latency_s: float, arrive: Arrival,
-              sent: Callable[[], None] | None = None) -> Flow:
+    def start(
+        self,
+        channels: tuple[Channel, ...],
+        nbytes: float,
+        latency_s: float,
+        arrive: Arrival,
+        sent: Callable[[], None] | None = None,
+    ) -> Flow:
         """Start a flow now; ``sent`` is called when its last byte has left, ``arrive`` when it has
         arrived (an event is triggered instead). With ``rtt`` its bytes start ``latency_s`` from now
         and arrive as the last one leaves."""
@@ -111,7 +138,9 @@ class FairShare:
                 flow = Flow(channels, nbytes, self.env.now, 0.0, arrive, sent, next(self._started), weight)
                 self.env.timeout(latency_s).callbacks.append(lambda _: self._begin(flow))
                 return flow
-            return self._begin(Flow(channels, nbytes, self.env.now, 0.0, arrive, sent, next(self._started), weight))
+            return self._begin(
+                Flow(channels, nbytes, self.env.now, 0.0, arrive, sent, next(self._started), weight)
+            )
         return self._begin(Flow(channels, nbytes, self.env.now, latency_s, arrive, sent, next(self._started)))
 
     def _begin(self, flow: Flow) -> Flow:
@@ -166,7 +195,9 @@ class FairShare:
             if flows:
                 first = next(iter(flows))
                 if first.star is None and first not in seen:
-                    if lone and len(flows) == 1 and _alone(first):  # what the filling gives one flow, without it
+                    if (
+                        lone and len(flows) == 1 and _alone(first)
+                    ):  # what the filling gives one flow, without it
                         seen[first] = None
                         self._set_rate(first, min([c.capacity() for c in first.channels]), self.env.now)
                     else:
@@ -178,8 +209,11 @@ class FairShare:
         channels touched, and no other event at this instant before it that could start one."""
         place, self._held = self._held, None
         dirty = self._dirty
-        busy = (any(channel.flows or channel.star is not None for channel in dirty) if self._starred
-                else any(map(_flows_of, dirty)))
+        busy = (
+            any(channel.flows or channel.star is not None for channel in dirty)
+            if self._starred
+            else any(map(_flows_of, dirty))
+        )
         if busy or not nothing_due_now(self.env):
             schedule_reserved(self.env, place, self._recompute)  # type: ignore[arg-type]
         else:  # it would be the next event, and find every touched channel empty
@@ -219,8 +253,13 @@ class FairShare:
         share = capacity / count  # the hub's share, as the filling computes it
         spokes = [_spoke_bps(flow, hub) for flow in joining]
         # The hub fixes every flow at its share when every other link would give each more.
-        if (star.broken or not capacity > 0.0 or None in spokes or not star.spokes_exceed(share)
-                or not all(spoke_bps > share for spoke_bps in spokes)):  # type: ignore[operator]
+        if (
+            star.broken
+            or not capacity > 0.0
+            or None in spokes
+            or not star.spokes_exceed(share)
+            or not all(spoke_bps > share for spoke_bps in spokes)
+        ):  # type: ignore[operator]
             self._undo(star)
             return False
         for flow, spoke_bps in zip(joining, spokes):
@@ -239,7 +278,10 @@ class FairShare:
             if flow is not None:
                 star.remove(flow)
                 flow.timer += 1
-                heapq.heappush(self._calendar, (flow.since_s + flow.remaining / flow.rate_bps, flow.seq, flow.timer, flow))
+                heapq.heappush(
+                    self._calendar,
+                    (flow.since_s + flow.remaining / flow.rate_bps, flow.seq, flow.timer, flow),
+                )
 
     def _set_wake(self) -> None:
         """Have the calendar's earliest live entry wake it (one SimPy event at a time)."""
@@ -319,7 +361,11 @@ class _Star:
             self._grow()
         slot = self._free.pop()
         self.flows[slot], flow.slot, flow.star = flow, slot, self
-        self.remaining[slot], self.since_s[slot], self.rate_bps[slot] = flow.remaining, flow.since_s, flow.rate_bps
+        self.remaining[slot], self.since_s[slot], self.rate_bps[slot] = (
+            flow.remaining,
+            flow.since_s,
+            flow.rate_bps,
+        )
         self.spoke_bps[slot] = spoke_bps
         self._least_spoke_bps = min(self._least_spoke_bps, spoke_bps)
         flow.timer += 1  # a flow out of the calendar unless first
@@ -329,8 +375,11 @@ class _Star:
     def remove(self, flow: Flow) -> None:
         """Take ``flow`` out, with its bytes, rate and time as of now kept on it."""
         slot = flow.slot
-        flow.remaining, flow.since_s, flow.rate_bps = (float(self.remaining[slot]), float(self.since_s[slot]),
-                                                       float(self.rate_bps[slot]))
+        flow.remaining, flow.since_s, flow.rate_bps = (
+            float(self.remaining[slot]),
+            float(self.since_s[slot]),
+            float(self.rate_bps[slot]),
+        )
         self.flows[slot], flow.star = None, None
         self.remaining[slot], self.spoke_bps[slot] = np.inf, np.inf
         self._free.append(slot)
@@ -454,7 +503,11 @@ def progressive_filling(flows: list[Flow]) -> list[float]:
     rates: dict[Flow, float] = {}
     while len(rates) < len(flows):
         bottleneck, share = None, 0.0
-        for channel, (left, weight, count) in channels.items():  # the least share a unit of weight; the first on ties
+        for channel, (
+            left,
+            weight,
+            count,
+        ) in channels.items():  # the least share a unit of weight; the first on ties
             if count and (bottleneck is None or left / weight < share):
                 bottleneck, share = channel, left / weight
         assert bottleneck is not None
@@ -464,5 +517,9 @@ def progressive_filling(flows: list[Flow]) -> list[float]:
                 rate = rates[flow] = share * flow.weight
                 for channel in flow.channels:
                     entry = channels[channel]
-                    entry[0], entry[1], entry[2] = max(entry[0] - rate, 0.0), entry[1] - flow.weight, entry[2] - 1
+                    entry[0], entry[1], entry[2] = (
+                        max(entry[0] - rate, 0.0),
+                        entry[1] - flow.weight,
+                        entry[2] - 1,
+                    )
     return [rates[flow] for flow in flows]

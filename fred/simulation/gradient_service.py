@@ -52,7 +52,9 @@ class GradientService:
         self._pending: dict[tuple[int, int], list[_GradientRequest]] = {}
         # On the numerics tape as "gradients": replay rebuilds it from the run's scenario.
         self._gradients = op("gradients")(
-            lambda params, rows, shards, starts=None: numerics.gradients(params, dataset, rows, shards, starts)
+            lambda params, rows, shards, starts=None: numerics.gradients(
+                params, dataset, rows, shards, starts
+            )
         )
         self._made = 0  # requests made: their order breaks ties
 
@@ -102,7 +104,9 @@ class GradientService:
             rows = np.concatenate([r.rows for r in group])
             starts = self.numerics.starts([r.worker for r in group], len(first.rows))  # None: not needed
             result = self._call(group, rows, starts)
-            for req, part in zip(group, parts_of(result, len(group), len(first.rows), starts, self.numerics.tile)):
+            for req, part in zip(
+                group, parts_of(result, len(group), len(first.rows), starts, self.numerics.tile)
+            ):
                 req.result = part
             tape = active_tape()
             if tape is not None:  # replay reports real step times next to these simulated ones

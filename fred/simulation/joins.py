@@ -32,7 +32,6 @@ class GroupKey(tuple):
         return self._hash
 
 
-
 def sum_values(values: list[Any]) -> Any:
     """The all-reduced value: gradient sums by :func:`sum_grads`, other pytrees by the same tree."""
     if any(v is None for v in values):
@@ -50,8 +49,18 @@ class CollectiveCall:
     recorded as ``started`` is processed (:meth:`trace_waits`), member by member in the order they joined.
     """
 
-    __slots__ = ("started", "done", "arrived", "waiting", "participants", "result", "nbytes", "sent",
-                 "start_s", "gather")
+    __slots__ = (
+        "started",
+        "done",
+        "arrived",
+        "waiting",
+        "participants",
+        "result",
+        "nbytes",
+        "sent",
+        "start_s",
+        "gather",
+    )
 
     def __init__(self, env: simpy.Environment, nbytes: float, trace: Tracer, gather: bool = False):
         self.started, self.done = env.event(), env.event()

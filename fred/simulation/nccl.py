@@ -35,23 +35,114 @@ LINKS = ("nvlink", "pci", "net")
 
 # NCCL 2.8 tuning.cc, in microseconds: a pair's base latency, and a step's per link kind.
 BASE_LATENCY_US = {
-    ("tree", "LL"): 4.4, ("tree", "LL128"): 4.4, ("tree", "Simple"): 0.0,
-    ("ring", "LL"): 3.6, ("ring", "LL128"): 10.0, ("ring", "Simple"): 8.4,
+    ("tree", "LL"): 4.4,
+    ("tree", "LL128"): 4.4,
+    ("tree", "Simple"): 0.0,
+    ("ring", "LL"): 3.6,
+    ("ring", "LL128"): 10.0,
+    ("ring", "Simple"): 8.4,
 }
 STEP_LATENCY_US = {
-    "nvlink": {("tree", "LL"): 0.52, ("tree", "LL128"): 1.2, ("tree", "Simple"): 28.0,
-               ("ring", "LL"): 0.47, ("ring", "LL128"): 1.9, ("ring", "Simple"): 3.4},
-    "pci": {("tree", "LL"): 1.0, ("tree", "LL128"): 1.9, ("tree", "Simple"): 28.0,
-            ("ring", "LL"): 1.0, ("ring", "LL128"): 2.5, ("ring", "Simple"): 5.7},
-    "net": {("tree", "LL"): 5.0, ("tree", "LL128"): 8.5, ("tree", "Simple"): 50.0,
-            ("ring", "LL"): 2.7, ("ring", "LL128"): 4.0, ("ring", "Simple"): 9.6},
+    "nvlink": {
+        ("tree", "LL"): 0.52,
+        ("tree", "LL128"): 1.2,
+        ("tree", "Simple"): 28.0,
+        ("ring", "LL"): 0.47,
+        ("ring", "LL128"): 1.9,
+        ("ring", "Simple"): 3.4,
+    },
+    "pci": {
+        ("tree", "LL"): 1.0,
+        ("tree", "LL128"): 1.9,
+        ("tree", "Simple"): 28.0,
+        ("ring", "LL"): 1.0,
+        ("ring", "LL128"): 2.5,
+        ("ring", "Simple"): 5.7,
+    },
+    "net": {
+        ("tree", "LL"): 5.0,
+        ("tree", "LL128"): 8.5,
+        ("tree", "Simple"): 50.0,
+        ("ring", "LL"): 2.7,
+        ("ring", "LL128"): 4.0,
+        ("ring", "Simple"): 9.6,
+    },
 }
 # The tree's bandwidth for messages of 64 B x 2^k (k = 0..21), per protocol: it falls short of
 # its model at medium sizes (NCCL's treeCorrectionFactor).
 TREE_CORRECTION = {
-    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0),
-    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .5, .6, .6, .7, .7, .8, .9, .9, 1.0),
-    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .5, .5, .6, .6, .7, .8, .9),
+    "LL": (
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        0.9,
+        0.8,
+        0.7,
+        0.7,
+        0.7,
+        0.7,
+        0.6,
+        0.5,
+        0.4,
+        0.4,
+        0.5,
+        0.6,
+        0.7,
+        0.8,
+        0.9,
+        1.0,
+        1.0,
+        1.0,
+    ),
+    "LL128": (
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        0.9,
+        0.8,
+        0.8,
+        0.8,
+        0.7,
+        0.6,
+        0.6,
+        0.6,
+        0.5,
+        0.6,
+        0.6,
+        0.7,
+        0.7,
+        0.8,
+        0.9,
+        0.9,
+        1.0,
+    ),
+    "Simple": (
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.8,
+        0.7,
+        0.6,
+        0.6,
+        0.5,
+        0.5,
+        0.5,
+        0.5,
+        0.5,
+        0.5,
+        0.6,
+        0.6,
+        0.7,
+        0.8,
+        0.9,
+    ),
 }
 TREE_MAX_BPS = {True: 110e9, False: 80e9}  # on at most two nodes, and beyond
 
@@ -109,8 +200,10 @@ def _latency_us(algorithm: str, protocol: str, fabric: Fabric) -> float:
 def estimate(nbytes: float, algorithm: str, protocol: str, fabric: Fabric) -> Estimate:
     """NCCL's predicted time for an all-reduce of ``nbytes`` by ``algorithm`` and ``protocol``."""
     if algorithm not in NCCL_ALGORITHMS or protocol not in PROTOCOLS:
-        raise ValueError(f"unknown NCCL algorithm/protocol {algorithm}/{protocol}; "
-                         f"algorithms: {', '.join(NCCL_ALGORITHMS)}; protocols: {', '.join(PROTOCOLS)}")
+        raise ValueError(
+            f"unknown NCCL algorithm/protocol {algorithm}/{protocol}; "
+            f"algorithms: {', '.join(NCCL_ALGORITHMS)}; protocols: {', '.join(PROTOCOLS)}"
+        )
     if fabric.ranks < 2:
         return Estimate(algorithm, protocol, 0.0, 0.0, math.inf)
     ratio = 0.5 if algorithm == "tree" else fabric.ranks / (2 * (fabric.ranks - 1))
@@ -127,8 +220,12 @@ def estimate(nbytes: float, algorithm: str, protocol: str, fabric: Fabric) -> Es
     return Estimate(algorithm, protocol, latency_s + nbytes / algbw, latency_s, algbw)
 
 
-def choose(nbytes: float, fabric: Fabric, algorithms: Sequence[str] = NCCL_ALGORITHMS,
-           protocols: Sequence[str] = PROTOCOLS) -> Estimate:
+def choose(
+    nbytes: float,
+    fabric: Fabric,
+    algorithms: Sequence[str] = NCCL_ALGORITHMS,
+    protocols: Sequence[str] = PROTOCOLS,
+) -> Estimate:
     """The fastest allowed pair for ``nbytes``, as NCCL picks it (ties: the earlier in NCCL's order)."""
     if not algorithms or not protocols:
         raise ValueError("NCCL needs at least one algorithm and one protocol to choose from")

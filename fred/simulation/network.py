@@ -226,11 +226,17 @@ class Network:
     ports: dict[str, Port] = field(default_factory=dict)
     fabric: dict[str, Port] = field(default_factory=dict)
     node: dict[str, str] = field(default_factory=dict)  # entity -> the name of its node
-    site: dict[str, int] = field(default_factory=dict)  # entity -> its site (network.sites), when there are sites
+    site: dict[str, int] = field(
+        default_factory=dict
+    )  # entity -> its site (network.sites), when there are sites
     wan: list[Port] = field(default_factory=list)  # each site's wide-area link
-    _shared_ports: dict[str, Port] = field(default_factory=dict, repr=False)  # "node3", "device12" -> its port
+    _shared_ports: dict[str, Port] = field(
+        default_factory=dict, repr=False
+    )  # "node3", "device12" -> its port
     _core: Channel | None = field(default=None, repr=False)
-    _paths: dict[tuple[str, str], tuple[tuple[Channel, ...], Port, Port, tuple[Port, ...]]] = field(default_factory=dict, repr=False)
+    _paths: dict[tuple[str, str], tuple[tuple[Channel, ...], Port, Port, tuple[Port, ...]]] = field(
+        default_factory=dict, repr=False
+    )
 
     def add(self, entity: str, server: bool = False, worker: int | None = None) -> None:
         """Connect ``entity``: a server (a node of its own) or the worker of index ``worker``."""
@@ -238,7 +244,10 @@ class Network:
         sites = self.config.sites
         if sites is not None:
             if not self.wan:
-                self.wan = [Port(sites.latency_s, sites.bandwidth_bps, name=f"site{k}") for k in range(len(sites.nodes))]
+                self.wan = [
+                    Port(sites.latency_s, sites.bandwidth_bps, name=f"site{k}")
+                    for k in range(len(sites.nodes))
+                ]
             if worker is None:
                 self.site[entity] = sites.server_site
             else:
@@ -246,13 +255,19 @@ class Network:
                 self.site[entity] = bisect.bisect_right(list(itertools.accumulate(sites.nodes)), node)
         if worker is None or self.workers_per_device * self.devices_per_node == 1:
             link = self.config.server if (server and self.config.server is not None) else self.config
-            self.ports[entity] = Port(link.latency_s, link.bandwidth_bps * self.config.efficiency, name=entity)
+            self.ports[entity] = Port(
+                link.latency_s, link.bandwidth_bps * self.config.efficiency, name=entity
+            )
             self.node[entity] = entity
             return
-        device, node = worker // self.workers_per_device, worker // (self.workers_per_device * self.devices_per_node)
+        device, node = (
+            worker // self.workers_per_device,
+            worker // (self.workers_per_device * self.devices_per_node),
+        )
         self.node[entity] = f"node{node}"
-        self.ports[entity] = self._shared(f"node{node}", self.config.latency_s,
-                                          self.config.bandwidth_bps * self.config.efficiency)
+        self.ports[entity] = self._shared(
+            f"node{node}", self.config.latency_s, self.config.bandwidth_bps * self.config.efficiency
+        )
         intra = self.config.intra_node
         self.fabric[entity] = self._shared(f"device{device}", intra.latency_s, intra.rate_bps())
 
@@ -271,10 +286,17 @@ class Network:
         kept = self._paths.get((src, dst))
         if kept is None:
             up, down = self.route(src, dst)
-            core = (self.core,) if self.core is not None and up is self.ports.get(src) and \
-                self.node[src] != self.node.get(dst, dst) else ()
+            core = (
+                (self.core,)
+                if self.core is not None
+                and up is self.ports.get(src)
+                and self.node[src] != self.node.get(dst, dst)
+                else ()
+            )
             wide = self._wide_area(src, dst)
-            across = (wide[0].tx, wide[1].rx) if wide else ()  # the source site's uplink, the other's downlink
+            across = (
+                (wide[0].tx, wide[1].rx) if wide else ()
+            )  # the source site's uplink, the other's downlink
             kept = (up.tx, *core, *across, down.rx), up, down, wide
             self._paths[(src, dst)] = kept
         channels, up, down, wide = kept
@@ -289,7 +311,8 @@ class Network:
         return self.wan[self.site[src]], self.wan[self.site[dst]]
 
     def link_port(self, entity: str) -> Port:
-        """The link a fault names: an entity's (its node's NIC when shared) or ``site<k>``'s wide-area link."""
+        """The link a fault names: an entity's (its node's NIC when shared) or ``site<k>``'s wide-area
+        link."""
         if entity not in self.ports and entity.startswith("site") and entity[4:].isdigit() and self.wan:
             return self.wan[int(entity[4:])]
         return self.ports[entity]
@@ -311,7 +334,9 @@ class Network:
             return self.fabric[src], self.fabric[dst]
         return self.ports[src], self.ports[dst]
 
-    def reserve(self, src: str, dst: str, nbytes: float, now_s: float, not_before_s: float | None = None) -> Transfer:
+    def reserve(
+        self, src: str, dst: str, nbytes: float, now_s: float, not_before_s: float | None = None
+    ) -> Transfer:
         """Book ``nbytes`` from ``src`` to ``dst`` at the first time both links are free.
 
         ``now_s`` is the simulation's clock; ``not_before_s`` a later earliest start
@@ -326,7 +351,9 @@ class Network:
         down.down.book(start, start + duration)
         return Transfer(start, start + duration + max(up.latency_s, down.latency_s))
 
-    def ring_on_idle_links(self, names: list[str], chunk_bytes: float, reduce_s: float, now_s: float) -> float | None:
+    def ring_on_idle_links(
+        self, names: list[str], chunk_bytes: float, reduce_s: float, now_s: float
+    ) -> float | None:
         """Book a ring all-reduce at once when it cannot meet anything; ``None`` when it might.
 
         On idle, uniform links no chunk ever waits for a link, so every member sends
@@ -340,7 +367,9 @@ class Network:
         Returns when the last member has the result (before the sync cost).
         """
         ports = [self.ports[name] for name in names]
-        if self.fabric or not self._ring_is_idle_and_uniform(ports, reduce_s, now_s):  # nodes of several: chunk by chunk
+        if self.fabric or not self._ring_is_idle_and_uniform(
+            ports, reduce_s, now_s
+        ):  # nodes of several: chunk by chunk
             return None
         duration_s = chunk_bytes / ports[0].bandwidth_bps  # reserve's nbytes / min(bandwidths), all equal
         intervals, done_s = _ring_timeline(len(ports), duration_s, ports[0].latency_s, reduce_s, now_s)

@@ -18,7 +18,9 @@ import simpy
 from fred.simulation.collectives import Round, Step, lanes, lanes_of
 from fred.simulation.flows import Channel, FairShare, Flow
 
-Post = Callable[[int, int, float, int, Callable[[], None], Callable[[], None]], None]  # (src, dst, nbytes, hops, arrived, sent)
+Post = Callable[
+    [int, int, float, int, Callable[[], None], Callable[[], None]], None
+]  # (src, dst, nbytes, hops, arrived, sent)
 Later = Callable[[float, Callable[[], None]], None]  # (delay_s, then)
 
 
@@ -36,8 +38,17 @@ class RoundsAsFlows:
     a step of lane ``l`` concerns its ends' seats in lane ``l``, a step of no lane all their seats.
     """
 
-    def __init__(self, rounds: list[Round], p: int, nbytes: float, reduce_s_per_byte: float,
-                 post: Post, later: Later, done: Callable[[], None], start: bool = True):
+    def __init__(
+        self,
+        rounds: list[Round],
+        p: int,
+        nbytes: float,
+        reduce_s_per_byte: float,
+        post: Post,
+        later: Later,
+        done: Callable[[], None],
+        start: bool = True,
+    ):
         self.rounds, self.nbytes, self.gamma = rounds, nbytes, reduce_s_per_byte
         self.post, self.later, self.done = post, later, done
         self.lanes = lanes(rounds)
@@ -45,8 +56,12 @@ class RoundsAsFlows:
         if start:
             self.start()
 
-    def start(self, level: list[int] | None = None, next_send: list[int] | None = None,
-              sending: list[bool] | None = None) -> None:
+    def start(
+        self,
+        level: list[int] | None = None,
+        next_send: list[int] | None = None,
+        sending: list[bool] | None = None,
+    ) -> None:
         """Run from the start, or from where :func:`on_idle_links` hands it back: the rounds each
         seat has finished, the messages it has sent and whether one is on its way out."""
         seats = self.seats
@@ -97,8 +112,14 @@ class RoundsAsFlows:
                 return
         for src in sources:
             self.sending[src] = True
-        self.post(step.src, step.dst, step.fraction * self.nbytes, step.hops, lambda: self._arrived(k, step),
-                  lambda: self._sent(sources))
+        self.post(
+            step.src,
+            step.dst,
+            step.fraction * self.nbytes,
+            step.hops,
+            lambda: self._arrived(k, step),
+            lambda: self._sent(sources),
+        )
 
     def _sent(self, sources: range) -> None:
         for src in sources:
@@ -125,7 +146,9 @@ class RoundsAsFlows:
 def _index(rounds: list[Round], count: int) -> tuple[list[dict[int, Step]], list[dict[int, Step]]]:
     """Each round's step sent by, and sent to, each seat (at most one of each)."""
     if count == 1:
-        return [{s.src: s for s in steps} for steps in rounds], [{s.dst: s for s in steps} for steps in rounds]
+        return [{s.src: s for s in steps} for steps in rounds], [
+            {s.dst: s for s in steps} for steps in rounds
+        ]
     outgoing: list[dict[int, Step]] = [{} for _ in rounds]
     incoming: list[dict[int, Step]] = [{} for _ in rounds]
     for k, steps in enumerate(rounds):
@@ -148,10 +171,18 @@ class HeldLinks(FairShare):
     def __init__(self, env: simpy.Environment, *args: Any, **kwargs: Any):
         super().__init__(env, *args, **kwargs)
         self.holders: dict[Channel, _Held] = {}
-        self.layouts: dict[tuple[int, tuple[str, ...]], _Layout] = {}  # by schedule and group: routes never change
+        self.layouts: dict[
+            tuple[int, tuple[str, ...]], _Layout
+        ] = {}  # by schedule and group: routes never change
 
-    def start(self, channels: tuple[Channel, ...], nbytes: float, latency_s: float, arrive: Callable[[], None],
-              sent: Callable[[], None] | None = None) -> Flow:
+    def start(
+        self,
+        channels: tuple[Channel, ...],
+        nbytes: float,
+        latency_s: float,
+        arrive: Callable[[], None],
+        sent: Callable[[], None] | None = None,
+    ) -> Flow:
         if self.holders:
             self._hand_back(channels)
         return super().start(channels, nbytes, latency_s, arrive, sent)
@@ -177,7 +208,9 @@ class _Layout:
     def __init__(self, rounds: list[Round], names: list[str], count: int, path: Path):
         self.rounds = rounds
         index: dict[Channel, int] = {}
-        self.by_round: list[tuple[np.ndarray, ...] | None] = []  # src and dst seats, channels (padded), latency,
+        self.by_round: list[
+            tuple[np.ndarray, ...] | None
+        ] = []  # src and dst seats, channels (padded), latency,
         # fraction, reduce, which channels are not padding
         self.paths: list[list[tuple[tuple[Channel, ...], float]]] = []
         for steps in rounds:
@@ -189,15 +222,21 @@ class _Layout:
                 self.by_round.append(None)
             else:
                 lane = [0 if s.lane is None else s.lane for s in steps]
-                self.by_round.append((
-                    np.array([s.src * count + lane[i] for i, s in enumerate(steps)], dtype=np.intp),
-                    np.array([s.dst * count + lane[i] for i, s in enumerate(steps)], dtype=np.intp),
-                    np.array([ids + ids[:1] * (width - len(ids)) for ids in crossed], dtype=np.intp).reshape(len(steps), width),
-                    np.array([latency_s * s.hops for (_, latency_s), s in zip(routes, steps)]),
-                    np.array([s.fraction for s in steps]),
-                    np.array([s.reduce for s in steps], dtype=bool),
-                    np.array([[i < len(ids) for i in range(width)] for ids in crossed], dtype=bool).reshape(len(steps), width),
-                ))
+                self.by_round.append(
+                    (
+                        np.array([s.src * count + lane[i] for i, s in enumerate(steps)], dtype=np.intp),
+                        np.array([s.dst * count + lane[i] for i, s in enumerate(steps)], dtype=np.intp),
+                        np.array(
+                            [ids + ids[:1] * (width - len(ids)) for ids in crossed], dtype=np.intp
+                        ).reshape(len(steps), width),
+                        np.array([latency_s * s.hops for (_, latency_s), s in zip(routes, steps)]),
+                        np.array([s.fraction for s in steps]),
+                        np.array([s.reduce for s in steps], dtype=bool),
+                        np.array(
+                            [[i < len(ids) for i in range(width)] for ids in crossed], dtype=bool
+                        ).reshape(len(steps), width),
+                    )
+                )
             self.paths.append(routes)
         self.channels = list(index)
 
@@ -257,7 +296,9 @@ def _overlap(layout: _Layout, timed: list[tuple[np.ndarray, ...]]) -> bool:
     """Whether two transfers would be on one channel at once (lanes do not keep to round order)."""
     rounds = layout.by_round
     crossed = np.concatenate([r[2][r[6]] for r in rounds])  # type: ignore[index]
-    start_s = np.concatenate([np.broadcast_to(t[0][:, None], r[6].shape)[r[6]] for t, r in zip(timed, rounds)])  # type: ignore[index]
+    start_s = np.concatenate(
+        [np.broadcast_to(t[0][:, None], r[6].shape)[r[6]] for t, r in zip(timed, rounds)]
+    )  # type: ignore[index]
     sent_s = np.concatenate([np.broadcast_to(t[1][:, None], r[6].shape)[r[6]] for t, r in zip(timed, rounds)])  # type: ignore[index]
     order = np.lexsort((start_s, crossed))
     crossed, start_s, sent_s = crossed[order], start_s[order], sent_s[order]
@@ -269,8 +310,13 @@ class _Held:
     """An all-reduce timed in one piece: when each of its steps starts, leaves, arrives and is
     folded in, and the channels it holds meanwhile."""
 
-    def __init__(self, run: RoundsAsFlows, links: HeldLinks, layout: _Layout,
-                 timed: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]):
+    def __init__(
+        self,
+        run: RoundsAsFlows,
+        links: HeldLinks,
+        layout: _Layout,
+        timed: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    ):
         self.run, self.links, self.layout, self.timed = run, links, layout, timed
         self.held = True
         for channel in layout.channels:
@@ -298,7 +344,9 @@ class _Held:
         run, env, now = self.run, self.links.env, self.links.env.now
         level, next_send, sending = [len(run.rounds)] * run.seats, [0] * run.seats, [False] * run.seats
         for k, (steps, routes, times) in enumerate(zip(run.rounds, self.layout.paths, self.timed)):
-            for step, (channels, latency_s), start_s, sent_s, arrive_s, folded_s, rate_bps in zip(steps, routes, *times):
+            for step, (channels, latency_s), start_s, sent_s, arrive_s, folded_s, rate_bps in zip(
+                steps, routes, *times
+            ):
                 if folded_s > now:
                     for d in run._seats(step.dst, step):
                         level[d] = min(level[d], k)
@@ -312,11 +360,19 @@ class _Held:
                     for s in sources:
                         sending[s] = True
                     left = max(float(step.fraction * run.nbytes - rate_bps * (now - start_s)), 0.0)
-                    self.links.start(channels, left, latency_s * step.hops, functools.partial(run._arrived, k, step),
-                                     functools.partial(run._sent, sources))
+                    self.links.start(
+                        channels,
+                        left,
+                        latency_s * step.hops,
+                        functools.partial(run._arrived, k, step),
+                        functools.partial(run._sent, sources),
+                    )
                 if sent_s <= now < arrive_s:
-                    env.timeout(float(arrive_s) - now).callbacks.append(lambda _, k=k, step=step: run._arrived(k, step))
+                    env.timeout(float(arrive_s) - now).callbacks.append(
+                        lambda _, k=k, step=step: run._arrived(k, step)
+                    )
                 elif arrive_s <= now < folded_s:
-                    env.timeout(float(folded_s) - now).callbacks.append(lambda _, k=k, step=step: run._finish(k, step))
+                    env.timeout(float(folded_s) - now).callbacks.append(
+                        lambda _, k=k, step=step: run._finish(k, step)
+                    )
         run.start(level, next_send, sending)
-

@@ -104,7 +104,9 @@ class ParameterServer:
             attempt()
             # A transfer the server went down during (or before it began) is gone: recorded
             # once, as lost, and sent again once the server is back.
-            yield from self.sim.send(src, dst, nbytes, kind=kind, delivered=lambda crashes=crashes: self.crashes == crashes)
+            yield from self.sim.send(
+                src, dst, nbytes, kind=kind, delivered=lambda crashes=crashes: self.crashes == crashes
+            )
             if self.crashes == crashes:
                 return
 

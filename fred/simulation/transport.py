@@ -27,8 +27,9 @@ class Transport:
     """The run's transfers on ``network``: as flows on ``flows`` (fairly shared links), or booked
     when ``flows`` is ``None``; ``lossy`` when the scenario's message loss can drop an attempt."""
 
-    def __init__(self, env: simpy.Environment, network: Network, flows: HeldLinks | None, faults: Faults,
-                 trace: Trace):
+    def __init__(
+        self, env: simpy.Environment, network: Network, flows: HeldLinks | None, faults: Faults, trace: Trace
+    ):
         self.env, self.network, self.flows, self.faults, self.trace = env, network, flows, faults, trace
         loss = faults.config.message_loss
         self.lossy = bool(loss and loss.probability > 0)
@@ -44,8 +45,15 @@ class Transport:
             transfer = self.network.reserve(src, dst, nbytes, self.env.now, retry_s)
         return transfer
 
-    def post(self, src: str, dst: str, nbytes: float, hops: int, arrive: Arrival,
-             sent: Callable[[], None] | None = None) -> None:
+    def post(
+        self,
+        src: str,
+        dst: str,
+        nbytes: float,
+        hops: int,
+        arrive: Arrival,
+        sent: Callable[[], None] | None = None,
+    ) -> None:
         """Start a flow now; ``sent`` is called when its last byte has left, ``arrive`` when it has
         arrived (an event is triggered). A lost attempt is traced when it would have arrived, and the
         flow is sent again a retransmit timeout after it started."""

@@ -21,8 +21,8 @@ import numpy as np
 import yaml
 
 from fred.numerics import rng
-from fred.runs.paths import output_file, write_whole
 from fred.runs.build import build_run
+from fred.runs.paths import output_file, write_whole
 from fred.scenario.loading import (
     ScenarioError,
     apply_overrides,
@@ -78,7 +78,10 @@ def _model_section(spec: str) -> dict[str, Any]:
         value = {"kind": value}
     if not isinstance(value, dict):
         raise ScenarioError(
-            [f"--model {spec!r}: give a kind ({', '.join(MODEL_KINDS)}) or a mapping like '{{kind: mlp, hidden: [128, 64]}}'"],
+            [
+                f"--model {spec!r}: give a kind ({', '.join(MODEL_KINDS)}) or a mapping like '{{kind: mlp, "
+                f"hidden: [128, 64]}}'"
+            ],
             "--model",
         )
     return value
@@ -89,7 +92,9 @@ def device_for(backend: str) -> jax.Device:
         return jax.devices(backend)[0]
     except RuntimeError:
         seen = sorted({d.platform for d in jax.devices()})
-        raise ValueError(f"no {backend} backend here; JAX sees: {', '.join(seen)}. {install_hint(backend)}") from None
+        raise ValueError(
+            f"no {backend} backend here; JAX sees: {', '.join(seen)}. {install_hint(backend)}"
+        ) from None
 
 
 JAX_INSTALL = "https://docs.jax.dev/en/latest/installation.html"
@@ -99,13 +104,24 @@ def install_hint(backend: str) -> str:
     """How to get a JAX that has ``backend``, as JAX's installation guide says, at this JAX's
     version (another version may compute other bits, on the CPU too)."""
     version = jax.__version__
-    nvidia = (f'for an NVIDIA GPU, pip install "jax[cuda13]=={version}" (a CUDA 13 driver; "jax[cuda12]=={version}" '
-              "for CUDA 12)")
+    nvidia = (
+        f'for an NVIDIA GPU, pip install "jax[cuda13]=={version}" (a CUDA 13 driver; '
+        f'"jax[cuda12]=={version}" '
+        "for CUDA 12)"
+    )
     amd = f'for an AMD GPU, pip install "jax[rocm7-local]=={version}" (ROCm 7 installed)'
-    ways = {"gpu": [nvidia, amd], "cuda": [nvidia], "rocm": [amd],
-            "tpu": [f'on a Cloud TPU VM, pip install "jax[tpu]=={version}"']}.get(backend.lower(), [])
+    ways = {
+        "gpu": [nvidia, amd],
+        "cuda": [nvidia],
+        "rocm": [amd],
+        "tpu": [f'on a Cloud TPU VM, pip install "jax[tpu]=={version}"'],
+    }.get(backend.lower(), [])
     said = "; ".join(ways)
-    return f"To get one: {said}; see {JAX_INSTALL}" if said else f"See {JAX_INSTALL} for the JAX builds with other backends"
+    return (
+        f"To get one: {said}; see {JAX_INSTALL}"
+        if said
+        else f"See {JAX_INSTALL} for the JAX builds with other backends"
+    )
 
 
 def measure(scenario: Scenario, backend: str = "cpu", repeats: int = 20, warmup: int = 3) -> dict[str, Any]:
@@ -113,7 +129,9 @@ def measure(scenario: Scenario, backend: str = "cpu", repeats: int = 20, warmup:
     if repeats < 1:
         raise ValueError(f"--repeats {repeats}: a median needs at least 1 timed call (20 is the default)")
     if warmup < 0:
-        raise ValueError(f"--warmup {warmup}: give 0 or more untimed calls (the first one compiles; 3 is the default)")
+        raise ValueError(
+            f"--warmup {warmup}: give 0 or more untimed calls (the first one compiles; 3 is the default)"
+        )
     built = build_run(scenario)
     device = device_for(backend)
     batch = scenario.data.batch_size
@@ -148,6 +166,9 @@ def measure(scenario: Scenario, backend: str = "cpu", repeats: int = 20, warmup:
 def write_profile(measured: dict[str, Any], path: str | Path) -> Path:
     """Write the profile to ``path`` (``path/profile.yaml`` when it is a directory)."""
     path = output_file(path, "profile.yaml")
-    header = "# fred compute profile, measured by `fred calibrate`; include it with\n# cluster: {compute: {profile: <this file>}}\n"
+    header = (
+        "# fred compute profile, measured by `fred calibrate`; include it with\n# cluster: {compute: "
+        "{profile: <this file>}}\n"
+    )
     body = yaml.safe_dump({"step_time_s": measured["median_s"], "measured": measured}, sort_keys=False)
     return write_whole(path, lambda partial: partial.write_text(header + body))

@@ -1,4 +1,5 @@
-"""The ``fred`` command line: ``run``, ``list``, ``compare``, ``sweep``, ``calibrate``, ``replay``, ``plot``, ``trace``."""
+"""The ``fred`` command line: ``run``, ``list``, ``compare``, ``sweep``, ``calibrate``, ``replay``, ``plot``,
+``trace``."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _current = None
     try:
         from fred.scenario.loading import ScenarioError  # noqa: F401 - pydantic: loaded where a stop is taken
-        interrupt.raise_if_asked()  # asked for while loading (a KeyboardInterrupt in a collection callback is dropped)
+
+        # asked for while loading (a KeyboardInterrupt in a collection callback is dropped)
+        interrupt.raise_if_asked()
         parser = _parser()
         args = _current = parser.parse_args(argv)
         if args.command is None:
@@ -84,12 +87,26 @@ def _ended(err: BaseException, args: argparse.Namespace | None) -> int | None:
     if is_refusal(err):  # a bad scenario, data file, shard size or path, a missing extra: refused on purpose
         print(f"fred: {_readable(str(err))}", file=sys.stderr)
         return 2
-    if isinstance(err, BrokenPipeError):  # `fred compare ... | head` closed the pipe: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python flushes at exit
+    if isinstance(
+        err, BrokenPipeError
+    ):  # `fred compare ... | head` closed the pipe: the reader has what it wanted
+        os.dup2(
+            os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()
+        )  # no second error as Python flushes at exit
         return 141  # what a shell reports for a command ended by SIGPIPE
-    if isinstance(err, OSError) and full_disk(err) is not None:  # the machine's state, not bad input: 1, not 2
-        said = err.strerror if isinstance(err, NoSpace) else f"{full_disk(err)}{f' writing {err.filename}' if err.filename else ''}"
-        print(f"fred: {said}" + ("" if isinstance(err, NoSpace) else "; free some space there or write elsewhere"), file=sys.stderr)
+    if (
+        isinstance(err, OSError) and full_disk(err) is not None
+    ):  # the machine's state, not bad input: 1, not 2
+        said = (
+            err.strerror
+            if isinstance(err, NoSpace)
+            else f"{full_disk(err)}{f' writing {err.filename}' if err.filename else ''}"
+        )
+        print(
+            f"fred: {said}"
+            + ("" if isinstance(err, NoSpace) else "; free some space there or write elsewhere"),
+            file=sys.stderr,
+        )
         return 1
     if isinstance(err, OSError):  # a read-only folder: the machine's answer, not a bug
         print(f"fred: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
@@ -99,9 +116,14 @@ def _ended(err: BaseException, args: argparse.Namespace | None) -> int | None:
     if isinstance(err, OutOfMemory):  # it says the estimate, the limit and the fixes
         print(f"fred: {err}", file=sys.stderr)
         return 1
-    if allocation_failed(err):  # numpy's "Unable to allocate 745. GiB", XLA's "Out of memory allocating": not a bug, nor bad input
-        print(f"fred: out of memory ({_readable(str(err), lines=1)}); make the data set or the model smaller, "
-              "or give the memory this machine has with --memory-limit-gb N", file=sys.stderr)
+    if allocation_failed(
+        err
+    ):  # numpy's "Unable to allocate 745. GiB", XLA's "Out of memory allocating": not a bug, nor bad input
+        print(
+            f"fred: out of memory ({_readable(str(err), lines=1)}); make the data set or the model smaller, "
+            "or give the memory this machine has with --memory-limit-gb N",
+            file=sys.stderr,
+        )
         return 1
     if isinstance(err, Exception):
         from fred.tools.refusals import INTERNAL, report_bug
@@ -119,7 +141,9 @@ def _memory_limit(gb: float | None) -> Iterator[None]:
         yield
         return
     if not 0 < gb < float("inf"):
-        raise Refusal(f"--memory-limit-gb {gb}: give the memory runs may use, in GB, e.g. --memory-limit-gb 64")
+        raise Refusal(
+            f"--memory-limit-gb {gb}: give the memory runs may use, in GB, e.g. --memory-limit-gb 64"
+        )
     before = os.environ.get("FRED_MEMORY_LIMIT_GB")
     os.environ["FRED_MEMORY_LIMIT_GB"] = repr(gb)
     try:
@@ -148,7 +172,9 @@ def entry() -> None:
         except SystemExit as exit_:  # argparse's --help or a usage error, said already
             usage, code = exit_, 0
         signum = interrupt.asked()
-        if signum is not None and code not in STOPPED:  # its KeyboardInterrupt was dropped, or came as main returned
+        if (
+            signum is not None and code not in STOPPED
+        ):  # its KeyboardInterrupt was dropped, or came as main returned
             raise interrupt.stop_exception(signum)
         if code not in STOPPED:
             interrupt.finished()
@@ -172,7 +198,10 @@ def entry() -> None:
 def _readable(message: str, width: int = 1000, lines: int = 40) -> str:
     """``message`` cut to what a person reads: ``lines`` lines of at most ``width`` characters,
     saying what was left out (a value echoed whole once made a message of megabytes)."""
-    kept = [line if len(line) <= width else f"{line[: width - 1]}… ({len(line):,} characters)" for line in message.splitlines()[:lines]]
+    kept = [
+        line if len(line) <= width else f"{line[: width - 1]}… ({len(line):,} characters)"
+        for line in message.splitlines()[:lines]
+    ]
     more = len(message.splitlines()) - lines
     return "\n".join(kept + ([f"... and {more} more lines"] if more > 0 else []))
 
@@ -183,8 +212,10 @@ PATH_ARGUMENTS = {  # each argument that names a file or a folder, and what to s
     "items": "an item to compare is ''; give scenario files, run directories or sweep tables",
     "resume": "--resume is ''; give the run directory to finish",
     "timings": "--timings is ''; give a file or a directory, or leave --timings out to write none",
-    **{dest: f"{flag} is ''; give a path, or leave {flag} out for its default"
-       for dest, flag in [("out", "--out"), ("runs", "--runs"), ("output", "-o/--output")]},
+    **{
+        dest: f"{flag} is ''; give a path, or leave {flag} out for its default"
+        for dest, flag in [("out", "--out"), ("runs", "--runs"), ("output", "-o/--output")]
+    },
 }
 
 
@@ -256,130 +287,286 @@ def _resumable(args: argparse.Namespace) -> str:
     return f"; its checkpoint is kept: fred run --resume {args.out_resolved}"
 
 
-MEMORY_HELP = ("refuse runs estimated to need more than N GB (default: the memory available, as /proc/meminfo "
-               "or a container's limit says; FRED_MEMORY_LIMIT_GB=N does the same)")
+MEMORY_HELP = (
+    "refuse runs estimated to need more than N GB (default: the memory available, as /proc/meminfo "
+    "or a container's limit says; FRED_MEMORY_LIMIT_GB=N does the same)"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fred", description="Simulate distributed deep-learning training.",
-        epilog="run, compare, sweep, calibrate and replay keep the programs JAX compiles in ~/.cache/fred/jax "
-               "($XDG_CACHE_HOME/fred/jax if set), one folder per CPU, for later processes (the same bits, "
-               "seconds sooner); FRED_JAX_CACHE=off turns that off, FRED_JAX_CACHE=DIR moves it.")
+        prog="fred",
+        description="Simulate distributed deep-learning training.",
+        epilog="run, compare, sweep, calibrate and replay keep the programs JAX compiles in "
+        "~/.cache/fred/jax "
+        "($XDG_CACHE_HOME/fred/jax if set), one folder per CPU, for later processes (the same bits, "
+        "seconds sooner); FRED_JAX_CACHE=off turns that off, FRED_JAX_CACHE=DIR moves it.",
+    )
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run one scenario and write its run directory")
     run.add_argument("scenario", nargs="?", help="scenario YAML file (not with --resume)")
-    run.add_argument("--out", help="run directory (default: runs/<name>-s<seed>-<hash of the resolved scenario>); "
-                     "it replaces an earlier run there, never other files")
-    run.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
-                     help="override a scenario field, e.g. --set cluster.workers=16 (repeatable)")
+    run.add_argument(
+        "--out",
+        help="run directory (default: runs/<name>-s<seed>-<hash of the resolved scenario>); "
+        "it replaces an earlier run there, never other files",
+    )
+    run.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a scenario field, e.g. --set cluster.workers=16 (repeatable)",
+    )
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
-    run.add_argument("--checkpoint-every-s", type=float, metavar="S",
-                     help="keep a checkpoint next to the run directory, renewed every S seconds of wall time")
-    run.add_argument("--resume", metavar="RUN_DIR",
-                     help="finish the interrupted run that was to be written to RUN_DIR, from its checkpoint")
+    run.add_argument(
+        "--checkpoint-every-s",
+        type=float,
+        metavar="S",
+        help="keep a checkpoint next to the run directory, renewed every S seconds of wall time",
+    )
+    run.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="finish the interrupted run that was to be written to RUN_DIR, from its checkpoint",
+    )
     run.add_argument("--memory-limit-gb", type=float, metavar="N", help=MEMORY_HELP)
     run.add_argument("--no-user-code", action="store_true", help=NO_USER_CODE_HELP)
     run.set_defaults(handler=_run)
     lst = sub.add_parser("list", help="list the registered strategies")
     lst.set_defaults(handler=_list)
-    cmp_ = sub.add_parser("compare", help="run (or reuse) several scenarios; one table and side-by-side plots")
-    cmp_.add_argument("items", nargs="+", help="scenario YAML files, finished run directories or sweep tables (.parquet from fred sweep)")
-    cmp_.add_argument("--out", default="comparison", help="where the table and plots go (default: comparison/)")
+    cmp_ = sub.add_parser(
+        "compare", help="run (or reuse) several scenarios; one table and side-by-side plots"
+    )
+    cmp_.add_argument(
+        "items",
+        nargs="+",
+        help="scenario YAML files, finished run directories or sweep tables (.parquet from fred sweep)",
+    )
+    cmp_.add_argument(
+        "--out", default="comparison", help="where the table and plots go (default: comparison/)"
+    )
     cmp_.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
-    cmp_.add_argument("--target-loss", type=float, help="report simulated time and updates to this eval loss "
-                      "(recorded in comparison.csv's target_loss column)")
-    cmp_.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
-                      help="override a field of every scenario file given, e.g. --set stop.max_updates=200 (repeatable)")
+    cmp_.add_argument(
+        "--target-loss",
+        type=float,
+        help="report simulated time and updates to this eval loss "
+        "(recorded in comparison.csv's target_loss column)",
+    )
+    cmp_.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a field of every scenario file given, e.g. --set stop.max_updates=200 (repeatable)",
+    )
     cmp_.add_argument("--seeds", metavar="N|S1,S2", help=SEEDS_HELP.format(what="every scenario file given"))
-    cmp_.add_argument("--per-seed", action="store_true",
-                      help="a row and a curve for each run; without it, runs that differ only by their seed are one row "
-                           "(mean ± sd over the seeds) and one curve (their mean, in a band from the least to the greatest)")
+    cmp_.add_argument(
+        "--per-seed",
+        action="store_true",
+        help="a row and a curve for each run; without it, runs that differ only by their seed are one row "
+        "(mean ± sd over the seeds) and one curve (their mean, in a band from the least to the greatest)",
+    )
     cmp_.add_argument("--memory-limit-gb", type=float, metavar="N", help=MEMORY_HELP)
-    cmp_.add_argument("--no-user-code", action="store_true",
-                      help=NO_USER_CODE_HELP + "; finished runs and sweep tables are only read, never run")
+    cmp_.add_argument(
+        "--no-user-code",
+        action="store_true",
+        help=NO_USER_CODE_HELP + "; finished runs and sweep tables are only read, never run",
+    )
     cmp_.set_defaults(handler=_compare)
     plot = sub.add_parser("plot", help="loss curves, staleness histogram and per-worker timeline of one run")
     plot.add_argument("run_dir")
     plot.add_argument("--out", help="where the figures go (default: RUN_DIR/plots)")
-    plot.add_argument("--from", dest="start_s", type=float, metavar="S",
-                      help="the timeline starts at S simulated seconds (default: 0)")
-    plot.add_argument("--to", dest="end_s", type=float, metavar="S",
-                      help="the timeline ends at S simulated seconds (default: the run's last event)")
-    plot.add_argument("--workers", metavar="N,A-B",
-                      help="the workers the timeline draws, e.g. --workers 0-7,100 (default: every worker "
-                           "up to 32; of more, the first 8, the last 4 and the slowest)")
+    plot.add_argument(
+        "--from",
+        dest="start_s",
+        type=float,
+        metavar="S",
+        help="the timeline starts at S simulated seconds (default: 0)",
+    )
+    plot.add_argument(
+        "--to",
+        dest="end_s",
+        type=float,
+        metavar="S",
+        help="the timeline ends at S simulated seconds (default: the run's last event)",
+    )
+    plot.add_argument(
+        "--workers",
+        metavar="N,A-B",
+        help="the workers the timeline draws, e.g. --workers 0-7,100 (default: every worker "
+        "up to 32; of more, the first 8, the last 4 and the slowest)",
+    )
     plot.add_argument("--svg", action="store_true", help="write each figure as SVG too, beside the PNG")
     plot.set_defaults(handler=_plot)
     cal = sub.add_parser("calibrate", help="measure real per-batch gradient time; write a compute profile")
-    cal.add_argument("scenario", nargs="?",
-                     help="the model, data, batch size and reduction to time (default: digits, MLP [64], batch 32, exact)")
-    cal.add_argument("--model", metavar="SPEC", help="a model kind (logistic, mlp, cnn) or a YAML mapping, e.g. '{kind: mlp, hidden: [128, 64]}'")
+    cal.add_argument(
+        "scenario",
+        nargs="?",
+        help="the model, data, batch size and reduction to time (default: digits, MLP [64], batch 32, exact)",
+    )
+    cal.add_argument(
+        "--model",
+        metavar="SPEC",
+        help="a model kind (logistic, mlp, cnn) or a YAML mapping, e.g. '{kind: mlp, hidden: [128, 64]}'",
+    )
     cal.add_argument("--batch", type=int, metavar="N", help="the batch size (rows per gradient step)")
     cal.add_argument("--reduction", choices=["exact", "fast"], help="how the batch's gradient is summed")
-    cal.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
-                     help="override a field of the scenario timed, e.g. --set data.source.kind=synthetic (repeatable)")
+    cal.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a field of the scenario timed, e.g. --set data.source.kind=synthetic (repeatable)",
+    )
     cal.add_argument("--backend", default="cpu", help="JAX backend: cpu, gpu, ... (default: cpu)")
-    cal.add_argument("--repeats", type=int, default=20, help="timed gradient calls; the median is the profile (default 20)")
-    cal.add_argument("--warmup", type=int, default=3, help="untimed calls first; the first one compiles (default 3)")
-    cal.add_argument("-o", "--output", default="profile.yaml", help="the profile file to write (default: profile.yaml)")
+    cal.add_argument(
+        "--repeats", type=int, default=20, help="timed gradient calls; the median is the profile (default 20)"
+    )
+    cal.add_argument(
+        "--warmup", type=int, default=3, help="untimed calls first; the first one compiles (default 3)"
+    )
+    cal.add_argument(
+        "-o", "--output", default="profile.yaml", help="the profile file to write (default: profile.yaml)"
+    )
     cal.set_defaults(handler=_calibrate)
-    rep = sub.add_parser("replay", help="re-execute a run's numerics from its tape and check the final parameters")
+    rep = sub.add_parser(
+        "replay", help="re-execute a run's numerics from its tape and check the final parameters"
+    )
     rep.add_argument("run_dir")
     rep.add_argument("--backend", help="JAX backend: cpu, gpu, ... (default: the one that made the run, cpu)")
-    rep.add_argument("--check", choices=["bitwise", "close"], default="bitwise",
-                     help="bitwise: the final parameters are the run's bits (same backend); close: every step "
-                          "agrees with the same step on the run's backend, given the same inputs (another backend)")
-    rep.add_argument("--rtol", type=float, default=1e-5,
-                     help="--check close: a step's arrays may differ by atol + rtol * max|reference| (default 1e-5)")
-    rep.add_argument("--atol", type=float, default=1e-6, help="absolute tolerance for --check close (default 1e-6)")
-    rep.add_argument("--matmul-precision", choices=["default", "high", "highest"], default="highest",
-                     help="jax.default_matmul_precision for the replay (default: highest, float32 products as "
-                          "on CPU; 'default' lets a GPU use TF32)")
-    rep.add_argument("--timings", help="write every gradient call's real and simulated time here (.parquet, else CSV; "
-                     "a directory: timings.csv in it)")
+    rep.add_argument(
+        "--check",
+        choices=["bitwise", "close"],
+        default="bitwise",
+        help="bitwise: the final parameters are the run's bits (same backend); close: every step "
+        "agrees with the same step on the run's backend, given the same inputs (another backend)",
+    )
+    rep.add_argument(
+        "--rtol",
+        type=float,
+        default=1e-5,
+        help="--check close: a step's arrays may differ by atol + rtol * max|reference| (default 1e-5)",
+    )
+    rep.add_argument(
+        "--atol", type=float, default=1e-6, help="absolute tolerance for --check close (default 1e-6)"
+    )
+    rep.add_argument(
+        "--matmul-precision",
+        choices=["default", "high", "highest"],
+        default="highest",
+        help="jax.default_matmul_precision for the replay (default: highest, float32 products as "
+        "on CPU; 'default' lets a GPU use TF32)",
+    )
+    rep.add_argument(
+        "--timings",
+        help="write every gradient call's real and simulated time here (.parquet, else CSV; "
+        "a directory: timings.csv in it)",
+    )
     rep.set_defaults(handler=_replay)
     sw = sub.add_parser("sweep", help="run a Cartesian grid over scenario fields (resumable)")
     sw.add_argument("scenario")
-    sw.add_argument("--grid", action="append", default=[], metavar="PATH=V1,V2",
-                    help="a field and its values, e.g. --grid strategy.lr=0.01,0.1 (repeatable)")
-    sw.add_argument("--set", dest="sets", action="append", default=[], metavar="PATH=VALUE",
-                    help="override a scenario field in every run, e.g. --set stop.max_updates=200 (repeatable)")
-    sw.add_argument("--seeds", metavar="N|S1,S2", help=SEEDS_HELP.format(what="every combination") + "; the same as --grid seed=...")
-    sw.add_argument("--jobs", type=int, default=1, help="runs at once, in separate processes (local executor)")
-    sw.add_argument("--executor", choices=["local", "ray"], default="local",
-                    help="local: this machine's processes; ray: Ray tasks, on the cluster RAY_ADDRESS names "
-                         "or a Ray started here (needs pip install -e \".[ray]\" in fred's checkout)")
+    sw.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="PATH=V1,V2",
+        help="a field and its values, e.g. --grid strategy.lr=0.01,0.1 (repeatable)",
+    )
+    sw.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a scenario field in every run, e.g. --set stop.max_updates=200 (repeatable)",
+    )
+    sw.add_argument(
+        "--seeds",
+        metavar="N|S1,S2",
+        help=SEEDS_HELP.format(what="every combination") + "; the same as --grid seed=...",
+    )
+    sw.add_argument(
+        "--jobs", type=int, default=1, help="runs at once, in separate processes (local executor)"
+    )
+    sw.add_argument(
+        "--executor",
+        choices=["local", "ray"],
+        default="local",
+        help="local: this machine's processes; ray: Ray tasks, on the cluster RAY_ADDRESS names "
+        'or a Ray started here (needs pip install -e ".[ray]" in fred\'s checkout)',
+    )
     sw.add_argument("--runs", default="runs", help="where runs are stored and reused (default: runs/)")
-    sw.add_argument("--out", help="the gathered table, or a folder to write sweep.parquet in (default: "
-                    "RUNS/sweep-NAME.parquet, NAME the scenario file's name without .yaml, in the --runs "
-                    "folder beside the sweep's runs)")
-    sw.add_argument("--per-seed", action="store_true",
-                    help="print a row for each run; without it, runs that differ only by their seed are one row "
-                         "(mean ± sd over the seeds), as fred compare prints them")
+    sw.add_argument(
+        "--out",
+        help="the gathered table, or a folder to write sweep.parquet in (default: "
+        "RUNS/sweep-NAME.parquet, NAME the scenario file's name without .yaml, in the --runs "
+        "folder beside the sweep's runs)",
+    )
+    sw.add_argument(
+        "--per-seed",
+        action="store_true",
+        help="print a row for each run; without it, runs that differ only by their seed are one row "
+        "(mean ± sd over the seeds), as fred compare prints them",
+    )
     sw.add_argument("--memory-limit-gb", type=float, metavar="N", help=MEMORY_HELP)
     sw.add_argument("--no-user-code", action="store_true", help=NO_USER_CODE_HELP)
     sw.set_defaults(handler=_sweep)
     trace = sub.add_parser("trace", help="export the event timeline as Chrome trace-event JSON (Perfetto)")
     trace.add_argument("run_dir")
-    trace.add_argument("-o", "--output", help="output file, or a directory to write trace.json in (default: RUN_DIR/trace.json)")
+    trace.add_argument(
+        "-o",
+        "--output",
+        help="output file, or a directory to write trace.json in (default: RUN_DIR/trace.json)",
+    )
     trace.set_defaults(handler=_trace)
-    fit = sub.add_parser("fit", help="fit named scenario constants to measured seconds per iteration; write them as a profile")
-    fit.add_argument("measurements", help="a CSV with columns scenario,measured_s: a scenario file (relative to the CSV's "
-                     "folder, or absolute) and the seconds one iteration took on the real cluster")
-    fit.add_argument("--fit", dest="paths", required=True, metavar="PATH[=START],...",
-                     help="the constants to fit, as --set names them, e.g. network.bandwidth_bps,network.latency_s; "
-                          "=START to start elsewhere than the scenarios' value")
-    fit.add_argument("--holdout", default="", metavar="ROW,...",
-                     help="rows predicted but not fitted on: row numbers (1 is the first under the header) or scenarios")
-    fit.add_argument("--iterations", type=int, default=20, metavar="N",
-                     help="a prediction times N iterations of every worker (default 20)")
-    fit.add_argument("--warmup", type=int, default=5, metavar="N",
-                     help="after N iterations left out, as a measured steady-state time leaves out the start (default 5)")
-    fit.add_argument("--max-evals", type=int, default=200, metavar="N",
-                     help="stop after N evaluations of the fitted rows (default 200)")
+    fit = sub.add_parser(
+        "fit", help="fit named scenario constants to measured seconds per iteration; write them as a profile"
+    )
+    fit.add_argument(
+        "measurements",
+        help="a CSV with columns scenario,measured_s: a scenario file (relative to the CSV's "
+        "folder, or absolute) and the seconds one iteration took on the real cluster",
+    )
+    fit.add_argument(
+        "--fit",
+        dest="paths",
+        required=True,
+        metavar="PATH[=START],...",
+        help="the constants to fit, as --set names them, e.g. network.bandwidth_bps,network.latency_s; "
+        "=START to start elsewhere than the scenarios' value",
+    )
+    fit.add_argument(
+        "--holdout",
+        default="",
+        metavar="ROW,...",
+        help="rows predicted but not fitted on: row numbers (1 is the first under the header) or scenarios",
+    )
+    fit.add_argument(
+        "--iterations",
+        type=int,
+        default=20,
+        metavar="N",
+        help="a prediction times N iterations of every worker (default 20)",
+    )
+    fit.add_argument(
+        "--warmup",
+        type=int,
+        default=5,
+        metavar="N",
+        help="after N iterations left out, as a measured steady-state time leaves out the start (default 5)",
+    )
+    fit.add_argument(
+        "--max-evals",
+        type=int,
+        default=200,
+        metavar="N",
+        help="stop after N evaluations of the fitted rows (default 200)",
+    )
     fit.add_argument("-o", "--output", default="fit.yaml", help="the profile to write (default: fit.yaml)")
     fit.set_defaults(handler=_fit)
     for command in sub.choices.values():  # after the command too: fred run S.yaml --debug
@@ -387,8 +574,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-DEBUG_HELP = ("a bug in fred (exit status 3) prints its traceback here, not only the line that says where "
-              "it is kept")
+DEBUG_HELP = (
+    "a bug in fred (exit status 3) prints its traceback here, not only the line that says where it is kept"
+)
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -408,8 +596,10 @@ def _refuse_user_code(scenarios: Sequence[Scenario], where: str) -> None:
     for scenario in scenarios:
         named = names_user_code(scenario)
         if named:
-            raise Refusal(f"{where}: {' and '.join(named)} would be imported and run, and --no-user-code refuses "
-                             "user code; leave --no-user-code out only if you trust that code")
+            raise Refusal(
+                f"{where}: {' and '.join(named)} would be imported and run, and --no-user-code refuses "
+                "user code; leave --no-user-code out only if you trust that code"
+            )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -458,12 +648,16 @@ def _replaceable(out: Path, option: str = "--out") -> None:
     if not out.is_dir() or out.is_symlink():  # a link or a file: check_out says why not
         return
     if os.path.ismount(out):
-        raise Refusal(f"{option} {out} is a mount point, and the run directory is renamed into place when "
-                      f"it is written, which a mount point refuses: give a folder inside it, "
-                      f"e.g. --out {out / 'run'}")
+        raise Refusal(
+            f"{option} {out} is a mount point, and the run directory is renamed into place when "
+            f"it is written, which a mount point refuses: give a folder inside it, "
+            f"e.g. --out {out / 'run'}"
+        )
     if not os.access(out, os.W_OK):  # read-only: its permissions, or a read-only file system even for root
-        raise Refusal(f"{option} {out} is not writable, and the run directory replaces it when it is "
-                      "written: give another --out")
+        raise Refusal(
+            f"{option} {out} is not writable, and the run directory replaces it when it is "
+            "written: give another --out"
+        )
 
 
 def _status(summary: dict, out: Path) -> int:
@@ -490,6 +684,7 @@ def _resume(args: argparse.Namespace) -> int:
         raise Refusal("--resume takes only the run directory: the scenario is the checkpoint's")
     _replaceable(Path(args.resume), "--resume")
     _stop_says(args, Path(args.resume))
+
     def restarting(reason: str) -> None:  # said before the long part, not after it
         if not args.quiet:
             print(f"resuming: running from the start ({reason})", file=sys.stderr)
@@ -515,8 +710,16 @@ def _compare(args: argparse.Namespace) -> int:
 
         for item in scenario_files(args.items):
             _refuse_user_code([load_scenario(item, args.sets, seed) for seed in seeds or [None]], item)
-    table, ran = compare(args.items, Path(args.out), Path(args.runs), args.target_loss, lambda s: _progress(s, show), args.sets,
-                         seeds, args.per_seed)
+    table, ran = compare(
+        args.items,
+        Path(args.out),
+        Path(args.runs),
+        args.target_loss,
+        lambda s: _progress(s, show),
+        args.sets,
+        seeds,
+        args.per_seed,
+    )
     print(readable_table(table, shutil.get_terminal_size().columns))
     runs = int(table["n_seeds"].sum()) if "n_seeds" in table.columns else len(table)
     print(f"\n{count(ran, 'run')} made, {runs - ran:,} reused; table and plots in {args.out}/")
@@ -533,8 +736,10 @@ def _calibrate(args: argparse.Namespace) -> int:
     measured = measure(scenario, args.backend, args.repeats, args.warmup)
     path = write_profile(measured, output)
     print(
-        f"{measured['device']}: median {measured['median_s'] * 1e3:.3f} ms per batch of {measured['batch_size']} "
-        f"(p10 {measured['p10_s'] * 1e3:.3f}, p90 {measured['p90_s'] * 1e3:.3f}, {measured['repeats']} repeats)\n"
+        f"{measured['device']}: median {measured['median_s'] * 1e3:.3f} ms per batch of "
+        f"{measured['batch_size']} "
+        f"(p10 {measured['p10_s'] * 1e3:.3f}, p90 {measured['p90_s'] * 1e3:.3f}, {measured['repeats']} "
+        "repeats)\n"
         f"wrote {path}; use it with  cluster: {{compute: {{profile: {path}}}}}"
     )
     return 0
@@ -544,21 +749,31 @@ def _replay(args: argparse.Namespace) -> int:
     from fred.tools.formats import count, seconds
     from fred.tools.replay import replay
 
-    timings = output_file(args.timings, "timings.csv", (args.run_dir,)) if args.timings else None  # fail at once
+    timings = (
+        output_file(args.timings, "timings.csv", (args.run_dir,)) if args.timings else None
+    )  # fail at once
     if timings is not None:
         args.writing = f"{timings} is written whole or not at all"  # for the message after a Ctrl-C
     with _count_bar(f"replay {Path(args.run_dir).name}", sys.stderr.isatty()) as progress:
-        report = replay(args.run_dir, args.backend, args.check, args.rtol, args.atol, args.matmul_precision, progress)
+        report = replay(
+            args.run_dir, args.backend, args.check, args.rtol, args.atol, args.matmul_precision, progress
+        )
     for note in report.notes:
         print(f"note: {note}", file=sys.stderr)
     grads = report.gradients
     warm = grads[~grads["compiled"]]
-    print(f"replayed {report.replayed_calls:,} of {count(report.recorded_calls, 'recorded call')} on {report.device} "
-          f"in {seconds(report.wall_s)} (calls the final parameters do not depend on are skipped)")
+    print(
+        f"replayed {report.replayed_calls:,} of {count(report.recorded_calls, 'recorded call')} on "
+        f"{report.device} "
+        f"in {seconds(report.wall_s)} (calls the final parameters do not depend on are skipped)"
+    )
     if len(warm):
-        print(f"{count(len(grads), 'gradient call')}: real median {warm['real_s'].median() * 1e3:.3f} ms "
-              f"(p90 {warm['real_s'].quantile(0.9) * 1e3:.3f}; first call of each shape, with compilation, left out), "
-              f"simulated median {warm['simulated_s'].median() * 1e3:.3f} ms per worker step")
+        print(
+            f"{count(len(grads), 'gradient call')}: real median {warm['real_s'].median() * 1e3:.3f} ms "
+            f"(p90 {warm['real_s'].quantile(0.9) * 1e3:.3f}; first call of each shape, with compilation, "
+            "left out), "
+            f"simulated median {warm['simulated_s'].median() * 1e3:.3f} ms per worker step"
+        )
     floats = lambda x: f"{x:.3g}"  # noqa: E731
     if report.steps is not None:
         print("each step against the same step on the run's backend, from the same inputs:")
@@ -590,33 +805,56 @@ def _sweep(args: argparse.Namespace) -> int:
         base = apply_overrides(read_yaml(args.scenario), list(args.sets))
         combos = expand(base, grid, args.scenario, Path(args.scenario).parent)
         _refuse_user_code([scenario for _, scenario in combos], args.scenario)
-    out = output_file(args.out, "sweep.parquet", (args.scenario,)) if args.out else None  # a bad --out: at once
+    out = (
+        output_file(args.out, "sweep.parquet", (args.scenario,)) if args.out else None
+    )  # a bad --out: at once
     table, ran = sweep(args.scenario, grid, Path(args.runs), args.jobs, args.executor, args.sets, progress)
-    if out is None:  # beside its runs, not in the working directory; the runs folder is checked and made by now
-        out = output_file(Path(args.runs) / sweep_table_name(args.scenario), "sweep.parquet", (args.scenario,))
-    write_whole(out, lambda partial: table.to_parquet(partial, index=False))  # a Ctrl-C now leaves the earlier table whole
+    if (
+        out is None
+    ):  # beside its runs, not in the working directory; the runs folder is checked and made by now
+        out = output_file(
+            Path(args.runs) / sweep_table_name(args.scenario), "sweep.parquet", (args.scenario,)
+        )
+    write_whole(
+        out, lambda partial: table.to_parquet(partial, index=False)
+    )  # a Ctrl-C now leaves the earlier table whole
     args.done = True  # the runs and the table are written: a Ctrl-C now only cuts the printing short
-    readable, _ = comparison_table(sweep_runs(out), per_seed=args.per_seed)  # fred compare's table: seeds averaged
+    readable, _ = comparison_table(
+        sweep_runs(out), per_seed=args.per_seed
+    )  # fred compare's table: seeds averaged
     print(readable_table(readable, shutil.get_terminal_size().columns))
-    print(f"\n{count(len(table), 'combination')}: {ran:,} made, {len(table) - ran:,} reused; table in {out} "
-          f"(fred compare {out} plots it)")
+    print(
+        f"\n{count(len(table), 'combination')}: {ran:,} made, {len(table) - ran:,} reused; table in {out} "
+        f"(fred compare {out} plots it)"
+    )
     return 0
 
 
 def _plot(args: argparse.Namespace) -> int:
     from fred.runs.analysis import SUMMARY_FIELDS_PLOTTED, with_summary_fields
     from fred.runs.api import load_run
-    from fred.tools.plots import loss_curves, staleness_histograms, timeline, timeline_entities
-    from fred.tools.plots import timeline_window
+    from fred.tools.plots import (
+        loss_curves,
+        staleness_histograms,
+        timeline,
+        timeline_entities,
+        timeline_window,
+    )
     from fred.tools.timeline_rows import check_workers, parse_workers
 
-    result = with_summary_fields(load_run(args.run_dir), SUMMARY_FIELDS_PLOTTED, "plot")  # before any figure is written
-    window = timeline_window(result.events, args.start_s, args.end_s, ("--from", "--to"))  # so is a bad window
+    result = with_summary_fields(
+        load_run(args.run_dir), SUMMARY_FIELDS_PLOTTED, "plot"
+    )  # before any figure is written
+    window = timeline_window(
+        result.events, args.start_s, args.end_s, ("--from", "--to")
+    )  # so is a bad window
     workers = parse_workers(args.workers) if args.workers is not None else None
     if workers is not None:  # and workers the run has not got
         check_workers(timeline_entities(result.events), workers)
     out = Path(args.out) if args.out else Path(args.run_dir) / "plots"
-    args.writing = f"{out} may hold only some of the figures (each is written whole)"  # for the message after a Ctrl-C
+    args.writing = (
+        f"{out} may hold only some of the figures (each is written whole)"  # for the message after a Ctrl-C
+    )
     losses = loss_curves([result], out, svg=args.svg)
     if not losses:
         print("note: no loss curves: the run has no evaluation losses (a timing-only run)", file=sys.stderr)
@@ -632,13 +870,27 @@ def _trace(args: argparse.Namespace) -> int:
     from fred.tools.trace import write_trace
 
     result = load_run(args.run_dir)
-    output = output_file(args.output, "trace.json", (args.run_dir,)) if args.output else Path(args.run_dir) / "trace.json"
+    output = (
+        output_file(args.output, "trace.json", (args.run_dir,))
+        if args.output
+        else Path(args.run_dir) / "trace.json"
+    )
     args.writing = f"{output} is written whole or not at all"  # for the message after a Ctrl-C
     path = write_trace(result.events, output)
     linked = int((result.events["peer"].fillna("") != "").sum())
-    twice = (f", of which {count(linked, 'transfer')} {'is' if linked == 1 else 'are'} drawn twice (on the sender's track "
-             "and the link's)") if linked else ", no transfers among them"
-    print(f"{path}: {count(len(result.events), 'event')}{twice}; open it in https://ui.perfetto.dev or chrome://tracing")
+    twice = (
+        (
+            f", of which {count(linked, 'transfer')} {'is' if linked == 1 else 'are'} drawn twice (on the "
+            "sender's track "
+            "and the link's)"
+        )
+        if linked
+        else ", no transfers among them"
+    )
+    print(
+        f"{path}: {count(len(result.events), 'event')}{twice}; open it in https://ui.perfetto.dev or "
+        "chrome://tracing"
+    )
     return 0
 
 
@@ -648,7 +900,9 @@ def _list(args: argparse.Namespace) -> int:
     strategies = registry.all_strategies()
     width = max(len(s.name) for s in strategies)  # one column, however long a name
     for strategy in strategies:
-        plugin = f"  [{strategy.source}]" if strategy.source.split(".")[0] not in registry.PLUGIN_PACKAGES else ""
+        plugin = (
+            f"  [{strategy.source}]" if strategy.source.split(".")[0] not in registry.PLUGIN_PACKAGES else ""
+        )
         print(f"{strategy.name:<{width}}  {strategy.summary}{plugin}")
     for problem in registry.problems():  # plug-ins left out; the others work
         print(f"fred list: {problem}", file=sys.stderr)
@@ -669,9 +923,16 @@ class _progress:
         stop = self.scenario.stop
         self.total = stop.max_updates if stop.max_updates is not None else stop.max_sim_time_s
         self.by_updates = stop.max_updates is not None
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-                            TimeElapsedColumn(), transient=True)
-        self.task = self.bar.add_task(self.scenario.name, total=self.total, info="loading data, building the model")
+        self.bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            transient=True,
+        )
+        self.task = self.bar.add_task(
+            self.scenario.name, total=self.total, info="loading data, building the model"
+        )
         self.bar.start()
         return self.update
 
@@ -698,7 +959,13 @@ class _count_bar:
             return None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+        self.bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            transient=True,
+        )
         self.task = self.bar.add_task(self.description, total=None)
         self.bar.start()
         return lambda done, total: self.bar.update(self.task, completed=done, total=total)
@@ -713,9 +980,14 @@ def _print_summary(summary: dict, out: Path) -> None:
     from fred.tools import formats
 
     shown: dict[str, Callable[[Any], str]] = {
-        "workers": lambda v: f"{v:,}", "updates": lambda v: f"{v:,}", "sim_time_s": formats.seconds,
-        "wall_time_s": formats.seconds, "bytes_sent": formats.bytes_, "final_eval_loss": formats.number,
-        "final_eval_accuracy": formats.percent, "mean_staleness": lambda v: formats.number(v, 3),
+        "workers": lambda v: f"{v:,}",
+        "updates": lambda v: f"{v:,}",
+        "sim_time_s": formats.seconds,
+        "wall_time_s": formats.seconds,
+        "bytes_sent": formats.bytes_,
+        "final_eval_loss": formats.number,
+        "final_eval_accuracy": formats.percent,
+        "mean_staleness": lambda v: formats.number(v, 3),
     }
     width = max(len(k) for k in SUMMARY_KEYS)
     for key in SUMMARY_KEYS:

@@ -30,7 +30,10 @@ Watch = Callable[[Scenario], ContextManager[Callable[[float, int, float], None] 
 
 
 def gather(
-    items: list[str], runs_root: Path, watch: Watch | None = None, sets: list[str] | None = None,
+    items: list[str],
+    runs_root: Path,
+    watch: Watch | None = None,
+    sets: list[str] | None = None,
     seeds: list[int] | None = None,
 ) -> tuple[list[RunResult], int]:
     """Load run directories and the runs of sweep tables (``.parquet``, from ``fred sweep``); run
@@ -80,11 +83,15 @@ def _refuse_sets_on_runs(items: list[str], sets: list[str] | None, seeds: list[i
     finished = [item for item in items if _is_finished(Path(item))]
     for flag, given in (("--set", sets), ("--seeds", seeds)):
         if given and finished:
-            raise Refusal(f"{flag} applies to scenario files, and {finished[0]} is a finished run (or a sweep's runs): "
-                             f"give its scenario.yaml instead, or compare without {flag}")
+            raise Refusal(
+                f"{flag} applies to scenario files, and {finished[0]} is a finished run (or a sweep's runs): "
+                f"give its scenario.yaml instead, or compare without {flag}"
+            )
     seeded = [item for item in sets or [] if item.partition("=")[0].strip() == "seed"]
     if seeds and seeded:
-        raise Refusal(f"--set {seeded[0]} and --seeds both choose the seed: give the seeds with --seeds alone")
+        raise Refusal(
+            f"--set {seeded[0]} and --seeds both choose the seed: give the seeds with --seeds alone"
+        )
 
 
 def _comparable(result: RunResult) -> RunResult:
@@ -131,10 +138,15 @@ def _name_apart(items: Sequence[RunResult | SeedGroup], all_flats: list[dict[str
         flats = [all_flats[i] for i in places]
         # Fields every run has (one strategy's own hyper-parameters, absent from another's, are
         # told apart by strategy.name), in the scenarios' order with the strategy's name first.
-        fields = [k for k in dict.fromkeys(k for flat in flats for k in flat) if all(k in flat for flat in flats)]
+        fields = [
+            k for k in dict.fromkeys(k for flat in flats for k in flat) if all(k in flat for flat in flats)
+        ]
         fields.sort(key=lambda k: k != "strategy.name")
         differ = [k for k in fields if len({repr(flat[k]) for flat in flats}) > 1]
-        shown = [", ".join(f"{k}={flat.get(k)}" for k in differ[:3]) + (", ..." if len(differ) > 3 else "") for flat in flats]
+        shown = [
+            ", ".join(f"{k}={flat.get(k)}" for k in differ[:3]) + (", ..." if len(differ) > 3 else "")
+            for flat in flats
+        ]
         for result, said, where in zip(same, shown, _where_needed(same, shown)):
             result.label = f"{title} ({', '.join(part for part in (said, where) if part)})"
 
@@ -169,7 +181,9 @@ def sweep_runs(table_path: str | Path) -> list[RunResult]:
     except FileNotFoundError:
         raise Refusal(f"{table_path}: no such sweep table") from None
     except Exception as err:  # pyarrow's errors for a file that is not parquet
-        raise Refusal(f"{table_path} is not a parquet table ({type(err).__name__}); give a table written by fred sweep") from None
+        raise Refusal(
+            f"{table_path} is not a parquet table ({type(err).__name__}); give a table written by fred sweep"
+        ) from None
     if "run_dir" not in table.columns:
         raise Refusal(f"{table_path} has no run_dir column, so it is not a fred sweep table")
     runs = []
@@ -187,12 +201,20 @@ def _run_dir(recorded: Path, table_path: Path) -> Path:
     for candidate in (recorded, table_path.parent / recorded):
         if candidate.is_dir():
             return candidate
-    raise Refusal(f"{table_path} lists {recorded}, which is not here: run the sweep again, or compare from where it ran")
+    raise Refusal(
+        f"{table_path} lists {recorded}, which is not here: run the sweep again, or compare from where it ran"
+    )
 
 
 def compare(
-    items: list[str], out: Path, runs_root: Path, target_loss: float | None = None, watch: Watch | None = None,
-    sets: list[str] | None = None, seeds: list[int] | None = None, per_seed: bool = False,
+    items: list[str],
+    out: Path,
+    runs_root: Path,
+    target_loss: float | None = None,
+    watch: Watch | None = None,
+    sets: list[str] | None = None,
+    seeds: list[int] | None = None,
+    per_seed: bool = False,
 ) -> tuple[pd.DataFrame, int]:
     """Write ``comparison.csv`` and the plots under ``out``; returns the table and the runs made
     (``sets``: overrides of every scenario file's fields, as ``fred run --set``; ``seeds``:
@@ -208,15 +230,21 @@ def compare(
     out = output_dir(out)  # before running anything: a refused path would lose the runs' summary
     results, ran = gather(items, runs_root, watch, sets, seeds)
     table, shown = comparison_table(results, target_loss, per_seed)
-    write_whole(out / "comparison.csv", lambda partial: table.to_csv(partial, index=False))  # an earlier table or this one, whole
+    write_whole(
+        out / "comparison.csv", lambda partial: table.to_csv(partial, index=False)
+    )  # an earlier table or this one, whole
     loss_curves(shown, out, target_loss)  # with SVGs: line plots of a few kB, unlike a timeline's
-    loss_vs_examples(shown, out, target_loss)  # one x axis for updates that are not alike (an SSGD round, an ASGD gradient)
+    loss_vs_examples(
+        shown, out, target_loss
+    )  # one x axis for updates that are not alike (an SSGD round, an ASGD gradient)
     staleness_histograms(shown, out)
     return table, ran
 
 
 def comparison_table(
-    results: list[RunResult], target_loss: float | None = None, per_seed: bool = False,
+    results: list[RunResult],
+    target_loss: float | None = None,
+    per_seed: bool = False,
 ) -> tuple[pd.DataFrame, Sequence[RunResult | SeedGroup]]:
     """The table of ``results`` (a row per run, or per group of runs that differ only by their
     seed unless ``per_seed``), and what its rows are, for the plots."""
@@ -267,8 +295,11 @@ def strategy_settings(items: Sequence[RunResult | SeedGroup]) -> list[str]:
 def _strategy_fields(item: RunResult | SeedGroup) -> dict[str, object]:
     """The strategy's resolved fields but its name, ``{"strategy.lr": 0.1, ...}``; unset (None) ones out."""
     fields = item.flat if isinstance(item, SeedGroup) else scenario_fields(item.scenario.resolved())
-    return {k: v for k, v in fields.items()
-            if k.startswith("strategy.") and k != "strategy.name" and v is not None}
+    return {
+        k: v
+        for k, v in fields.items()
+        if k.startswith("strategy.") and k != "strategy.name" and v is not None
+    }
 
 
 def _setting(key: str, value: object) -> str:
@@ -279,8 +310,10 @@ def _setting(key: str, value: object) -> str:
 def _with_sites(table: pd.DataFrame, shown: Sequence[RunResult | SeedGroup]) -> pd.DataFrame:
     """``table`` with :data:`BETWEEN_SITES` (mean, ``_sd`` and ``_n`` over a group's seeds) where
     any run has sites; NaN for a run without."""
-    per_item = [[float(run.summary.get(BETWEEN_SITES, math.nan)) for run in getattr(item, "runs", [item])]
-                for item in shown]
+    per_item = [
+        [float(run.summary.get(BETWEEN_SITES, math.nan)) for run in getattr(item, "runs", [item])]
+        for item in shown
+    ]
     if all(math.isnan(v) for values in per_item for v in values):
         return table
     if "n_seeds" not in table.columns:
@@ -304,7 +337,11 @@ def readable_table(table: pd.DataFrame, width: int = 80) -> str:
         block.append(column)
     blocks.append(block)
     lines = "\n\n".join("\n".join(_rows(block)) for block in blocks)
-    return lines + "\n\n" + "\n".join(textwrap.fill(note, width, subsequent_indent="  ") for note in _notes(columns))
+    return (
+        lines
+        + "\n\n"
+        + "\n".join(textwrap.fill(note, width, subsequent_indent="  ") for note in _notes(columns))
+    )
 
 
 Column = tuple[str, list[str], bool]  # header (a line break where it is two words deep), cells, right-aligned
@@ -329,15 +366,24 @@ def _readable_columns(table: pd.DataFrame) -> list[Column]:
         losses = (table["final_loss"].notna() | (table["status"] != "completed")).tolist()
         columns += [
             (f"time to\nloss {target:g}", _reached(table["time_to_target_s"], losses, seconds), True),
-            (f"updates to\nloss {target:g}", _reached(table["updates_to_target"], losses, lambda v: f"{int(v):,}"), True),
+            (
+                f"updates to\nloss {target:g}",
+                _reached(table["updates_to_target"], losses, lambda v: f"{int(v):,}"),
+                True,
+            ),
         ]
     staleness = zip(table["staleness_mean"], table["staleness_p50"], table["staleness_p99"])
     between = []
     if BETWEEN_SITES in table:
         between = [("between\nsites", [_or_dash(x, bytes_) for x in table[BETWEEN_SITES]], True)]
     return columns + [
-        ("sent", [bytes_(x) for x in table["bytes_sent"]], True), *between,
-        ("staleness\nmean/p50/p99", ["-" if pd.isna(m) else f"{m:.3g} / {p:g} / {q:g}" for m, p, q in staleness], True),
+        ("sent", [bytes_(x) for x in table["bytes_sent"]], True),
+        *between,
+        (
+            "staleness\nmean/p50/p99",
+            ["-" if pd.isna(m) else f"{m:.3g} / {p:g} / {q:g}" for m, p, q in staleness],
+            True,
+        ),
     ]
 
 
@@ -367,14 +413,29 @@ def _seed_columns(table: pd.DataFrame) -> list[Column]:
     ]
     if pd.notna(target):
         columns += [
-            (f"time to\nloss {target:g}", _spread(table, "time_to_target_s", seconds, unit=" s", missing=losses), True),
-            (f"updates to\nloss {target:g}", _spread(table, "updates_to_target", count, missing=losses), True),
+            (
+                f"time to\nloss {target:g}",
+                _spread(table, "time_to_target_s", seconds, unit=" s", missing=losses),
+                True,
+            ),
+            (
+                f"updates to\nloss {target:g}",
+                _spread(table, "updates_to_target", count, missing=losses),
+                True,
+            ),
         ]
     sent = _bytes_spread(table, "bytes_sent")
     staleness = [
-        "-" if pd.isna(row["staleness_mean"]) else " / ".join(
-            plus_minus(row[c], row[f"{c}_sd"], shown) for c, shown in
-            (("staleness_mean", lambda v: f"{v:.3g}"), ("staleness_p50", lambda v: f"{v:g}"), ("staleness_p99", lambda v: f"{v:g}")))
+        "-"
+        if pd.isna(row["staleness_mean"])
+        else " / ".join(
+            plus_minus(row[c], row[f"{c}_sd"], shown)
+            for c, shown in (
+                ("staleness_mean", lambda v: f"{v:.3g}"),
+                ("staleness_p50", lambda v: f"{v:g}"),
+                ("staleness_p99", lambda v: f"{v:g}"),
+            )
+        )
         for _, row in table.iterrows()
     ]
     between = []
@@ -385,18 +446,26 @@ def _seed_columns(table: pd.DataFrame) -> list[Column]:
 
 def _bytes_spread(table: pd.DataFrame, column: str) -> list[str]:
     """Each group's bytes as mean ± sd in one unit (``1.2 ± 0.1 GB``), "-" where none."""
-    return [plus_minus(m, sd, bytes_, byte_unit(m)[1], f" {byte_unit(m)[0]}") if pd.notna(m) else "-"
-            for m, sd in zip(table[column], table[f"{column}_sd"])]
+    return [
+        plus_minus(m, sd, bytes_, byte_unit(m)[1], f" {byte_unit(m)[0]}") if pd.notna(m) else "-"
+        for m, sd in zip(table[column], table[f"{column}_sd"])
+    ]
 
 
 def _spread(
-    table: pd.DataFrame, column: str, alone: Callable[[float], str], scale: float = 1.0, unit: str = "",
+    table: pd.DataFrame,
+    column: str,
+    alone: Callable[[float], str],
+    scale: float = 1.0,
+    unit: str = "",
     missing: list[bool] | None = None,
 ) -> list[str]:
     """Each group's ``column`` as mean ± sd, with ``(k of n)`` where only k of its n seeds have
     it; where none has it, "-", or "never" where ``missing`` says the seeds had losses."""
     cells = []
-    for i, (mean, sd, have, seeds) in enumerate(zip(table[column], table[f"{column}_sd"], table[f"{column}_n"], table["n_seeds"])):
+    for i, (mean, sd, have, seeds) in enumerate(
+        zip(table[column], table[f"{column}_sd"], table[f"{column}_n"], table["n_seeds"])
+    ):
         if have == 0:
             cells.append("never" if missing is not None and missing[i] else "-")
             continue
@@ -428,7 +497,9 @@ def _rows(block: list[Column]) -> list[str]:
     widths = [_column_width(header, cells) for header, cells, _ in block]
 
     def line(texts: Sequence[str]) -> str:
-        return "  ".join(t.rjust(w) if right else t.ljust(w) for t, w, (_, _, right) in zip(texts, widths, block)).rstrip()
+        return "  ".join(
+            t.rjust(w) if right else t.ljust(w) for t, w, (_, _, right) in zip(texts, widths, block)
+        ).rstrip()
 
     headers = [header.split("\n") for header, _, _ in block]
     deep = max(map(len, headers))
@@ -439,18 +510,28 @@ def _rows(block: list[Column]) -> list[str]:
 def _notes(columns: list[Column]) -> list[str]:
     """What the table's words and units mean, said once under it, where it uses them."""
     cells = {cell for _, column, _ in columns for cell in column}
-    notes = ["updates: model updates as each strategy makes them (an SSGD round of n workers' gradients is one, and so "
-             "is one ASGD gradient); the plot loss_vs_examples compares runs by the examples they computed instead",
-             "sent: bytes on the network, in decimal units (1 MB = 10^6 bytes, 1 GB = 10^9)"]
+    notes = [
+        "updates: model updates as each strategy makes them (an SSGD round of n workers' gradients is one, "
+        "and so "
+        "is one ASGD gradient); the plot loss_vs_examples compares runs by the examples they computed "
+        "instead",
+        "sent: bytes on the network, in decimal units (1 MB = 10^6 bytes, 1 GB = 10^9)",
+    ]
     if any(header == "between\nsites" for header, _, _ in columns):
-        notes.append("between sites: the part of sent that crossed the wide-area links between sites "
-                     "(network.sites)")
+        notes.append(
+            "between sites: the part of sent that crossed the wide-area links between sites (network.sites)"
+        )
     if any(header == "seeds" for header, _, _ in columns):
-        notes.append("seeds: runs that differ only by their seed, as one row; a ± b: the mean over the seeds ± their "
-                     "standard deviation (sample, n - 1); a number alone is the same for every seed")
+        notes.append(
+            "seeds: runs that differ only by their seed, as one row; a ± b: the mean over the seeds ± their "
+            "standard deviation (sample, n - 1); a number alone is the same for every seed"
+        )
     if any(re.search(r"\(\d+ of \d+\)$", cell) for cell in cells):
-        notes.append("(k of n): over the k seeds that have the number; the others have none (diverged, or timing-only) "
-                     "or never reached the target loss")
+        notes.append(
+            "(k of n): over the k seeds that have the number; the others have none (diverged, or "
+            "timing-only) "
+            "or never reached the target loss"
+        )
     if "never" in cells:
         notes.append("never: the run's eval loss did not reach the target loss")
     if "-" in cells:

@@ -16,7 +16,14 @@ from pydantic_core import PydanticUndefined
 
 from fred.scenario.schema import Scenario
 
-_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "at least {} entries", "max_length": "at most {} entries"}
+_BOUNDS = {
+    "gt": ">",
+    "ge": ">=",
+    "lt": "<",
+    "le": "<=",
+    "min_length": "at least {} entries",
+    "max_length": "at most {} entries",
+}
 
 
 def _bounds(metadata: list[Any]) -> list[str]:
@@ -114,7 +121,13 @@ def scenario_reference() -> str:
     for model in _nested_models(Scenario):
         if model.__name__ == "StrategyConfig":
             continue
-        lines += ["", f"## {model.__name__}", "", (model.__doc__ or "").strip().splitlines()[0] if model.__doc__ else "", ""]
+        lines += [
+            "",
+            f"## {model.__name__}",
+            "",
+            (model.__doc__ or "").strip().splitlines()[0] if model.__doc__ else "",
+            "",
+        ]
         lines += model_table(model)
     lines += ["", "## Strategies", ""]
     for strategy in registry.all_strategies():
@@ -126,7 +139,12 @@ def cli_reference() -> str:
     from fred.tools.cli import _parser
 
     parser = _parser()
-    lines = ["# Command line (generated)", "", "Generated from `fred --help` when the documentation is built.", ""]
+    lines = [
+        "# Command line (generated)",
+        "",
+        "Generated from `fred --help` when the documentation is built.",
+        "",
+    ]
     lines += ["```text", parser.format_help().rstrip(), "```", ""]
     subparsers = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     for name, sub in subparsers.choices.items():

@@ -34,13 +34,18 @@ def with_examples(run) -> pd.DataFrame:
 
 
 def loss_vs_examples(
-    results: Sequence, out: Path, target_loss: float | None = None, svg: bool = True,
+    results: Sequence,
+    out: Path,
+    target_loss: float | None = None,
+    svg: bool = True,
 ) -> list[Path]:
     """``loss_vs_examples.png`` (and ``.svg`` unless ``svg=False``): a line per run with losses (a group of
     runs that differ only by seed: their mean, in a band from the least to the greatest), the
     target loss and the data's loss floor, as the other loss curves are drawn; no figure when no
     run has losses (timing-only runs)."""
-    with_losses = [r for r in results if any(run.metrics["eval_loss"].notna().any() for run in plots._runs(r))]
+    with_losses = [
+        r for r in results if any(run.metrics["eval_loss"].notna().any() for run in plots._runs(r))
+    ]
     if not with_losses:
         return []
     fig = Figure(figsize=(7, 4.5))
@@ -53,11 +58,31 @@ def loss_vs_examples(
             ax.plot(grid, mean, label=f"{plots._label(r)}: mean of {len(runs)} seeds", **style)
             ax.fill_between(grid, low, high, color=style["color"], alpha=plots.BAND_ALPHA, linewidth=0)
         else:
-            ax.plot(runs[0].metrics["examples"], runs[0].metrics["eval_loss"], marker=".", label=plots._label(r), **style)
+            ax.plot(
+                runs[0].metrics["examples"],
+                runs[0].metrics["eval_loss"],
+                marker=".",
+                label=plots._label(r),
+                **style,
+            )
     if any(len(plots._runs(r)) > 1 for r in with_losses):
-        ax.fill_between([], [], [], color="0.5", alpha=plots.BAND_ALPHA, linewidth=0, label="band: least to greatest of the seeds")
+        ax.fill_between(
+            [],
+            [],
+            [],
+            color="0.5",
+            alpha=plots.BAND_ALPHA,
+            linewidth=0,
+            label="band: least to greatest of the seeds",
+        )
     if target_loss is not None:
-        ax.axhline(target_loss, color="0.25", linestyle=(0, (5, 3)), linewidth=1, label=f"target loss {target_loss:g}")
+        ax.axhline(
+            target_loss,
+            color="0.25",
+            linestyle=(0, (5, 3)),
+            linewidth=1,
+            label=f"target loss {target_loss:g}",
+        )
     plots._loss_floor(ax, with_losses)
     ax.set(xlabel=XLABEL, ylabel="eval loss", yscale="log", title=f"{plots.LOSS_LOG} vs examples computed")
     ax.set_xlim(left=0)

@@ -52,8 +52,8 @@ from fred.scenario import registry
 from fred.scenario.errors import Refusal
 from fred.scenario.loading import ScenarioError, get_path, include_profiles, read_yaml, set_path, validate
 from fred.scenario.schema import Scenario
-from fred.tools.formats import count
 from fred.scenario.yaml_reading import read_text, shown
+from fred.tools.formats import count
 
 COLUMNS = ("scenario", "measured_s")
 
@@ -67,12 +67,21 @@ class Bound(NamedTuple):
 
 
 PLAUSIBLE: dict[str, Bound] = {  # a fitted value outside is a warning: the model is missing something
-    "latency_s": Bound(0.0, 1e-3, "per-message latency: above 1 ms is a wide-area link, not a datacenter one"),
-    "bandwidth_bps": Bound(1.25e6, 50e9, "bytes per second: 10 Mbit/s to 400 Gbit/s, the slowest and fastest links in use"),
+    "latency_s": Bound(
+        0.0, 1e-3, "per-message latency: above 1 ms is a wide-area link, not a datacenter one"
+    ),
+    "bandwidth_bps": Bound(
+        1.25e6, 50e9, "bytes per second: 10 Mbit/s to 400 Gbit/s, the slowest and fastest links in use"
+    ),
     "efficiency": Bound(0.0, 1.0, "share of the line rate the transport reaches: in (0, 1]"),
-    "host_overhead_s": Bound(0.0, 1.0, "host time per step (framework, copies, data loading): above 1 s is not overhead"),
+    "host_overhead_s": Bound(
+        0.0, 1.0, "host time per step (framework, copies, data loading): above 1 s is not overhead"
+    ),
 }
-LINKS = ("network.", "network.server.")  # the links between machines (a node's own links, NVLink say, are faster)
+LINKS = (
+    "network.",
+    "network.server.",
+)  # the links between machines (a node's own links, NVLink say, are faster)
 
 
 def bound_for(path: str) -> Bound | None:
@@ -99,17 +108,26 @@ def read_measurements(csv_path: str | Path) -> list[Row]:
     """The CSV's rows, each checked: a scenario file that exists and a positive, finite time."""
     source = str(csv_path)
     if not str(csv_path).strip():
-        raise ScenarioError(["the measurements file is ''; give a CSV with columns scenario,measured_s"], "fred fit")
+        raise ScenarioError(
+            ["the measurements file is ''; give a CSV with columns scenario,measured_s"], "fred fit"
+        )
     try:
         text = read_text(csv_path)
     except ValueError as err:
         raise ScenarioError([f"{err}; give a CSV with columns scenario,measured_s"], source) from None
     reader = csv.DictReader(io.StringIO(text))
-    header = [name.strip().lstrip("\ufeff") for name in reader.fieldnames or []]  # a spreadsheet's byte-order mark
+    header = [
+        name.strip().lstrip("\ufeff") for name in reader.fieldnames or []
+    ]  # a spreadsheet's byte-order mark
     missing = [c for c in COLUMNS if c not in header]
     if missing:
-        raise ScenarioError([f"no {' or '.join(missing)} column (the header is {shown(','.join(header))}); "
-                             "the first line names the columns: scenario,measured_s"], source)
+        raise ScenarioError(
+            [
+                f"no {' or '.join(missing)} column (the header is {shown(','.join(header))}); "
+                "the first line names the columns: scenario,measured_s"
+            ],
+            source,
+        )
     reader.fieldnames = header
     folder = Path(csv_path).parent
     rows, problems = [], []
@@ -118,12 +136,20 @@ def read_measurements(csv_path: str | Path) -> list[Row]:
         where = f"row {number} ({label or 'no scenario'})"
         path = folder / label
         if not label:
-            problems.append(f"{where}: the scenario is empty; give a scenario file, relative to {folder}/ or absolute")
+            problems.append(
+                f"{where}: the scenario is empty; give a scenario file, relative to {folder}/ or absolute"
+            )
         elif not path.is_file():
-            problems.append(f"{where}: no such file: {path}; a scenario path is relative to the CSV's folder ({folder}/) or absolute")
+            problems.append(
+                f"{where}: no such file: {path}; a scenario path is relative to the CSV's folder ({folder}/) "
+                "or absolute"
+            )
         measured = _seconds(raw)
         if measured is None:
-            problems.append(f"{where}: measured_s is {shown(raw)}; give the measured seconds per iteration, a positive number")
+            problems.append(
+                f"{where}: measured_s is {shown(raw)}; give the measured seconds per iteration, a positive "
+                "number"
+            )
         rows.append(Row(number, label, path, measured or math.nan))
     if not rows and not problems:
         problems.append("no rows under the header; give one row per measured scenario: scenario,measured_s")
@@ -148,14 +174,24 @@ def parse_fit(spec: str) -> dict[str, float | None]:
     for item in (part.strip() for part in spec.split(",")):
         path, eq, raw = (p.strip() for p in item.partition("="))
         if not path or any(not key for key in path.split(".")):
-            raise ScenarioError([f"--fit {shown(spec)}: give comma-separated dotted paths, e.g. "
-                                 "--fit network.bandwidth_bps,network.latency_s"], "--fit")
+            raise ScenarioError(
+                [
+                    f"--fit {shown(spec)}: give comma-separated dotted paths, e.g. "
+                    "--fit network.bandwidth_bps,network.latency_s"
+                ],
+                "--fit",
+            )
         if path in paths:
             raise ScenarioError([f"--fit: {path} is named twice; name each constant once"], "--fit")
         start = _seconds(raw) if eq else None
         if eq and start is None:
-            raise ScenarioError([f"--fit {item}: the start {shown(raw)} is not a positive number; give one, "
-                                 f"e.g. {path}=1e-3, or leave =... out to start from the scenarios' value"], "--fit")
+            raise ScenarioError(
+                [
+                    f"--fit {item}: the start {shown(raw)} is not a positive number; give one, "
+                    f"e.g. {path}=1e-3, or leave =... out to start from the scenarios' value"
+                ],
+                "--fit",
+            )
         paths[path] = start
     return paths
 
@@ -166,8 +202,13 @@ def parse_holdout(spec: str, rows: list[Row]) -> list[Row]:
     for item in (part.strip() for part in spec.split(",") if part.strip()):
         hits = [r.number for r in rows if (item.isdigit() and int(item) == r.number) or item == r.label]
         if not hits:
-            raise ScenarioError([f"--holdout {item}: no such row; give row numbers 1..{len(rows)} (1 is the first "
-                                 "row under the header) or scenarios as the CSV names them"], "--holdout")
+            raise ScenarioError(
+                [
+                    f"--holdout {item}: no such row; give row numbers 1..{len(rows)} (1 is the first "
+                    "row under the header) or scenarios as the CSV names them"
+                ],
+                "--holdout",
+            )
         held += hits
     return [Row(r.number, r.label, r.path, r.measured_s, r.number in held) for r in rows]
 
@@ -179,7 +220,9 @@ class Predictor:
     def __init__(self, rows: list[Row], paths: list[str], iterations: int, warmup: int = 0):
         self.rows, self.paths, self.iterations, self.warmup = rows, paths, iterations, warmup
         self.base = {r.number: read_yaml(r.path) for r in rows}
-        self.updates_per_step: dict[int, float] = {}  # updates per gradient step of each worker: 1, workers, 1/sync_every
+        self.updates_per_step: dict[
+            int, float
+        ] = {}  # updates per gradient step of each worker: 1, workers, 1/sync_every
         self.cache: dict[tuple[int, tuple[float, ...]], float] = {}
 
     def scenario(self, row: Row, values: tuple[float, ...], stop_updates: int) -> Scenario:
@@ -190,10 +233,14 @@ class Predictor:
         for path, value in zip(self.paths, values):
             set_path(data, path, value)
         strategy = data.get("strategy", {}).get("name") if isinstance(data.get("strategy"), dict) else None
-        timing_only = isinstance(strategy, str) and strategy in registry.names() and registry.get(strategy).timing_only
+        timing_only = (
+            isinstance(strategy, str) and strategy in registry.names() and registry.get(strategy).timing_only
+        )
         workload = data.get("workload") if isinstance(data.get("workload"), dict) else {}
         data["workload"] = {**workload, "timing_only": timing_only}
-        data["stop"] = {"max_updates": stop_updates}  # the scenario's own stop trains; the fit times iterations
+        data["stop"] = {
+            "max_updates": stop_updates
+        }  # the scenario's own stop trains; the fit times iterations
         data["eval"] = {"every_updates": stop_updates}  # evaluation takes no simulated time: once is enough
         return validate(data, where)
 
@@ -201,7 +248,9 @@ class Predictor:
         """Simulated seconds per iteration of ``row`` with ``values`` (see the module's docstring)."""
         key = (row.number, values)
         if key not in self.cache:
-            if row.number not in self.updates_per_step:  # once per row: it is the strategy's, not the constants'
+            if (
+                row.number not in self.updates_per_step
+            ):  # once per row: it is the strategy's, not the constants'
                 self.updates_per_step[row.number] = self._updates_per_step(row, values)
             per_step = self.updates_per_step[row.number]
             warm_updates = math.ceil(self.warmup * per_step) if self.warmup else 0
@@ -228,8 +277,10 @@ class Predictor:
         result = run(self.scenario(row, values, stop_updates))
         summary, counted = result.summary, timed(result)
         if summary["status"] != "completed" or not counted.steps or not counted.gradients:
-            raise Refusal(f"{row.label} (row {row.number}) did not run to its end ({summary['status']}: "
-                             f"{summary.get('failure') or summary.get('stop_reason')}) with {self.describe(values)}")
+            raise Refusal(
+                f"{row.label} (row {row.number}) did not run to its end ({summary['status']}: "
+                f"{summary.get('failure') or summary.get('stop_reason')}) with {self.describe(values)}"
+            )
         return counted
 
     def describe(self, values: tuple[float, ...]) -> str:
@@ -257,10 +308,14 @@ def timed(result: Any) -> Timed:
     """A :class:`~fred.runs.runner.RunResult`'s :class:`Timed`, as a prediction reads it."""
     summary = result.summary
     steps = int((result.events["kind"] == "compute").sum())
-    return Timed(float(summary["sim_time_s"]), steps, summary["workers"], summary["updates"], summary["gradients"])
+    return Timed(
+        float(summary["sim_time_s"]), steps, summary["workers"], summary["updates"], summary["gradients"]
+    )
 
 
-def starting_values(rows: list[Row], paths: dict[str, float | None], predictor: Predictor) -> tuple[tuple[float, ...], list[str]]:
+def starting_values(
+    rows: list[Row], paths: dict[str, float | None], predictor: Predictor
+) -> tuple[tuple[float, ...], list[str]]:
     """Where the fit starts, and notes; every path checked in every row's resolved scenario
     (the same problem in each row is said once)."""
     problems: dict[str, str] = {}
@@ -283,15 +338,19 @@ def starting_values(rows: list[Row], paths: dict[str, float | None], predictor: 
         values.append(start if start is not None else found[0][0])
         if start is None and len(found) > 1:
             shown_values = ", ".join(f"{v:g} in {label}" for v, label in found[:4])
-            notes.append(f"{path} differs among the rows ({shown_values}); the fit gives every row one value, "
-                         f"starting from {found[0][0]:g}")
+            notes.append(
+                f"{path} differs among the rows ({shown_values}); the fit gives every row one value, "
+                f"starting from {found[0][0]:g}"
+            )
     return tuple(values), notes
 
 
 _MISSING = object()
 
 
-def _not_fittable(path: str, value: Any, row: Row, resolved: dict[str, Any], start: float | None) -> str | None:
+def _not_fittable(
+    path: str, value: Any, row: Row, resolved: dict[str, Any], start: float | None
+) -> str | None:
     """Why ``path`` cannot be fitted in ``row``'s scenario, or None."""
     where = f"--fit {path}: in {row.label} (row {row.number})"
     if value is _MISSING:
@@ -299,16 +358,39 @@ def _not_fittable(path: str, value: Any, row: Row, resolved: dict[str, Any], sta
         parent = get_path(resolved, head) if head else resolved
         if isinstance(parent, dict):
             close = difflib.get_close_matches(key, [str(k) for k in parent], n=1)
-            hint = f"did you mean {head + '.' if head else ''}{close[0]}?" if close else f"{head or 'the top level'} has {', '.join(map(str, parent))}"
+            hint = (
+                f"did you mean {head + '.' if head else ''}{close[0]}?"
+                if close
+                else f"{head or 'the top level'} has {', '.join(map(str, parent))}"
+            )
             return f"{where} there is no such field; {hint}"
-        return f"{where} there is no such field ({head} is {shown(parent)}); give a dotted path as --set takes, e.g. network.bandwidth_bps"
-    if any(isinstance(get_path(resolved, ".".join(path.split(".")[:i])), list) for i in range(1, path.count(".") + 1)):
-        return f"{where} the path goes through a list; fit a field of a section (a profile cannot hold a list's item)"
+        return (
+            f"{where} there is no such field ({head} is {shown(parent)}); give a dotted path as --set takes, "
+            "e.g. network.bandwidth_bps"
+        )
+    if any(
+        isinstance(get_path(resolved, ".".join(path.split(".")[:i])), list)
+        for i in range(1, path.count(".") + 1)
+    ):
+        return (
+            f"{where} the path goes through a list; fit a field of a section (a profile cannot hold a list's "
+            "item)"
+        )
     if not isinstance(value, float):
-        kind = "an integer (a count, not a constant to fit)" if isinstance(value, int) and not isinstance(value, bool) else shown(value)
-        return f"{where} the value is {kind}, not a number to fit; fit a constant such as network.bandwidth_bps or network.latency_s"
+        kind = (
+            "an integer (a count, not a constant to fit)"
+            if isinstance(value, int) and not isinstance(value, bool)
+            else shown(value)
+        )
+        return (
+            f"{where} the value is {kind}, not a number to fit; fit a constant such as network.bandwidth_bps "
+            "or network.latency_s"
+        )
     if value <= 0 and start is None:
-        return f"{where} the value is {value:g}, and a fit on log values needs a positive start: give one, e.g. --fit {path}=1e-3"
+        return (
+            f"{where} the value is {value:g}, and a fit on log values needs a positive start: give one, e.g. "
+            f"--fit {path}=1e-3"
+        )
     return None
 
 
@@ -331,7 +413,9 @@ TINY_GAIN = 1e-9  # a step lowering the squared error by less than this share of
 
 
 def least_squares(
-    residuals: Callable[[np.ndarray], np.ndarray | None], x0: np.ndarray, max_evals: int,
+    residuals: Callable[[np.ndarray], np.ndarray | None],
+    x0: np.ndarray,
+    max_evals: int,
     tell: Callable[[str], None] = lambda line: None,
 ) -> Solution:
     """Minimise ``|residuals(x)|^2`` from ``x0`` by Levenberg-Marquardt with forward differences;
@@ -356,7 +440,9 @@ def least_squares(
             scale = np.diag(normal) + 1e-12
             step = np.linalg.solve(normal + lam * np.diag(scale), -gradient)
             step *= min(1.0, MAX_STEP / max(float(np.abs(step).max()), 1e-300))
-            if float(np.abs(step).max()) < TINY_STEP:  # nothing left to move: damping has shrunk the step to nothing
+            if (
+                float(np.abs(step).max()) < TINY_STEP
+            ):  # nothing left to move: damping has shrunk the step to nothing
                 lam = 1e12
                 break
             trial = f(x + step)
@@ -364,12 +450,17 @@ def least_squares(
                 x, r, lam, stepped = x + step, trial, max(lam / 3, 1e-12), True
                 break
             lam *= 4
-        tell(f"iteration {iteration}: rms error of log time {math.sqrt(float(r @ r) / len(r)):.3g}, {evaluations} evaluations")
+        tell(
+            f"iteration {iteration}: rms error of log time {math.sqrt(float(r @ r) / len(r)):.3g}, "
+            f"{evaluations} evaluations"
+        )
         done = not stepped or cost - float(r @ r) <= TINY_GAIN * cost or float(r @ r) < 1e-24
         if done or evaluations + len(x) >= max_evals:
             converged = done and (stepped or lam >= 1e12 or float(r @ r) < 1e-24)
             break
-    return Solution(x, r, _jacobian(f, x, r) if evaluations + len(x) <= max_evals else J, evaluations, converged)
+    return Solution(
+        x, r, _jacobian(f, x, r) if evaluations + len(x) <= max_evals else J, evaluations, converged
+    )
 
 
 def _jacobian(f: Callable[[np.ndarray], np.ndarray | None], x: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -406,7 +497,9 @@ class FitResult:
         return 100.0 * (predicted_s - row.measured_s) / row.measured_s
 
     def mean_abs_error_pct(self, held_out: bool) -> float | None:
-        errors = [abs(self.error_pct(r, p)) for r, p in zip(self.rows, self.predicted_s) if r.held_out == held_out]
+        errors = [
+            abs(self.error_pct(r, p)) for r, p in zip(self.rows, self.predicted_s) if r.held_out == held_out
+        ]
         return sum(errors) / len(errors) if errors else None
 
 
@@ -423,7 +516,12 @@ class Plan:
 
 
 def plan(
-    csv_path: str | Path, fit_spec: str, holdout: str = "", iterations: int = 20, warmup: int = 5, max_evals: int = 200,
+    csv_path: str | Path,
+    fit_spec: str,
+    holdout: str = "",
+    iterations: int = 20,
+    warmup: int = 5,
+    max_evals: int = 200,
 ) -> Plan:
     """Read and check everything a fit needs, each row run once at the start: every refusal
     comes before the fit's work and before anything is written."""
@@ -431,30 +529,53 @@ def plan(
     rows = parse_holdout(holdout, read_measurements(csv_path))
     fitted = [r for r in rows if not r.held_out]
     if not fitted:
-        raise ScenarioError(["--holdout holds out every row: none is left to fit; hold out fewer"], "--holdout")
+        raise ScenarioError(
+            ["--holdout holds out every row: none is left to fit; hold out fewer"], "--holdout"
+        )
     if len(fitted) < len(paths):
-        raise ScenarioError([f"{count(len(fitted), 'row')} to fit {count(len(paths), 'constant')}: a least-squares fit needs at least as "
-                             "many rows as constants; give more measurements, hold out fewer or fit fewer constants"], "--fit")
+        raise ScenarioError(
+            [
+                f"{count(len(fitted), 'row')} to fit {count(len(paths), 'constant')}: a least-squares fit "
+                "needs at least as "
+                "many rows as constants; give more measurements, hold out fewer or fit fewer constants"
+            ],
+            "--fit",
+        )
     if iterations < 1 or warmup < 0:
-        raise Refusal(f"--iterations {iterations} --warmup {warmup}: give at least 1 iteration of each worker to time "
-                         "(20 is the default) after 0 or more left out (5 is the default)")
+        raise Refusal(
+            f"--iterations {iterations} --warmup {warmup}: give at least 1 iteration of each worker to time "
+            "(20 is the default) after 0 or more left out (5 is the default)"
+        )
     if max_evals < len(paths) + 2:
-        raise Refusal(f"--max-evals {max_evals}: give at least {len(paths) + 2} (a Jacobian and a step; 200 is the default)")
+        raise Refusal(
+            f"--max-evals {max_evals}: give at least {len(paths) + 2} (a Jacobian and a step; 200 is the "
+            "default)"
+        )
     predictor = Predictor(rows, list(paths), iterations, warmup)
     start, notes = starting_values(rows, paths, predictor)
     try:
-        for row in rows:  # the start must run: a scenario that cannot is the user's to fix, not a step to reject
+        for (
+            row
+        ) in rows:  # the start must run: a scenario that cannot is the user's to fix, not a step to reject
             predictor.seconds(row, start)
     except ValueError as err:
-        raise ScenarioError([f"{err}; fix the scenario, or start --fit elsewhere (path=value)"], "fred fit") from None
+        raise ScenarioError(
+            [f"{err}; fix the scenario, or start --fit elsewhere (path=value)"], "fred fit"
+        ) from None
     return Plan(Path(csv_path), rows, predictor, start, notes, max_evals)
 
 
 def fit(
-    csv_path: str | Path, fit_spec: str, holdout: str = "", iterations: int = 20, warmup: int = 5,
-    max_evals: int = 200, tell: Callable[[str], None] = lambda line: None,
+    csv_path: str | Path,
+    fit_spec: str,
+    holdout: str = "",
+    iterations: int = 20,
+    warmup: int = 5,
+    max_evals: int = 200,
+    tell: Callable[[str], None] = lambda line: None,
 ) -> FitResult:
-    """Fit the constants ``fit_spec`` names to the measurements in ``csv_path`` (see the module's docstring)."""
+    """Fit the constants ``fit_spec`` names to the measurements in ``csv_path`` (see the module's
+    docstring)."""
     return solve(plan(csv_path, fit_spec, holdout, iterations, warmup, max_evals), tell)
 
 
@@ -474,12 +595,22 @@ def solve(plan: Plan, tell: Callable[[str], None] = lambda line: None) -> FitRes
     tell(f"fitting {', '.join(paths)} on {count(len(fitted), 'row')}, {len(rows) - len(fitted):,} held out")
     solution = least_squares(residuals, np.log(plan.start), plan.max_evals, tell)
     values = tuple(float(v) for v in np.exp(solution.x))
-    result = FitResult(plan.csv_path, dict(zip(paths, plan.start)), dict(zip(paths, values)), rows,
-                       [predictor.seconds(r, values) for r in rows], solution.evaluations, solution.converged, list(plan.notes))
+    result = FitResult(
+        plan.csv_path,
+        dict(zip(paths, plan.start)),
+        dict(zip(paths, values)),
+        rows,
+        [predictor.seconds(r, values) for r in rows],
+        solution.evaluations,
+        solution.converged,
+        list(plan.notes),
+    )
     result.warnings = implausible(result.values) + undetermined(paths, solution.jacobian)
     if not solution.converged:
-        result.warnings.append(f"the fit stopped at {solution.evaluations} evaluations before it converged; "
-                               "give more with --max-evals, or a start nearer the answer (--fit path=value)")
+        result.warnings.append(
+            f"the fit stopped at {solution.evaluations} evaluations before it converged; "
+            "give more with --max-evals, or a start nearer the answer (--fit path=value)"
+        )
     return result
 
 
@@ -489,26 +620,33 @@ def implausible(values: dict[str, float]) -> list[str]:
     for path, value in values.items():
         bound = bound_for(path)
         if bound is not None and not bound.low < value <= bound.high:
-            warnings.append(f"{path} = {value:.4g} is outside {bound.low:g}..{bound.high:g} ({bound.reading}): "
-                            "the fit is making up for something the scenario does not model")
+            warnings.append(
+                f"{path} = {value:.4g} is outside {bound.low:g}..{bound.high:g} ({bound.reading}): "
+                "the fit is making up for something the scenario does not model"
+            )
     return warnings
 
 
 def undetermined(paths: list[str], jacobian: np.ndarray) -> list[str]:
-    """A warning for a constant the fitted rows barely depend on, or constants only a combination of which they determine."""
+    """A warning for a constant the fitted rows barely depend on, or constants only a combination of which
+    they determine."""
     warnings = []
     sizes = np.linalg.norm(jacobian, axis=0)
     for path, size in zip(paths, sizes):
         if size < 1e-3:
-            warnings.append(f"{path}: the fitted rows' times barely depend on it (d log time / d log value is "
-                            f"{size:.2g}); its value is not determined: add rows where it matters, or do not fit it")
+            warnings.append(
+                f"{path}: the fitted rows' times barely depend on it (d log time / d log value is "
+                f"{size:.2g}); its value is not determined: add rows where it matters, or do not fit it"
+            )
     kept = sizes >= 1e-3
     if kept.sum() > 1:
         singular = np.linalg.svd(jacobian[:, kept] / sizes[kept], compute_uv=False)
         if singular[-1] < 1e-4 * singular[0]:
             named = ", ".join(p for p, k in zip(paths, kept) if k)
-            warnings.append(f"{named}: the rows determine only a combination of these (such as a bandwidth times an "
-                            "efficiency), not each; fit fewer, or add rows that tell them apart")
+            warnings.append(
+                f"{named}: the rows determine only a combination of these (such as a bandwidth times an "
+                "efficiency), not each; fit fewer, or add rows that tell them apart"
+            )
     return warnings
 
 
@@ -519,16 +657,25 @@ def report(result: FitResult) -> str:
     lines = [f"{'constant':<{width}}  {'start':>11}  {'fitted':>11}"]
     lines += [f"{p:<{width}}  {result.start[p]:>11.5g}  {v:>11.5g}" for p, v in result.values.items()]
     label_width = min(40, max(len("scenario"), *(len(r.label) for r in result.rows)))
-    lines += ["", f"{'row':>3}  {'scenario':<{label_width}}  {'measured_s':>11}  {'predicted_s':>11}  {'error':>8}  set"]
+    lines += [
+        "",
+        f"{'row':>3}  "
+        f"{'scenario':<{label_width}}  {'measured_s':>11}  {'predicted_s':>11}  {'error':>8}  set",
+    ]
     for row, predicted in zip(result.rows, result.predicted_s):
-        label = row.label if len(row.label) <= label_width else "…" + row.label[-label_width + 1:]
-        lines.append(f"{row.number:>3}  {label:<{label_width}}  {row.measured_s:>11.5g}  {predicted:>11.5g}  "
-                     f"{result.error_pct(row, predicted):>+7.2f}%  {'held out' if row.held_out else 'fit'}")
+        label = row.label if len(row.label) <= label_width else "…" + row.label[-label_width + 1 :]
+        lines.append(
+            f"{row.number:>3}  {label:<{label_width}}  {row.measured_s:>11.5g}  {predicted:>11.5g}  "
+            f"{result.error_pct(row, predicted):>+7.2f}%  {'held out' if row.held_out else 'fit'}"
+        )
     fitted, held = result.mean_abs_error_pct(False), result.mean_abs_error_pct(True)
     lines.append("")
     lines.append(f"fitted rows: mean absolute error {fitted:.3g} %")
-    lines.append(f"held-out rows: mean absolute error {held:.3g} %" if held is not None
-                 else "held-out rows: none (give --holdout to see how the fit predicts rows it was not fitted on)")
+    lines.append(
+        f"held-out rows: mean absolute error {held:.3g} %"
+        if held is not None
+        else "held-out rows: none (give --holdout to see how the fit predicts rows it was not fitted on)"
+    )
     return "\n".join(lines)
 
 
@@ -538,18 +685,26 @@ def profile(result: FitResult) -> str:
     for path, value in result.values.items():
         set_path(body, path, value)
     sets = " ".join(f"--set {p}={v!r}" for p, v in result.values.items())
-    rows = [f"#   row {r.number}: {_one_line(r.label)}, measured {r.measured_s:g} s, predicted {p:.6g} s "
-            f"({result.error_pct(r, p):+.2f} %)" for r, p in zip(result.rows, result.predicted_s)]
+    rows = [
+        f"#   row {r.number}: {_one_line(r.label)}, measured {r.measured_s:g} s, predicted {p:.6g} s "
+        f"({result.error_pct(r, p):+.2f} %)"
+        for r, p in zip(result.rows, result.predicted_s)
+    ]
     held = result.mean_abs_error_pct(True)
     header = [
         "# fred fit: constants fitted by least squares on log seconds per iteration",
         f"# to the measurements in {_one_line(str(result.csv_path))}; fitted on",
         *[line for line, r in zip(rows, result.rows) if not r.held_out],
-        *(["# held out (predicted, not fitted on):"] + [line for line, r in zip(rows, result.rows) if r.held_out]
-          if held is not None else ["# no rows held out"]),
+        *(
+            ["# held out (predicted, not fitted on):"]
+            + [line for line, r in zip(rows, result.rows) if r.held_out]
+            if held is not None
+            else ["# no rows held out"]
+        ),
         *([f"# held-out mean absolute error {held:.3g} %"] if held is not None else []),
         *[f"# warning: {_one_line(w)}" for w in result.warnings],
-        "# It is a part of a scenario: include it (include: [<this file>] in the scenario), or give its values to a run with",
+        "# It is a part of a scenario: include it (include: [<this file>] in the scenario), or give its "
+        "values to a run with",
         f"#   fred run S.yaml {sets}",
         '# or from Python, fred.run("S.yaml", **yaml.safe_load(open(<this file>)))',
     ]
@@ -568,7 +723,9 @@ def write_profile(result: FitResult, path: Path) -> Path:
 def command(args: Any) -> int:
     """``fred fit``, from the command line's arguments."""
     tell = lambda line: print(f"fit: {line}", file=sys.stderr, flush=True)  # noqa: E731 - a line per iteration
-    checked = plan(args.measurements, args.paths, args.holdout, args.iterations, args.warmup, args.max_evals)  # refusals before any folder is made
+    checked = plan(
+        args.measurements, args.paths, args.holdout, args.iterations, args.warmup, args.max_evals
+    )  # refusals before any folder is made
     output = output_file(args.output, "fit.yaml", (args.measurements, *(r.path for r in checked.rows)))
     args.writing = f"{output} is written whole or not at all"  # for the message after a Ctrl-C
     result = solve(checked, tell)

@@ -54,7 +54,9 @@ def percent(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.1%}"
 
 
-def plus_minus(mean: float, sd: float, alone: Callable[[float], str], scale: float = 1.0, unit: str = "") -> str:
+def plus_minus(
+    mean: float, sd: float, alone: Callable[[float], str], scale: float = 1.0, unit: str = ""
+) -> str:
     """``mean ± sd`` in ``unit`` (``scale`` to one of it), the mean to the decimal place of the
     sd's second significant digit (five significant digits at most); the mean alone, as
     ``alone`` writes it, where the sd is 0 (the same for every seed) or NaN (one seed)."""

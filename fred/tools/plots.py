@@ -26,17 +26,30 @@ from fred.scenario.errors import Refusal
 from fred.tools.seeds import band
 from fred.tools.timeline_rows import SLOW, chosen, mean_steps, worker_number
 
-COMMUNICATION = {"push", "fetch", "send", "allreduce", "allgather", "lost"}  # a lost transfer was on the wire too
+COMMUNICATION = {
+    "push",
+    "fetch",
+    "send",
+    "allreduce",
+    "allgather",
+    "lost",
+}  # a lost transfer was on the wire too
 # Drawing order: "other" first, underneath, as it holds conditions (a degraded link, a worker
 # left out) that span activities; drawn last it hid every compute and push inside them.
 DRAWN = ("other", "compute", "communicate", "wide_area", "wait")
 COLOURS = {
-    "compute": "#4C72B0", "communicate": "#DD8452", "wide_area": "#8172B3", "wait": "#B0B0B0",
+    "compute": "#4C72B0",
+    "communicate": "#DD8452",
+    "wide_area": "#8172B3",
+    "wait": "#B0B0B0",
     "other": "#55A868",
 }
 LEGEND = {
-    "compute": "compute", "communicate": "communication", "wide_area": "wide-area transfer (between sites)",
-    "wait": "waiting", "other": "other",
+    "compute": "compute",
+    "communicate": "communication",
+    "wide_area": "wide-area transfer (between sites)",
+    "wait": "waiting",
+    "other": "other",
 }
 OTHERS_NAMED = 4  # the kinds of event the legend's "other" names
 
@@ -77,7 +90,10 @@ def _runs(item) -> list:
 
 
 def loss_curves(
-    results: Sequence, out: Path, target_loss: float | None = None, svg: bool = True,
+    results: Sequence,
+    out: Path,
+    target_loss: float | None = None,
+    svg: bool = True,
 ) -> list[Path]:
     """Eval loss against simulated time and against updates, one line per run that has losses
     (a timing-only run has none), and the target loss as a horizontal line; no figure when no
@@ -90,7 +106,10 @@ def loss_curves(
     if not with_losses:
         return []
     written = []
-    for x, stem, xlabel in [("sim_time_s", "loss_vs_time", "simulated time (s)"), ("updates", "loss_vs_updates", "updates")]:
+    for x, stem, xlabel in [
+        ("sim_time_s", "loss_vs_time", "simulated time (s)"),
+        ("updates", "loss_vs_updates", "updates"),
+    ]:
         fig = Figure(figsize=(7, 4.5))
         ax = fig.subplots()
         for i, r in enumerate(with_losses):
@@ -98,17 +117,35 @@ def loss_curves(
                 _band(ax, r, x, _line_style(i))
             else:
                 run = _runs(r)[0]
-                ax.plot(run.metrics[x], run.metrics["eval_loss"], marker=".", label=_label(r), **_line_style(i))
+                ax.plot(
+                    run.metrics[x], run.metrics["eval_loss"], marker=".", label=_label(r), **_line_style(i)
+                )
         if any(len(_runs(r)) > 1 for r in with_losses):  # said once, in the legend, beside the lines
-            ax.fill_between([], [], [], color="0.5", alpha=BAND_ALPHA, linewidth=0, label="band: least to greatest of the seeds")
+            ax.fill_between(
+                [],
+                [],
+                [],
+                color="0.5",
+                alpha=BAND_ALPHA,
+                linewidth=0,
+                label="band: least to greatest of the seeds",
+            )
         if target_loss is not None:
-            ax.axhline(target_loss, color="0.25", linestyle=(0, (5, 3)), linewidth=1, label=f"target loss {target_loss:g}")
+            ax.axhline(
+                target_loss,
+                color="0.25",
+                linestyle=(0, (5, 3)),
+                linewidth=1,
+                label=f"target loss {target_loss:g}",
+            )
         _loss_floor(ax, with_losses)
         ax.set(xlabel=xlabel, ylabel="eval loss", yscale="log", title=f"{LOSS_LOG} vs {xlabel}")
         ax.set_xlim(left=0)
         _plain_log_labels(ax.yaxis)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: never over a curve
+        ax.legend(
+            fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0)
+        )  # beside the axes: never over a curve
         written += _saved(fig, out, stem, svg)
     return written
 
@@ -124,10 +161,22 @@ def _loss_floor(ax, results: Sequence) -> None:
     floors = [run.summary.get("data_loss_floor") for r in results for run in _runs(r)]
     floors = sorted({f for f in floors if isinstance(f, (int, float)) and f > 0})
     if len(floors) == 1:
-        ax.axhline(floors[0], color="0.4", linestyle=":", linewidth=1.2, label=f"loss floor {floors[0]:.4g} (the data's)")
+        ax.axhline(
+            floors[0],
+            color="0.4",
+            linestyle=":",
+            linewidth=1.2,
+            label=f"loss floor {floors[0]:.4g} (the data's)",
+        )
     elif floors:
-        ax.axhspan(floors[0], floors[-1], color="0.4", alpha=BAND_ALPHA, linewidth=0,
-                   label=f"loss floors {floors[0]:.4g} to {floors[-1]:.4g} (the runs' data)")
+        ax.axhspan(
+            floors[0],
+            floors[-1],
+            color="0.4",
+            alpha=BAND_ALPHA,
+            linewidth=0,
+            label=f"loss floors {floors[0]:.4g} to {floors[-1]:.4g} (the runs' data)",
+        )
 
 
 def _band(ax, group, x: str, style: dict[str, str]) -> None:
@@ -187,7 +236,7 @@ def staleness_histograms(results: Sequence, out: Path, svg: bool = True) -> list
     width_in, height_in = ONE_HISTOGRAM_IN if len(results) == 1 else HISTOGRAM_IN
     fig = Figure(figsize=(width_in * columns, height_in * rows))
     axes = fig.subplots(rows, columns, squeeze=False)
-    for ax in axes.flat[len(results):]:
+    for ax in axes.flat[len(results) :]:
         ax.set_visible(False)
     for ax, r in zip(axes.flat, results):
         runs = _runs(r)
@@ -197,7 +246,9 @@ def staleness_histograms(results: Sequence, out: Path, svg: bool = True) -> list
         else:
             _staleness_histogram(ax, runs[0].updates["staleness"].to_numpy(dtype=float))
             title = _label(r)
-        ax.set_title(textwrap.fill(title, 60 if len(results) == 1 else 50), fontsize=11)  # side by side: no overlap
+        ax.set_title(
+            textwrap.fill(title, 60 if len(results) == 1 else 50), fontsize=11
+        )  # side by side: no overlap
         ax.tick_params(labelsize=10)
         ax.xaxis.label.set_size(11)
         ax.yaxis.label.set_size(11)
@@ -215,8 +266,13 @@ def _staleness_histogram(ax, staleness: np.ndarray) -> None:
         ax.text(0.5, 0.5, "no gradients applied", transform=ax.transAxes, ha="center", va="center")
         return
     top = int(staleness.max())
-    ax.hist(staleness, bins=np.arange(-0.5, top + 1.5), rwidth=0.85, color=COLOURS["compute"],
-            label=f"mean {staleness.mean():.2f}, max {top}")
+    ax.hist(
+        staleness,
+        bins=np.arange(-0.5, top + 1.5),
+        rwidth=0.85,
+        color=COLOURS["compute"],
+        label=f"mean {staleness.mean():.2f}, max {top}",
+    )
     ax.set_xlim(-0.75, max(top, 4) + 0.75)  # a lone bar at 0 stays a bar, not the whole panel
     _said(ax)
 
@@ -242,8 +298,16 @@ def _staleness_over_seeds(ax, per_seed: list[np.ndarray]) -> None:
     counts = np.array([np.bincount(s.astype(int), minlength=top + 1) for s in per_seed])
     mean = counts.mean(axis=0)
     ax.bar(values, mean, width=0.85, color=COLOURS["compute"], label=f"mean {pooled.mean():.2f}, max {top}")
-    ax.errorbar(values, mean, yerr=[mean - counts.min(axis=0), counts.max(axis=0) - mean], fmt="none", ecolor="0.2",
-                elinewidth=1, capsize=2, label="least to greatest seed")
+    ax.errorbar(
+        values,
+        mean,
+        yerr=[mean - counts.min(axis=0), counts.max(axis=0) - mean],
+        fmt="none",
+        ecolor="0.2",
+        elinewidth=1,
+        capsize=2,
+        label="least to greatest seed",
+    )
     ax.set_xlim(-0.75, max(top, 4) + 0.75)
     _said(ax)
 
@@ -252,8 +316,13 @@ MAX_EVENTS = 20_000  # more in the window, and each row shows shares per pixel c
 
 
 def timeline(
-    result, out: Path, start_s: float | None = None, end_s: float | None = None, max_events: int = MAX_EVENTS,
-    workers: Sequence[int] | None = None, svg: bool = True,
+    result,
+    out: Path,
+    start_s: float | None = None,
+    end_s: float | None = None,
+    max_events: int = MAX_EVENTS,
+    workers: Sequence[int] | None = None,
+    svg: bool = True,
 ) -> list[Path]:
     """A Gantt chart, one row per entity: compute, communication and waiting over simulated time,
     between ``start_s`` and ``end_s`` (default: the whole run). Of a run of many workers it draws
@@ -281,11 +350,18 @@ def timeline(
         _draw_shares(ax, shown, np.linspace(start_s, end_s, columns + 1), split)
     else:
         _draw_bars(ax, shown, (end_s - start_s) / columns, split)
-    ax.set(yticks=range(len(entities)), yticklabels=entities, ylim=(-0.6, len(entities) - 0.4), xlabel="simulated time (s)")
+    ax.set(
+        yticks=range(len(entities)),
+        yticklabels=entities,
+        ylim=(-0.6, len(entities) - 0.4),
+        xlabel="simulated time (s)",
+    )
     if picked is not None:
         _gaps(ax, entities)
     _annotate_rows(ax, shown, end_s - start_s, bool(split), float(steps.median()) if len(steps) else math.nan)
-    subtitle = _subtitle(result.events, shown, start_s, end_s, aggregated, columns, len(split), picked is not None)
+    subtitle = _subtitle(
+        result.events, shown, start_s, end_s, aggregated, columns, len(split), picked is not None
+    )
     ax.set_title(f"{_label(result)}\n{subtitle}" + (f"\n{picked}" if picked else ""), fontsize=10)
     _legend(fig, ax, shown)
     return _saved(fig, out, "timeline", svg)
@@ -300,22 +376,33 @@ def _gaps(ax, entities: list[str]) -> None:
 
 
 def timeline_window(
-    events: pd.DataFrame, start_s: float | None, end_s: float | None, names: tuple[str, str] = ("start_s", "end_s"),
+    events: pd.DataFrame,
+    start_s: float | None,
+    end_s: float | None,
+    names: tuple[str, str] = ("start_s", "end_s"),
 ) -> tuple[float, float]:
     """The timeline's window in simulated seconds, checked; ``names`` are what the caller calls
     the two edges (``--from``, ``--to`` on the command line), for the error messages."""
     for name, value in zip(names, (start_s, end_s)):
         if value is not None and not (math.isfinite(value) and value >= 0):
-            raise Refusal(f"{name} {value:g}: a window edge is a time in simulated seconds, finite and 0 or more; "
-                             f"give one such as {name} 0.5")
+            raise Refusal(
+                f"{name} {value:g}: a window edge is a time in simulated seconds, finite and 0 or more; "
+                f"give one such as {name} 0.5"
+            )
     last = float(events["end_s"].max()) if len(events) else 0.0
     if start_s is not None and start_s >= last:
-        raise Refusal(f"{names[0]} {start_s:g}: the run's last event ends at {last:.6g} s; give a start before that")
+        raise Refusal(
+            f"{names[0]} {start_s:g}: the run's last event ends at {last:.6g} s; give a start before that"
+        )
     start = 0.0 if start_s is None else start_s
-    end = end_s if end_s is not None else (last if last > start else start + 1.0)  # a run without events: any window
+    end = (
+        end_s if end_s is not None else (last if last > start else start + 1.0)
+    )  # a run without events: any window
     if start >= end:
-        raise Refusal(f"{names[0]} {start:g} {names[1]} {end:g}: the window must start before it ends; "
-                         f"give a {names[0]} smaller than {names[1]}")
+        raise Refusal(
+            f"{names[0]} {start:g} {names[1]} {end:g}: the window must start before it ends; "
+            f"give a {names[0]} smaller than {names[1]}"
+        )
     return start, end
 
 
@@ -342,13 +429,18 @@ def _in_window(events: pd.DataFrame, entities: list[str], start_s: float, end_s:
     start, end = events["start_s"].to_numpy(dtype=float), events["end_s"].to_numpy(dtype=float)
     inside = (end >= start_s) & (start <= end_s)
     rows = pd.Categorical(events["entity"].astype(str).to_numpy()[inside], categories=entities).codes
-    return pd.DataFrame({
-        "row": rows, "kind": events["kind"].astype(str).to_numpy()[inside],
-        "group": _group(events["kind"].astype(str).to_numpy()[inside]),
-        "start": np.maximum(start[inside], start_s), "end": np.minimum(end[inside], end_s),
-        "length": end[inside] - start[inside],
-        "step": events["kind"].astype(str).to_numpy()[inside] == "compute",  # a host part is not a step of its own
-    })
+    return pd.DataFrame(
+        {
+            "row": rows,
+            "kind": events["kind"].astype(str).to_numpy()[inside],
+            "group": _group(events["kind"].astype(str).to_numpy()[inside]),
+            "start": np.maximum(start[inside], start_s),
+            "end": np.minimum(end[inside], end_s),
+            "length": end[inside] - start[inside],
+            "step": events["kind"].astype(str).to_numpy()[inside]
+            == "compute",  # a host part is not a step of its own
+        }
+    )
 
 
 def _pixel_columns(fig, ax) -> int:
@@ -416,8 +508,14 @@ def _draw_bars(ax, shown: pd.DataFrame, pixel_s: float, split: dict[int, list[st
 def _draw_instants(ax, times: np.ndarray, y: float, group: str, thin: bool = False) -> None:
     """Events without duration (a crash; every event on the logical clock): a tick, not a bar."""
     if len(times):
-        ax.plot(times, np.full(len(times), y), linestyle="none", marker="|", markersize=4 if thin else 9,
-                color=COLOURS[group])
+        ax.plot(
+            times,
+            np.full(len(times), y),
+            linestyle="none",
+            marker="|",
+            markersize=4 if thin else 9,
+            color=COLOURS[group],
+        )
 
 
 def _draw_shares(ax, shown: pd.DataFrame, edges: np.ndarray, split: dict[int, list[str]]) -> None:
@@ -427,20 +525,39 @@ def _draw_shares(ax, shown: pd.DataFrame, edges: np.ndarray, split: dict[int, li
     seconds = np.diff(edges)
     for row, mine in shown.groupby("row"):
         spans = {g: mine[mine["group"] == g] for g in COLOURS}
-        shares = {g: _covered(*_merged(spans[g]["start"].to_numpy(dtype=float), spans[g]["end"].to_numpy(dtype=float)),
-                              edges) / seconds for g in COLOURS}
+        shares = {
+            g: _covered(
+                *_merged(spans[g]["start"].to_numpy(dtype=float), spans[g]["end"].to_numpy(dtype=float)),
+                edges,
+            )
+            / seconds
+            for g in COLOURS
+        }
         scale = np.maximum(1.0, sum(shares.values()))  # only rounding takes an unsplit row's sum past 1
         bottom = np.zeros(len(seconds))
         for group, share in shares.items():
             if row in split:
                 if share.any():
                     low, height = _lane(row, group, split)
-                    ax.fill_between(edges, low, _stepped(low + height * share), step="post", color=COLOURS[group], linewidth=0)
+                    ax.fill_between(
+                        edges,
+                        low,
+                        _stepped(low + height * share),
+                        step="post",
+                        color=COLOURS[group],
+                        linewidth=0,
+                    )
                 continue
             top = bottom + share / scale
             if share.any():
-                ax.fill_between(edges, _stepped(row - 0.4 + 0.8 * bottom), _stepped(row - 0.4 + 0.8 * top),
-                                step="post", color=COLOURS[group], linewidth=0)
+                ax.fill_between(
+                    edges,
+                    _stepped(row - 0.4 + 0.8 * bottom),
+                    _stepped(row - 0.4 + 0.8 * top),
+                    step="post",
+                    color=COLOURS[group],
+                    linewidth=0,
+                )
             bottom = top
         for group, picked in spans.items():  # one tick per column that has any, not one per event
             instants = picked.loc[picked["start"] == picked["end"], "start"].to_numpy()
@@ -469,7 +586,11 @@ def _covered(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndar
     return np.diff(before)
 
 
-SHARES = (("compute", "compute"), ("communicate", "comm"), ("wait", "wait"))  # said beside each row, as named there
+SHARES = (
+    ("compute", "compute"),
+    ("communicate", "comm"),
+    ("wait", "wait"),
+)  # said beside each row, as named there
 
 
 def _annotate_rows(ax, shown: pd.DataFrame, window_s: float, overlapping: bool, median: float) -> None:
@@ -487,7 +608,9 @@ def _annotate_rows(ax, shown: pd.DataFrame, window_s: float, overlapping: bool, 
     for row, label in enumerate(ax.get_yticklabels()):
         shares = {name: durations.get((row, group), 0.0) / window_s for group, name in SHARES}
         parts = [f"{share:.0%} {name}" for name, share in shares.items() if share >= 0.005]
-        text = " · ".join(parts) or (_events_without_duration(events.get(row, 0)) if row in events.index else "idle")
+        text = " · ".join(parts) or (
+            _events_without_duration(events.get(row, 0)) if row in events.index else "idle"
+        )
         if row in steps.index:
             text += f" | {counts[row]:,} step{'s' if counts[row] != 1 else ''} of {_duration(steps[row])}"
             if steps[row] > SLOW * median:
@@ -511,19 +634,36 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
-def _subtitle(events: pd.DataFrame, shown: pd.DataFrame, start_s: float, end_s: float, aggregated: bool, columns: int,
-              split: int, subset: bool = False) -> str:
+def _subtitle(
+    events: pd.DataFrame,
+    shown: pd.DataFrame,
+    start_s: float,
+    end_s: float,
+    aggregated: bool,
+    columns: int,
+    split: int,
+    subset: bool = False,
+) -> str:
     """What the chart shows of the run: the window, how the events in it are drawn (of the rows
     drawn, with ``subset``), and how many rows are split because their activities overlap."""
     counted = f"{len(shown):,} events" + (" in the rows drawn" if subset else "")
     last = float(events["end_s"].max()) if len(events) else 0.0
-    window = f"{start_s:.4g} to {end_s:.4g} s of {last:.4g} s" if (start_s, end_s) != (0.0, last) else f"the whole run, {last:.4g} s"
+    window = (
+        f"{start_s:.4g} to {end_s:.4g} s of {last:.4g} s"
+        if (start_s, end_s) != (0.0, last)
+        else f"the whole run, {last:.4g} s"
+    )
     if aggregated:
-        text = (f"{window}: {counted}, too many to draw one by one, aggregated:\n"
-                f"each row shows, per {_duration((end_s - start_s) / columns)} column, the share of it spent in each activity")
+        text = (
+            f"{window}: {counted}, too many to draw one by one, aggregated:\n"
+            f"each row shows, per {_duration((end_s - start_s) / columns)} column, the share of it spent in "
+            "each activity"
+        )
     else:
-        text = (f"{window}: {counted}; a bar narrower than a pixel is drawn one pixel wide\n"
-                "(the shares beside the rows are exact)")
+        text = (
+            f"{window}: {counted}; a bar narrower than a pixel is drawn one pixel wide\n"
+            "(the shares beside the rows are exact)"
+        )
     if split:
         rows = "1 row whose activities overlap" if split == 1 else f"{split} rows whose activities overlap"
         text += f"\n{rows} in time: a thin bar per activity, one above the other"
@@ -538,8 +678,16 @@ def _legend(fig, ax, shown: pd.DataFrame) -> None:
     handles = [Rectangle((0, 0), 1, 1, color=COLOURS[g]) for g in groups]
     labels = [_other_label(shown) if g == "other" else LEGEND[g] for g in groups]
     below = ax.transAxes + ScaledTranslation(0, -0.45, fig.dpi_scale_trans)
-    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below,
-              ncol=len(groups), fontsize=8, frameon=False)
+    ax.legend(
+        handles,
+        labels,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        bbox_transform=below,
+        ncol=len(groups),
+        fontsize=8,
+        frameon=False,
+    )
 
 
 def _other_label(shown: pd.DataFrame) -> str:

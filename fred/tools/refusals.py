@@ -34,6 +34,7 @@ PLAIN_VALUE_ERRORS = (  # module prefixes whose `raise ValueError(...)` statemen
     "fred.scenario.",
     "fred.numerics.",
     "fred.simulation.",
+    "fred.models.",
     "strategies.",
     "fred.runs.",
     "fred.tools.replay",

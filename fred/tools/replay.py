@@ -22,13 +22,13 @@ import jax
 import numpy as np
 import pandas as pd
 
+from fred._version import __version__
 from fred.numerics import tape
 from fred.numerics.models import Params
 from fred.numerics.tape import Call, Recorded
 from fred.runs.api import load_run, rerun_hint
-from fred.runs.host import cpu_isa
-from fred._version import __version__
 from fred.runs.build import build_numerics
+from fred.runs.host import cpu_isa
 from fred.scenario import registry
 from fred.scenario.schema import Scenario
 from fred.tools.calibrate import device_for
@@ -79,11 +79,17 @@ def replay(
     run_dir = Path(run_dir)
     run = load_run(run_dir, tables=False)  # replay needs none of them: a long run's events are hundreds of MB
     recorded_sha = run.summary.get("scenario_sha256")
-    if recorded_sha is not None and run.scenario.digest() != recorded_sha:  # another model would replay "FAILED"
-        raise ReplayError(f"{run_dir / 'scenario.yaml'} does not match scenario_sha256 in {run_dir / 'summary.json'}: "
-                          "the run directory was changed after the run")
+    if (
+        recorded_sha is not None and run.scenario.digest() != recorded_sha
+    ):  # another model would replay "FAILED"
+        raise ReplayError(
+            f"{run_dir / 'scenario.yaml'} does not match scenario_sha256 in {run_dir / 'summary.json'}: "
+            "the run directory was changed after the run"
+        )
     if run.scenario.workload.timing_only:
-        raise ReplayError(f"{run_dir} is a timing-only run (workload.timing_only): it computed no numbers to replay")
+        raise ReplayError(
+            f"{run_dir} is a timing-only run (workload.timing_only): it computed no numbers to replay"
+        )
     recorded = _read_tape(run_dir, run.summary)
     keep = needed(recorded.calls, recorded.final)
     _check_computed(run_dir, keep, run.summary.get("updates", 0))
@@ -101,7 +107,9 @@ def replay(
         passed = bool(leaves["equal"].all())
     else:
         passed = steps is not None and bool((steps["outside_tolerance"] == 0).all())
-    report = ReplayReport(backend, str(device), len(recorded.calls), replayed, wall_s, gradients, leaves, check, passed, steps)
+    report = ReplayReport(
+        backend, str(device), len(recorded.calls), replayed, wall_s, gradients, leaves, check, passed, steps
+    )
     report.notes = _notes(run.summary, made_on, backend, check)
     return report
 
@@ -115,16 +123,22 @@ def _notes(summary: dict[str, Any], made_on: str, backend: str, check: str) -> l
         )
     if summary.get("cpu_isa") not in (None, cpu_isa()) and backend == "cpu":
         notes.append(
-            f"the run was made on a {summary['cpu_isa']} CPU and this is {cpu_isa()}: XLA compiles for the CPU "
+            f"the run was made on a {summary['cpu_isa']} CPU and this is {cpu_isa()}: XLA compiles for the "
+            "CPU "
             "it runs on, so bits are promised only for the same instruction set (use --check close)"
         )
     recorded = (summary.get("strategy_distribution"), summary.get("strategy_version"))
     installed = _installed_provider(summary.get("strategy"))
     if recorded[0] is not None and installed is not None and installed != recorded:
-        notes.append(f"the run's strategy came from {' '.join(filter(None, recorded))} and this is "
-                     f"{' '.join(filter(None, installed))}: its recorded functions may compute differently")
+        notes.append(
+            f"the run's strategy came from {' '.join(filter(None, recorded))} and this is "
+            f"{' '.join(filter(None, installed))}: its recorded functions may compute differently"
+        )
     if check == "bitwise" and backend != made_on:
-        notes.append(f"the run was computed on {made_on}; a bitwise check on {backend} is not expected to pass (use --check close)")
+        notes.append(
+            f"the run was computed on {made_on}; a bitwise check on {backend} is not expected to pass (use "
+            "--check close)"
+        )
     return notes
 
 
@@ -139,15 +153,21 @@ def _installed_provider(name: Any) -> tuple[str, str | None] | None:
 def _read_tape(run_dir: Path, summary: dict[str, Any]) -> Recorded:
     path = run_dir / "tape.npz"
     if not path.is_file():
-        raise ReplayError(f"{run_dir} has no tape.npz, so it cannot be replayed; run the scenario again with this fred to record one")
+        raise ReplayError(
+            f"{run_dir} has no tape.npz, so it cannot be replayed; run the scenario again with this fred to "
+            "record one"
+        )
     try:
         doc, large, _ = tape.read(path)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as err:
-        raise ReplayError(f"{path} cannot be read ({type(err).__name__}: {err}); the run directory is damaged: "
-                          f"{rerun_hint(run_dir)}") from None
+        raise ReplayError(
+            f"{path} cannot be read ({type(err).__name__}: {err}); the run directory is damaged: "
+            f"{rerun_hint(run_dir)}"
+        ) from None
     if tape.digest(doc, large) != summary.get("tape_sha256"):
         raise ReplayError(
-            f"{path} does not match tape_sha256 in {run_dir / 'summary.json'}: the run directory was changed after the run; "
+            f"{path} does not match tape_sha256 in {run_dir / 'summary.json'}: the run directory was changed "
+            "after the run; "
             f"{rerun_hint(run_dir)}"
         )
     return tape.parse(doc, large)
@@ -157,8 +177,10 @@ def _check_computed(run_dir: Path, keep: list[bool], updates: int) -> None:
     # Otherwise the "check" compares params.npz with its own copy on the tape, and passes.
     if updates and not any(keep):
         raise ReplayError(
-            f"{run_dir} applied {updates} updates, but no recorded call computes its final parameters: its strategy "
-            "computed them outside fred.numerics.tape.op functions, so there is nothing to replay; declare the strategy's "
+            f"{run_dir} applied {updates} updates, but no recorded call computes its final parameters: its "
+            "strategy "
+            "computed them outside fred.numerics.tape.op functions, so there is nothing to replay; declare "
+            "the strategy's "
             "jitted functions with fred.numerics.tape.op (docs/howto/new-strategy.md)"
         )
 
@@ -213,7 +235,16 @@ def _execute(
             shape = (len(args[1]), args[2])
             simulated = recorded.compute_s.get(i, [])
             real_s = time.perf_counter() - began
-            timings.append((i, args[2], len(args[1]), real_s, float(np.mean(simulated)) if simulated else np.nan, shape not in shapes))
+            timings.append(
+                (
+                    i,
+                    args[2],
+                    len(args[1]),
+                    real_s,
+                    float(np.mean(simulated)) if simulated else np.nan,
+                    shape not in shapes,
+                )
+            )
             shapes.add(shape)
         if jax.tree.structure(result) != treedefs[call.out]:
             raise ReplayError(
@@ -234,7 +265,12 @@ def _execute(
             progress(done, total)
     final = build(*recorded.final)
     columns = ["call", "shards", "rows", "real_s", "simulated_s", "compiled"]
-    return final, pd.DataFrame(timings, columns=columns), sum(keep), steps.table() if steps is not None else None
+    return (
+        final,
+        pd.DataFrame(timings, columns=columns),
+        sum(keep),
+        steps.table() if steps is not None else None,
+    )
 
 
 @dataclass
@@ -260,7 +296,9 @@ class _Steps:
         self.by_name: dict[str, _StepStats] = {}
 
     def check(self, index: int, name: str, fn: Callable[..., Any], args: Any, result: Any) -> None:
-        moved = jax.tree.map(lambda v: jax.device_put(v, self.device) if isinstance(v, jax.Array) else v, args)
+        moved = jax.tree.map(
+            lambda v: jax.device_put(v, self.device) if isinstance(v, jax.Array) else v, args
+        )
         with jax.default_device(self.device), jax.default_matmul_precision(None):
             reference = fn(*moved)
         stats = self.by_name.setdefault(name, _StepStats())

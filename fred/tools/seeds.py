@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 # The numbers of a comparison row that a group averages; the others say what the runs are.
 AVERAGED = (
-    "final_loss", "final_accuracy", "sim_time_s", "updates", "time_to_target_s", "updates_to_target", "bytes_sent",
+    "final_loss", "final_accuracy", "sim_time_s", "updates", "time_to_target_s", "updates_to_target",
+    "bytes_sent",
     "staleness_mean", "staleness_p50", "staleness_p99",
 )  # fmt: skip
 
@@ -92,14 +93,16 @@ def flat(tree: object, prefix: str = "") -> dict[str, object]:
 def _name_patterns(name: str, seed: int) -> set[str]:
     """The name with one of its seed's numbers, standing alone, as ``*``: ``lr1-s1`` of seed 1
     is ``lr*-s1`` or ``lr1-s*``."""
-    return {name[: m.start()] + "*" + name[m.end():] for m in re.finditer(rf"(?<!\d){seed}(?!\d)", name)}
+    return {name[: m.start()] + "*" + name[m.end() :] for m in re.finditer(rf"(?<!\d){seed}(?!\d)", name)}
 
 
 def by_seed(results: Sequence[RunResult]) -> list[SeedGroup]:
     """The runs grouped by everything in their resolved scenarios but the seed, in the order
     of each group's first run. Two runs of one scenario and one seed (copies of a run
     directory) in a group with other seeds are refused: they are one sample, not two."""
-    buckets: dict[str, dict[str, list[RunResult]]] = {}  # the scenario but seed and name -> name's tag -> runs
+    buckets: dict[
+        str, dict[str, list[RunResult]]
+    ] = {}  # the scenario but seed and name -> name's tag -> runs
     for result in results:
         mine = flat(result.scenario.resolved())
         del mine["seed"], mine["name"]
@@ -110,7 +113,9 @@ def by_seed(results: Sequence[RunResult]) -> list[SeedGroup]:
         for name, runs in _by_name_pattern(named).items():
             if len({run.scenario.seed for run in runs}) == 1:
                 # one seed: nothing to average (and copies of one run stay apart, named by their folders)
-                out += [SeedGroup([run], run.scenario.name, flat=flat(run.scenario.resolved())) for run in runs]
+                out += [
+                    SeedGroup([run], run.scenario.name, flat=flat(run.scenario.resolved())) for run in runs
+                ]
                 continue
             _refuse_repeated_seeds(runs)
             shared = flat(runs[0].scenario.resolved())
@@ -149,8 +154,10 @@ def _refuse_repeated_seeds(runs: list[RunResult]) -> None:
         seed = run.scenario.seed
         if seed in first:
             raise Refusal(
-                f"{first[seed].path} and {run.path} are runs of one scenario with one seed ({seed}): averaged over "
-                "seeds they would count as two; give one of them, or compare with --per-seed to show every run"
+                f"{first[seed].path} and {run.path} are runs of one scenario with one seed ({seed}): "
+                "averaged over "
+                "seeds they would count as two; give one of them, or compare with --per-seed to show every "
+                "run"
             )
         first[seed] = run
 
@@ -177,7 +184,9 @@ def _group_row(group: SeedGroup, target_loss: float | None) -> dict[str, object]
         "workers": group.summary["workers"],
         "n_seeds": len(group.runs),
         "seeds": " ".join(str(seed) for seed in group.seeds),
-        "status": statuses[0] if len(counted) == 1 else ", ".join(f"{n} {status}" for status, n in counted.items()),
+        "status": statuses[0]
+        if len(counted) == 1
+        else ", ".join(f"{n} {status}" for status, n in counted.items()),
         "target_loss": rows["target_loss"].iloc[0],
     }
     for column in AVERAGED:

@@ -52,18 +52,27 @@ def parse_grid(items: list[str]) -> dict[str, list[Any]]:
         if "=" not in item or not path:
             raise ScenarioError([f"--grid {item!r}: write it as path.to.key=value1,value2"], "--grid")
         if path in grid:  # a second --grid of the same field would silently replace the first
-            raise ScenarioError([f"--grid {item!r}: {path} is already gridded; give all its values in one --grid"], "--grid")
+            raise ScenarioError(
+                [f"--grid {item!r}: {path} is already gridded; give all its values in one --grid"], "--grid"
+            )
         grid[path] = _grid_values(item, values)
     return grid
 
 
-def with_seeds(grid: dict[str, list[Any]], seeds: list[int], sets: Sequence[str] = ()) -> dict[str, list[Any]]:
+def with_seeds(
+    grid: dict[str, list[Any]], seeds: list[int], sets: Sequence[str] = ()
+) -> dict[str, list[Any]]:
     """The grid with ``seed`` as its last field (``--seeds``): every combination once per seed."""
     if "seed" in grid:
-        raise ScenarioError(["--seeds and --grid seed=... both give the seeds; give them once, with either"], "--seeds")
+        raise ScenarioError(
+            ["--seeds and --grid seed=... both give the seeds; give them once, with either"], "--seeds"
+        )
     seeded = [item for item in sets if item.partition("=")[0].strip() == "seed"]
     if seeded:
-        raise ScenarioError([f"--set {seeded[0]} and --seeds both choose the seed; give the seeds with --seeds alone"], "--seeds")
+        raise ScenarioError(
+            [f"--set {seeded[0]} and --seeds both choose the seed; give the seeds with --seeds alone"],
+            "--seeds",
+        )
     return {**grid, "seed": list(seeds)}
 
 
@@ -77,13 +86,18 @@ def _grid_values(item: str, values: str) -> list[Any]:
         parsed_all = yaml_value(f"[{values}]")
     except yaml.YAMLError as err:
         problem = getattr(err, "problem", None) or err
-        raise ScenarioError([f"--grid {item!r}: {values} is not a comma-separated list of YAML values ({problem})"], "--grid") from None
+        raise ScenarioError(
+            [f"--grid {item!r}: {values} is not a comma-separated list of YAML values ({problem})"], "--grid"
+        ) from None
     if len(parsed_all) != len(texts):  # some values hold commas themselves: name them as parsed
         texts = [repr(value) for value in parsed_all]
     parsed: list[Any] = []
     for text, value in zip(texts, parsed_all):
         if value in parsed:  # the same run twice: a table with duplicate rows
-            raise ScenarioError([f"--grid {item!r}: {text.strip()} is given twice (as {value!r}); give each value once"], "--grid")
+            raise ScenarioError(
+                [f"--grid {item!r}: {text.strip()} is given twice (as {value!r}); give each value once"],
+                "--grid",
+            )
         parsed.append(value)
     return parsed
 
@@ -108,7 +122,13 @@ def expand(
         scenario = validate(include_profiles(data, base_dir, where), where)
         digest = scenario.digest()
         if digest in seen:
-            raise ScenarioError([f"--grid: {_as_given(settings)} and {_as_given(seen[digest])} are the same run; give each value once"], "--grid")
+            raise ScenarioError(
+                [
+                    f"--grid: {_as_given(settings)} and {_as_given(seen[digest])} are the same run; give "
+                    "each value once"
+                ],
+                "--grid",
+            )
         seen[digest] = settings
         resolved = scenario.resolved()  # a gridded profile's path is gone from it: that value stays as given
         combos.append(({path: get_path(resolved, path, value) for path, value in settings.items()}, scenario))
@@ -130,12 +150,16 @@ def _reusable(scenario: Scenario, runs_root: Path) -> RunResult | None:
     except ScenarioError as err:
         raise ScenarioError([_with_fix(problem, fix) for problem in err.problems], str(out)) from None
     if done is None and out.is_dir() and not (out / "summary.json").exists() and any(out.iterdir()):
-        raise ScenarioError([f"{out} is in the sweep's runs folder but is not a finished run (no summary.json); {fix}"], str(out))
+        raise ScenarioError(
+            [f"{out} is in the sweep's runs folder but is not a finished run (no summary.json); {fix}"],
+            str(out),
+        )
     return done
 
 
 def _with_fix(problem: str, fix: str) -> str:
-    """``problem`` with the sweep's fix in place of load_run's (fred run --out: the sweep makes that run itself)."""
+    """``problem`` with the sweep's fix in place of load_run's (fred run --out: the sweep makes that run
+    itself)."""
     head, damaged, _ = problem.partition(DAMAGED)
     return f"{head}{damaged}; {fix}"
 
@@ -145,8 +169,12 @@ def _local(todo: Todo, jobs: int, done: Done) -> None:
         # spawn, not fork: JAX's runtime does not survive a fork. A run that fails, or Ctrl-C,
         # stops the sweep: no queued run starts, and those already started finish and are kept;
         # a second Ctrl-C stops them too (a run is written whole or not at all).
-        pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                                      initializer=_worker_setup, initargs=(os.getpid(),))
+        pool = cf.ProcessPoolExecutor(
+            jobs,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_worker_setup,
+            initargs=(os.getpid(),),
+        )
         running: dict[cf.Future, int] = {}  # submitted and not yet told, with their place in todo
         try:
             _in_turn(pool, todo, jobs, done, running)
@@ -190,7 +218,9 @@ def _end_with(sweep: int) -> None:
     os._exit(1)  # the run in hand is lost: its directory was not renamed into place
 
 
-def _in_turn(pool: cf.ProcessPoolExecutor, todo: Todo, jobs: int, done: Done, running: dict[cf.Future, int]) -> None:
+def _in_turn(
+    pool: cf.ProcessPoolExecutor, todo: Todo, jobs: int, done: Done, running: dict[cf.Future, int]
+) -> None:
     """At most ``jobs`` runs submitted at once: a pool moves jobs + 1 submitted calls to its
     workers' queue, past cancelling, so with all submitted Ctrl-C still started more.
     ``running`` holds the submitted runs not yet told to ``done``, in ``todo``'s order."""
@@ -207,7 +237,9 @@ def _in_turn(pool: cf.ProcessPoolExecutor, todo: Todo, jobs: int, done: Done, ru
                 _submit(pool, following[1], running, following[0])
 
 
-def _submit(pool: cf.ProcessPoolExecutor, item: tuple[dict[str, Any], str], running: dict[cf.Future, int], place: int) -> None:
+def _submit(
+    pool: cf.ProcessPoolExecutor, item: tuple[dict[str, Any], str], running: dict[cf.Future, int], place: int
+) -> None:
     """``pool.submit`` of one run, kept in ``running`` at ``place``, with Ctrl-C held meanwhile.
 
     The pool may start a worker process here: a KeyboardInterrupt between its start and the
@@ -217,7 +249,11 @@ def _submit(pool: cf.ProcessPoolExecutor, item: tuple[dict[str, Any], str], runn
     and exec) until :func:`_worker_setup` ignores it.
     """
     with interrupt.between_steps():
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, "pthread_sigmask") else None
+        blocked = (
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            if hasattr(signal, "pthread_sigmask")
+            else None
+        )
         try:
             running[pool.submit(run_one, *item)] = place
         finally:
@@ -309,7 +345,9 @@ def sweep(
         out = default_run_dir(scenario, runs_root)
         done_before = _reusable(scenario, runs_root)
         if done_before is not None:
-            reused[str(out)] = done_before  # perhaps in the directory an earlier fred named (done_before.path)
+            reused[str(out)] = (
+                done_before  # perhaps in the directory an earlier fred named (done_before.path)
+            )
         elif str(out) not in labels:
             todo.append((scenario.resolved(), str(out)))
             labels[str(out)] = grid_label(settings)

@@ -31,7 +31,10 @@ def _import_ray() -> Any:
         if err.name != "ray":  # Ray is there but one of its own imports fails: show that error
             raise
         # a ValueError, like calibrate's missing backend: the CLI prints it on one line
-        raise Refusal('executor "ray" needs Ray, which is not installed here: pip install -e ".[ray]" in fred\'s checkout (or pip install "ray>=2.6")') from None
+        raise Refusal(
+            'executor "ray" needs Ray, which is not installed here: pip install -e ".[ray]" in fred\'s '
+            'checkout (or pip install "ray>=2.6")'
+        ) from None
     return ray
 
 

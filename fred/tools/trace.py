@@ -22,6 +22,7 @@ from fred.runs.paths import output_file, write_whole
 
 def track_ids(entities: list[str]) -> dict[str, int]:
     """Stable thread ids: workers by index, then everything else by name."""
+
     def key(name: str) -> tuple[int, int | str]:
         suffix = name.removeprefix("worker")
         return (0, int(suffix)) if name.startswith("worker") and suffix.isdigit() else (1, name)
@@ -54,8 +55,16 @@ def _tracks(names: list[str], lane_of: list[int], order: dict[str, int]) -> dict
 
 
 def _track_names(tids: dict[tuple[str, int], int], pid: int) -> list[dict[str, Any]]:
-    return [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-             "args": {"name": name if lane == 0 else f"{name} ({lane + 1})"}} for (name, lane), tid in tids.items()]
+    return [
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": pid,
+            "tid": tid,
+            "args": {"name": name if lane == 0 else f"{name} ({lane + 1})"},
+        }
+        for (name, lane), tid in tids.items()
+    ]
 
 
 def trace_events(events: pd.DataFrame) -> list[dict[str, Any]]:
@@ -65,7 +74,9 @@ def trace_events(events: pd.DataFrame) -> list[dict[str, Any]]:
     An entity whose activities overlap gets more than one track (``worker0``, ``worker0 (2)``).
     """
     order = track_ids(events["entity"].tolist())
-    events = events.assign(_order=events["entity"].map(order)).sort_values(["_order", "start_s"], kind="stable")
+    events = events.assign(_order=events["entity"].map(order)).sort_values(
+        ["_order", "start_s"], kind="stable"
+    )
     entities = events["entity"].tolist()
     entity_lanes = _lanes_by(entities, events["start_s"].tolist(), events["end_s"].tolist())
     tids = _tracks(entities, entity_lanes, order)
@@ -77,8 +88,10 @@ def trace_events(events: pd.DataFrame) -> list[dict[str, Any]]:
     link_lanes = _lanes_by(link_names, [r.start_s for r, _ in linked], [r.end_s for r, _ in linked])
     link_tids = _tracks(link_names, link_lanes, link_order)
     out = _track_names(tids, 1)
-    out += [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "entities"}},
-            {"ph": "M", "name": "process_name", "pid": 2, "tid": 0, "args": {"name": "links"}}]
+    out += [
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "entities"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "tid": 0, "args": {"name": "links"}},
+    ]
     out += _track_names(link_tids, 2)
     for row, lane in zip(rows, entity_lanes):
         out.append(_event(row, 1, tids[(row.entity, lane)]))
@@ -96,8 +109,14 @@ def _lanes_by(names: list[str], starts: list[float], ends: list[float]) -> list[
 
 
 def _event(row: Any, pid: int, tid: int) -> dict[str, Any]:
-    base = {"name": row.kind, "cat": row.kind, "pid": pid, "tid": tid, "ts": row.start_s * 1e6,
-            "args": {"bytes": row.bytes, "peer": row.peer}}
+    base = {
+        "name": row.kind,
+        "cat": row.kind,
+        "pid": pid,
+        "tid": tid,
+        "ts": row.start_s * 1e6,
+        "args": {"bytes": row.bytes, "peer": row.peer},
+    }
     if row.end_s > row.start_s:
         return {**base, "ph": "X", "dur": (row.end_s - row.start_s) * 1e6}
     return {**base, "ph": "i", "s": "t"}

@@ -48,14 +48,22 @@ def final_loss(result: fred.RunResult) -> float:
 
 
 def choose_learning_rates(updates: int) -> tuple[dict[str, float], list[str]]:
-    lines = ["| method | lr | " + " | ".join(f"{n} clients" for n in CLIENTS) + " | mean |", "|---" * (len(CLIENTS) + 3) + "|"]
+    lines = [
+        "| method | lr | " + " | ".join(f"{n} clients" for n in CLIENTS) + " | mean |",
+        "|---" * (len(CLIENTS) + 3) + "|",
+    ]
     best: dict[str, float] = {}
     for method in METHODS:
         scores = {}
         for lr in LR_GRID[method]:
-            losses = [final_loss(fred.run(scenario(method, n, strategy={"lr": lr}, stop={"max_updates": updates}))) for n in CLIENTS]
+            losses = [
+                final_loss(fred.run(scenario(method, n, strategy={"lr": lr}, stop={"max_updates": updates})))
+                for n in CLIENTS
+            ]
             scores[lr] = sum(losses) / len(losses)
-            lines.append(f"| {method} | {lr:g} | " + " | ".join(fmt(x) for x in losses) + f" | {fmt(scores[lr])} |")
+            lines.append(
+                f"| {method} | {lr:g} | " + " | ".join(fmt(x) for x in losses) + f" | {fmt(scores[lr])} |"
+            )
         best[method] = min(scores, key=lambda lr: scores[lr])
     return best, lines
 
@@ -63,16 +71,22 @@ def choose_learning_rates(updates: int) -> tuple[dict[str, float], list[str]]:
 def compare(best: dict[str, float], updates: int, clock: str) -> list[str]:
     unit = "s" if clock == "simulated" else "steps"
     lines = [
-        f"| clients | method | lr | final loss | final accuracy | {unit} to loss {TARGET_LOSS} | updates to loss {TARGET_LOSS} | mean staleness |",
+        f"| clients | method | lr | final loss | final accuracy | {unit} to loss {TARGET_LOSS} | updates to "
+        f"loss {TARGET_LOSS} | mean staleness |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for n in CLIENTS:
         for method in METHODS:
-            r = fred.run(scenario(method, n, strategy={"lr": best[method], "clock": clock}, stop={"max_updates": updates}))
+            r = fred.run(
+                scenario(
+                    method, n, strategy={"lr": best[method], "clock": clock}, stop={"max_updates": updates}
+                )
+            )
             t, u = r.time_to(TARGET_LOSS) or (math.nan, math.nan)
             s = r.summary
             lines.append(
-                f"| {n} | {method} | {best[method]:g} | {fmt(s['final_eval_loss'])} | {fmt(s['final_eval_accuracy'])} "
+                f"| {n} | {method} | {best[method]:g} | {fmt(s['final_eval_loss'])} | "
+                f"{fmt(s['final_eval_accuracy'])} "
                 f"| {fmt(t)} | {fmt(u)} | {fmt(s['mean_staleness'])} |"
             )
     return lines
@@ -80,14 +94,20 @@ def compare(best: dict[str, float], updates: int, clock: str) -> list[str]:
 
 def bandwidth(best_lr: float, updates: int) -> list[str]:
     lines = [
-        "| c_fetch | c_push | final loss | fetches sent / opportunities | pushes sent / opportunities | total bytes vs FASGD | updates from cached gradients |",
+        "| c_fetch | c_push | final loss | fetches sent / opportunities | pushes sent / opportunities | "
+        "total bytes vs FASGD | updates from cached gradients |",
         "|---|---|---|---|---|---|---|",
     ]
     base_bytes = None
     settings = [(0.0, 0.0)] + [(c, 0.0) for c in C_GRID] + [(0.0, c) for c in C_GRID]
     for c_fetch, c_push in settings:
         r = fred.run(
-            scenario("bfasgd", 16, strategy={"lr": best_lr, "c_fetch": c_fetch, "c_push": c_push}, stop={"max_updates": updates})
+            scenario(
+                "bfasgd",
+                16,
+                strategy={"lr": best_lr, "c_fetch": c_fetch, "c_push": c_push},
+                stop={"max_updates": updates},
+            )
         )
         s = r.summary
         total = s["bytes_pushed"] + s["bytes_fetched"]
@@ -96,7 +116,8 @@ def bandwidth(best_lr: float, updates: int) -> list[str]:
         push_ops = s["pushes_sent"] + s["pushes_dropped"]
         lines.append(
             f"| {c_fetch:g} | {c_push:g} | {fmt(s['final_eval_loss'])} | {s['fetches_sent']}/{fetch_ops} "
-            f"({s['fetches_sent'] / fetch_ops:.2f}) | {s['pushes_sent']}/{push_ops} ({s['pushes_sent'] / push_ops:.2f}) "
+            f"({s['fetches_sent'] / fetch_ops:.2f}) | {s['pushes_sent']}/{push_ops} "
+            f"({s['pushes_sent'] / push_ops:.2f}) "
             f"| {total / base_bytes:.2f} (÷{base_bytes / total:.1f}) | {int(r.updates['cached'].sum())} |"
         )
     return lines

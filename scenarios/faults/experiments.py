@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import fred
-from fred.scenario.loading import read_yaml
-from fred.scenario.loading import ScenarioError
 from fred.scenario import registry
+from fred.scenario.loading import ScenarioError, read_yaml
 
 HERE = Path(__file__).resolve().parent
 CRASH = {"worker": 3, "at_s": 1.0}
@@ -25,9 +24,13 @@ FAULTS: dict[str, dict[str, Any]] = {
     "crash, timeout 0.2 s": {"worker_crash": [CRASH], "sync_timeout_s": 0.2},
     "crash, no timeout": {"worker_crash": [CRASH]},
     "crash, rejoin at 2 s": {"worker_crash": [{**CRASH, "rejoin_at_s": 2.0}], "sync_timeout_s": 0.2},
-    "link ÷20 for 2 s": {"link_degrade": [{"entity": "worker0", "at_s": 1.0, "duration_s": 2.0, "bandwidth_factor": 0.05}]},
+    "link ÷20 for 2 s": {
+        "link_degrade": [{"entity": "worker0", "at_s": 1.0, "duration_s": 2.0, "bandwidth_factor": 0.05}]
+    },
     "5% loss, resend 20 ms": {"message_loss": {"probability": 0.05, "retransmit_timeout_s": 0.02}},
-    "server crash at 2 s": {"server_crash": {"checkpoint_every_s": 0.5, "crashes": [{"at_s": 2.0, "restart_s": 0.5}]}},
+    "server crash at 2 s": {
+        "server_crash": {"checkpoint_every_s": 0.5, "crashes": [{"at_s": 2.0, "restart_s": 0.5}]}
+    },
 }
 STRATEGIES = [n for n in registry.names() if n != "sgd"] + ["ssgd_ps"]
 REFERENCE_S = 3.0
@@ -65,7 +68,7 @@ def main() -> None:
         "Produced by `python scenarios/faults/experiments.py` (8 workers, 6 simulated seconds, seed 0).",
         "Do not edit by hand; see [failures.md](failures.md) for what each strategy does.",
         "",
-        f"Each cell: final evaluation loss (extra simulated seconds to reach the loss the fault-free run",
+        "Each cell: final evaluation loss (extra simulated seconds to reach the loss the fault-free run",
         f"reached at {REFERENCE_S:.0f} s), `failed at t` when the strategy cannot go on, `n/a` when the",
         "fault does not apply to the strategy (no server, or no rejoin modelled).",
         "",

@@ -39,7 +39,8 @@ def main() -> None:
         "Produced by `python scenarios/hpsgd/experiments.py` (60 simulated seconds per run, seed 0).",
         "Do not edit by hand; see [hpsgd-pipe-sgd.md](hpsgd-pipe-sgd.md) for the discussion.",
         "",
-        f"| workers | method | examples / s | syncs (worker 0) | s to loss {TARGET_LOSS} | final loss | final accuracy |",
+        f"| workers | method | examples / s | syncs (worker 0) | s to loss {TARGET_LOSS} | final loss | "
+        "final accuracy |",
         "|---|---|---|---|---|---|---|",
     ]
     speedups = []
@@ -48,9 +49,16 @@ def main() -> None:
         lines += [got[m][0] for m in ("ssgd", "local_sgd", "hpsgd")]
         hp = got["hpsgd"][1]
         speedups.append(
-            f"| {workers} | {100 * (hp / got['local_sgd'][1] - 1):+.0f} % | {100 * (hp / got['ssgd'][1] - 1):+.0f} % |"
+            f"| {workers} | {100 * (hp / got['local_sgd'][1] - 1):+.0f} % | "
+            f"{100 * (hp / got['ssgd'][1] - 1):+.0f} % |"
         )
-    lines += ["", "Throughput of HPSGD relative to the others:", "", "| workers | vs Local SGD | vs SSGD |", "|---|---|---|"]
+    lines += [
+        "",
+        "Throughput of HPSGD relative to the others:",
+        "",
+        "| workers | vs Local SGD | vs SSGD |",
+        "|---|---|---|",
+    ]
     lines += speedups + [""]
     out = HERE.parents[1] / "docs" / "hpsgd-results.md"
     out.write_text("\n".join(lines))

@@ -12,7 +12,6 @@ by what the event trace measures: time computing, waiting for the GPU, waiting a
 barrier, and blocked in the all-reduce.
 """
 
-
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,24 +69,52 @@ def constants() -> list[tuple[str, str, str, str]]:
     """(scenario field, value, what it is, where it comes from), as the scenarios give them."""
     param_bytes, flops = cifar_resnet101()
     return [
-        ("cluster.workers_per_device", "n / 4", "worker processes sharing one V100, taking turns",
-         "section 4.1: 4 V100; 16 worker processes, 4 per GPU (the authors' --gpu list)"),
+        (
+            "cluster.workers_per_device",
+            "n / 4",
+            "worker processes sharing one V100, taking turns",
+            "section 4.1: 4 V100; 16 worker processes, 4 per GPU (the authors' --gpu list)",
+        ),
         ("cluster.devices_per_node", "4", "one DGX Station", "section 4.1"),
         ("data.batch_size", f"{BATCH}", "per worker", "section 4.1: batch size 128"),
-        ("workload.param_bytes", f"{param_bytes:,}", "CIFAR-10 ResNet-101, float32",
-         "the authors' Net/Resnet.py, derived from the resnet101 profile"),
-        ("workload.flops_per_example", f"{flops:.4g}", "3 x the forward pass of one 32x32 image",
-         "derived from the resnet101 profile's layers"),
-        ("cluster.compute.device_flops", f"{v100_flops():.3g}", "a V100's fp32 rate training ResNets",
-         "~360 ResNet-50 images/s x 24.5 GFLOP (NVIDIA's V100 fp32 figure)"),
-        ("network.intra_node.bandwidth_bps", f"{host_loopback_bps():.3g}",
-         "a GPU's processes' share of the host's TCP loopback", "Intel's E5-2698 v4 datasheet: 76.8 GB/s DRAM; / 4 B per B / 4 GPUs"),
-        ("network.intra_node.latency_s", f"{TENSORS * LOOPBACK_MESSAGE_S:.3g}",
-         f"{TENSORS} all-reduces per sync (one per parameter tensor) x {LOOPBACK_MESSAGE_S * 1e6:g} us per loopback message",
-         "the authors' hlsgd.py; the 10 us is an order of magnitude"),
+        (
+            "workload.param_bytes",
+            f"{param_bytes:,}",
+            "CIFAR-10 ResNet-101, float32",
+            "the authors' Net/Resnet.py, derived from the resnet101 profile",
+        ),
+        (
+            "workload.flops_per_example",
+            f"{flops:.4g}",
+            "3 x the forward pass of one 32x32 image",
+            "derived from the resnet101 profile's layers",
+        ),
+        (
+            "cluster.compute.device_flops",
+            f"{v100_flops():.3g}",
+            "a V100's fp32 rate training ResNets",
+            "~360 ResNet-50 images/s x 24.5 GFLOP (NVIDIA's V100 fp32 figure)",
+        ),
+        (
+            "network.intra_node.bandwidth_bps",
+            f"{host_loopback_bps():.3g}",
+            "a GPU's processes' share of the host's TCP loopback",
+            "Intel's E5-2698 v4 datasheet: 76.8 GB/s DRAM; / 4 B per B / 4 GPUs",
+        ),
+        (
+            "network.intra_node.latency_s",
+            f"{TENSORS * LOOPBACK_MESSAGE_S:.3g}",
+            f"{TENSORS} all-reduces per sync (one per parameter tensor) x {LOOPBACK_MESSAGE_S * 1e6:g} us "
+            "per loopback message",
+            "the authors' hlsgd.py; the 10 us is an order of magnitude",
+        ),
         ("strategy.sync_every (Local SGD)", f"{GAMMA}", "gamma", "section 4.1"),
-        ("strategy.barrier (HPSGD)", "true", "Pt waits for every worker before each step",
-         "section 1 ('start to feed-forward at the same time'); dist.barrier() in hlsgd.py"),
+        (
+            "strategy.barrier (HPSGD)",
+            "true",
+            "Pt waits for every worker before each step",
+            "section 1 ('start to feed-forward at the same time'); dist.barrier() in hlsgd.py",
+        ),
     ]
 
 
@@ -118,7 +145,8 @@ def measure(result: fred.RunResult, workers_per_device: int) -> Measured:
     blocking = strategy["name"] != "hpsgd"  # HPSGD's all-reduces are in Ps, beside training
     barrier = bool(strategy.get("barrier", False))
     waits_for_sync = bool(strategy.get("barrier_waits_for_sync", False))
-    # With barrier_waits_for_sync Pt waits for its Ps after the barrier: a wait that ends as an all-reduce ends.
+    # With barrier_waits_for_sync Pt waits for its Ps after the barrier: a wait that ends as an all-reduce
+    # ends.
     sync_wait = {w: _sync_waits(ev, w) if waits_for_sync else {} for w in range(n)}
     shares = {"compute": 0.0, "barrier": 0.0, "allreduce": 0.0}
     total_s = 0.0
@@ -128,12 +156,16 @@ def measure(result: fred.RunResult, workers_per_device: int) -> Measured:
         window_s = starts[w][-1]  # from 0 to its last step's start: whole steps and gaps only
         mine = ev[(ev["entity"] == f"worker{w}") & (ev["end_s"] <= window_s)]
         shares["compute"] += float((ends[w][:-1] - starts[w][:-1]).sum())
-        shares["barrier"] += sum(releases[k] - ends[w][k] for k in range(len(releases)) if releases[k] <= window_s)
+        shares["barrier"] += sum(
+            releases[k] - ends[w][k] for k in range(len(releases)) if releases[k] <= window_s
+        )
         shares["allreduce"] += sum(d for start, d in sync_wait[w].items() if start + d <= window_s)
         if blocking:
             reduces = mine[mine["kind"] == "allreduce"]
             joins = mine[(mine["kind"] == "wait") & mine["end_s"].isin(set(reduces["start_s"]))]
-            shares["allreduce"] += float((reduces["end_s"] - reduces["start_s"]).sum() + (joins["end_s"] - joins["start_s"]).sum())
+            shares["allreduce"] += float(
+                (reduces["end_s"] - reduces["start_s"]).sum() + (joins["end_s"] - joins["start_s"]).sum()
+            )
         total_s += window_s
     gpu_wait = total_s - sum(shares.values())  # the rest of a gap between steps: its GPU was busy
     durations = steps["end_s"].clip(upper=end_s) - steps["start_s"]
@@ -180,8 +212,11 @@ VARIANTS = {  # HPSGD's barrier: what each variant overrides in paper_hpsgd_*.ya
     "hpsgd": {},
     "hpsgd_gloo": {"barrier_waits_for_sync": True},
 }
-BARRIERS = {"hpsgd_free": "none", "hpsgd": "every step (the paper)",
-            "hpsgd_gloo": "every step, waiting for the all-reduce (the code on gloo)"}
+BARRIERS = {
+    "hpsgd_free": "none",
+    "hpsgd": "every step (the paper)",
+    "hpsgd_gloo": "every step, waiting for the all-reduce (the code on gloo)",
+}
 READINGS = {"worker": "128 per worker", "cluster": "128 per cluster"}
 
 
@@ -213,8 +248,10 @@ def section(quick: bool = False) -> str:
         "4 V100 are shared by 4, 8 or 16 worker processes (1, 2 or 4 per GPU, taking turns),",
         "CIFAR-10 ResNet-101, batch 128 per worker, Local SGD's γ = 8, gloo all-reduces through",
         "the host, and HPSGD's barrier before every step. Performance is training examples per",
-        (f"second over {QUICK_S if quick else FULL_S:g} simulated seconds (timing-only runs); a gain is "
-        "HPSGD's over the other method's, minus 1."),
+        (
+            f"second over {QUICK_S if quick else FULL_S:g} simulated seconds (timing-only runs); a gain is "
+            "HPSGD's over the other method's, minus 1."
+        ),
         "",
         "| workers | HPSGD vs | paper | fred | error | reproduce |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -227,7 +264,10 @@ def section(quick: bool = False) -> str:
                 shown = ("—", "(only drawn, Fig. 5a)")
             else:
                 ratio_error = (1 + predicted) / (1 + paper) - 1
-                shown = (pct(paper), f"{100 * (predicted - paper):+.1f} points; {100 * ratio_error:+.1f} % on the ratio")
+                shown = (
+                    pct(paper),
+                    f"{100 * (predicted - paper):+.1f} points; {100 * ratio_error:+.1f} % on the ratio",
+                )
             command = f"`fred run scenarios/hpsgd/paper_hpsgd_{n}.yaml`, `... paper_{other}_{n}.yaml`"
             lines.append(f"| {n} | {NAMES[other]} | {shown[0]} | {pct(predicted)} | {shown[1]} | {command} |")
     lines += [
@@ -253,16 +293,20 @@ def breakdown(got: dict) -> list[str]:
         "all-reduces run in Ps beside it). GPU busy: the share of time one of a GPU's processes",
         "computes on it.",
         "",
-        ("| workers | method | examples / s | GPU busy | computing | waiting for the GPU | at the barrier "
-        "| blocked in all-reduce | one all-reduce | syncs per worker |"),
+        (
+            "| workers | method | examples / s | GPU busy | computing | waiting for the GPU | at the barrier "
+            "| blocked in all-reduce | one all-reduce | syncs per worker |"
+        ),
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for n in SIZES:
         for m in METHODS:
             r = got[(m, n, "worker")]
             out.append(
-                f"| {n} | {NAMES[m]} | {r.examples_per_s:,.0f} | {100 * r.gpu_busy:.0f} % | {100 * r.compute:.0f} % | "
-                f"{100 * r.gpu_wait:.0f} % | {100 * r.barrier:.0f} % | {100 * r.allreduce:.0f} % | {r.sync_s:.3f} s | {r.syncs} |"
+                f"| {n} | {NAMES[m]} | {r.examples_per_s:,.0f} | {100 * r.gpu_busy:.0f} % | "
+                f"{100 * r.compute:.0f} % | "
+                f"{100 * r.gpu_wait:.0f} % | {100 * r.barrier:.0f} % | {100 * r.allreduce:.0f} % | "
+                f"{r.sync_s:.3f} s | {r.syncs} |"
             )
     return out
 
@@ -272,27 +316,36 @@ def residuals(got: dict) -> list[str]:
     hp = {n: got[("hpsgd", n, "worker")] for n in SIZES}
     ssgd = {n: got[("ssgd", n, "worker")] for n in SIZES}
     local = {n: got[("local_sgd", n, "worker")] for n in SIZES}
-    turn = {n: (n // 4) * hp[n].step_s for n in SIZES}  # a worker's step, its GPU's other processes' turns included
+    turn = {
+        n: (n // 4) * hp[n].step_s for n in SIZES
+    }  # a worker's step, its GPU's other processes' turns included
     k = {n: k_of(got, n, "worker") for n in SIZES}
     out = [
         "**Residuals, by measured cause.** HPSGD keeps every GPU busy ({}); SSGD's GPUs idle while".format(
-            ", ".join(f"{100 * hp[n].gpu_busy:.0f} % at {n}" for n in SIZES)),
+            ", ".join(f"{100 * hp[n].gpu_busy:.0f} % at {n}" for n in SIZES)
+        ),
         "their processes all-reduce ({}), Local SGD's once every γ steps ({}). With identical".format(
-            ", ".join(f"{100 * ssgd[n].gpu_busy:.0f} %" for n in SIZES), ", ".join(f"{100 * local[n].gpu_busy:.0f} %" for n in SIZES)),
+            ", ".join(f"{100 * ssgd[n].gpu_busy:.0f} %" for n in SIZES),
+            ", ".join(f"{100 * local[n].gpu_busy:.0f} %" for n in SIZES),
+        ),
         "workers that idle time is the whole difference: HPSGD's gain over SSGD is the GPU-busy ratio",
-        "minus 1 ({}).".format(", ".join(f"{pct(hp[n].gpu_busy / ssgd[n].gpu_busy - 1)} at {n}" for n in SIZES)),
+        "minus 1 ({}).".format(
+            ", ".join(f"{pct(hp[n].gpu_busy / ssgd[n].gpu_busy - 1)} at {n}" for n in SIZES)
+        ),
         "",
         "Let k be one all-reduce over the time a worker takes for one step, its GPU's other processes'",
         "turns included (t_sync / (processes per GPU × t_step)). Then HPSGD / SSGD = 1 + k and",
         "HPSGD / Local SGD = 1 + k/γ. The k each of the paper's numbers needs, against fred's:",
         "",
-        "| workers | one all-reduce | a worker's step, in turns | k | k for the paper's gain over SSGD | over Local SGD |",
+        "| workers | one all-reduce | a worker's step, in turns | k | k for the paper's gain over SSGD | "
+        "over Local SGD |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for n in SIZES:
         need_s, need_l = PAPER.get((n, "ssgd")), PAPER.get((n, "local_sgd"))
         out.append(
-            f"| {n} | {ssgd[n].sync_s:.3f} s | {turn[n]:.3f} s | {k[n]:.2f} | {'—' if need_s is None else f'{need_s:.2f}'} | "
+            f"| {n} | {ssgd[n].sync_s:.3f} s | {turn[n]:.3f} s | {k[n]:.2f} | "
+            f"{'—' if need_s is None else f'{need_s:.2f}'} | "
             f"{'—' if need_l is None else f'{GAMMA * need_l:.2f}'} |"
         )
     need_4, need_16 = PAPER[(4, "ssgd")] * turn[4], PAPER[(16, "ssgd")] * turn[16]
@@ -300,21 +353,31 @@ def residuals(got: dict) -> list[str]:
         "",
         "The paper's four numbers cannot hold together in this model, whatever the constants: at 4",
         "workers +0 % over Local SGD needs k = 0 while +133 % over SSGD needs k = 1.33; at 16,",
-        (f"+75 % over Local SGD needs k = {GAMMA * PAPER[(16, 'local_sgd')]:.1f} while +250 % over SSGD needs k = 2.5. "
-        "The gains over SSGD"),
-        (f"alone would need one all-reduce to take {need_4:.2f} s at 4 workers and {need_16:.2f} s at 16, "
-        f"{need_4 / ssgd[4].sync_s:.1f}x and {need_16 / ssgd[16].sync_s:.1f}x"),
+        (
+            f"+75 % over Local SGD needs k = {GAMMA * PAPER[(16, 'local_sgd')]:.1f} while +250 % over SSGD "
+            "needs k = 2.5. "
+            "The gains over SSGD"
+        ),
+        (
+            f"alone would need one all-reduce to take {need_4:.2f} s at 4 workers and {need_16:.2f} s at 16, "
+            f"{need_4 / ssgd[4].sync_s:.1f}x and {need_16 / ssgd[16].sync_s:.1f}x"
+        ),
         "what the host's memory bandwidth allows here.",
         "",
         "fred's k grows slowly with the workers ({}): the host's loopback is shared by every process,".format(
-            ", ".join(f"{k[n]:.2f} at {n}" for n in SIZES)),
-        (f"so an all-reduce of 16 takes {ssgd[16].sync_s / ssgd[4].sync_s:.1f}x one of 4, but a worker's step, "
-        f"in turns, also takes {turn[16] / turn[4]:.0f}x as long."),
-        "fred's gains grow from 4 to 16 workers as the paper's do (its \"communication jam\"), but much less.",
+            ", ".join(f"{k[n]:.2f} at {n}" for n in SIZES)
+        ),
+        (
+            f"so an all-reduce of 16 takes {ssgd[16].sync_s / ssgd[4].sync_s:.1f}x one of 4, but a worker's "
+            "step, "
+            f"in turns, also takes {turn[16] / turn[4]:.0f}x as long."
+        ),
+        "fred's gains grow from 4 to 16 workers as the paper's do (its \"communication jam\"), but much "
+        "less.",
         "",
         "Not modelled, each a cause the paper's runs had and fred's do not: the CPU time gloo's",
-        "threads, data loading and 16 Python processes compete for (section 4.2 names \"limited CPU",
-        "time\"), the copies of gradients between GPU and host, and the time slicing of one GPU between",
+        'threads, data loading and 16 Python processes compete for (section 4.2 names "limited CPU',
+        'time"), the copies of gradients between GPU and host, and the time slicing of one GPU between',
         "processes being less efficient than whole steps in turn.",
     ]
     return out
@@ -331,17 +394,23 @@ def readings(got: dict) -> list[str]:
         "collective queued before it, so the per-step `dist.barrier()` of `hlsgd.py` also waits for the",
         "all-reduce in flight (`barrier_waits_for_sync: true`).",
         "",
-        ("| batch | HPSGD's barrier | k at 4 / 8 / 16 | 4: vs Local SGD | 4: vs SSGD | 8: vs Local SGD "
-        "| 8: vs SSGD | 16: vs Local SGD | 16: vs SSGD |"),
+        (
+            "| batch | HPSGD's barrier | k at 4 / 8 / 16 | 4: vs Local SGD | 4: vs SSGD | 8: vs Local SGD "
+            "| 8: vs SSGD | 16: vs Local SGD | 16: vs SSGD |"
+        ),
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         "| the paper | | | {} | {} | — | — | {} | {} |".format(
-            *(pct(PAPER[(n, m)]) for n in (4, 16) for m in ("local_sgd", "ssgd"))),
+            *(pct(PAPER[(n, m)]) for n in (4, 16) for m in ("local_sgd", "ssgd"))
+        ),
     ]
     for reading, batch in READINGS.items():
         ks = " / ".join(f"{k_of(got, n, reading):.2f}" for n in SIZES)
         for variant, barrier in BARRIERS.items():
-            gains = [pct(gain(got[(variant, n, reading)], got[(other, n, reading)]))
-                     for n in SIZES for other in ("local_sgd", "ssgd")]
+            gains = [
+                pct(gain(got[(variant, n, reading)], got[(other, n, reading)]))
+                for n in SIZES
+                for other in ("local_sgd", "ssgd")
+            ]
             out.append(f"| {batch} | {barrier} | {ks} | " + " | ".join(gains) + " |")
     gloo = {n: got[("hpsgd_gloo", n, "cluster")] for n in SIZES}
     out += [
@@ -352,10 +421,12 @@ def readings(got: dict) -> list[str]:
         "made slower here. Smaller batches make k larger and every gain larger, but with no barrier or",
         "the paper's the pairs stay tied by 1 + k/γ and 1 + k. Gloo's barrier changes nothing while an",
         "all-reduce ends within a step (k < 1); beyond, Pt waits for it and a worker synchronises every",
-        "other step, two steps taking t_step + max(t_step, t_sync): HPSGD's gain over SSGD stops at +100 %, and its",
+        "other step, two steps taking t_step + max(t_step, t_sync): HPSGD's gain over SSGD stops at +100 %, "
+        "and its",
         "gain over Local SGD falls, each worker's training loop blocked waiting for its all-reduce",
         "{} of its time at 4, 8 and 16 workers. That is how the 4-worker pair comes closest".format(
-            ", ".join(f"{100 * gloo[n].allreduce:.0f} %" for n in SIZES)),
+            ", ".join(f"{100 * gloo[n].allreduce:.0f} %" for n in SIZES)
+        ),
         "to the paper's (+0 % and +133 %), and the 16-worker pair furthest.",
     ]
     return out

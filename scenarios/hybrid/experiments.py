@@ -1,6 +1,6 @@
 """SSGD vs ASGD vs the grouped hybrid with two slowed workers; prints docs/hybrid-results.md.
 
-    python scenarios/hybrid/experiments.py     # under a minute on 2 cores
+python scenarios/hybrid/experiments.py     # under a minute on 2 cores
 """
 
 from __future__ import annotations

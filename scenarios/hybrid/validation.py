@@ -42,7 +42,11 @@ GOSSIP: dict[str, Any] = {  # 8 gossiping nodes on the same digits MLP, no slowe
     "name": "gossip-order",
     "model": {"kind": "mlp", "hidden": [64], "activation": "relu"},
     "data": {"source": {"kind": "digits"}, "batch_size": 32, "sharding": "iid"},
-    "cluster": {"workers": 8, "compute": {"step_time_s": 0.01}, "jitter": {"kind": "lognormal", "sigma": 0.05}},
+    "cluster": {
+        "workers": 8,
+        "compute": {"step_time_s": 0.01},
+        "jitter": {"kind": "lognormal", "sigma": 0.05},
+    },
     "network": {"latency_s": 5.0e-5, "bandwidth_bps": 1.25e9},
 }
 METHODS: dict[str, tuple[str | dict[str, Any], dict[str, Any]]] = {  # name: (scenario file or data, strategy)
@@ -56,9 +60,17 @@ METHODS: dict[str, tuple[str | dict[str, Any], dict[str, Any]]] = {  # name: (sc
     "adpsgd_average": (GOSSIP, {"name": "adpsgd", "order": "average_then_step"}),
     "adpsgd_step": (GOSSIP, {"name": "adpsgd", "order": "step_then_average"}),
 }
-LABELS = {"ssgd": "SSGD", "asgd": "ASGD", "hybrid_mean": "hybrid, mean", "hybrid_sum": "hybrid, sum", "sgp": "SGP",
-          "dpsgd_average": "D-PSGD, average then step", "dpsgd_step": "D-PSGD, step then average",
-          "adpsgd_average": "AD-PSGD, average then step", "adpsgd_step": "AD-PSGD, step then average"}
+LABELS = {
+    "ssgd": "SSGD",
+    "asgd": "ASGD",
+    "hybrid_mean": "hybrid, mean",
+    "hybrid_sum": "hybrid, sum",
+    "sgp": "SGP",
+    "dpsgd_average": "D-PSGD, average then step",
+    "dpsgd_step": "D-PSGD, step then average",
+    "adpsgd_average": "AD-PSGD, average then step",
+    "adpsgd_step": "AD-PSGD, step then average",
+}
 HYBRID_PART = ["ssgd", "asgd", "hybrid_mean", "hybrid_sum"]
 GOSSIP_PART = ["sgp", "dpsgd_average", "dpsgd_step", "adpsgd_average", "adpsgd_step"]
 HYBRIDS = ["hybrid_mean", "hybrid_sum"]
@@ -74,9 +86,13 @@ class Setting(NamedTuple):
     target_loss: float
 
 
-FULL = Setting(lrs=(0.01, 0.03, 0.1, 0.3, 1.0, 3.0), seeds=(0, 1, 2), horizon_s=60.0, eval_every_s=1.0, target_loss=0.5)
+FULL = Setting(
+    lrs=(0.01, 0.03, 0.1, 0.3, 1.0, 3.0), seeds=(0, 1, 2), horizon_s=60.0, eval_every_s=1.0, target_loss=0.5
+)
 QUICK = Setting(lrs=(0.03, 0.3), seeds=(0, 1, 2), horizon_s=2.0, eval_every_s=1.0, target_loss=2.2)
-GOSSIP_FULL = Setting(lrs=(0.1, 0.3, 1.0, 3.0), seeds=(0, 1, 2), horizon_s=3.0, eval_every_s=0.05, target_loss=0.2)
+GOSSIP_FULL = Setting(
+    lrs=(0.1, 0.3, 1.0, 3.0), seeds=(0, 1, 2), horizon_s=3.0, eval_every_s=0.05, target_loss=0.2
+)
 GOSSIP_QUICK = Setting(lrs=(0.3,), seeds=(0, 1, 2), horizon_s=0.1, eval_every_s=0.05, target_loss=2.2)
 
 
@@ -94,9 +110,13 @@ class Runs:
 
     def get(self, method: str, lr: float, seed: int, setting: Setting) -> dict[str, Any]:
         base, strategy = METHODS[method]
-        scenario = resolve(HERE / base if isinstance(base, str) else base, seed=seed,
-                           strategy={"lr": lr, "exact_tile": PER_EXAMPLE, **strategy},
-                           stop={"max_sim_time_s": setting.horizon_s}, eval={"every_s": setting.eval_every_s})
+        scenario = resolve(
+            HERE / base if isinstance(base, str) else base,
+            seed=seed,
+            strategy={"lr": lr, "exact_tile": PER_EXAMPLE, **strategy},
+            stop={"max_sim_time_s": setting.horizon_s},
+            eval={"every_s": setting.eval_every_s},
+        )
         key = scenario.digest()
         if key not in self.used:
             self.used[key] = self.cached.get(key) or self._run(scenario, f"{method} lr={lr} seed={seed}")
@@ -117,13 +137,17 @@ class Runs:
             "updates": s["updates"],
             "mean_staleness": number(s["mean_staleness"]),
             "groups": s.get("groups"),
-            "curve": [[round(float(t), 6), None if number(loss) is None else round(float(loss), 6)]
-                      for t, loss in zip(result.metrics["sim_time_s"], result.metrics["eval_loss"])],
+            "curve": [
+                [round(float(t), 6), None if number(loss) is None else round(float(loss), 6)]
+                for t, loss in zip(result.metrics["sim_time_s"], result.metrics["eval_loss"])
+            ],
         }
 
     def save(self) -> None:
         if self.keep:
-            CACHE.write_text(json.dumps({"runs": dict(sorted(self.used.items()))}, indent=1, sort_keys=True) + "\n")
+            CACHE.write_text(
+                json.dumps({"runs": dict(sorted(self.used.items()))}, indent=1, sort_keys=True) + "\n"
+            )
 
 
 def time_to(run: dict[str, Any], loss: float) -> float:
@@ -189,7 +213,9 @@ def comparison(runs: Runs, lrs: dict[str, float], setting: Setting) -> dict[str,
         rows = [runs.get(method, lr, seed, setting) for seed in setting.seeds]
         out[method] = {
             "loss": Stat([loss_or_inf(r) for r in rows]),
-            "accuracy": Stat([r["final_eval_accuracy"] if r["final_eval_accuracy"] is not None else 0.0 for r in rows]),
+            "accuracy": Stat(
+                [r["final_eval_accuracy"] if r["final_eval_accuracy"] is not None else 0.0 for r in rows]
+            ),
             "time": Stat([time_to(r, setting.target_loss) for r in rows]),
             "updates": Stat([float(r["updates"]) for r in rows]),
             "staleness": Stat([r["mean_staleness"] or 0.0 for r in rows]),
@@ -200,17 +226,21 @@ def comparison(runs: Runs, lrs: dict[str, float], setting: Setting) -> dict[str,
 def table(stats: dict[str, dict[str, Stat]], lrs: dict[str, float], setting: Setting) -> list[str]:
     time_digits = 1 if setting.eval_every_s >= 0.1 else 2
     lines = [
-        f"| method | lr | s to loss {setting.target_loss} | final loss | final accuracy | updates | mean staleness |",
+        f"| method | lr | s to loss {setting.target_loss} | final loss | final accuracy | updates | mean "
+        "staleness |",
         "|---|---|---|---|---|---|---|",
     ]
     for method, s in stats.items():
-        lines.append(f"| {LABELS[method]} | {lrs[method]:g} | {s['time'].show(time_digits)} | {s['loss'].show()} | "
-                     f"{s['accuracy'].show()} | {s['updates'].show(0)} | {s['staleness'].show(2)} |")
+        lines.append(
+            f"| {LABELS[method]} | {lrs[method]:g} | {s['time'].show(time_digits)} | {s['loss'].show()} | "
+            f"{s['accuracy'].show()} | {s['updates'].show(0)} | {s['staleness'].show(2)} |"
+        )
     return lines
 
 
 def versus(a: Stat, b: Stat, other: str, unit: str = "", digits: int = 3) -> str:
     """'(a against other's b: +x.x %)', the signed difference relative to b when both are numbers."""
+
     def show(stat: Stat) -> str:
         return stat.show(digits) + (unit if math.isfinite(stat.mean()) else "")
 
@@ -232,23 +262,40 @@ def verdicts(stats: dict[str, dict[str, Stat]], setting: Setting) -> list[str]:
         acc_ssgd = compare(h["accuracy"], ssgd["accuracy"], lower_is_better=False)
         name = LABELS[hybrid]
         within = "**not reproduced on this problem**: no difference beyond noise"
-        evidence = (versus(h["time"], ssgd["time"], "SSGD", " s", digits=1) if reached else
-                    f"(final loss {versus(h['loss'], ssgd['loss'], 'SSGD')[1:-1]}; not every seed reached "
-                    f"loss {setting.target_loss})")
+        evidence = (
+            versus(h["time"], ssgd["time"], "SSGD", " s", digits=1)
+            if reached
+            else f"(final loss {versus(h['loss'], ssgd['loss'], 'SSGD')[1:-1]}; not every seed reached "
+            f"loss {setting.target_loss})"
+        )
         lines.append(
             f"- {name}, faster than SSGD (to loss {setting.target_loss}): "
-            + {1: "**reproduced**", 0: within, -1: "**not reproduced on this problem**: SSGD is faster"}[speed]
+            + {1: "**reproduced**", 0: within, -1: "**not reproduced on this problem**: SSGD is faster"}[
+                speed
+            ]
             + f" {evidence}."
         )
         lines.append(
             f"- {name}, more accurate than ASGD at the end: "
-            + {1: "**reproduced**", 0: within, -1: "**not reproduced on this problem**: ASGD is more accurate"}[acc_asgd]
-            + " " + versus(h["accuracy"], asgd["accuracy"], "ASGD") + "."
+            + {
+                1: "**reproduced**",
+                0: within,
+                -1: "**not reproduced on this problem**: ASGD is more accurate",
+            }[acc_asgd]
+            + " "
+            + versus(h["accuracy"], asgd["accuracy"], "ASGD")
+            + "."
         )
         lines.append(
             f"- {name}, not less accurate than SSGD at the end: "
-            + ("**reproduced**" if acc_ssgd >= 0 else "**not reproduced on this problem**: SSGD is more accurate")
-            + " " + versus(h["accuracy"], ssgd["accuracy"], "SSGD") + "."
+            + (
+                "**reproduced**"
+                if acc_ssgd >= 0
+                else "**not reproduced on this problem**: SSGD is more accurate"
+            )
+            + " "
+            + versus(h["accuracy"], ssgd["accuracy"], "SSGD")
+            + "."
         )
     return lines
 
@@ -262,9 +309,19 @@ def tuned_rates(runs: Runs, methods: list[str], setting: Setting) -> tuple[dict[
     tuned = {}
     for method in methods:
         tuned[method], grid = tune(runs, method, setting)
-        cells = [(f"**{grid[lr]:.3f}**" if lr == tuned[method] else f"{grid[lr]:.3f}") if math.isfinite(grid[lr])
-                 else "not run" if math.isnan(grid[lr]) else "diverged" for lr in setting.lrs]
-        edge = " (grid edge)" if len(setting.lrs) > 1 and tuned[method] in (setting.lrs[0], setting.lrs[-1]) else ""
+        cells = [
+            (f"**{grid[lr]:.3f}**" if lr == tuned[method] else f"{grid[lr]:.3f}")
+            if math.isfinite(grid[lr])
+            else "not run"
+            if math.isnan(grid[lr])
+            else "diverged"
+            for lr in setting.lrs
+        ]
+        edge = (
+            " (grid edge)"
+            if len(setting.lrs) > 1 and tuned[method] in (setting.lrs[0], setting.lrs[-1])
+            else ""
+        )
         lines.append(f"| {LABELS[method]} | " + " | ".join(cells) + f" | {tuned[method]:g}{edge} |")
     return tuned, lines
 
@@ -284,7 +341,8 @@ def hybrid_part(runs: Runs, setting: Setting) -> list[str]:
         "converges faster than SSGD, ends more accurate than ASGD, and not less accurate than SSGD.",
         "The paper gives curves, not numbers, and trains a CNN on CIFAR-100 with lr 0.01 for every",
         "method. Here: `scenarios/hybrid/` (the bundled digits, an MLP, 0.1 s per step, lognormal",
-        f"jitter σ = 0.05), {setting.horizon_s:g} simulated seconds, held-out loss every {setting.eval_every_s:g} s.",
+        f"jitter σ = 0.05), {setting.horizon_s:g} simulated seconds, held-out loss every "
+        f"{setting.eval_every_s:g} s.",
         "The paper does not say whether a group pushes the mean or the sum of its members' gradients:",
         "both are run (`group_update: mean | sum`). Nothing is fitted.",
         "",
@@ -325,7 +383,8 @@ def gossip_part(runs: Runs, setting: Setting) -> list[str]:
         "first and so also mixes the gradients. Not a claim of the seed papers: the SGP paper's",
         "baselines, run both ways next to SGP on 8 nodes of the same digits MLP (batch 32, 0.01 s",
         f"per step, no slowed worker), {setting.horizon_s:g} simulated seconds, each method's learning rate",
-        f"tuned on seed {TUNING_SEED} from {', '.join(f'{lr:g}' for lr in setting.lrs)} (updates are node steps):",
+        f"tuned on seed {TUNING_SEED} from {', '.join(f'{lr:g}' for lr in setting.lrs)} (updates are node "
+        "steps):",
         "",
         *grid,
         "",
@@ -337,19 +396,31 @@ def gossip_part(runs: Runs, setting: Setting) -> list[str]:
     for name in ("dpsgd", "adpsgd"):
         paper, other = at_tuned[f"{name}_average"], at_tuned[f"{name}_step"]
         label = "D-PSGD" if name == "dpsgd" else "AD-PSGD"
-        for key, what, lower in (("time", f"to loss {setting.target_loss}", True), ("loss", "final loss", True)):
-            word = {1: "the papers' order is better", 0: "no difference beyond noise",
-                    -1: "the papers' order is worse"}[compare(paper[key], other[key], lower_is_better=lower)]
+        for key, what, lower in (
+            ("time", f"to loss {setting.target_loss}", True),
+            ("loss", "final loss", True),
+        ):
+            word = {
+                1: "the papers' order is better",
+                0: "no difference beyond noise",
+                -1: "the papers' order is worse",
+            }[compare(paper[key], other[key], lower_is_better=lower)]
             unit, digits = (" s", 2) if key == "time" else ("", 3)
-            lines.append(f"- {label}, {what}: {word} " + versus(paper[key], other[key], "step then average", unit, digits) + ".")
+            lines.append(
+                f"- {label}, {what}: {word} "
+                + versus(paper[key], other[key], "step then average", unit, digits)
+                + "."
+            )
     top = setting.lrs[-1]
     losses = {m: tune(runs, m, setting)[1] for m in GOSSIP_PART}  # the grid's runs again, from memory
     lines += [
         "",
         "Why: stepping first sends x - lr g, so every node's step is the mix of its own and its neighbours'",
         "gradients, an average over more examples, while the mean over nodes moves the same in both orders.",
-        f"On the tuning seed at lr {top:g} D-PSGD ends at loss {losses['dpsgd_step'][top]:.3f} stepping first and",
-        f"{losses['dpsgd_average'][top]:.3f} in the papers' order, AD-PSGD at {losses['adpsgd_step'][top]:.3f} and",
+        f"On the tuning seed at lr {top:g} D-PSGD ends at loss {losses['dpsgd_step'][top]:.3f} stepping "
+        "first and",
+        f"{losses['dpsgd_average'][top]:.3f} in the papers' order, AD-PSGD at "
+        f"{losses['adpsgd_step'][top]:.3f} and",
         f"{losses['adpsgd_average'][top]:.3f}.",
     ]
     return lines
@@ -359,30 +430,51 @@ def section(quick: bool = False, rerun: bool = False) -> str:
     """The Markdown section of docs/validation.md. ``quick``: short horizons and small grids,
     computed afresh and never cached (a test's check that every number is computed)."""
     runs = Runs(use_cache=not quick and not rerun, keep=not quick)
-    lines = hybrid_part(runs, QUICK if quick else FULL) + [""] + gossip_part(runs, GOSSIP_QUICK if quick else GOSSIP_FULL)
+    lines = (
+        hybrid_part(runs, QUICK if quick else FULL)
+        + [""]
+        + gossip_part(runs, GOSSIP_QUICK if quick else GOSSIP_FULL)
+    )
     runs.save()
     lines += [
         "",
-        (f"Reproduce: `python scenarios/hybrid/validation.py --rerun` ({len(runs.used)} runs; without `--rerun` "
-         "they are read from `scenarios/hybrid/validation_runs.json`, keyed by each resolved scenario). Every run "
-         "sums per-example gradients (`strategy.exact_tile: 1`)."),
+        (
+            f"Reproduce: `python scenarios/hybrid/validation.py --rerun` ({len(runs.used)} runs; without "
+            "`--rerun` "
+            "they are read from `scenarios/hybrid/validation_runs.json`, keyed by each resolved scenario). "
+            "Every run "
+            "sums per-example gradients (`strategy.exact_tile: 1`)."
+        ),
         "",
     ]
     return "\n".join(lines)
 
 
-def reading(runs: Runs, setting: Setting, at_tuned: dict[str, dict[str, Stat]], at_paper: dict[str, dict[str, Stat]],
-            tuned: dict[str, float], grid: dict[str, dict[float, float]]) -> list[str]:
+def reading(
+    runs: Runs,
+    setting: Setting,
+    at_tuned: dict[str, dict[str, Stat]],
+    at_paper: dict[str, dict[str, Stat]],
+    tuned: dict[str, float],
+    grid: dict[str, dict[float, float]],
+) -> list[str]:
     """Why, in numbers: what sets the order on this problem."""
     updates = {m: at_tuned[m]["updates"].mean() for m in HYBRID_PART}
     staleness = {m: at_tuned[m]["staleness"].mean() for m in HYBRID_PART}
     fastest = min(HYBRID_PART, key=lambda m: (at_tuned[m]["time"].mean(), m))
-    speed = (f"Why. Speed: in {setting.horizon_s:g} s SSGD makes {updates['ssgd']:.0f} updates, each waiting for the "
-             f"slowed workers, the hybrid {updates['hybrid_mean']:.0f} and ASGD {updates['asgd']:.0f}. At their tuned "
-             f"rates {LABELS[fastest]} reaches loss {setting.target_loss} first ({at_tuned[fastest]['time'].show(1)} s); "
-             "the paper compares the hybrid's speed with SSGD's only.")
-    accuracy = (f"Accuracy: ASGD's gradients are {staleness['asgd']:.1f} updates old on average, the hybrid's "
-                f"{staleness['hybrid_mean']:.1f}.")
+    speed = (
+        f"Why. Speed: in {setting.horizon_s:g} s SSGD makes {updates['ssgd']:.0f} updates, each waiting for "
+        "the "
+        f"slowed workers, the hybrid {updates['hybrid_mean']:.0f} and ASGD {updates['asgd']:.0f}. At their "
+        "tuned "
+        f"rates {LABELS[fastest]} reaches loss {setting.target_loss} first "
+        f"({at_tuned[fastest]['time'].show(1)} s); "
+        "the paper compares the hybrid's speed with SSGD's only."
+    )
+    accuracy = (
+        f"Accuracy: ASGD's gradients are {staleness['asgd']:.1f} updates old on average, the hybrid's "
+        f"{staleness['hybrid_mean']:.1f}."
+    )
     lines = [speed, accuracy]
     chance = 0.9 * math.log(10)  # ten classes: ln 10 is a uniform guess's loss
 
@@ -391,26 +483,41 @@ def reading(runs: Runs, setting: Setting, at_tuned: dict[str, dict[str, Stat]], 
 
     asgd_max, hybrid_max = trains_up_to("asgd"), trains_up_to("hybrid_sum")
     if asgd_max is not None and hybrid_max is not None and asgd_max < hybrid_max:
-        lines[-1] += (f" On the tuning seed ASGD ends better than chance (loss below 0.9 ln 10) up to lr {asgd_max:g},"
-                      f" the hybrid with the sum, whose step per example is ASGD's, up to {hybrid_max:g}: the staler"
-                      " gradients stand a smaller learning rate.")
-    same = compare(at_tuned["hybrid_mean"]["accuracy"], at_tuned["asgd"]["accuracy"], lower_is_better=False) == 0
+        lines[-1] += (
+            f" On the tuning seed ASGD ends better than chance (loss below 0.9 ln 10) up to lr {asgd_max:g},"
+            f" the hybrid with the sum, whose step per example is ASGD's, up to {hybrid_max:g}: the staler"
+            " gradients stand a smaller learning rate."
+        )
+    same = (
+        compare(at_tuned["hybrid_mean"]["accuracy"], at_tuned["asgd"]["accuracy"], lower_is_better=False) == 0
+    )
     if same:
         lines[-1] += " At its own best rate, though, ASGD ends as accurate as the hybrid."
     k = 3
     mean_lr, sum_lr = tuned["hybrid_mean"], tuned["hybrid_sum"]
     if math.isclose(mean_lr, k * sum_lr):
-        gap = max(abs(a - b) for a, b in zip(at_tuned["hybrid_mean"]["loss"].values, at_tuned["hybrid_sum"]["loss"].values))
+        gap = max(
+            abs(a - b)
+            for a, b in zip(at_tuned["hybrid_mean"]["loss"].values, at_tuned["hybrid_sum"]["loss"].values)
+        )
         lines += [
             "",
-            f"Mean or sum: a group of {k} summing its gradients at lr {sum_lr:g} takes the steps of the mean at lr",
-            f"{mean_lr:g}, and tuning picked exactly those (final losses within {gap:.1e} of each other, seed by seed:",
-            "rounding), so with tuned learning rates the choice does not matter. At one learning rate it does:",
+            f"Mean or sum: a group of {k} summing its gradients at lr {sum_lr:g} takes the steps of the mean "
+            "at lr",
+            f"{mean_lr:g}, and tuning picked exactly those (final losses within {gap:.1e} of each other, "
+            "seed by seed:",
+            "rounding), so with tuned learning rates the choice does not matter. At one learning rate it "
+            "does:",
         ]
     else:
-        lines += ["", f"Mean or sum: tuned, the mean took lr {mean_lr:g} and the sum {sum_lr:g}. At one learning rate:"]
-    lines[-1] += (f" at {PAPER_LR:g} the sum ends at loss {at_paper['hybrid_sum']['loss'].show()}, the mean at "
-                  f"{at_paper['hybrid_mean']['loss'].show()}, ASGD at {at_paper['asgd']['loss'].show()}.")
+        lines += [
+            "",
+            f"Mean or sum: tuned, the mean took lr {mean_lr:g} and the sum {sum_lr:g}. At one learning rate:",
+        ]
+    lines[-1] += (
+        f" at {PAPER_LR:g} the sum ends at loss {at_paper['hybrid_sum']['loss'].show()}, the mean at "
+        f"{at_paper['hybrid_mean']['loss'].show()}, ASGD at {at_paper['asgd']['loss'].show()}."
+    )
     return ["\n".join(lines)]
 
 

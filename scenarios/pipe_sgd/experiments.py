@@ -19,11 +19,21 @@ from fred.numerics.codecs import QUANTIZERS
 from fred.simulation.network import ring_allreduce_time_s
 
 HERE = Path(__file__).resolve().parent
-CASES = ["arsgd", "pipe_k1", "pipe_k1_fp16", "pipe_k1_int8", "pipe_k1_level2", "compute_bound_arsgd", "compute_bound_pipe_k1"]
+CASES = [
+    "arsgd",
+    "pipe_k1",
+    "pipe_k1_fp16",
+    "pipe_k1_int8",
+    "pipe_k1_level2",
+    "compute_bound_arsgd",
+    "compute_bound_pipe_k1",
+]
 
 
 def period_s(r: fred.RunResult) -> float:
-    starts = r.events[(r.events["entity"] == "worker0") & (r.events["kind"] == "compute")]["start_s"].to_numpy()
+    starts = r.events[(r.events["entity"] == "worker0") & (r.events["kind"] == "compute")][
+        "start_s"
+    ].to_numpy()
     return float(np.median(np.diff(starts)[-50:]))
 
 
@@ -37,8 +47,11 @@ def model_s(r: fred.RunResult) -> tuple[float, float]:
         return l_comp + l_comm, l_comp / (l_comp + l_comm)
     raw = r.summary["param_bytes"]
     codec = strategy.codec_s_per_byte * raw if strategy.compression is not None else 0.0
-    wire = float(raw) if strategy.compression is None else QUANTIZERS[strategy.compression.kind]().wire_bytes(
-        raw, len(r.params))
+    wire = (
+        float(raw)
+        if strategy.compression is None
+        else QUANTIZERS[strategy.compression.kind]().wire_bytes(raw, len(r.params))
+    )
     segments = strategy.segments if strategy.pipeline_level == 2 else 1
     l_comm = ring_allreduce_time_s(n, wire, s.network, segments=segments)
     l_busy = strategy.update_s + codec + l_comp + codec
@@ -52,7 +65,8 @@ def main() -> None:
         "Produced by `python scenarios/pipe_sgd/experiments.py` (300 iterations, 4 workers, seed 0).",
         "Do not edit by hand; see [hpsgd-pipe-sgd.md](hpsgd-pipe-sgd.md) for the discussion.",
         "",
-        "| scenario | s / iteration | speed-up vs AR-SGD | model max(l_up+l_comp, l_comm) | scaling efficiency | MB sent | final loss |",
+        "| scenario | s / iteration | speed-up vs AR-SGD | model max(l_up+l_comp, l_comm) | scaling "
+        "efficiency | MB sent | final loss |",
         "|---|---|---|---|---|---|---|",
     ]
     base = {}

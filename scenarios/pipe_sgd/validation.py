@@ -42,12 +42,30 @@ VARIANTS = [
     Variant("none", "no compression", "pipe", {}),
     Variant("fp16", "16-bit truncation, free codec", "pipe_fp16", {"codec_s_per_byte": 0.0}),
     Variant("int8", "8-bit quantisation, free codec", "pipe_int8", {"codec_s_per_byte": 0.0}),
-    Variant("int8-gpu-ends", "8-bit, GPU-class codec at the ends", "pipe_int8", {"codec_s_per_byte": GPU_CODEC_S_PER_BYTE}),
-    Variant("int8-gpu-hops", "8-bit, GPU-class codec at every hop", "pipe_int8_every_hop",
-            {"codec_s_per_byte": GPU_CODEC_S_PER_BYTE}),
-    Variant("int8-cpu-ends", "8-bit, CPU-class codec at the ends", "pipe_int8", {"codec_s_per_byte": CPU_CODEC_S_PER_BYTE}),
-    Variant("int8-cpu-hops", "8-bit, CPU-class codec at every hop", "pipe_int8_every_hop",
-            {"codec_s_per_byte": CPU_CODEC_S_PER_BYTE}),
+    Variant(
+        "int8-gpu-ends",
+        "8-bit, GPU-class codec at the ends",
+        "pipe_int8",
+        {"codec_s_per_byte": GPU_CODEC_S_PER_BYTE},
+    ),
+    Variant(
+        "int8-gpu-hops",
+        "8-bit, GPU-class codec at every hop",
+        "pipe_int8_every_hop",
+        {"codec_s_per_byte": GPU_CODEC_S_PER_BYTE},
+    ),
+    Variant(
+        "int8-cpu-ends",
+        "8-bit, CPU-class codec at the ends",
+        "pipe_int8",
+        {"codec_s_per_byte": CPU_CODEC_S_PER_BYTE},
+    ),
+    Variant(
+        "int8-cpu-hops",
+        "8-bit, CPU-class codec at every hop",
+        "pipe_int8_every_hop",
+        {"codec_s_per_byte": CPU_CODEC_S_PER_BYTE},
+    ),
 ]
 QUICK = ("none", "int8", "int8-gpu-hops")
 
@@ -58,7 +76,9 @@ class Row(NamedTuple):
     pipe_s: float  # seconds per iteration at the peak
     arsgd_s: float
     ps_s: float
-    codec_bound: bool  # the codec alone outlasts the ring: the compute thread sets the pace at any compute time
+    codec_bound: (
+        bool  # the codec alone outlasts the ring: the compute thread sets the pace at any compute time
+    )
 
     @property
     def over_arsgd(self) -> float:
@@ -69,8 +89,13 @@ class Row(NamedTuple):
         return self.ps_s / self.pipe_s
 
 
-def run(scenario: str, compute_s: float, iterations: int, strategy: dict | None = None,
-        param_bytes: int | None = None) -> fred.RunResult:
+def run(
+    scenario: str,
+    compute_s: float,
+    iterations: int,
+    strategy: dict | None = None,
+    param_bytes: int | None = None,
+) -> fred.RunResult:
     workload = {"timing_only": True, **({"param_bytes": param_bytes} if param_bytes else {})}
     return fred.run(
         HERE / f"paper_{scenario}.yaml",
@@ -86,7 +111,7 @@ def period_s(result: fred.RunResult) -> float:
     events = result.events
     starts = events[(events["entity"] == "worker0") & (events["kind"] == "compute")]["start_s"].to_numpy()
     gaps = np.diff(starts)
-    return float(np.median(gaps[len(gaps) // 2:]))
+    return float(np.median(gaps[len(gaps) // 2 :]))
 
 
 def codec_per_iteration_s(result: fred.RunResult) -> float:
@@ -128,8 +153,10 @@ def table(found: list[Row]) -> list[str]:
         error = (r.over_arsgd - PAPER_HIGH) / PAPER_HIGH
         note = " (codec-bound: below 1x at any compute time)" if r.codec_bound and r.over_arsgd < 1 else ""
         lines.append(
-            f"| {r.variant.label} | {r.compute_s * 1e3:.1f} | {r.pipe_s:.4f}, {r.arsgd_s:.4f}, {r.ps_s:.4f} | "
-            f"**{r.over_arsgd:.2f}x**{note} | {error:+.0%} | {'yes' if r.over_arsgd >= PAPER_LOW else 'no'} | "
+            f"| {r.variant.label} | {r.compute_s * 1e3:.1f} | {r.pipe_s:.4f}, {r.arsgd_s:.4f}, {r.ps_s:.4f} "
+            "| "
+            f"**{r.over_arsgd:.2f}x**{note} | {error:+.0%} | {'yes' if r.over_arsgd >= PAPER_LOW else 'no'} "
+            "| "
             f"{r.over_ps:.1f}x | `python scenarios/pipe_sgd/validation.py --row {r.variant.key}` |"
         )
     return lines
@@ -143,17 +170,19 @@ def section(quick: bool = False) -> str:
     lines = [
         "## Pipe-SGD: 3.2-5.4x over conventional approaches on four nodes and 10 GbE",
         "",
-        "Li et al. report 3.2-5.4x speed-ups of Pipe-SGD over \"conventional approaches\" (AR-SGD and a",
+        'Li et al. report 3.2-5.4x speed-ups of Pipe-SGD over "conventional approaches" (AR-SGD and a',
         "parameter server on an extra node) in wall-clock time for the same number of iterations, on four",
         "TitanXP nodes over 10 Gbit/s Ethernet. Their models are not in any source we hold, so no row below",
         "is one of their benchmarks: each is the **largest** speed-up Pipe-SGD (k = 1, level 1) can have on",
         "that cluster over any model, found by running it at the compute time where its two threads",
         "take equally long. It depends on the compression, the 4 workers and the codec's cost per byte",
-        "against the wire's; on the model's size only through the ring's latency, and not on its compute time.",
+        "against the wire's; on the model's size only through the ring's latency, and not on its compute "
+        "time.",
         "",
         *table(found),
         "",
-        f"**Largest over AR-SGD: {best.over_arsgd:.2f}x ({best.variant.label}), against the paper's up to {PAPER_HIGH}x.**",
+        f"**Largest over AR-SGD: {best.over_arsgd:.2f}x ({best.variant.label}), against the paper's up to "
+        f"{PAPER_HIGH}x.**",
     ]
     if "none" in by_key:
         lines.append(
@@ -162,7 +191,8 @@ def section(quick: bool = False) -> str:
         )
     if "int8" in by_key:
         lines.append(
-            f"8-bit quantisation moves a quarter of the bytes; at the peak an AR-SGD iteration is its compute "
+            "8-bit quantisation moves a quarter of the bytes; at the peak an AR-SGD iteration is its "
+            "compute "
             f"plus four times that much communication, so {by_key['int8'].over_arsgd:.2f}x is the ceiling "
             f"over AR-SGD. The paper's 5.4x is above it: against a ring at line rate it cannot be reached, "
             f"so it was measured against a slower baseline (the parameter server reaches "
@@ -170,23 +200,30 @@ def section(quick: bool = False) -> str:
         )
     if not quick:
         tenth = peak(VARIANTS[2], 40, param_bytes=10_000_000).over_arsgd
-        lines.append(f"With a 10 MB gradient instead of 100 MB the free-codec int8 ceiling is {tenth:.2f}x: the ring's "
-                     f"0.3 ms of latency is then a tenth of its 3 ms, not a hundredth.")
+        lines.append(
+            f"With a 10 MB gradient instead of 100 MB the free-codec int8 ceiling is {tenth:.2f}x: the "
+            "ring's "
+            f"0.3 ms of latency is then a tenth of its 3 ms, not a hundredth."
+        )
     lines += [
         "",
         "Constants (none fitted; each run is timing-only):",
         "",
-        "- 4 workers, 10 Gbit/s Ethernet (1.25e9 B/s, line rate): the paper's cluster as the seed text states it.",
-        "- 50 µs per ring step: a TCP round on switched 10 GbE, assumed; its 6 steps are 0.3 ms of a 30 ms ring.",
-        "- 100 MB gradient: a placeholder; the peak depends on it only through latency (the full run checks 10 MB).",
+        "- 4 workers, 10 Gbit/s Ethernet (1.25e9 B/s, line rate): the paper's cluster as the seed text "
+        "states it.",
+        "- 50 µs per ring step: a TCP round on switched 10 GbE, assumed; its 6 steps are 0.3 ms of a 30 ms "
+        "ring.",
+        "- 100 MB gradient: a placeholder; the peak depends on it only through latency (the full run checks "
+        "10 MB).",
         "- Compute time: found per row from a run with near-free compute (its period less the codec's time",
         "  on the compute thread); not a paper figure.",
         f"- Codec cost per raw byte: 0 (free), {GPU_CODEC_S_PER_BYTE:g} s (about 100 GB/s, a GPU kernel) and",
-        f"  {CPU_CODEC_S_PER_BYTE:g} s (about 1 GB/s, one CPU core): assumptions bracketing where the paper's codec",
-        "  ran, which the text we hold does not say. \"Ends\" charges compressing g_local and decompressing",
-        "  g_sum on the compute thread (Algorithm 1); \"every hop\" also charges the decompress-add-recompress",
+        f"  {CPU_CODEC_S_PER_BYTE:g} s (about 1 GB/s, one CPU core): assumptions bracketing where the "
+        "paper's codec",
+        '  ran, which the text we hold does not say. "Ends" charges compressing g_local and decompressing',
+        '  g_sum on the compute thread (Algorithm 1); "every hop" also charges the decompress-add-recompress',
         "  of each of the ring's p - 1 reduce-scatter steps on the communication thread (the paper:",
-        "  compression \"is invoked repeatedly, complexity O(p)\" in Ring-AllReduce).",
+        '  compression "is invoked repeatedly, complexity O(p)" in Ring-AllReduce).',
         "- PS-SGD: synchronous SGD through one server node on the same 10 GbE link (`paper_ps_sgd.yaml`).",
     ]
     return "\n".join(lines) + "\n"
@@ -199,8 +236,11 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if args.row:
         r = peak(next(v for v in VARIANTS if v.key == args.row), 40)
-        print(f"{r.variant.label}: l_comp {r.compute_s:.6f} s; s/iteration Pipe-SGD {r.pipe_s:.6f}, "
-              f"AR-SGD {r.arsgd_s:.6f}, PS-SGD {r.ps_s:.6f}; over AR-SGD {r.over_arsgd:.3f}x, over PS-SGD {r.over_ps:.2f}x")
+        print(
+            f"{r.variant.label}: l_comp {r.compute_s:.6f} s; s/iteration Pipe-SGD {r.pipe_s:.6f}, "
+            f"AR-SGD {r.arsgd_s:.6f}, PS-SGD {r.ps_s:.6f}; over AR-SGD {r.over_arsgd:.3f}x, over PS-SGD "
+            f"{r.over_ps:.2f}x"
+        )
         return
     print(section(args.quick), end="")
 

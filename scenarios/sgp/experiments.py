@@ -63,12 +63,18 @@ def main() -> None:
     lines += [f"| {m} | " + " | ".join(f"{p:.4f}" for p in per_iter[m]) + " |" for m in METHODS]
     lines += ["", "## Hours for 90 epochs: simulated (paper)", "", lines[6], lines[7]]
     for m in METHODS:
-        lines.append(f"| {m} | " + " | ".join(f"{fmt(h)} ({fmt(p, 1)})" for h, p in zip(hours[m], PAPER_HOURS[m])) + " |")
+        lines.append(
+            f"| {m} | "
+            + " | ".join(f"{fmt(h)} ({fmt(p, 1)})" for h, p in zip(hours[m], PAPER_HOURS[m]))
+            + " |"
+        )
     lines += ["", "## Ratios: simulated (paper)", "", lines[6], lines[7]]
     for num, den in [("arsgd", "sgp"), ("dpsgd", "sgp"), ("arsgd", "osgp")]:
         ours = [a / b for a, b in zip(hours[num], hours[den])]
         theirs = [a / b for a, b in zip(PAPER_HOURS[num], PAPER_HOURS[den])]
-        lines.append(f"| {num}/{den} | " + " | ".join(f"{fmt(o)} ({fmt(t)})" for o, t in zip(ours, theirs)) + " |")
+        lines.append(
+            f"| {num}/{den} | " + " | ".join(f"{fmt(o)} ({fmt(t)})" for o, t in zip(ours, theirs)) + " |"
+        )
     out = HERE.parents[1] / "docs" / "sgp-results.md"
     out.write_text("\n".join(lines + [""]))
     print("\n".join(lines))

@@ -32,7 +32,8 @@ FITTED_ON = ["sgp_4.yaml", "dpsgd_4.yaml"]
 CONSTANTS = "cluster.compute.host_overhead_s,network.efficiency"
 READINGS = {
     "cluster.compute.host_overhead_s": "the node's time per iteration beyond its GPUs' 0.09 s of compute: "
-    "DataParallel's scatter, replicate, gather and gradient reduce over 8 GPUs, the Python loop, data loading",
+    "DataParallel's scatter, replicate, gather and gradient reduce over 8 GPUs, the Python loop, data "
+    "loading",
     "network.efficiency": "the share of 10 Gbit/s line rate PyTorch 0.5's TCP backend reached "
     "(GPU-to-host copies, one TCP stream per pair)",
 }
@@ -99,7 +100,8 @@ def section(quick: bool = False) -> str:
     overhead = result.values["cluster.compute.host_overhead_s"]
     lines += [
         "",
-        f"The efficiency is {efficiency * 10:.2g} Gbit/s of the 10, a plausible rate for a single TCP stream fed from",
+        f"The efficiency is {efficiency * 10:.2g} Gbit/s of the 10, a plausible rate for a single TCP stream "
+        "fed from",
         f"GPU memory; the overhead is {overhead / 0.09:.0%} of the GPUs' compute.",
         "",
         "Seconds per iteration (hours), the paper's and fred's:",
@@ -115,11 +117,15 @@ def section(quick: bool = False) -> str:
             if row.held_out:
                 errors.append(abs(error))
             fred_hours = predicted * iterations(nodes) / 3600
-            lines.append(f"| {NAMES[method]} | {nodes} | {row.measured_s:.3f} ({hours[nodes]:.1f}) | "
-                         f"{predicted:.3f} ({fred_hours:.1f}) | {error:+.1f} % | {'fitted' if not row.held_out else 'predicted'} |")
+            lines.append(
+                f"| {NAMES[method]} | {nodes} | {row.measured_s:.3f} ({hours[nodes]:.1f}) | "
+                f"{predicted:.3f} ({fred_hours:.1f}) | {error:+.1f} % | "
+                f"{'fitted' if not row.held_out else 'predicted'} |"
+            )
     lines += [
         "",
-        f"Predicted entries: mean absolute error {sum(errors) / len(errors):.1f} %, largest {max(errors):.1f} %.",
+        f"Predicted entries: mean absolute error {sum(errors) / len(errors):.1f} %, largest "
+        f"{max(errors):.1f} %.",
         "",
         "Ratios AR-SGD / SGP, the paper's table's headline:",
         "",
@@ -133,7 +139,8 @@ def section(quick: bool = False) -> str:
     sgp_s = {n: PAPER_HOURS["sgp"][n] * 3600 / iterations(n) for n in NODES}
     lines += [
         "",
-        f"Where it misses: the paper's SGP and D-PSGD slow as nodes are added (SGP {sgp_s[4]:.3f} s per iteration",
+        f"Where it misses: the paper's SGP and D-PSGD slow as nodes are added (SGP {sgp_s[4]:.3f} s per "
+        "iteration",
         f"at 4 nodes, {sgp_s[32]:.3f} s at 32), which this model, where every node pushes to one peer on a",
         "non-blocking switch, does not have; so SGP's hours fall short at 16-32 nodes and the AR-SGD / SGP",
         "ratio overshoots there. AR-SGD at 4 nodes is slower in the paper than two swaps of a copy take",

@@ -1,6 +1,7 @@
 """Which algorithm trains fastest across sites? Writes docs/wide-area.md and its figure.
 
-    python scenarios/wide_area/study.py            # the study (about an hour on 2 cores; runs are kept in runs/)
+    python scenarios/wide_area/study.py            # the study (about an hour on 2 cores; runs are kept in
+    runs/)
     python scenarios/wide_area/study.py --quick    # a smoke test of the whole pipeline (a minute)
 
 Two and four sites of 8 workers (scenarios/wide_area/sites.yaml: 1 Gbit/s and 30 ms between
@@ -108,7 +109,9 @@ class Matched(NamedTuple):
     inner_steps: int
     diloco: Row
     synchronous: list  # hierarchical AR-SGD's runs stopped after inner_steps updates
-    along: list[tuple[int, float, float]]  # (steps, DiLoCo's loss above the floor, synchronous's), at outer steps
+    along: list[
+        tuple[int, float, float]
+    ]  # (steps, DiLoCo's loss above the floor, synchronous's), at outer steps
 
 
 def compute_matched(rows: list[Row], jobs: int, quick: bool, say) -> list[Matched]:
@@ -120,11 +123,17 @@ def compute_matched(rows: list[Row], jobs: int, quick: bool, say) -> list[Matche
     for h in (50, 500):
         diloco = by[(f"DiLoCo, H = {h}", 2)]
         steps = max(int(round(np.mean(diloco.updates))) * h, 1)
-        sets = _sets(2, False) + [f"stop.max_updates={steps}", "stop.max_sim_time_s=1.0e9",
-                                  "eval.every_s=null", f"eval.every_updates={min(h, 50)}"]
+        sets = _sets(2, False) + [
+            f"stop.max_updates={steps}",
+            "stop.max_sim_time_s=1.0e9",
+            "eval.every_s=null",
+            f"eval.every_updates={min(h, 50)}",
+        ]
         seeds = SEEDS[:1] if quick else SEEDS
         runs = _sweep(sync.method, {"strategy.lr": [sync.rate], "seed": list(seeds)}, sets, jobs, say)
-        dilocos = _sweep(diloco.method, {"strategy.lr": [diloco.rate], "seed": list(seeds)}, _sets(2, quick), jobs, say)
+        dilocos = _sweep(
+            diloco.method, {"strategy.lr": [diloco.rate], "seed": list(seeds)}, _sets(2, quick), jobs, say
+        )
         matched.append(Matched(steps, diloco, runs, _along(dilocos, runs, h)))
     return matched
 
@@ -151,7 +160,9 @@ def powersgd_share(rank: int = 4) -> float:
     from fred.numerics.codecs import powersgd_bytes
 
     sizes = powersgd_bytes(rank, fred.run(HERE / "powersgd.yaml", stop={"max_updates": 1}).params)
-    return (sizes.p + sizes.q + sizes.vectors) / (sizes.matrices + sizes.vectors)  # the vectors go as they are
+    return (sizes.p + sizes.q + sizes.vectors) / (
+        sizes.matrices + sizes.vectors
+    )  # the vectors go as they are
 
 
 def run_study(jobs: int, quick: bool, say) -> tuple[list[Row], dict, list[float]]:
@@ -161,12 +172,22 @@ def run_study(jobs: int, quick: bool, say) -> tuple[list[Row], dict, list[float]
         rate = tune(method, jobs, quick, say)
         for sites in SITES:
             seeds = SEEDS[:1] if quick else SEEDS
-            runs = _sweep(method, {"strategy.lr": [rate], "seed": list(seeds)}, _sets(sites, quick), jobs, say)
+            runs = _sweep(
+                method, {"strategy.lr": [rate], "seed": list(seeds)}, _sets(sites, quick), jobs, say
+            )
             own = [r.summary["data_loss_floor"] for r in runs]
             reach = [hit[0] if (hit := r.time_to(f + TARGET_ABOVE)) else math.nan for r, f in zip(runs, own)]
-            rows.append(Row(method, sites, rate, [_above_floor(r) for r in runs],
-                            [r.summary["bytes_between_sites"] / 1e9 for r in runs],
-                            [r.summary["updates"] for r in runs], reach))
+            rows.append(
+                Row(
+                    method,
+                    sites,
+                    rate,
+                    [_above_floor(r) for r in runs],
+                    [r.summary["bytes_between_sites"] / 1e9 for r in runs],
+                    [r.summary["updates"] for r in runs],
+                    reach,
+                )
+            )
             drawn[(method.label, sites)] = curves(runs)
             floors += own
     return rows, drawn, sorted(set(floors))
@@ -185,7 +206,9 @@ def figure(drawn: dict, path: Path) -> None:
             grid, mean, sd, sent = drawn[(method.label, sites)]
             style = {"color": colours(k), "label": method.label, "lw": 1.6}
             axes[row, 0].plot(grid, mean, **style)
-            axes[row, 0].fill_between(grid, np.maximum(mean - sd, 1e-3), mean + sd, color=colours(k), alpha=0.15, lw=0)
+            axes[row, 0].fill_between(
+                grid, np.maximum(mean - sd, 1e-3), mean + sd, color=colours(k), alpha=0.15, lw=0
+            )
             axes[row, 1].plot(np.maximum(sent, 0.3), mean, **style)
         for ax in axes[row]:
             ax.set_yscale("log")
@@ -210,7 +233,11 @@ def _mean_sd(values: list[float], digits: int = 3) -> str:
         return "not reached"
     missed = int(np.isnan(data).sum())
     data = data[~np.isnan(data)]
-    text = f"{data.mean():.{digits}f} ± {data.std():.{digits}f}" if len(data) > 1 else f"{data.mean():.{digits}f}"
+    text = (
+        f"{data.mean():.{digits}f} ± {data.std():.{digits}f}"
+        if len(data) > 1
+        else f"{data.mean():.{digits}f}"
+    )
     return text + (f" ({missed} of {len(values)} not reached)" if missed else "")
 
 
@@ -222,14 +249,19 @@ def page(rows: list[Row], floors: list[float], quick: bool, matched: list[Matche
         "",
         "Two and four sites of 8 workers (one node of 8 GPUs a site, NVLink inside), joined by wide-area",
         "links of 1 Gbit/s with 30 ms between sites, shared TCP-like (`sharing: rtt`). The numbers are a",
-        "one-layer GPT-style decoder's (width 32) learning a synthetic language: a random sparse Markov chain",
-        "over 64 tokens, drawn anew by each seed, whose loss floor, the best any model can do, is known exactly",
-        f"({min(floors):.3f} to {max(floors):.3f} nats a token over the seeds). Losses are reported above each run's",
-        "own floor. The clock is as if each worker trained a 100M-parameter model: 400 MB of float32 gradient,",
+        "one-layer GPT-style decoder's (width 32) learning a synthetic language: a random sparse Markov "
+        "chain",
+        "over 64 tokens, drawn anew by each seed, whose loss floor, the best any model can do, is known "
+        "exactly",
+        f"({min(floors):.3f} to {max(floors):.3f} nats a token over the seeds). Losses are reported above "
+        "each run's",
+        "own floor. The clock is as if each worker trained a 100M-parameter model: 400 MB of float32 "
+        "gradient,",
         "0.1 s a step, 300 simulated seconds a run. Scenarios: `scenarios/wide_area/`.",
         "",
         "Each method's learning rate was tuned on seed 0 with two sites (the lowest final held-out loss of",
-        f"{', '.join(str(r) for r in SGD_RATES)} for SGD, {', '.join(str(r) for r in ADAM_RATES)} for DiLoCo's inner",
+        f"{', '.join(str(r) for r in SGD_RATES)} for SGD, {', '.join(str(r) for r in ADAM_RATES)} for "
+        "DiLoCo's inner",
         "AdamW); the table reports seeds 1-3 at that rate, mean ± sd.",
         "",
         "![Loss against simulated time and against bytes between sites](img/wide-area.png)",
@@ -239,8 +271,10 @@ def page(rows: list[Row], floors: list[float], quick: bool, matched: list[Matche
         "|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        lines.append(f"| {row.method.label} | {row.sites} | {row.rate:g} | {_mean_sd(row.final)} | "
-                     f"{np.mean(row.updates):.0f} | {_mean_sd(row.gigabytes, 1)} | {_mean_sd(row.reach_s, 1)} |")
+        lines.append(
+            f"| {row.method.label} | {row.sites} | {row.rate:g} | {_mean_sd(row.final)} | "
+            f"{np.mean(row.updates):.0f} | {_mean_sd(row.gigabytes, 1)} | {_mean_sd(row.reach_s, 1)} |"
+        )
     lines += [
         "",
         "**DiLoCo's claim, on the same compute.** DiLoCo's paper finds its loss comparable to fully",
@@ -248,7 +282,8 @@ def page(rows: list[Row], floors: list[float], quick: bool, matched: list[Matche
         "AR-SGD (every step synchronous, its tuned rate) run for as many steps as DiLoCo's workers took in",
         "300 s at two sites, however long that takes on these links:",
         "",
-        "| H | steps a worker | DiLoCo, above the floor | synchronous, above the floor | DiLoCo GB between sites | "
+        "| H | steps a worker | DiLoCo, above the floor | synchronous, above the floor | DiLoCo GB between "
+        "sites | "
         "synchronous GB | "
         "synchronous simulated s |",
         "|---|---|---|---|---|---|---|",
@@ -257,14 +292,24 @@ def page(rows: list[Row], floors: list[float], quick: bool, matched: list[Matche
         sync_loss = [_above_floor(r) for r in m.synchronous]
         sync_gb = [r.summary["bytes_between_sites"] / 1e9 for r in m.synchronous]
         sync_s = [r.summary["sim_time_s"] for r in m.synchronous]
-        lines.append(f"| {m.diloco.method.inner_steps} | {m.inner_steps} | {_mean_sd(m.diloco.final)} | "
-                     f"{_mean_sd(sync_loss)} | {_mean_sd(m.diloco.gigabytes, 1)} | {_mean_sd(sync_gb, 1)} | "
-                     f"{np.mean(sync_s):,.0f} |")
-    lines += ["", "Along the way, at each of DiLoCo's outer steps (held-out loss above the floor, means over the seeds):",
-              "", "| H | steps a worker | DiLoCo | synchronous |", "|---|---|---|---|"]
+        lines.append(
+            f"| {m.diloco.method.inner_steps} | {m.inner_steps} | {_mean_sd(m.diloco.final)} | "
+            f"{_mean_sd(sync_loss)} | {_mean_sd(m.diloco.gigabytes, 1)} | {_mean_sd(sync_gb, 1)} | "
+            f"{np.mean(sync_s):,.0f} |"
+        )
+    lines += [
+        "",
+        "Along the way, at each of DiLoCo's outer steps (held-out loss above the floor, means over the "
+        "seeds):",
+        "",
+        "| H | steps a worker | DiLoCo | synchronous |",
+        "|---|---|---|---|",
+    ]
     for m in matched:
-        lines += [f"| {m.diloco.method.inner_steps} | {steps} | {ours:.3f} | {theirs:.3f} |"
-                  for steps, ours, theirs in m.along[:: max(len(m.along) // 6, 1)]]
+        lines += [
+            f"| {m.diloco.method.inner_steps} | {steps} | {ours:.3f} | {theirs:.3f} |"
+            for steps, ours, theirs in m.along[:: max(len(m.along) // 6, 1)]
+        ]
     return "\n".join(lines + [""] + discussion(rows, quick, matched, share))
 
 
@@ -273,39 +318,63 @@ def discussion(rows: list[Row], quick: bool, matched: list[Matched], share: floa
     by = {(r.method.label, r.sites): r for r in rows}
     lines = ["## What it shows", ""]
     for sites in SITES:
-        ranked = sorted((np.nanmean(np.array(r.final, dtype=float)), r.method.label) for r in rows if r.sites == sites)
-        lines.append(f"- **{sites} sites**: lowest final loss above the floor {ranked[0][1]} ({ranked[0][0]:.3f}), then "
-                     f"{ranked[1][1]} ({ranked[1][0]:.3f}); highest {ranked[-1][1]} ({ranked[-1][0]:.3f}).")
+        ranked = sorted(
+            (np.nanmean(np.array(r.final, dtype=float)), r.method.label) for r in rows if r.sites == sites
+        )
+        lines.append(
+            f"- **{sites} sites**: lowest final loss above the floor {ranked[0][1]} ({ranked[0][0]:.3f}), "
+            "then "
+            f"{ranked[1][1]} ({ranked[1][0]:.3f}); highest {ranked[-1][1]} ({ranked[-1][0]:.3f})."
+        )
     flat, hier = by[("AR-SGD, flat ring", 2)], by[("AR-SGD, hierarchical", 2)]
-    lines.append(f"- **The wide-area links set the pace of every synchronous method**: the flat ring makes "
-                 f"{np.mean(flat.updates):.0f} updates in 300 s at two sites, the hierarchical one "
-                 f"{np.mean(hier.updates):.0f} (it crosses the sites once each way, where the flat ring "
-                 "crosses at every hop between them).")
+    lines.append(
+        f"- **The wide-area links set the pace of every synchronous method**: the flat ring makes "
+        f"{np.mean(flat.updates):.0f} updates in 300 s at two sites, the hierarchical one "
+        f"{np.mean(hier.updates):.0f} (it crosses the sites once each way, where the flat ring "
+        "crosses at every hop between them)."
+    )
     for h in (50, 500):
         d = by[(f"DiLoCo, H = {h}", 2)]
-        lines.append(f"- **DiLoCo, H = {h}** at two sites: {np.mean(d.updates):.0f} outer steps "
-                     f"({np.mean(d.updates) * h:.0f} inner steps a worker), final loss {_mean_sd(d.final)} above the floor, "
-                     f"{_mean_sd(d.gigabytes, 1)} GB between sites against the flat ring's "
-                     f"{_mean_sd(flat.gigabytes, 1)} GB.")
+        lines.append(
+            f"- **DiLoCo, H = {h}** at two sites: {np.mean(d.updates):.0f} outer steps "
+            f"({np.mean(d.updates) * h:.0f} inner steps a worker), final loss {_mean_sd(d.final)} above the "
+            "floor, "
+            f"{_mean_sd(d.gigabytes, 1)} GB between sites against the flat ring's "
+            f"{_mean_sd(flat.gigabytes, 1)} GB."
+        )
     for m in matched:
         gap = np.nanmean(np.array(m.diloco.final, dtype=float)) - np.nanmean(
-            np.array([_above_floor(r) for r in m.synchronous], dtype=float))
+            np.array([_above_floor(r) for r in m.synchronous], dtype=float)
+        )
         verdict = "comparable" if abs(gap) <= COMPARABLE else ("worse" if gap > 0 else "better")
         early = [(steps, ours - theirs) for steps, ours, theirs in m.along if ours - theirs > COMPARABLE]
-        lines.append(f"- **On the same {m.inner_steps} steps**, DiLoCo with H = {m.diloco.method.inner_steps} ends "
-                     f"{gap:+.3f} nats from synchronous training ({verdict}; within {COMPARABLE} counts as comparable)"
-                     + (f", sending {np.mean([r.summary['bytes_between_sites'] for r in m.synchronous]) / 1e9 / np.mean(m.diloco.gigabytes):.0f}"
-                        "x fewer bytes between sites" if np.mean(m.diloco.gigabytes) > 0 else "")
-                     + (f"; it is behind by more than {COMPARABLE} up to {early[-1][0]} steps "
-                        f"({early[0][1]:+.3f} nats after {early[0][0]})." if early else
-                        "; it is within that at every outer step before, too."))
+        synchronous_gb = np.mean([r.summary["bytes_between_sites"] for r in m.synchronous]) / 1e9
+        lines.append(
+            f"- **On the same {m.inner_steps} steps**, DiLoCo with H = {m.diloco.method.inner_steps} ends "
+            f"{gap:+.3f} nats from synchronous training ({verdict}; within {COMPARABLE} counts as comparable)"
+            + (
+                f", sending {synchronous_gb / np.mean(m.diloco.gigabytes):.0f}x fewer bytes between sites"
+                if np.mean(m.diloco.gigabytes) > 0
+                else ""
+            )
+            + (
+                f"; it is behind by more than {COMPARABLE} up to {early[-1][0]} steps "
+                f"({early[0][1]:+.3f} nats after {early[0][0]})."
+                if early
+                else "; it is within that at every outer step before, too."
+            )
+        )
     edge = sorted({r.method.label for r in rows if r.rate in (min(r.method.rates), max(r.method.rates))})
     if edge:
-        lines.append(f"- **Tuned at the edge of its grid**: {', '.join(edge)}; a rate beyond the grid may do better.")
-    lines.append(f"- **PowerSGD's rank 4 sends {share:.0%} of this model's gradient**: its matrices are 32 to 128 "
-                 "wide, so rank 4 is a mild compression here; a 100M-parameter model's 768-wide matrices would "
-                 "send about 1 %, so PowerSGD's clock in this study is pessimistic. Top-k's 1 % is a share of "
-                 "every tensor whatever its shape.")
+        lines.append(
+            f"- **Tuned at the edge of its grid**: {', '.join(edge)}; a rate beyond the grid may do better."
+        )
+    lines.append(
+        f"- **PowerSGD's rank 4 sends {share:.0%} of this model's gradient**: its matrices are 32 to 128 "
+        "wide, so rank 4 is a mild compression here; a 100M-parameter model's 768-wide matrices would "
+        "send about 1 %, so PowerSGD's clock in this study is pessimistic. Top-k's 1 % is a share of "
+        "every tensor whatever its shape."
+    )
     if quick:
         lines += ["", "(A quick run: one rate, one seed, 6 simulated seconds; not the study.)"]
     return lines + [""]
@@ -313,7 +382,9 @@ def discussion(rows: list[Row], quick: bool, matched: list[Matched], share: floa
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke test: one rate, one seed, 6 simulated seconds")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke test: one rate, one seed, 6 simulated seconds"
+    )
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (default 2)")
     args = parser.parse_args()
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731

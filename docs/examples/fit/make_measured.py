@@ -31,7 +31,10 @@ def measured() -> list[tuple[str, float]]:
     rows = [Row(i + 1, name, HERE / name, 1.0, False) for i, name in enumerate(SCENARIOS)]
     predictor = Predictor(rows, list(TRUE), iterations=20, warmup=5)
     noise = np.random.default_rng(SEED).uniform(-SPREAD, SPREAD, len(rows))
-    return [(row.label, round(predictor.seconds(row, tuple(TRUE.values())) * (1 + u), 6)) for row, u in zip(rows, noise)]
+    return [
+        (row.label, round(predictor.seconds(row, tuple(TRUE.values())) * (1 + u), 6))
+        for row, u in zip(rows, noise)
+    ]
 
 
 def main() -> None:

@@ -21,13 +21,33 @@ mean gradients, times the batch size.
 """
 
 from fred.numerics.codecs.base import FLOAT32_BYTES, INDEX_BYTES, EmptyState, ErrorMemory
-from fred.numerics.codecs.low_rank import (PowerSGD, PowerSGDBytes, PowerSGDState, largest_rank, powersgd,
-                                           powersgd_bytes)
+from fred.numerics.codecs.low_rank import (
+    PowerSGD,
+    PowerSGDBytes,
+    PowerSGDState,
+    largest_rank,
+    powersgd,
+    powersgd_bytes,
+)
 from fred.numerics.codecs.quantize import QUANTIZERS, Quantizer, fp16, int8
 from fred.numerics.codecs.sparsify import Sparse, TopK, topk
 
 __all__ = [
-    "FLOAT32_BYTES", "INDEX_BYTES", "EmptyState", "ErrorMemory", "PowerSGD", "PowerSGDBytes", "PowerSGDState",
-    "QUANTIZERS", "Quantizer", "Sparse", "TopK", "fp16", "int8", "largest_rank", "powersgd", "powersgd_bytes",
+    "FLOAT32_BYTES",
+    "INDEX_BYTES",
+    "EmptyState",
+    "ErrorMemory",
+    "PowerSGD",
+    "PowerSGDBytes",
+    "PowerSGDState",
+    "QUANTIZERS",
+    "Quantizer",
+    "Sparse",
+    "TopK",
+    "fp16",
+    "int8",
+    "largest_rank",
+    "powersgd",
+    "powersgd_bytes",
     "topk",
 ]

@@ -18,7 +18,8 @@ class EmptyState(NamedTuple):
 
 
 class ErrorMemory(NamedTuple):
-    """One worker's error memory e_i: per tensor (top-k) or per matrix (PowerSGD), what it has not sent yet."""
+    """One worker's error memory e_i: per tensor (top-k) or per matrix (PowerSGD), what it has not sent
+    yet."""
 
     error: Any
 

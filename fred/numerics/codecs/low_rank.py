@@ -2,7 +2,8 @@
 authors' code), as one codec whose steps are :class:`PowerSGD`'s fields, in this order::
 
     init:           Q <- N(0, 1) draw per matrix;  e_i <- 0
-    compress_p:     M_i <- G_i + e_i;  P_i <- M_i Q       (Q: last step's all-reduced Q, alike on every worker)
+    compress_p:     M_i <- G_i + e_i;  P_i <- M_i Q       (Q: last step's all-reduced Q, alike on every
+    worker)
                     -- P <- all-reduce of the P_i;  vectors <- all-reduce of the vectors --
     orthogonalize:  P_hat <- orthonormalised P            (Gram-Schmidt, column by column)
     compress_q:     Q_i <- M_i^T P_hat
@@ -72,12 +73,17 @@ def powersgd_bytes(rank: int, params: Params) -> PowerSGDBytes:
             continue
         rows, cols = matrix_shape(leaf.shape)
         r = matrix_rank(rank, leaf.shape)
-        p, q, matrices = p + FLOAT32_BYTES * r * rows, q + FLOAT32_BYTES * r * cols, matrices + FLOAT32_BYTES * leaf.size
+        p, q, matrices = (
+            p + FLOAT32_BYTES * r * rows,
+            q + FLOAT32_BYTES * r * cols,
+            matrices + FLOAT32_BYTES * leaf.size,
+        )
     return PowerSGDBytes(p, q, vectors, matrices)
 
 
 def largest_rank(params: Params) -> tuple[int, tuple[int, ...] | None]:
-    """The largest ``min(rows, cols)`` of the model's matrices, and that matrix's shape (0 and None without any)."""
+    """The largest ``min(rows, cols)`` of the model's matrices, and that matrix's shape (0 and None without
+    any)."""
     best: tuple[int, tuple[int, ...] | None] = (0, None)
     for leaf in jax.tree.leaves(params):
         if is_matrix(leaf) and min(matrix_shape(leaf.shape)) > best[0]:
@@ -103,9 +109,17 @@ def powersgd_init(rank: int):
     @jax.jit
     def init(params: Params, key: jax.Array) -> tuple[PowerSGDState, ErrorMemory]:
         matrices = [x for x in jax.tree.leaves(params) if is_matrix(x)]
-        q = tuple(jax.random.normal(jax.random.fold_in(key, i), (matrix_shape(x.shape)[1], matrix_rank(rank, x.shape)),
-                                    jnp.float32) for i, x in enumerate(matrices))
-        return PowerSGDState(q), ErrorMemory(tuple(jnp.zeros(matrix_shape(x.shape), x.dtype) for x in matrices))
+        q = tuple(
+            jax.random.normal(
+                jax.random.fold_in(key, i),
+                (matrix_shape(x.shape)[1], matrix_rank(rank, x.shape)),
+                jnp.float32,
+            )
+            for i, x in enumerate(matrices)
+        )
+        return PowerSGDState(q), ErrorMemory(
+            tuple(jnp.zeros(matrix_shape(x.shape), x.dtype) for x in matrices)
+        )
 
     return init
 
@@ -113,7 +127,8 @@ def powersgd_init(rank: int):
 @op("fred.numerics.codecs.low_rank:compress_p")
 @jax.jit
 def compress_p(grad: Params, memory: ErrorMemory, state: PowerSGDState) -> tuple[tuple, tuple, tuple]:
-    """One worker's ``(M, P, vectors)``: ``M = G + e`` per matrix, ``P = M Q``, and its uncompressed vectors."""
+    """One worker's ``(M, P, vectors)``: ``M = G + e`` per matrix, ``P = M Q``, and its uncompressed
+    vectors."""
     leaves = jax.tree.leaves(grad)
     m = tuple(_as_matrix(g) + e for g, e in zip([g for g in leaves if is_matrix(g)], memory.error))
     return m, tuple(a @ q for a, q in zip(m, state.q)), tuple(g for g in leaves if not is_matrix(g))
@@ -156,7 +171,9 @@ def feedback(m: tuple, p_hat: tuple, q_sum: tuple, n: int) -> ErrorMemory:
 
 @op("fred.numerics.codecs.low_rank:decompress")
 @jax.jit
-def decompress(p_hat: tuple, q_sum: tuple, vectors: tuple, n: int, like: Params) -> tuple[Params, PowerSGDState]:
+def decompress(
+    p_hat: tuple, q_sum: tuple, vectors: tuple, n: int, like: Params
+) -> tuple[Params, PowerSGDState]:
     """The decompressed gradient sum over the workers, shaped as ``like`` (``P_hat Q_sum^T`` per
     matrix, the all-reduced vectors as they are), and the next step's state (Q, the mean)."""
     leaves, tree = jax.tree.flatten(like)

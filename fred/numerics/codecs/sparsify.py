@@ -39,7 +39,9 @@ def keep_count(ratio: float, size: int) -> int:
 
 def topk_payload_bytes(ratio: float, params: Params) -> int:
     """Bytes of one worker's top-k payload: ``k_t (4 B value + 4 B index)`` summed over the tensors."""
-    return sum(keep_count(ratio, leaf.size) * (FLOAT32_BYTES + INDEX_BYTES) for leaf in jax.tree.leaves(params))
+    return sum(
+        keep_count(ratio, leaf.size) * (FLOAT32_BYTES + INDEX_BYTES) for leaf in jax.tree.leaves(params)
+    )
 
 
 @op("fred.numerics.codecs.sparsify:memory_init")
@@ -51,7 +53,8 @@ def memory_init(params: Params) -> ErrorMemory:
 
 @functools.cache
 def topk_compress(ratio: float):
-    """``compress(grad, memory) -> (payload, memory)``: top-k of ``grad + e`` per tensor; the rest is the new ``e``."""
+    """``compress(grad, memory) -> (payload, memory)``: top-k of ``grad + e`` per tensor; the rest is the new
+    ``e``."""
 
     @op("fred.numerics.codecs.sparsify:topk_compress", (ratio,))
     @jax.jit
@@ -76,8 +79,12 @@ def sparse_sum(payloads: list[Sparse], losses: list[jax.Array], like: Params) ->
     of their losses, in list order by the pairwise tree: what every worker of the all-gather gets."""
 
     def dense(payload: Sparse) -> Params:
-        return jax.tree.map(lambda i, v, x: jnp.zeros(x.size, x.dtype).at[i].set(v).reshape(x.shape),
-                            payload.index, payload.value, like)
+        return jax.tree.map(
+            lambda i, v, x: jnp.zeros(x.size, x.dtype).at[i].set(v).reshape(x.shape),
+            payload.index,
+            payload.value,
+            like,
+        )
 
     return pairwise([dense(p) for p in payloads]), pairwise(losses)
 

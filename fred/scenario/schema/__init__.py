@@ -16,6 +16,37 @@ from fred.scenario.schema.base import (  # noqa: F401
     _takes_bool,
     absolute_path,
 )
+from fred.scenario.schema.cluster import (  # noqa: F401
+    ClusterConfig,
+    ComputeConfig,
+    Jitter,
+    RandomStraggle,
+    SpeedChange,
+    Straggler,
+)
+from fred.scenario.schema.data import (  # noqa: F401
+    SEQUENCE_SOURCES,
+    ArraysData,
+    CIFAR10Data,
+    CIFAR100Data,
+    DataConfig,
+    DataSource,
+    DigitsData,
+    MNISTData,
+    SyntheticData,
+    SyntheticImagesData,
+    SyntheticTokensData,
+    TextData,
+)
+from fred.scenario.schema.faults import (  # noqa: F401
+    MAX_LOSS_PROBABILITY,
+    FaultsConfig,
+    LinkDegrade,
+    MessageLoss,
+    ServerCrash,
+    ServerCrashAt,
+    WorkerCrash,
+)
 from fred.scenario.schema.model import (  # noqa: F401
     KINDS,
     MAX_LAYERS,
@@ -25,51 +56,12 @@ from fred.scenario.schema.model import (  # noqa: F401
     default_model,
     kinds_taking,
 )
-from fred.scenario.schema.data import (  # noqa: F401
-    ArraysData,
-    CIFAR100Data,
-    CIFAR10Data,
-    DataConfig,
-    DataSource,
-    DigitsData,
-    MNISTData,
-    SEQUENCE_SOURCES,
-    SyntheticData,
-    SyntheticImagesData,
-    SyntheticTokensData,
-    TextData,
-)
-from fred.scenario.schema.cluster import (  # noqa: F401
-    ClusterConfig,
-    ComputeConfig,
-    Jitter,
-    RandomStraggle,
-    SpeedChange,
-    Straggler,
-)
 from fred.scenario.schema.network import (  # noqa: F401
     INTRA_NODE_DEFAULT,
     LinkConfig,
     NcclConfig,
     NetworkConfig,
     SitesConfig,
-)
-from fred.scenario.schema.workload import (  # noqa: F401
-    ProfileName,
-    WorkloadConfig,
-)
-from fred.scenario.schema.faults import (  # noqa: F401
-    FaultsConfig,
-    LinkDegrade,
-    MAX_LOSS_PROBABILITY,
-    MessageLoss,
-    ServerCrash,
-    ServerCrashAt,
-    WorkerCrash,
-)
-from fred.scenario.schema.stop import (  # noqa: F401
-    EvalConfig,
-    StopConfig,
 )
 from fred.scenario.schema.optimizer import (  # noqa: F401
     AdamOptimizer,
@@ -81,23 +73,13 @@ from fred.scenario.schema.optimizer import (  # noqa: F401
     LinearSchedule,
     OptimizerConfig,
     PiecewiseConstantSchedule,
-    SGDOptimizer,
     ScheduleConfig,
     ScheduleSteps,
+    SGDOptimizer,
     StepCount,
     WarmupCosineDecaySchedule,
     _optimizer_by_kind,
     _schedule_by_kind,
-)
-from fred.scenario.schema.strategy import (  # noqa: F401
-    DEFAULT_TILE_ROWS,
-    GradientSteps,
-    MAX_TILE_ROWS,
-    StrategyConfig,
-    _buckets_by_default,
-    _validate_strategy,
-    default_tile,
-    with_default_tile,
 )
 from fred.scenario.schema.scenario import (  # noqa: F401
     CLOCK_RESOLUTION,
@@ -123,6 +105,24 @@ from fred.scenario.schema.scenario import (  # noqa: F401
     speed_spans,
     update_steps,
     worker_steps,
+)
+from fred.scenario.schema.stop import (  # noqa: F401
+    EvalConfig,
+    StopConfig,
+)
+from fred.scenario.schema.strategy import (  # noqa: F401
+    DEFAULT_TILE_ROWS,
+    MAX_TILE_ROWS,
+    GradientSteps,
+    StrategyConfig,
+    _buckets_by_default,
+    _validate_strategy,
+    default_tile,
+    with_default_tile,
+)
+from fred.scenario.schema.workload import (  # noqa: F401
+    ProfileName,
+    WorkloadConfig,
 )
 
 

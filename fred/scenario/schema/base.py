@@ -26,7 +26,9 @@ class Section(BaseModel):
                 field = cls.model_fields.get(key) if isinstance(key, str) else None
                 if isinstance(value, bool) and field is not None and not _takes_bool(field.annotation):
                     wanted = "a number" if _numeric(field.annotation) else "a number or a name"
-                    raise ValueError(f"{key}: got {str(value).lower()}; {wanted} is needed here, not true or false")
+                    raise ValueError(
+                        f"{key}: got {str(value).lower()}; {wanted} is needed here, not true or false"
+                    )
         return data
 
 
@@ -51,7 +53,6 @@ def _takes_bool(annotation: Any) -> bool:
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
-
 
 
 def absolute_path(value: str, base_dir: str | os.PathLike[str] | None = None) -> str:

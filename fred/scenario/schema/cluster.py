@@ -18,7 +18,9 @@ class Jitter(Section):
     def _sigma_with_its_kind(self) -> "Jitter":
         # Either half alone was accepted and gave steps of exactly step_time_s: no jitter, silently.
         if self.kind == "none" and self.sigma != 0:
-            raise ValueError(f"sigma {self.sigma} is given with kind 'none', which ignores it; add kind: lognormal")
+            raise ValueError(
+                f"sigma {self.sigma} is given with kind 'none', which ignores it; add kind: lognormal"
+            )
         if self.kind == "lognormal" and "sigma" not in self.model_fields_set:
             raise ValueError("kind: lognormal needs its sigma, e.g. {kind: lognormal, sigma: 0.1}")
         return self
@@ -44,20 +46,26 @@ class SpeedChange(Section):
 
 
 class ComputeConfig(Section):
-    step_time_s: PositiveFloat | None = Field(default=None, description="seconds per batch at speed 1 (0.01 when cluster.compute is left out)")
+    step_time_s: PositiveFloat | None = Field(
+        default=None, description="seconds per batch at speed 1 (0.01 when cluster.compute is left out)"
+    )
     flops_per_example: PositiveFloat | None = None
     device_flops: PositiveFloat | None = None
     host_overhead_s: NonNegFloat = Field(
-        default=0.0, description="host time added to every step (framework, copies, data loading), whatever the speed"
+        default=0.0,
+        description="host time added to every step (framework, copies, data loading), whatever the speed",
     )
     collective_share: Annotated[float, Field(ge=0, lt=1)] = Field(
         default=0.0,
-        description="the share of a device's compute that a collective of its own in flight takes (NCCL's kernels "
-        "on its SMs and memory bandwidth): compute runs at 1 - share of its speed meanwhile; 0: no interference",
+        description="the share of a device's compute that a collective of its own in flight takes (NCCL's "
+        "kernels "
+        "on its SMs and memory bandwidth): compute runs at 1 - share of its speed meanwhile; 0: no "
+        "interference",
     )
     bucket_overhead_s: NonNegFloat = Field(
         default=0.0,
-        description="compute time per gradient bucket per step in an all-reduced backward pass (DDP copying a "
+        description="compute time per gradient bucket per step in an all-reduced backward pass (DDP copying "
+        "a "
         "bucket's gradients into its flat buffer and launching its all-reduce): the bucket is ready after it",
     )
 
@@ -81,10 +89,13 @@ class ClusterConfig(Section):
     random_straggle: RandomStraggle = Field(default_factory=RandomStraggle)
     speed_changes: list[SpeedChange] = Field(default_factory=list)
     workers_per_device: Annotated[int, Field(ge=1)] = Field(
-        default=1, description="worker processes sharing one device: they take turns computing (first come, first served)"
+        default=1,
+        description="worker processes sharing one device: they take turns computing (first come, first "
+        "served)",
     )
     devices_per_node: Annotated[int, Field(ge=1)] = Field(
-        default=1, description="devices in one node: they share its NIC and talk to each other over network.intra_node"
+        default=1,
+        description="devices in one node: they share its NIC and talk to each other over network.intra_node",
     )
 
     @field_validator("speed")
@@ -112,8 +123,10 @@ class ClusterConfig(Section):
         per_node = self.workers_per_device * self.devices_per_node
         if self.workers % per_node:
             raise ValueError(
-                f"workers: {self.workers} workers do not fill whole nodes of devices_per_node {self.devices_per_node} x "
-                f"workers_per_device {self.workers_per_device} = {per_node} workers; give a multiple of {per_node} workers "
+                f"workers: {self.workers} workers do not fill whole nodes of devices_per_node "
+                f"{self.devices_per_node} x "
+                f"workers_per_device {self.workers_per_device} = {per_node} workers; give a multiple of "
+                f"{per_node} workers "
                 f"or change devices_per_node / workers_per_device"
             )
         return self

@@ -10,8 +10,12 @@ from pydantic import Field, field_validator, model_validator
 
 from fred.scenario.schema.base import NonNegFloat, PositiveFloat, Section, _absolute
 
-NOT_REGULAR = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+NOT_REGULAR = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def _file_or_folder(value: str | None) -> str | None:
@@ -25,8 +29,10 @@ def _file_or_folder(value: str | None) -> str | None:
         return path
     what = next((name for test, name in NOT_REGULAR if mode is not None and test(mode)), None)
     if what is not None:
-        raise ValueError(f"{path} is {what}, not a file or folder: fred would read it for ever (or wait on "
-                         "it); give a file or folder of the data, saved to disk")
+        raise ValueError(
+            f"{path} is {what}, not a file or folder: fred would read it for ever (or wait on "
+            "it); give a file or folder of the data, saved to disk"
+        )
     return path
 
 
@@ -54,8 +60,10 @@ class SyntheticData(Section):
 
 class MNISTData(Section):
     kind: Literal["mnist"] = "mnist"
-    path: str = Field(description="a directory of IDX files (optionally .gz) or one .npz file; a relative path is "
-                      "taken from the scenario file's folder")
+    path: str = Field(
+        description="a directory of IDX files (optionally .gz) or one .npz file; a relative path is "
+        "taken from the scenario file's folder"
+    )
 
     _path_absolute = field_validator("path")(_file_or_folder)
 
@@ -67,8 +75,12 @@ class SyntheticImagesData(Section):
     kind: Literal["synthetic_images"] = "synthetic_images"
     examples: Annotated[int, Field(ge=2, le=10_000_000)] = 2000
     classes: Annotated[int, Field(ge=2, le=1000)] = 10
-    noise: Annotated[float, Field(ge=0, le=10)] = Field(default=0.3, description="per-pixel Gaussian noise's standard deviation")
-    shift: Annotated[int, Field(ge=0, le=16)] = Field(default=4, description="the most pixels a template is moved each way")
+    noise: Annotated[float, Field(ge=0, le=10)] = Field(
+        default=0.3, description="per-pixel Gaussian noise's standard deviation"
+    )
+    shift: Annotated[int, Field(ge=0, le=16)] = Field(
+        default=4, description="the most pixels a template is moved each way"
+    )
 
 
 class SyntheticTokensData(Section):
@@ -84,14 +96,18 @@ class SyntheticTokensData(Section):
     @model_validator(mode="after")
     def _branching_within_vocab(self) -> "SyntheticTokensData":
         if self.branching > self.vocab:
-            raise ValueError(f"branching {self.branching} exceeds vocab {self.vocab}: a token has at most vocab "
-                             "successors; give branching at most vocab")
+            raise ValueError(
+                f"branching {self.branching} exceeds vocab {self.vocab}: a token has at most vocab "
+                "successors; give branching at most vocab"
+            )
         return self
 
 
 class CIFAR10Data(Section):
     kind: Literal["cifar10"] = "cifar10"
-    path: str = Field(description="the cifar-10-batches-py folder (data_batch_1..5, test_batch) or the folder holding it")
+    path: str = Field(
+        description="the cifar-10-batches-py folder (data_batch_1..5, test_batch) or the folder holding it"
+    )
 
     _path_absolute = field_validator("path")(_file_or_folder)
 
@@ -99,7 +115,9 @@ class CIFAR10Data(Section):
 class CIFAR100Data(Section):
     kind: Literal["cifar100"] = "cifar100"
     path: str = Field(description="the cifar-100-python folder (train, test) or the folder holding it")
-    labels: Literal["fine", "coarse"] = Field(default="fine", description="fine: 100 classes; coarse: 20 superclasses")
+    labels: Literal["fine", "coarse"] = Field(
+        default="fine", description="fine: 100 classes; coarse: 20 superclasses"
+    )
 
     _path_absolute = field_validator("path")(_file_or_folder)
 
@@ -109,8 +127,10 @@ class TextData(Section):
 
     kind: Literal["text"] = "text"
     path: str = Field(description="a text file (a relative path is taken from the scenario file's folder)")
-    level: Literal["byte", "char"] = Field(default="byte", description="byte: 256 tokens, the file's bytes; "
-                                                                       "char: one token per character it uses (UTF-8)")
+    level: Literal["byte", "char"] = Field(
+        default="byte",
+        description="byte: 256 tokens, the file's bytes; char: one token per character it uses (UTF-8)",
+    )
     context: Annotated[int, Field(ge=1, le=65536)] = Field(default=64, description="tokens a window")
 
     _path_absolute = field_validator("path")(_regular_file)
@@ -121,28 +141,46 @@ class ArraysData(Section):
     Hugging Face ``datasets`` folder written by ``save_to_disk``."""
 
     kind: Literal["arrays"] = "arrays"
-    path: str = Field(description="an .npz file, a folder of .npy files, a .parquet file, or a datasets save_to_disk folder")
+    path: str = Field(
+        description="an .npz file, a folder of .npy files, a .parquet file, or a datasets save_to_disk folder"
+    )
     x: str | Annotated[list[str], Field(min_length=1)] = Field(
-        default="x", description="the features' key, file stem or column; several columns for tabular data")
+        default="x", description="the features' key, file stem or column; several columns for tabular data"
+    )
     y: str = Field(default="y", description="the labels' (or targets') key, file stem or column")
-    eval_path: str | None = Field(default=None, description="the held-out split, in the same format and names "
-                                                            "(default: hold out data.eval_fraction of path)")
+    eval_path: str | None = Field(
+        default=None,
+        description="the held-out split, in the same format and names "
+        "(default: hold out data.eval_fraction of path)",
+    )
     task: Literal["classification", "regression"] = "classification"
     classes: Annotated[int, Field(ge=2)] | None = Field(
-        default=None, description="number of classes (default: the largest label + 1)")
+        default=None, description="number of classes (default: the largest label + 1)"
+    )
 
     _paths_absolute = field_validator("path", "eval_path")(_file_or_folder)
 
     @model_validator(mode="after")
     def _classes_with_classification(self) -> "ArraysData":
         if self.task == "regression" and self.classes is not None:
-            raise ValueError(f"classes {self.classes} is given with task 'regression', which has no classes; leave it out")
+            raise ValueError(
+                f"classes {self.classes} is given with task 'regression', which has no classes; leave it out"
+            )
         return self
 
 
 DataSource = Annotated[
-    Union[DigitsData, SyntheticData, SyntheticImagesData, SyntheticTokensData, MNISTData, CIFAR10Data, CIFAR100Data,
-          TextData, ArraysData],
+    Union[
+        DigitsData,
+        SyntheticData,
+        SyntheticImagesData,
+        SyntheticTokensData,
+        MNISTData,
+        CIFAR10Data,
+        CIFAR100Data,
+        TextData,
+        ArraysData,
+    ],
     Field(discriminator="kind"),
 ]
 SEQUENCE_SOURCES = ("text", "synthetic_tokens")  # labels are sequences: the next token at every position

@@ -14,7 +14,9 @@ class WorkerCrash(Section):
 
     worker: Annotated[int, Field(ge=0)]
     at_s: NonNegFloat
-    rejoin_at_s: PositiveFloat | None = Field(default=None, description="when the worker comes back (simulated s)")
+    rejoin_at_s: PositiveFloat | None = Field(
+        default=None, description="when the worker comes back (simulated s)"
+    )
     rejoin_from: Literal["global", "own"] = Field(
         default="global", description="global: fetch the current model; own: resume from its stale copy"
     )
@@ -39,8 +41,12 @@ class LinkDegrade(Section):
 class MessageLoss(Section):
     """Each transfer touching ``entities`` (default: every link) is lost with ``probability``."""
 
-    probability: Annotated[float, Field(ge=0, lt=1)] = Field(description="at most 0.99: a transfer is sent 1 / (1 - p) times on average")
-    retransmit_timeout_s: PositiveFloat = Field(description="the sender resends this long after a lost send began")
+    probability: Annotated[float, Field(ge=0, lt=1)] = Field(
+        description="at most 0.99: a transfer is sent 1 / (1 - p) times on average"
+    )
+    retransmit_timeout_s: PositiveFloat = Field(
+        description="the sender resends this long after a lost send began"
+    )
     entities: list[str] = Field(default_factory=list, description="links affected; empty means all")
 
     @field_validator("probability")
@@ -48,8 +54,10 @@ class MessageLoss(Section):
     def _sends_end(cls, p: float) -> float:
         # 0.999999999 sent each message a billion times on average: the run never ended.
         if p > MAX_LOSS_PROBABILITY:
-            raise ValueError(f"got {p}; at most {MAX_LOSS_PROBABILITY}: a lost transfer is sent again until it gets "
-                             f"through, 1 / (1 - p) = {1 / (1 - p):.3g} times on average here (100 at 0.99)")
+            raise ValueError(
+                f"got {p}; at most {MAX_LOSS_PROBABILITY}: a lost transfer is sent again until it gets "
+                f"through, 1 / (1 - p) = {1 / (1 - p):.3g} times on average here (100 at 0.99)"
+            )
         return p
 
 

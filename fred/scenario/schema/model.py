@@ -36,8 +36,10 @@ Inputs = Literal["arrays", "images", "sequences"]
 
 def _few_layers(layers: list[int]) -> list[int]:
     if len(layers) > MAX_LAYERS:
-        raise ValueError(f"got {len(layers):,} layers; at most {MAX_LAYERS}: JAX compiles every layer of every "
-                         "gradient program, and its time and memory grow with depth (2,000 layers: 20 minutes, 24 GB)")
+        raise ValueError(
+            f"got {len(layers):,} layers; at most {MAX_LAYERS}: JAX compiles every layer of every "
+            "gradient program, and its time and memory grow with depth (2,000 layers: 20 minutes, 24 GB)"
+        )
     return layers
 
 
@@ -101,8 +103,10 @@ class ModelSection(Section):
         a ``ValueError`` naming the field and the fix."""
         source = data.source
         if self.inputs == "images" and source.kind == "synthetic":
-            raise ValueError(f"model.kind {self.kind} needs images (H, W, C); data.source.kind synthetic gives "
-                             "flat feature vectors: use synthetic_images, cifar10, cifar100, digits or mnist")
+            raise ValueError(
+                f"model.kind {self.kind} needs images (H, W, C); data.source.kind synthetic gives "
+                "flat feature vectors: use synthetic_images, cifar10, cifar100, digits or mnist"
+            )
 
     def code_fields(self) -> list[str]:
         """The fields that name the user's code to import and run (empty: it runs none)."""
@@ -117,15 +121,21 @@ def _discover() -> list[type[ModelSection]]:
         if module_info.name.startswith("_"):
             continue  # a helper of the kinds
         module = importlib.import_module(f"{KINDS_PACKAGE}.{module_info.name}")
-        sections = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, ModelSection)
-                    and v.__module__ == module.__name__]
+        sections = [
+            v
+            for v in vars(module).values()
+            if isinstance(v, type) and issubclass(v, ModelSection) and v.__module__ == module.__name__
+        ]
         if len(sections) != 1:
-            raise TypeError(f"{module.__name__} defines {len(sections)} ModelSection subclasses; a model "
-                            "kind's module defines one")
+            raise TypeError(
+                f"{module.__name__} defines {len(sections)} ModelSection subclasses; a model "
+                "kind's module defines one"
+            )
         kind = sections[0].model_fields["kind"].default
         if kind in found:
-            raise TypeError(f"model kind {kind!r} is defined twice, by {found[kind].__module__} and "
-                            f"{module.__name__}")
+            raise TypeError(
+                f"model kind {kind!r} is defined twice, by {found[kind].__module__} and {module.__name__}"
+            )
         found[kind] = sections[0]
     return sorted(found.values(), key=lambda section: section.listed)
 

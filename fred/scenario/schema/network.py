@@ -8,7 +8,10 @@ from pydantic import Field, model_validator
 
 from fred.scenario.schema.base import NonNegFloat, PositiveFloat, Section
 
-INTRA_NODE_DEFAULT = {"latency_s": 5e-6, "bandwidth_bps": 12e9}  # PCIe 3.0 x16, as in a V100 node without NVLink
+INTRA_NODE_DEFAULT = {
+    "latency_s": 5e-6,
+    "bandwidth_bps": 12e9,
+}  # PCIe 3.0 x16, as in a V100 node without NVLink
 
 
 class LinkConfig(Section):
@@ -30,20 +33,32 @@ class SitesConfig(Section):
     """Sites (regions, datacenters) joined by wide-area links: whole nodes, in index order."""
 
     nodes: list[Annotated[int, Field(ge=0)]] = Field(
-        min_length=2, description="nodes in each site, in order: site 0 holds the first nodes (a node is "
-        "devices_per_node x workers_per_device workers, one worker when both are 1)")
-    latency_s: NonNegFloat = Field(default=0.03, description="what a route between two sites adds, one way: "
-                                   "each site's wide-area link takes this long")
-    bandwidth_bps: PositiveFloat = Field(default=1.25e8, description="each site's wide-area link, bytes per second "
-                                         "each way (1 Gbit/s), shared by every flow leaving or entering the site")
-    server_site: Annotated[int, Field(ge=0)] = Field(default=0, description="the site a parameter server sits in")
+        min_length=2,
+        description="nodes in each site, in order: site 0 holds the first nodes (a node is "
+        "devices_per_node x workers_per_device workers, one worker when both are 1)",
+    )
+    latency_s: NonNegFloat = Field(
+        default=0.03,
+        description="what a route between two sites adds, one way: "
+        "each site's wide-area link takes this long",
+    )
+    bandwidth_bps: PositiveFloat = Field(
+        default=1.25e8,
+        description="each site's wide-area link, bytes per second "
+        "each way (1 Gbit/s), shared by every flow leaving or entering the site",
+    )
+    server_site: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="the site a parameter server sits in"
+    )
 
     @model_validator(mode="after")
     def _every_site_has_nodes(self) -> "SitesConfig":
         empty = [i for i, n in enumerate(self.nodes) if n == 0]
         if empty:
-            raise ValueError(f"nodes: site {empty[0]} has no nodes ({self.nodes}); give every site at least one node, "
-                             "or drop the empty site")
+            raise ValueError(
+                f"nodes: site {empty[0]} has no nodes ({self.nodes}); give every site at least one node, "
+                "or drop the empty site"
+            )
         if self.server_site >= len(self.nodes):
             raise ValueError(f"server_site {self.server_site}: sites are 0..{len(self.nodes) - 1}")
         return self
@@ -53,13 +68,19 @@ class NcclConfig(Section):
     """What ``allreduce: nccl`` may choose from, as NCCL_ALGO and NCCL_PROTO restrict it."""
 
     algorithms: list[Literal["ring", "tree"]] = Field(
-        default_factory=lambda: ["ring", "tree"], min_length=1, description="NCCL_ALGO: the algorithms NCCL may pick")
+        default_factory=lambda: ["ring", "tree"],
+        min_length=1,
+        description="NCCL_ALGO: the algorithms NCCL may pick",
+    )
     protocols: list[Literal["LL", "LL128", "Simple"]] = Field(
-        default_factory=lambda: ["LL", "LL128", "Simple"], min_length=1,
+        default_factory=lambda: ["LL", "LL128", "Simple"],
+        min_length=1,
         description="NCCL_PROTO: the protocols NCCL may pick (LL128 is on by default only on Volta and "
-        "later GPUs with NVLink)")
+        "later GPUs with NVLink)",
+    )
     intra_link: Literal["nvlink", "pci"] = Field(
-        default="nvlink", description="the devices' links inside a node, for NCCL's latency per step")
+        default="nvlink", description="the devices' links inside a node, for NCCL's latency per step"
+    )
 
 
 class NetworkConfig(Section):
@@ -77,28 +98,38 @@ class NetworkConfig(Section):
         description="each device's link inside its node (default PCIe 3.0 x16: 12 GB/s, 5 us); "
         "used only with cluster.devices_per_node or workers_per_device above 1",
     )
-    allreduce: Literal["ring", "recursive_doubling", "halving_doubling", "binary_tree", "double_binary_tree",
-                       "nccl"] = Field(
+    allreduce: Literal[
+        "ring", "recursive_doubling", "halving_doubling", "binary_tree", "double_binary_tree", "nccl"
+    ] = Field(
         default="ring",
-        description="all-reduce algorithm: nccl (NCCL's choice of ring or tree and protocol per message, timed "
+        description="all-reduce algorithm: nccl (NCCL's choice of ring or tree and protocol per message, "
+        "timed "
         "by its tuning model, docs/network.md), ring (NCCL's for large messages), recursive_doubling "
         "(log2 p swaps of the whole message), halving_doubling (Rabenseifner's: MPI's for large messages), "
-        "binary_tree (reduce the whole message up a binary tree, broadcast it down: log2 p levels for any p), "
-        "double_binary_tree (NCCL's tree: two complementary binary trees, each reducing and broadcasting half)",
+        "binary_tree (reduce the whole message up a binary tree, broadcast it down: log2 p levels for any "
+        "p), "
+        "double_binary_tree (NCCL's tree: two complementary binary trees, each reducing and broadcasting "
+        "half)",
     )
     hierarchical: bool = Field(
         default=False,
-        description="reduce inside each node first, run the allreduce algorithm across nodes among one worker "
+        description="reduce inside each node first, run the allreduce algorithm across nodes among one "
+        "worker "
         "per node, then broadcast inside the node (Horovod's hierarchical all-reduce)",
     )
     hierarchy: Literal["node", "site"] = Field(
-        default="node", description="with hierarchical: what to reduce inside first: each node, or each site "
-        "(network.sites), whose leaders then all-reduce across the wide-area links")
+        default="node",
+        description="with hierarchical: what to reduce inside first: each node, or each site "
+        "(network.sites), whose leaders then all-reduce across the wide-area links",
+    )
     sites: SitesConfig | None = Field(
-        default=None, description="split the cluster into sites joined by wide-area links (docs/network.md); "
-        "needs sharing: fair or rtt")
+        default=None,
+        description="split the cluster into sites joined by wide-area links (docs/network.md); "
+        "needs sharing: fair or rtt",
+    )
     nccl: NcclConfig | None = Field(
-        default=None, description="with allreduce: nccl, the algorithms and protocols it may pick (default: all)"
+        default=None,
+        description="with allreduce: nccl, the algorithms and protocols it may pick (default: all)",
     )
     server: LinkConfig | None = Field(
         default=None, description="parameter-server link; a key left out is as the workers' link"
@@ -121,36 +152,51 @@ class NetworkConfig(Section):
     def _server_as_workers(cls, data: Any) -> Any:
         # A partial server link took LinkConfig's own defaults, not the workers' values the docs promise.
         if isinstance(data, dict) and isinstance(data.get("server"), dict):
-            workers = {key: data.get(key, cls.model_fields[key].default) for key in ("latency_s", "bandwidth_bps")}
+            workers = {
+                key: data.get(key, cls.model_fields[key].default) for key in ("latency_s", "bandwidth_bps")
+            }
             data = {**data, "server": {**workers, **data["server"]}}
-        if isinstance(data, dict) and isinstance(data.get("intra_node"), dict):  # a key left out keeps the PCIe default
+        if isinstance(data, dict) and isinstance(
+            data.get("intra_node"), dict
+        ):  # a key left out keeps the PCIe default
             data = {**data, "intra_node": {**INTRA_NODE_DEFAULT, **data["intra_node"]}}
         return data
 
     @model_validator(mode="after")
     def _nccl_settings_fit(self) -> "NetworkConfig":
         if self.nccl is not None and self.allreduce != "nccl":
-            raise ValueError(f"nccl: its algorithms and protocols apply only with allreduce: nccl (allreduce is "
-                             f"{self.allreduce!r}); set allreduce: nccl or drop the nccl section")
+            raise ValueError(
+                f"nccl: its algorithms and protocols apply only with allreduce: nccl (allreduce is "
+                f"{self.allreduce!r}); set allreduce: nccl or drop the nccl section"
+            )
         if self.allreduce == "nccl" and self.hierarchical:
-            raise ValueError("hierarchical: true with allreduce: nccl; NCCL's ring and tree already cross nodes "
-                             "through their NICs and chain inside them: drop hierarchical")
+            raise ValueError(
+                "hierarchical: true with allreduce: nccl; NCCL's ring and tree already cross nodes "
+                "through their NICs and chain inside them: drop hierarchical"
+            )
         if self.server is not None and self.server.busbw_bps is not None:
-            raise ValueError("server.busbw_bps: a bus bandwidth belongs to a node's devices (intra_node.busbw_bps); "
-                             "give the server link's bandwidth_bps")
+            raise ValueError(
+                "server.busbw_bps: a bus bandwidth belongs to a node's devices (intra_node.busbw_bps); "
+                "give the server link's bandwidth_bps"
+            )
         return self
 
     @model_validator(mode="after")
     def _oversubscription_needs_flows(self) -> "NetworkConfig":
         if self.oversubscription != 1 and self.sharing == "fcfs":
             raise ValueError(
-                f"oversubscription {self.oversubscription:g} needs sharing: fair (transfers booked first come, "
+                f"oversubscription {self.oversubscription:g} needs sharing: fair (transfers booked first "
+                "come, "
                 "first served cannot share a switch's core); set sharing: fair or oversubscription: 1"
             )
         if self.sites is not None and self.sharing == "fcfs":
-            raise ValueError("sites need sharing: fair or rtt (a route across sites crosses four links, which "
-                             "transfers booked first come, first served do not model); set sharing: fair or rtt")
+            raise ValueError(
+                "sites need sharing: fair or rtt (a route across sites crosses four links, which "
+                "transfers booked first come, first served do not model); set sharing: fair or rtt"
+            )
         if self.hierarchy == "site" and (self.sites is None or not self.hierarchical):
-            raise ValueError("hierarchy: site reduces inside each site first: it needs network.sites and "
-                             "hierarchical: true; add them or drop hierarchy")
+            raise ValueError(
+                "hierarchy: site reduces inside each site first: it needs network.sites and "
+                "hierarchical: true; add them or drop hierarchy"
+            )
         return self

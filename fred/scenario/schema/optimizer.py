@@ -18,13 +18,17 @@ class SGDOptimizer(Section):
     kind: Literal["sgd"] = "sgd"
     momentum: Fraction = Field(default=0.0, description="heavy-ball momentum; 0: plain SGD")
     nesterov: bool = Field(default=False, description="Nesterov's momentum (needs momentum above 0)")
-    weight_decay: NonNegFloat = Field(default=0.0, description="L2: adds weight_decay * params to the gradient")
+    weight_decay: NonNegFloat = Field(
+        default=0.0, description="L2: adds weight_decay * params to the gradient"
+    )
 
     @model_validator(mode="after")
     def _nesterov_needs_momentum(self) -> "SGDOptimizer":
         # optax.sgd drops nesterov without momentum: the run would be plain SGD, silently.
         if self.nesterov and self.momentum == 0:
-            raise ValueError("nesterov: true needs momentum above 0 (e.g. momentum: 0.9); with momentum 0 it is plain SGD")
+            raise ValueError(
+                "nesterov: true needs momentum above 0 (e.g. momentum: 0.9); with momentum 0 it is plain SGD"
+            )
         return self
 
 
@@ -36,14 +40,18 @@ class AdamOptimizer(Section):
     b2: Fraction = Field(default=0.999, description="second-moment decay")
     eps: PositiveFloat = Field(default=1e-8, description="added to the root of the second moment")
     nesterov: bool = Field(default=False, description="NAdam's Nesterov momentum")
-    weight_decay: NonNegFloat = Field(default=0.0, description="L2: adds weight_decay * params to the gradient")
+    weight_decay: NonNegFloat = Field(
+        default=0.0, description="L2: adds weight_decay * params to the gradient"
+    )
 
 
 class AdamWOptimizer(AdamOptimizer):
     """optax.adamw (Loshchilov and Hutter): Adam with weight decay applied to the parameters, scaled by lr."""
 
     kind: Literal["adamw"] = "adamw"  # type: ignore[assignment]
-    weight_decay: NonNegFloat = Field(default=1e-4, description="decoupled: -lr * weight_decay * params each step")
+    weight_decay: NonNegFloat = Field(
+        default=1e-4, description="decoupled: -lr * weight_decay * params each step"
+    )
 
 
 OptimizerConfig = Annotated[Union[SGDOptimizer, AdamOptimizer, AdamWOptimizer], Field(discriminator="kind")]
@@ -64,7 +72,9 @@ class CosineDecaySchedule(Section):
 
     kind: Literal["cosine_decay"] = "cosine_decay"
     decay_steps: ScheduleSteps
-    alpha: Annotated[float, Field(ge=0, le=1)] = Field(default=0.0, description="the final value as a fraction of lr")
+    alpha: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.0, description="the final value as a fraction of lr"
+    )
     exponent: PositiveFloat = 1.0
 
 
@@ -76,7 +86,9 @@ class ExponentialDecaySchedule(Section):
     decay_rate: PositiveFloat
     transition_begin: StepCount = 0
     staircase: bool = Field(default=False, description="decay in whole transitions, not continuously")
-    end_value: NonNegFloat | None = Field(default=None, description="a floor (decay_rate < 1) or ceiling (> 1)")
+    end_value: NonNegFloat | None = Field(
+        default=None, description="a floor (decay_rate < 1) or ceiling (> 1)"
+    )
 
 
 class WarmupCosineDecaySchedule(Section):
@@ -93,8 +105,10 @@ class WarmupCosineDecaySchedule(Section):
     @model_validator(mode="after")
     def _decays_after_warmup(self) -> "WarmupCosineDecaySchedule":
         if self.decay_steps <= self.warmup_steps:
-            raise ValueError(f"decay_steps ({self.decay_steps}) counts the warm-up too; give more than "
-                             f"warmup_steps ({self.warmup_steps})")
+            raise ValueError(
+                f"decay_steps ({self.decay_steps}) counts the warm-up too; give more than "
+                f"warmup_steps ({self.warmup_steps})"
+            )
         return self
 
 
@@ -122,8 +136,14 @@ class PiecewiseConstantSchedule(Section):
 
 
 ScheduleConfig = Annotated[
-    Union[ConstantSchedule, CosineDecaySchedule, ExponentialDecaySchedule, WarmupCosineDecaySchedule, LinearSchedule,
-          PiecewiseConstantSchedule],
+    Union[
+        ConstantSchedule,
+        CosineDecaySchedule,
+        ExponentialDecaySchedule,
+        WarmupCosineDecaySchedule,
+        LinearSchedule,
+        PiecewiseConstantSchedule,
+    ],
     Field(discriminator="kind"),
 ]
 
@@ -136,10 +156,13 @@ def _optimizer_by_kind(value: Any) -> Any:
 
 
 def _schedule_by_kind(value: Any) -> Any:
-    """``lr_schedule: constant`` is ``{kind: constant}``; a schedule's keys depend on its kind, so it must be named."""
+    """``lr_schedule: constant`` is ``{kind: constant}``; a schedule's keys depend on its kind, so it must be
+    named."""
     if isinstance(value, str):
         return {"kind": value}
     if isinstance(value, dict) and "kind" not in value:
         kinds = typing.get_args(typing.get_args(ScheduleConfig)[0])
-        raise ValueError("give the schedule's kind, one of: " + ", ".join(k.model_fields["kind"].default for k in kinds))
+        raise ValueError(
+            "give the schedule's kind, one of: " + ", ".join(k.model_fields["kind"].default for k in kinds)
+        )
     return value

@@ -28,7 +28,8 @@ from fred.scenario.schema.strategy import (
 )
 from fred.scenario.schema.workload import WorkloadConfig
 
-MAX_NAME_BYTES = 100  # with "-s<seed>-<hash>", ".partial-<host>-<pid>" or ".checkpoint", a run directory's name stays under 255
+# with "-s<seed>-<hash>", ".partial-<host>-<pid>" or ".checkpoint", a run directory's name stays under 255
+MAX_NAME_BYTES = 100
 
 
 class Scenario(Section):
@@ -72,40 +73,64 @@ class Scenario(Section):
         _check_model_data(self)
         compute = self.cluster.compute
         if self.workload.flops_per_example is not None and compute.device_flops is None:
-            raise ValueError("workload.flops_per_example needs cluster.compute.device_flops to turn FLOPs into seconds")
+            raise ValueError(
+                "workload.flops_per_example needs cluster.compute.device_flops to turn FLOPs into seconds"
+            )
         if compute.step_time_s is None and compute.device_flops is None:
-            raise ValueError("cluster.compute needs step_time_s, or device_flops with flops_per_example or a workload")
-        if compute.step_time_s is None and compute.flops_per_example is None and self.workload.resolved_flops_per_example() is None \
-                and model_workloads.scenario_workload(self) is None:
-            raise ValueError("cluster.compute.device_flops needs flops_per_example (here or in workload): fred derives a "
-                             "built-in model's own FLOPs only from data whose shape the scenario tells (not "
-                             f"{self._shape_unknown()}); give cluster.compute.flops_per_example or workload.profile")
+            raise ValueError(
+                "cluster.compute needs step_time_s, or device_flops with flops_per_example or a workload"
+            )
+        if (
+            compute.step_time_s is None
+            and compute.flops_per_example is None
+            and self.workload.resolved_flops_per_example() is None
+            and model_workloads.scenario_workload(self) is None
+        ):
+            raise ValueError(
+                "cluster.compute.device_flops needs flops_per_example (here or in workload): fred derives a "
+                "built-in model's own FLOPs only from data whose shape the scenario tells (not "
+                f"{self._shape_unknown()}); give cluster.compute.flops_per_example or workload.profile"
+            )
         self.strategy.check(self)
         _check_tile(self)
         per_node = self.cluster.devices_per_node * self.cluster.workers_per_device
         sites = self.network.sites
         if sites is not None and sum(sites.nodes) * per_node != self.cluster.workers:
-            raise ValueError(f"network.sites.nodes {sites.nodes} hold {sum(sites.nodes)} nodes of {per_node} worker"
-                             f"{'s' * (per_node != 1)}, and cluster.workers {self.cluster.workers} make "
-                             f"{self.cluster.workers // per_node} nodes; give sites that add up to "
-                             f"{self.cluster.workers // per_node} nodes, or {sum(sites.nodes) * per_node} workers")
+            raise ValueError(
+                f"network.sites.nodes {sites.nodes} hold {sum(sites.nodes)} nodes of {per_node} worker"
+                f"{'s' * (per_node != 1)}, and cluster.workers {self.cluster.workers} make "
+                f"{self.cluster.workers // per_node} nodes; give sites that add up to "
+                f"{self.cluster.workers // per_node} nodes, or {sum(sites.nodes) * per_node} workers"
+            )
         if self.network.hierarchical and per_node == 1 and self.network.hierarchy == "node":
-            raise ValueError("network.hierarchical: true reduces inside each node first, and every node here holds one "
-                             "worker (cluster.devices_per_node and workers_per_device are 1); give nodes several "
-                             "workers (devices_per_node: 8) or drop hierarchical")
-        if self.workload.bucket_bytes is not None and self.workload.profile is None and not self.model.layers_known:
-            raise ValueError(f"workload.bucket_bytes {self.workload.bucket_bytes} needs workload.profile with a "
-                             f"{self.model.kind} model: buckets are cut from a model's layers, in backward order, and "
-                             f"fred knows the built-in models' only; name one of: {', '.join(workloads.names())}")
+            raise ValueError(
+                "network.hierarchical: true reduces inside each node first, and every node here holds one "
+                "worker (cluster.devices_per_node and workers_per_device are 1); give nodes several "
+                "workers (devices_per_node: 8) or drop hierarchical"
+            )
+        if (
+            self.workload.bucket_bytes is not None
+            and self.workload.profile is None
+            and not self.model.layers_known
+        ):
+            raise ValueError(
+                f"workload.bucket_bytes {self.workload.bucket_bytes} needs workload.profile with a "
+                f"{self.model.kind} model: buckets are cut from a model's layers, in backward order, and "
+                f"fred knows the built-in models' only; name one of: {', '.join(workloads.names())}"
+            )
         if self.cluster.compute.bucket_overhead_s and not self.strategy.buckets_gradients():
             buckets = ", ".join(s.name for s in registry.all_strategies() if _buckets_by_default(s.config))
-            raise ValueError(f"cluster.compute.bucket_overhead_s {self.cluster.compute.bucket_overhead_s:g}: strategy "
-                             f"{self.strategy.name!r} does not all-reduce gradients as the backward pass makes them, so "
-                             f"it has no buckets to pay for; drop bucket_overhead_s or use {buckets}")
+            raise ValueError(
+                f"cluster.compute.bucket_overhead_s {self.cluster.compute.bucket_overhead_s:g}: strategy "
+                f"{self.strategy.name!r} does not all-reduce gradients as the backward pass makes them, so "
+                f"it has no buckets to pay for; drop bucket_overhead_s or use {buckets}"
+            )
         if self.workload.bucket_bytes is not None and not self.strategy.buckets_gradients():
             buckets = ", ".join(s.name for s in registry.all_strategies() if _buckets_by_default(s.config))
-            raise ValueError(f"workload.bucket_bytes: strategy {self.strategy.name!r} does not all-reduce gradients as "
-                             f"the backward pass makes them; drop bucket_bytes or use {buckets}")
+            raise ValueError(
+                f"workload.bucket_bytes: strategy {self.strategy.name!r} does not all-reduce gradients as "
+                f"the backward pass makes them; drop bucket_bytes or use {buckets}"
+            )
         _check_faults(self)
         _check_durations(self)
         _check_cadences(self)
@@ -126,12 +151,16 @@ class Scenario(Section):
     @classmethod
     def _safe_name(cls, value: str) -> str:
         if not value or any(c in value for c in "/\\\0") or value.startswith("."):
-            raise ValueError(f"got {value[:100]!r}; use a plain, non-empty name without '/', '\\' or a leading '.'")
+            raise ValueError(
+                f"got {value[:100]!r}; use a plain, non-empty name without '/', '\\' or a leading '.'"
+            )
         # else found only as the run directory is made, after the run:
         if len(value.encode("utf-8")) > MAX_NAME_BYTES:
-            raise ValueError(f"got {value[:40]!r}... ({len(value):,} characters); use at most {MAX_NAME_BYTES} bytes "
-                             "(as many plain ASCII characters): it begins the run directory's name, and a file name "
-                             "has at most 255")
+            raise ValueError(
+                f"got {value[:40]!r}... ({len(value):,} characters); use at most {MAX_NAME_BYTES} bytes "
+                "(as many plain ASCII characters): it begins the run directory's name, and a file name "
+                "has at most 255"
+            )
         return value
 
     def resolved(self) -> dict[str, Any]:
@@ -146,7 +175,6 @@ class Scenario(Section):
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-
 def written_for_refusal(version: Any) -> str | None:
     """Why a scenario whose top-level ``fred`` key is ``version`` cannot be read by this fred
     (a version newer than this fred's major.minor, or not a version); None if it can. An older
@@ -154,21 +182,27 @@ def written_for_refusal(version: Any) -> str | None:
     ours = tuple(int(p) for p in __version__.split(".")[:2])
     parts = version.split(".") if isinstance(version, str) else []
     if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
-        quoted = f"; write it as a string, fred: \"{version}\"" if isinstance(version, float) else ""
-        return (f"fred: got {repr(version)[:40]}; give the fred version the scenario is written for as "
-                f"\"MAJOR.MINOR\" (this fred is {ours[0]}.{ours[1]}){quoted}")
+        quoted = f'; write it as a string, fred: "{version}"' if isinstance(version, float) else ""
+        return (
+            f"fred: got {repr(version)[:40]}; give the fred version the scenario is written for as "
+            f'"MAJOR.MINOR" (this fred is {ours[0]}.{ours[1]}){quoted}'
+        )
     wanted = (int(parts[0]), int(parts[1]))
     if wanted <= ours:
         return None
-    return (f"fred: the scenario is written for fred {version}, newer than this fred {__version__}: it may "
-            f"use keys or meanings this fred does not have (CHANGELOG.md); upgrade fred (pip install -U "
-            f"fred), or set fred: \"{ours[0]}.{ours[1]}\" once the scenario uses only what this fred "
-            "documents")
+    return (
+        f"fred: the scenario is written for fred {version}, newer than this fred {__version__}: it may "
+        f"use keys or meanings this fred does not have (CHANGELOG.md); upgrade fred (pip install -U "
+        f'fred), or set fred: "{ours[0]}.{ours[1]}" once the scenario uses only what this fred '
+        "documents"
+    )
 
 
 MAX_CADENCE_EVENTS = 100_000  # evaluations, or server checkpoints, in one run: past this, a typo, not a plan
 MAX_STEPS = 100_000_000  # gradient steps of all workers in one run: days of computing, or a typo
-CLOCK_RESOLUTION = 2.0**-40  # a step shorter than this fraction of the time it starts at barely moves the clock
+CLOCK_RESOLUTION = (
+    2.0**-40
+)  # a step shorter than this fraction of the time it starts at barely moves the clock
 
 
 def base_step_time_s(scenario: Scenario) -> float:
@@ -217,11 +251,16 @@ def fastest_step(scenario: Scenario) -> tuple[float, str]:
     """The shortest step any worker takes (jitter's rare short draws allowed for), and what set it."""
     jitter = scenario.cluster.jitter
     shrink = math.exp(-4 * jitter.sigma) if jitter.kind == "lognormal" else 1.0  # 1 draw in 30,000 is shorter
-    step_s, field = min((step_s, field) for w in range(scenario.cluster.workers) for _, step_s, field in speed_spans(scenario, w))
+    step_s, field = min(
+        (step_s, field)
+        for w in range(scenario.cluster.workers)
+        for _, step_s, field in speed_spans(scenario, w)
+    )
     return step_s * shrink, field
 
 
-MAX_ACTIVITY_S = 1e9  # one step or one message, in simulated seconds (about 32 years): longer is a typo in a speed or a rate
+# one step or one message, in simulated seconds (about 32 years): longer is a typo in a speed or a rate
+MAX_ACTIVITY_S = 1e9
 
 
 def _check_durations(scenario: Scenario) -> None:
@@ -235,23 +274,46 @@ def _check_durations(scenario: Scenario) -> None:
     if not base_s <= MAX_ACTIVITY_S:
         if timed_by_flops:
             least = flops * scenario.data.batch_size / MAX_ACTIVITY_S
-            _too_long("cluster.compute.device_flops", compute.device_flops, f"a step at speed 1 would take {base_s:.3g} s "
-                      f"({flops:.3g} FLOPs x {scenario.data.batch_size} examples / device_flops)", f"give at least {least:.3g}")
-        _too_long("cluster.compute.step_time_s", base_s, "a step at speed 1 would take that long", f"give at most {MAX_ACTIVITY_S:g}")
-    times = [("cluster.compute.host_overhead_s", compute.host_overhead_s), ("cluster.random_straggle.delay_s", cluster.random_straggle.delay_s),
-             *((f"cluster.stragglers.{i}.delay_s", s.delay_s) for i, s in enumerate(cluster.stragglers))]
+            _too_long(
+                "cluster.compute.device_flops",
+                compute.device_flops,
+                f"a step at speed 1 would take {base_s:.3g} s "
+                f"({flops:.3g} FLOPs x {scenario.data.batch_size} examples / device_flops)",
+                f"give at least {least:.3g}",
+            )
+        _too_long(
+            "cluster.compute.step_time_s",
+            base_s,
+            "a step at speed 1 would take that long",
+            f"give at most {MAX_ACTIVITY_S:g}",
+        )
+    times = [
+        ("cluster.compute.host_overhead_s", compute.host_overhead_s),
+        ("cluster.random_straggle.delay_s", cluster.random_straggle.delay_s),
+        *((f"cluster.stragglers.{i}.delay_s", s.delay_s) for i, s in enumerate(cluster.stragglers)),
+    ]
     for field, seconds in times:
         if not seconds <= MAX_ACTIVITY_S:
-            _too_long(field, seconds, "every step it delays would take that long", f"give at most {MAX_ACTIVITY_S:g}")
+            _too_long(
+                field,
+                seconds,
+                "every step it delays would take that long",
+                f"give at most {MAX_ACTIVITY_S:g}",
+            )
     _check_steps(scenario, base_s)
     _check_messages(scenario)
     _check_fault_times(scenario)
 
 
 def _check_steps(scenario: Scenario, base_s: float) -> None:
-    """Each worker's steps at each of its speeds (stragglers' slow factors included) last at most MAX_ACTIVITY_S."""
+    """Each worker's steps at each of its speeds (stragglers' slow factors included) last at most
+    MAX_ACTIVITY_S."""
     cluster = scenario.cluster
-    named = sorted(set(cluster.speed) | {s.worker for s in cluster.stragglers} | {c.worker for c in cluster.speed_changes})
+    named = sorted(
+        set(cluster.speed)
+        | {s.worker for s in cluster.stragglers}
+        | {c.worker for c in cluster.speed_changes}
+    )
     for worker in named:
         slow_s = base_s
         for i, straggler in enumerate(cluster.stragglers):
@@ -260,17 +322,28 @@ def _check_steps(scenario: Scenario, base_s: float) -> None:
             step_s = slow_s * straggler.slow_factor
             if not step_s <= MAX_ACTIVITY_S:  # the first factor that goes past: those before it fit
                 factors = "the slow factors" + (" up to it" if slow_s != base_s else "")
-                _too_long(f"cluster.stragglers.{i}.slow_factor", straggler.slow_factor,
-                          f"worker {worker}'s steps would take {step_s:.3g} s ({base_s:.3g} s x {factors})",
-                          f"give at most {MAX_ACTIVITY_S / slow_s:.3g}")
+                _too_long(
+                    f"cluster.stragglers.{i}.slow_factor",
+                    straggler.slow_factor,
+                    f"worker {worker}'s steps would take {step_s:.3g} s ({base_s:.3g} s x {factors})",
+                    f"give at most {MAX_ACTIVITY_S / slow_s:.3g}",
+                )
             slow_s *= straggler.slow_factor
         speeds = [(f"cluster.speed.{worker}", cluster.speed[worker])] if worker in cluster.speed else []
-        speeds += [(f"cluster.speed_changes.{i}.speed", c.speed) for i, c in enumerate(cluster.speed_changes) if c.worker == worker]
+        speeds += [
+            (f"cluster.speed_changes.{i}.speed", c.speed)
+            for i, c in enumerate(cluster.speed_changes)
+            if c.worker == worker
+        ]
         for field, speed in speeds:
             step_s = slow_s / speed
             if not step_s <= MAX_ACTIVITY_S:
-                _too_long(field, speed, f"worker {worker}'s steps would take {step_s:.3g} s ({slow_s:.3g} s / {speed:.3g})",
-                          f"give a speed of at least {slow_s / MAX_ACTIVITY_S:.3g}")
+                _too_long(
+                    field,
+                    speed,
+                    f"worker {worker}'s steps would take {step_s:.3g} s ({slow_s:.3g} s / {speed:.3g})",
+                    f"give a speed of at least {slow_s / MAX_ACTIVITY_S:.3g}",
+                )
 
 
 def _check_messages(scenario: Scenario) -> None:
@@ -293,41 +366,64 @@ def _check_messages(scenario: Scenario) -> None:
     if not network.sync_s <= MAX_ACTIVITY_S:
         _too_long("network.sync_s", network.sync_s, "every all-reduce would wait that long", most)
     if not nbytes * network.reduce_s_per_byte <= MAX_ACTIVITY_S:
-        _too_long("network.reduce_s_per_byte", network.reduce_s_per_byte,
-                  f"reducing {message} would take {nbytes * network.reduce_s_per_byte:.3g} s",
-                  f"give at most {MAX_ACTIVITY_S / nbytes:.3g}")
+        _too_long(
+            "network.reduce_s_per_byte",
+            network.reduce_s_per_byte,
+            f"reducing {message} would take {nbytes * network.reduce_s_per_byte:.3g} s",
+            f"give at most {MAX_ACTIVITY_S / nbytes:.3g}",
+        )
 
 
 def _links(network: NetworkConfig) -> list[tuple[str, float, str, float, float]]:
     """Every link a message may cross, as ``(where, latency_s, its rate's field, bytes/s, the
     transport's share of them)``: the workers' network, a node's, the server's, a site's."""
     intra = network.intra_node
-    links = [("network", network.latency_s, "bandwidth_bps", network.bandwidth_bps,
-              network.efficiency / network.oversubscription),
-             ("network.intra_node", intra.latency_s,
-              "busbw_bps" if intra.busbw_bps is not None else "bandwidth_bps", intra.rate_bps(), 1.0)]
+    links = [
+        (
+            "network",
+            network.latency_s,
+            "bandwidth_bps",
+            network.bandwidth_bps,
+            network.efficiency / network.oversubscription,
+        ),
+        (
+            "network.intra_node",
+            intra.latency_s,
+            "busbw_bps" if intra.busbw_bps is not None else "bandwidth_bps",
+            intra.rate_bps(),
+            1.0,
+        ),
+    ]
     if network.server is not None:
         server = network.server
-        links.append(("network.server", server.latency_s, "bandwidth_bps", server.bandwidth_bps,
-                      network.efficiency))
+        links.append(
+            ("network.server", server.latency_s, "bandwidth_bps", server.bandwidth_bps, network.efficiency)
+        )
     if network.sites is not None:  # each site's wide-area link, at its line rate
         sites = network.sites
         links.append(("network.sites", sites.latency_s, "bandwidth_bps", sites.bandwidth_bps, 1.0))
     return links
 
 
-def _slow_part(network: NetworkConfig, nbytes: int, field: str, rate_bps: float,
-               share: float) -> tuple[str, float, str]:
+def _slow_part(
+    network: NetworkConfig, nbytes: int, field: str, rate_bps: float, share: float
+) -> tuple[str, float, str]:
     """What makes ``nbytes`` too slow over a link of ``rate_bps`` and ``share``: the field, its
     value and the fix. The line rate, or where it would do, the transport's share of it."""
     line_s = nbytes / rate_bps
     if not line_s <= MAX_ACTIVITY_S:
         return field, rate_bps, f"give at least {nbytes / share / MAX_ACTIVITY_S:.3g}"
     if line_s / network.efficiency > MAX_ACTIVITY_S:
-        return ("network.efficiency", network.efficiency,
-                f"give at least {line_s * network.oversubscription / MAX_ACTIVITY_S:.3g}")
-    return ("network.oversubscription", network.oversubscription,
-            f"give at most {MAX_ACTIVITY_S / (line_s / network.efficiency):.3g}")
+        return (
+            "network.efficiency",
+            network.efficiency,
+            f"give at least {line_s * network.oversubscription / MAX_ACTIVITY_S:.3g}",
+        )
+    return (
+        "network.oversubscription",
+        network.oversubscription,
+        f"give at most {MAX_ACTIVITY_S / (line_s / network.efficiency):.3g}",
+    )
 
 
 def _check_fault_times(scenario: Scenario) -> None:
@@ -336,17 +432,35 @@ def _check_fault_times(scenario: Scenario) -> None:
     (``restart_s: 1e300`` would put every later update at 1e300 s). When a fault starts is not bounded:
     a crash after the run's end never happens."""
     faults = scenario.faults
-    waits = [("faults.sync_timeout_s", faults.sync_timeout_s,
-              "anyone waiting for a crashed worker would wait that long")]
-    waits += [(f"faults.link_degrade.{i}.extra_latency_s", d.extra_latency_s,
-               "every message over it would wait that long") for i, d in enumerate(faults.link_degrade)]
+    waits = [
+        (
+            "faults.sync_timeout_s",
+            faults.sync_timeout_s,
+            "anyone waiting for a crashed worker would wait that long",
+        )
+    ]
+    waits += [
+        (
+            f"faults.link_degrade.{i}.extra_latency_s",
+            d.extra_latency_s,
+            "every message over it would wait that long",
+        )
+        for i, d in enumerate(faults.link_degrade)
+    ]
     if faults.message_loss is not None:
-        waits.append(("faults.message_loss.retransmit_timeout_s", faults.message_loss.retransmit_timeout_s,
-                      "every lost message would be sent again that late"))
+        waits.append(
+            (
+                "faults.message_loss.retransmit_timeout_s",
+                faults.message_loss.retransmit_timeout_s,
+                "every lost message would be sent again that late",
+            )
+        )
     if faults.server_crash is not None:
         down = "the server would be down that long, and every later update would wait for it"
-        waits += [(f"faults.server_crash.crashes.{i}.restart_s", c.restart_s, down)
-                  for i, c in enumerate(faults.server_crash.crashes)]
+        waits += [
+            (f"faults.server_crash.crashes.{i}.restart_s", c.restart_s, down)
+            for i, c in enumerate(faults.server_crash.crashes)
+        ]
     for field, seconds, what in waits:
         if seconds is not None and not seconds <= MAX_ACTIVITY_S:
             _too_long(field, seconds, what, f"give at most {MAX_ACTIVITY_S:g}")
@@ -357,10 +471,13 @@ def _check_fault_times(scenario: Scenario) -> None:
         rate_bps = _link_rate_bps(scenario, degrade.entity)
         transfer_s = nbytes / (rate_bps * degrade.bandwidth_factor)
         if not transfer_s <= MAX_ACTIVITY_S:
-            _too_long(f"faults.link_degrade.{i}.bandwidth_factor", degrade.bandwidth_factor,
-                      f"{message} over {degrade.entity}'s degraded link ({rate_bps:.3g} "
-                      f"bytes/s x the factor) would take {transfer_s:.3g} s",
-                      f"give at least {nbytes / rate_bps / MAX_ACTIVITY_S:.3g}")
+            _too_long(
+                f"faults.link_degrade.{i}.bandwidth_factor",
+                degrade.bandwidth_factor,
+                f"{message} over {degrade.entity}'s degraded link ({rate_bps:.3g} "
+                f"bytes/s x the factor) would take {transfer_s:.3g} s",
+                f"give at least {nbytes / rate_bps / MAX_ACTIVITY_S:.3g}",
+            )
 
 
 def _link_rate_bps(scenario: Scenario, entity: str) -> float:
@@ -375,8 +492,10 @@ def _link_rate_bps(scenario: Scenario, entity: str) -> float:
 
 
 def _too_long(field: str, value: float, what: str, fix: str) -> None:
-    raise ValueError(f"{field} is {value:.3g}: {what}, more than the {MAX_ACTIVITY_S:g} simulated seconds (about 32 "
-                     f"years) one step or message may take (the run would wait for it for ever): {fix}")
+    raise ValueError(
+        f"{field} is {value:.3g}: {what}, more than the {MAX_ACTIVITY_S:g} simulated seconds (about 32 "
+        f"years) one step or message may take (the run would wait for it for ever): {fix}"
+    )
 
 
 class Work(NamedTuple):
@@ -386,7 +505,9 @@ class Work(NamedTuple):
     by_time: float  # gradient steps the workers can take in max_sim_time_s (inf without it)
     by_updates: float  # gradient steps the strategy's max_updates take (inf without it)
     fix: str  # what else makes an update take fewer steps, as the strategy says
-    at_least_s: float  # the simulated time the run lasts at least: max_sim_time_s, or its updates' steps side by side
+    at_least_s: (
+        float  # the simulated time the run lasts at least: max_sim_time_s, or its updates' steps side by side
+    )
 
     @property
     def steps(self) -> float:
@@ -420,32 +541,54 @@ def _check_cadences(scenario: Scenario) -> None:
     for worker in range(n):
         for from_s, step_s, field in speed_spans(scenario, worker):
             if step_s < from_s * CLOCK_RESOLUTION:
-                raise ValueError(f"{field}: worker {worker}'s steps from {from_s} s take {step_s:.3g} s, too short to move "
-                                 f"a clock at {from_s} s (its resolution there is {from_s * 2.0**-52:.3g} s): give a smaller speed")
+                raise ValueError(
+                    f"{field}: worker {worker}'s steps from {from_s} s take {step_s:.3g} s, too short to "
+                    "move "
+                    f"a clock at {from_s} s (its resolution there is {from_s * 2.0**-52:.3g} s): give a "
+                    "smaller speed"
+                )
     by_time, by_updates, fix, at_least_s = run_work(scenario)
     step_s, field = fastest_step(scenario)
     if min(by_time, by_updates) > MAX_STEPS:
         if by_time <= by_updates:
             workers = f"{n} worker{'s' * (n > 1)} take{'s' * (n == 1)}"
-            raise ValueError(f"stop.max_sim_time_s is {end_s} s: {workers} {by_time:.3g} steps in it (the fastest {step_s:.3g} s, "
-                             f"from {field}); at most {MAX_STEPS:,}: give a shorter max_sim_time_s, slower steps, or "
-                             + ("a smaller stop.max_updates" if updates is not None else "stop.max_updates"))
-        fixes = ["a smaller stop.max_updates", *([fix] if fix else []),
-                 "a shorter stop.max_sim_time_s" if end_s is not None else "stop.max_sim_time_s"]
-        raise ValueError(f"stop.max_updates is {updates}: strategy {scenario.strategy.name} takes {by_updates:.3g} gradient steps "
-                         f"of {n} worker{'s' * (n > 1)} for them; at most {MAX_STEPS:,}: give {', '.join(fixes[:-1])} or {fixes[-1]}")
+            raise ValueError(
+                f"stop.max_sim_time_s is {end_s} s: {workers} {by_time:.3g} steps in it (the fastest "
+                f"{step_s:.3g} s, "
+                f"from {field}); at most {MAX_STEPS:,}: give a shorter max_sim_time_s, slower steps, or "
+                + ("a smaller stop.max_updates" if updates is not None else "stop.max_updates")
+            )
+        fixes = [
+            "a smaller stop.max_updates",
+            *([fix] if fix else []),
+            "a shorter stop.max_sim_time_s" if end_s is not None else "stop.max_sim_time_s",
+        ]
+        raise ValueError(
+            f"stop.max_updates is {updates}: strategy {scenario.strategy.name} takes {by_updates:.3g} "
+            "gradient steps "
+            f"of {n} worker{'s' * (n > 1)} for them; at most {MAX_STEPS:,}: give {', '.join(fixes[:-1])} or "
+            f"{fixes[-1]}"
+        )
     server = scenario.faults.server_crash
-    for field, every_s in [("eval.every_s", scenario.eval.every_s),
-                           ("faults.server_crash.checkpoint_every_s", server.checkpoint_every_s if server else None)]:
+    for field, every_s in [
+        ("eval.every_s", scenario.eval.every_s),
+        ("faults.server_crash.checkpoint_every_s", server.checkpoint_every_s if server else None),
+    ]:
         if every_s is None or at_least_s / every_s <= MAX_CADENCE_EVENTS:
             continue
         if at_least_s == end_s:
-            raise ValueError(f"{field} is {every_s} s: {end_s / every_s:.3g} times in stop.max_sim_time_s {end_s} s; "
-                             f"give at most {MAX_CADENCE_EVENTS:,} (every_s >= {end_s / MAX_CADENCE_EVENTS:.3g})")
-        raise ValueError(f"{field} is {every_s} s: at least {at_least_s / every_s:.3g} times in the run, whose "
-                         f"stop.max_updates {updates} take {at_least_s:.3g} s or more ({n} workers, steps of {step_s:.3g} s "
-                         f"at the fastest); give at most {MAX_CADENCE_EVENTS:,} (every_s >= {at_least_s / MAX_CADENCE_EVENTS:.3g})"
-                         + (", or eval.every_updates" if field == "eval.every_s" else ""))
+            raise ValueError(
+                f"{field} is {every_s} s: {end_s / every_s:.3g} times in stop.max_sim_time_s {end_s} s; "
+                f"give at most {MAX_CADENCE_EVENTS:,} (every_s >= {end_s / MAX_CADENCE_EVENTS:.3g})"
+            )
+        raise ValueError(
+            f"{field} is {every_s} s: at least {at_least_s / every_s:.3g} times in the run, whose "
+            f"stop.max_updates {updates} take {at_least_s:.3g} s or more ({n} workers, steps of {step_s:.3g} "
+            "s "
+            f"at the fastest); give at most {MAX_CADENCE_EVENTS:,} (every_s >= "
+            f"{at_least_s / MAX_CADENCE_EVENTS:.3g})"
+            + (", or eval.every_updates" if field == "eval.every_s" else "")
+        )
 
 
 def _check_model_data(scenario: Scenario) -> None:
@@ -456,11 +599,15 @@ def _check_model_data(scenario: Scenario) -> None:
     sequences = source.kind in SEQUENCE_SOURCES
     if sequences and model.inputs != "sequences":
         fits = " or ".join(f"model: {{kind: {kind}}}" for kind in kinds_taking("sequences"))
-        raise ValueError(f"model.kind {model.kind} cannot learn data.source.kind {source.kind}: its labels are the next "
-                         f"token at every position of a sequence; use {fits}")
+        raise ValueError(
+            f"model.kind {model.kind} cannot learn data.source.kind {source.kind}: its labels are the next "
+            f"token at every position of a sequence; use {fits}"
+        )
     if sequences and data.sharding != "iid":
-        raise ValueError(f"data.sharding {data.sharding} deals examples out by their class, and a sequence's label is "
-                         "a token at every position, not one class; use data.sharding: iid")
+        raise ValueError(
+            f"data.sharding {data.sharding} deals examples out by their class, and a sequence's label is "
+            "a token at every position, not one class; use data.sharding: iid"
+        )
     model.check_data(data)
 
 
@@ -478,7 +625,8 @@ def _check_crash_order(faults: FaultsConfig) -> None:
                 back = f"back at {back_s} s" if back_s is not None else "never back (no rejoin_at_s)"
                 raise ValueError(
                     f"faults.worker_crash.{i} crashes worker {worker} at {at_s} s while it is down "
-                    f"(faults.worker_crash.{before}: down from {faults.worker_crash[before].at_s} s, {back}); "
+                    f"(faults.worker_crash.{before}: down from {faults.worker_crash[before].at_s} s, "
+                    f"{back}); "
                     "a worker can crash again only after it has rejoined"
                 )
     crashes = faults.server_crash.crashes if faults.server_crash is not None else []
@@ -506,32 +654,45 @@ def _check_faults(scenario: Scenario) -> None:
             raise ValueError(f"faults.worker_crash.{i}.worker is {crash.worker}; workers are 0..{n - 1}")
         if crash.rejoin_at_s is not None and "rejoin" not in support:
             raise ValueError(
-                f"faults.worker_crash.{i}.rejoin_at_s: strategy {strategy!r} does not model a worker rejoining; "
+                f"faults.worker_crash.{i}.rejoin_at_s: strategy {strategy!r} does not model a worker "
+                "rejoining; "
                 "remove rejoin_at_s (see docs/failures.md for the strategies that do)"
             )
     _check_crash_order(faults)
     if faults.any() and getattr(scenario.strategy, "clock", "simulated") == "logical":
-        raise ValueError("faults are timed in simulated seconds, which clock: logical does not have; use clock: simulated")
+        raise ValueError(
+            "faults are timed in simulated seconds, which clock: logical does not have; use clock: simulated"
+        )
     for i, degrade in enumerate(faults.link_degrade):
         if degrade.entity.startswith("site") and degrade.entity not in site_links:
-            raise ValueError(f"faults.link_degrade.{i}.entity is {degrade.entity!r}; the wide-area links are "
-                             f"{', '.join(site_links) or 'none (network.sites is not given)'}")
-    named = [(f"faults.link_degrade.{i}.entity", d.entity) for i, d in enumerate(faults.link_degrade)
-             if d.entity not in site_links]
+            raise ValueError(
+                f"faults.link_degrade.{i}.entity is {degrade.entity!r}; the wide-area links are "
+                f"{', '.join(site_links) or 'none (network.sites is not given)'}"
+            )
+    named = [
+        (f"faults.link_degrade.{i}.entity", d.entity)
+        for i, d in enumerate(faults.link_degrade)
+        if d.entity not in site_links
+    ]
     if faults.message_loss is not None:
-        named += [(f"faults.message_loss.entities.{i}", e) for i, e in enumerate(faults.message_loss.entities)]
+        named += [
+            (f"faults.message_loss.entities.{i}", e) for i, e in enumerate(faults.message_loss.entities)
+        ]
     workers = "worker0" if n == 1 else f"worker0..worker{n - 1}"
     for where, entity in named:
         if entity not in entities:
             if server:
                 raise ValueError(f"{where} is {entity!r}; links belong to {workers} or server")
-            raise ValueError(f"{where} is {entity!r}; links belong to {workers} "
-                             f"(strategy {strategy!r} has no parameter server, so no server link)")
+            raise ValueError(
+                f"{where} is {entity!r}; links belong to {workers} "
+                f"(strategy {strategy!r} has no parameter server, so no server link)"
+            )
     if faults.server_crash is not None and "server_crash" not in support:
         if server:
             raise ValueError(
                 f"faults.server_crash: strategy {strategy!r} does not model its parameter server crashing "
-                "(what a checkpoint keeps, what a restart loses); see docs/failures.md for the strategies that do"
+                "(what a checkpoint keeps, what a restart loses); see docs/failures.md for the strategies "
+                "that do"
             )
         raise ValueError(
             f"faults.server_crash: strategy {strategy!r} has no parameter server to crash; "
@@ -550,8 +711,10 @@ def _check_tile(scenario: Scenario) -> None:
     below, above = batch - batch % tile, batch + tile - batch % tile
     multiples = ", ".join(str(b) for b in (below, above) if b > 0)
     raise ValueError(
-        f"strategy.exact_tile is {tile} but data.batch_size {batch} is not a multiple of it: the exact reduction "
-        f"sums tiles of {tile} rows. Set data.batch_size to a multiple of {tile} ({multiples}), strategy.exact_tile "
+        f"strategy.exact_tile is {tile} but data.batch_size {batch} is not a multiple of it: the exact "
+        "reduction "
+        f"sums tiles of {tile} rows. Set data.batch_size to a multiple of {tile} ({multiples}), "
+        "strategy.exact_tile "
         f"to a divisor of {batch} ({lower}; 1 fits any batch) or strategy.reduction: fast"
     )
 

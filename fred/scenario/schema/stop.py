@@ -24,7 +24,9 @@ class StopConfig(Section):
 class EvalConfig(Section):
     """When to evaluate on the held-out set: every N updates or every T simulated seconds."""
 
-    every_updates: Annotated[int, Field(ge=1)] | None = Field(default=None, description="20 when every_s is not given either")
+    every_updates: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="20 when every_s is not given either"
+    )
     every_s: PositiveFloat | None = None
 
     @model_validator(mode="before")

@@ -35,7 +35,8 @@ class GradientSteps(NamedTuple):
     count them (:func:`_check_work`), and a refusal says what to lower."""
 
     steps: float  # gradient steps of all workers together, the updates' own (steps in flight aside)
-    fix: str = ""  # besides a smaller stop.max_updates, what makes an update take fewer ("a smaller strategy.sync_every")
+    # besides a smaller stop.max_updates, what makes an update take fewer ("a smaller strategy.sync_every")
+    fix: str = ""
 
 
 class StrategyConfig(Section):
@@ -54,10 +55,12 @@ class StrategyConfig(Section):
         "largest divisor of data.batch_size not above 8 (8 for every multiple of 8)",
     )
     optimizer: OptimizerConfig = Field(
-        default_factory=SGDOptimizer, description="what turns a gradient into a step: sgd (default), adam or adamw"
+        default_factory=SGDOptimizer,
+        description="what turns a gradient into a step: sgd (default), adam or adamw",
     )
     lr_schedule: ScheduleConfig = Field(
-        default_factory=ConstantSchedule, description="the learning rate by optimizer step, starting from (or peaking at) lr"
+        default_factory=ConstantSchedule,
+        description="the learning rate by optimizer step, starting from (or peaking at) lr",
     )
 
     _optimizer_kind = field_validator("optimizer", mode="before")(_optimizer_by_kind)
@@ -83,10 +86,14 @@ class StrategyConfig(Section):
 
     def optimizer_refusal(self) -> str | None:
         """Why this strategy cannot apply ``optimizer`` and ``lr_schedule``; None if it can."""
-        if self.applies_optimizer or (self.optimizer == SGDOptimizer() and self.lr_schedule == ConstantSchedule()):
+        if self.applies_optimizer or (
+            self.optimizer == SGDOptimizer() and self.lr_schedule == ConstantSchedule()
+        ):
             return None
-        return (f"strategy {self.name!r} applies its own update, not a configurable optimizer; drop optimizer "
-                "and lr_schedule (strategies that apply them: docs/strategies.md)")
+        return (
+            f"strategy {self.name!r} applies its own update, not a configurable optimizer; drop optimizer "
+            "and lr_schedule (strategies that apply them: docs/strategies.md)"
+        )
 
     def check(self, scenario: "Scenario") -> None:  # noqa: F821 (the section Scenario holds: no circle)
         """Raise ``ValueError`` naming the fix if this strategy cannot run ``scenario``."""
@@ -127,14 +134,18 @@ class StrategyConfig(Section):
             warnings.warn(
                 f"strategy {self.name!r} ({type(self).__module__}) does not say how many gradient steps "
                 "its updates take; fred counts one an update. Define gradient_steps(scenario, updates) on "
-                "its config and state strategy_api = \"1.1\" (docs/strategy-contract.md): the count is "
+                'its config and state strategy_api = "1.1" (docs/strategy-contract.md): the count is '
                 "required from fred 0.3",
-                DeprecationWarning, stacklevel=2)
+                DeprecationWarning,
+                stacklevel=2,
+            )
             return GradientSteps(updates)
         required = f", which strategy_api {self.strategy_api} requires" if self.strategy_api else ""
         raise NotImplementedError(
-            f"strategy {self.name!r} does not say how many gradient steps its updates take: its config needs a "
-            f"gradient_steps(scenario, updates) method{required} (docs/strategy-contract.md)")
+            f"strategy {self.name!r} does not say how many gradient steps its updates take: its config needs "
+            "a "
+            f"gradient_steps(scenario, updates) method{required} (docs/strategy-contract.md)"
+        )
 
 
 def _plugin(name: str) -> bool:
@@ -152,7 +163,9 @@ def _validate_strategy(value: Any) -> StrategyConfig:
         raise ValueError(f"strategy needs a 'name', one of: {', '.join(registry.names())}")
     config_cls = registry.config_class(value["name"])
     if not issubclass(config_cls, StrategyConfig):  # a plug-in's mistake, not the scenario's
-        raise TypeError(f"strategy {value['name']!r} registered {config_cls.__name__}, which is not a StrategyConfig")
+        raise TypeError(
+            f"strategy {value['name']!r} registered {config_cls.__name__}, which is not a StrategyConfig"
+        )
     return config_cls.model_validate(value)
 
 

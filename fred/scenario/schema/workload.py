@@ -9,14 +9,16 @@ from pydantic import Field
 from fred.scenario import workloads
 from fred.scenario.schema.base import PositiveFloat, Section
 
-# The workload library's names (fred/scenario/workloads.json), so that a misspelt one is refused listing them all.
+# The workload library's names (fred/scenario/workloads.json), so that a misspelt one is refused listing them
+# all.
 ProfileName = Literal[tuple(workloads.names())]  # type: ignore[valid-type]
 
 
 class WorkloadConfig(Section):
     profile: ProfileName | None = Field(  # type: ignore[valid-type]
-        default=None, description="a model of the workload library (docs/workloads.md): its parameter bytes per "
-        "message, and its training FLOPs per example when cluster.compute.device_flops is given"
+        default=None,
+        description="a model of the workload library (docs/workloads.md): its parameter bytes per "
+        "message, and its training FLOPs per example when cluster.compute.device_flops is given",
     )
     param_bytes: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="bytes of one gradient or parameter message on the wire"
@@ -32,7 +34,8 @@ class WorkloadConfig(Section):
     bucket_bytes: Annotated[int, Field(ge=1)] | None = Field(
         default=None,
         description="all-reduce gradients in buckets of about this many bytes, each as soon as the backward "
-        "pass has made it (PyTorch DDP's bucket_cap_mb: 25 MiB = 26214400); cut from the profile's layers, or "
+        "pass has made it (PyTorch DDP's bucket_cap_mb: 25 MiB = 26214400); cut from the profile's layers, "
+        "or "
         "the scenario's own model's (a built-in kind)",
     )
 

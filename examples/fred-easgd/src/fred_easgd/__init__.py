@@ -35,9 +35,13 @@ class EASGD(StrategyConfig):
     name: Literal["easgd"] = "easgd"
     lr: float = Field(default=0.1, gt=0, description="eta: the workers' learning rate")
     rho: float | None = Field(
-        default=None, gt=0, description="rho: the elastic force, alpha = lr * rho; default alpha = 0.9 / workers"
+        default=None,
+        gt=0,
+        description="rho: the elastic force, alpha = lr * rho; default alpha = 0.9 / workers",
     )
-    tau: int = Field(default=4, ge=1, description="communication period: local steps between elastic exchanges")
+    tau: int = Field(
+        default=4, ge=1, description="communication period: local steps between elastic exchanges"
+    )
 
     def moving_rate(self, workers: int) -> float:
         """alpha = eta * rho, or beta / p with beta = 0.9 when rho is not given."""
@@ -46,7 +50,9 @@ class EASGD(StrategyConfig):
     def check(self, scenario: Scenario) -> None:
         alpha = self.moving_rate(scenario.cluster.workers)
         if not alpha < 1:  # alpha >= 1 pulls a worker past the center: the exchange diverges
-            raise ValueError(f"strategy: alpha = lr * rho = {alpha:g} must be below 1; use rho < {1 / self.lr:g}")
+            raise ValueError(
+                f"strategy: alpha = lr * rho = {alpha:g} must be below 1; use rho < {1 / self.lr:g}"
+            )
 
     def has_server(self) -> bool:
         return True  # the center lives on a parameter server, whose link faults may name
@@ -55,7 +61,9 @@ class EASGD(StrategyConfig):
         return 4  # its replica, its gradient, the center it read and the difference it sends
 
     def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
-        return GradientSteps(updates * self.tau, "a smaller strategy.tau")  # an exchange every tau steps of a worker
+        return GradientSteps(
+            updates * self.tau, "a smaller strategy.tau"
+        )  # an exchange every tau steps of a worker
 
 
 @functools.cache  # one array per set of weights: the tape keeps each constant once
