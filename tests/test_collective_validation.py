@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def validation():
-    spec = importlib.util.spec_from_file_location("validation_collectives",
-                                                  ROOT / "scenarios" / "collectives" / "validation.py")
+    spec = importlib.util.spec_from_file_location(
+        "validation_collectives", ROOT / "scenarios" / "collectives" / "validation.py"
+    )
     loaded = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = loaded
     spec.loader.exec_module(loaded)
@@ -51,7 +52,12 @@ def test_the_geometric_mean_error_is_exp_of_the_mean_absolute_log_ratio():
     assert V.geomean_error([math.log(1.1), -math.log(1.1)]) == pytest.approx(0.1)
     assert V.geomean_error([math.log(2.0), 0.0]) == pytest.approx(math.sqrt(2) - 1)
     assert [V.regime(s) for s in (8, 65535, 65536, 64 << 20, (64 << 20) + 1)] == [
-        "latency", "latency", "middle", "middle", "bandwidth"]
+        "latency",
+        "latency",
+        "middle",
+        "middle",
+        "bandwidth",
+    ]
 
 
 def test_the_prediction_is_freds_nccl_clock_built_from_the_stated_hardware(fitted):
@@ -70,8 +76,12 @@ def test_the_two_constants_are_fitted_on_the_named_table_only_and_minimise_its_e
     assert 0.3 < fitted.share < 1.0 and 0.0 <= fitted.launch_s < 100e-6  # a share of line rate, µs of launch
     table = V.read_table(V.FITTED_ON)
     loss = sum(abs(x) for x in V.log_errors(table, fitted.share, fitted.launch_s))
-    nearby = ((fitted.share * 1.02, fitted.launch_s), (fitted.share * 0.98, fitted.launch_s),
-              (fitted.share, fitted.launch_s + 1e-6), (fitted.share, max(fitted.launch_s - 1e-6, 0.0)))
+    nearby = (
+        (fitted.share * 1.02, fitted.launch_s),
+        (fitted.share * 0.98, fitted.launch_s),
+        (fitted.share, fitted.launch_s + 1e-6),
+        (fitted.share, max(fitted.launch_s - 1e-6, 0.0)),
+    )
     for share, launch_s in nearby:
         assert sum(abs(x) for x in V.log_errors(table, share, launch_s)) >= loss - 1e-9
     other = V.fit(V.read_table("rtx4090_pcie_8"))  # another table would give other constants

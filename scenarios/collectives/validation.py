@@ -57,17 +57,45 @@ class Hardware(NamedTuple):
 
 ALL_PROTOCOLS = ("LL", "LL128", "Simple")
 HARDWARE = {
-    "a100_nvswitch_8": Hardware(8, 1, 300e9, None, "nvlink", ALL_PROTOCOLS,
-                                "A100 SXM4: 12 NVLink 3 links x 25 GB/s = 300 GB/s each way"),
-    "a100_roce_2x8": Hardware(16, 2, 300e9, 200e9, "nvlink", ALL_PROTOCOLS,
-                              "A100 SXM4 300 GB/s; 16 x 100 Gbit/s RoCE a node = 200 GB/s"),
-    "h100_tcpxo_2x8": Hardware(16, 2, 450e9, 200e9, "nvlink", ALL_PROTOCOLS,
-                               "H100 SXM: 18 NVLink 4 links x 25 GB/s = 450 GB/s; "
-                               "8 x 200 Gbit/s a node = 200 GB/s"),
-    "rtx4090_pcie_8": Hardware(8, 1, 32e9, None, "pci", ("LL", "Simple"),
-                               "RTX 4090: PCIe 4.0 x16 = 32 GB/s each way; LL128 is off without NVLink"),
-    "rtx4090_pcie_p2p_8": Hardware(8, 1, 32e9, None, "pci", ("LL", "Simple"),
-                                   "as `rtx4090_pcie_8`, P2P enabled"),
+    "a100_nvswitch_8": Hardware(
+        8,
+        1,
+        300e9,
+        None,
+        "nvlink",
+        ALL_PROTOCOLS,
+        "A100 SXM4: 12 NVLink 3 links x 25 GB/s = 300 GB/s each way",
+    ),
+    "a100_roce_2x8": Hardware(
+        16,
+        2,
+        300e9,
+        200e9,
+        "nvlink",
+        ALL_PROTOCOLS,
+        "A100 SXM4 300 GB/s; 16 x 100 Gbit/s RoCE a node = 200 GB/s",
+    ),
+    "h100_tcpxo_2x8": Hardware(
+        16,
+        2,
+        450e9,
+        200e9,
+        "nvlink",
+        ALL_PROTOCOLS,
+        "H100 SXM: 18 NVLink 4 links x 25 GB/s = 450 GB/s; 8 x 200 Gbit/s a node = 200 GB/s",
+    ),
+    "rtx4090_pcie_8": Hardware(
+        8,
+        1,
+        32e9,
+        None,
+        "pci",
+        ("LL", "Simple"),
+        "RTX 4090: PCIe 4.0 x16 = 32 GB/s each way; LL128 is off without NVLink",
+    ),
+    "rtx4090_pcie_p2p_8": Hardware(
+        8, 1, 32e9, None, "pci", ("LL", "Simple"), "as `rtx4090_pcie_8`, P2P enabled"
+    ),
 }
 
 
@@ -89,8 +117,10 @@ def read_table(name: str) -> Table:
     lines = (HERE / f"{name}.csv").read_text().splitlines()
     header = [line[2:] for line in lines if line.startswith("#")]
     body = [line for line in lines if not line.startswith("#")][1:]
-    rows = [Row(int(size), float(t), float(alg), float(bus)) for size, t, alg, bus in
-            (line.split(",") for line in body)]
+    rows = [
+        Row(int(size), float(t), float(alg), float(bus))
+        for size, t, alg, bus in (line.split(",") for line in body)
+    ]
     return Table(name, header, rows)
 
 
@@ -101,9 +131,13 @@ def tables() -> dict[str, Table]:
 def network(hardware: Hardware, share: float, launch_s: float) -> NetworkConfig:
     """The ``network`` section a scenario of this hardware states, with the two constants."""
     return NetworkConfig(
-        allreduce="nccl", bandwidth_bps=hardware.node_nics_bps or 1.25e9, efficiency=share, sync_s=launch_s,
+        allreduce="nccl",
+        bandwidth_bps=hardware.node_nics_bps or 1.25e9,
+        efficiency=share,
+        sync_s=launch_s,
         intra_node={"busbw_bps": share * hardware.gpu_link_bps},
-        nccl={"protocols": list(hardware.protocols), "intra_link": hardware.intra_link})
+        nccl={"protocols": list(hardware.protocols), "intra_link": hardware.intra_link},
+    )
 
 
 def fred_times_s(hardware: Hardware, sizes: Sequence[float], share: float, launch_s: float) -> list[float]:
@@ -114,8 +148,10 @@ def fred_times_s(hardware: Hardware, sizes: Sequence[float], share: float, launc
     times = []
     for nbytes in sizes:
         env = simpy.Environment()
-        transport = SimpleNamespace(env=env, network=SimpleNamespace(
-            config=cfg, node={name: i // per_node for i, name in enumerate(names)}))
+        transport = SimpleNamespace(
+            env=env,
+            network=SimpleNamespace(config=cfg, node={name: i // per_node for i, name in enumerate(names)}),
+        )
         env.process(Nccl(transport, {}).run(names, float(nbytes)))
         env.run()
         times.append(env.now)
@@ -151,11 +187,17 @@ class Fit(NamedTuple):
 
 def fit(table: Table) -> Fit:
     """The share and launch latency that minimise the geometric-mean error on ``table``."""
+
     def loss(x: Sequence[float]) -> float:
         return sum(abs(v) for v in log_errors(table, x[0], x[1] * 1e-6))
 
-    best = minimize(loss, [0.8, 10.0], method="Nelder-Mead", bounds=[(0.05, 1.0), (0.0, 200.0)],
-                    options={"xatol": 1e-4, "fatol": 1e-6})
+    best = minimize(
+        loss,
+        [0.8, 10.0],
+        method="Nelder-Mead",
+        bounds=[(0.05, 1.0), (0.0, 200.0)],
+        options={"xatol": 1e-4, "fatol": 1e-6},
+    )
     share, launch_s = float(best.x[0]), float(best.x[1]) * 1e-6
     return Fit(share, launch_s, geomean_error(log_errors(table, share, launch_s)))
 
@@ -169,8 +211,10 @@ class Errors(NamedTuple):
 def errors(table: Table, fitted: Fit) -> Errors:
     logs = log_errors(table, fitted.share, fitted.launch_s)
     rows = judged(table)
-    by_regime = {name: geomean_error([x for x, row in zip(logs, rows) if regime(row.size_bytes) == name])
-                 for name in ("latency", "middle", "bandwidth")}
+    by_regime = {
+        name: geomean_error([x for x, row in zip(logs, rows) if regime(row.size_bytes) == name])
+        for name in ("latency", "middle", "bandwidth")
+    }
     per_size = [(row.size_bytes, math.exp(x) - 1) for x, row in zip(logs, rows)]
     return Errors(geomean_error(logs), by_regime, per_size)
 
@@ -184,13 +228,14 @@ def figure(all_tables: dict[str, Table], fitted: Fit) -> Path:
 
     rows_of_panels = math.ceil(len(all_tables) / 3)
     fig, axes = plt.subplots(rows_of_panels, 3, figsize=(15, 4.2 * rows_of_panels), squeeze=False)
-    for ax in list(axes.flat)[len(all_tables):]:
+    for ax in list(axes.flat)[len(all_tables) :]:
         ax.set_visible(False)
     for ax, (name, table) in zip(axes.flat, all_tables.items()):
         rows = judged(table)
-        sizes = [float(2 ** k) for k in range(31) if rows[0].size_bytes <= 2 ** k <= rows[-1].size_bytes]
-        ax.loglog([r.size_bytes for r in rows], [r.time_us for r in rows], "o", ms=4,
-                  label="nccl-tests (measured)")
+        sizes = [float(2**k) for k in range(31) if rows[0].size_bytes <= 2**k <= rows[-1].size_bytes]
+        ax.loglog(
+            [r.size_bytes for r in rows], [r.time_us for r in rows], "o", ms=4, label="nccl-tests (measured)"
+        )
         line = fred_times_s(HARDWARE[name], sizes, fitted.share, fitted.launch_s)
         ax.loglog(sizes, [t * 1e6 for t in line], "-", label="fred, allreduce: nccl")
         err = errors(table, fitted).overall
@@ -249,10 +294,12 @@ def section(quick: bool = False) -> str:
         role = "fitted" if name == FITTED_ON else "held out"
         if name != FITTED_ON:
             held[name] = e
-        lines.append(f"| `{name}` | {hw.ranks // hw.nodes} x {hw.nodes} | {hw.reading} | {role} | "
-                     f"{_size(rows[0].size_bytes)}-{_size(rows[-1].size_bytes)} | "
-                     f"{_pct(e.by_regime['latency'])} | {_pct(e.by_regime['middle'])} | "
-                     f"{_pct(e.by_regime['bandwidth'])} | {_pct(e.overall)} |")
+        lines.append(
+            f"| `{name}` | {hw.ranks // hw.nodes} x {hw.nodes} | {hw.reading} | {role} | "
+            f"{_size(rows[0].size_bytes)}-{_size(rows[-1].size_bytes)} | "
+            f"{_pct(e.by_regime['latency'])} | {_pct(e.by_regime['middle'])} | "
+            f"{_pct(e.by_regime['bandwidth'])} | {_pct(e.overall)} |"
+        )
     met = [name for name, e in held.items() if e.overall <= 0.10]
     lines += [
         "",
@@ -297,8 +344,12 @@ def _per_size(all_tables: dict[str, Table], fitted: Fit) -> list[str]:
     """One line a size: each table's signed error at it."""
     by_table = {name: dict(errors(table, fitted).per_size) for name, table in all_tables.items()}
     sizes = sorted({size for errs in by_table.values() for size in errs})
-    return [f"| {_size(size)} | " + " | ".join(_signed(errs[size]) if size in errs else ""
-                                               for errs in by_table.values()) + " |" for size in sizes]
+    return [
+        f"| {_size(size)} | "
+        + " | ".join(_signed(errs[size]) if size in errs else "" for errs in by_table.values())
+        + " |"
+        for size in sizes
+    ]
 
 
 def _ends(table: Table, fitted: Fit) -> str:
@@ -309,9 +360,11 @@ def _ends(table: Table, fitted: Fit) -> str:
     fred_first, fred_last = fred_times_s(hw, ends, fitted.share, fitted.launch_s)
     factor = 2 * (hw.ranks - 1) / hw.ranks
     fred_busbw = factor * last.size_bytes / fred_last / 1e9
-    return (f"| `{table.name}` | {_size(last.size_bytes)} | {last.busbw_gbps:.1f} GB/s | "
-            f"{fred_busbw:.1f} GB/s | "
-            f"{_size(first.size_bytes)} | {first.time_us:.1f} | {fred_first * 1e6:.1f} |")
+    return (
+        f"| `{table.name}` | {_size(last.size_bytes)} | {last.busbw_gbps:.1f} GB/s | "
+        f"{fred_busbw:.1f} GB/s | "
+        f"{_size(first.size_bytes)} | {first.time_us:.1f} | {fred_first * 1e6:.1f} |"
+    )
 
 
 WHY = [
