@@ -25,7 +25,7 @@ from tests.conftest import cluster_for, tiny
 
 VARIANTS = {
     "ssgd_ps": {"name": "ssgd", "aggregation": "ps"},
-    "pipe_sgd_int8": {"name": "pipe_sgd", "compression": "int8_quantize"},
+    "pipe_sgd_int8": {"name": "pipe_sgd", "compression": {"kind": "int8"}},
     "bfasgd_abs": {"name": "bfasgd", "statistic": "abs"},
     "sgp_crash": {"name": "sgp"},
 }

@@ -61,7 +61,7 @@ def signals_as_python_starts():
 
 VARIANTS = {
     "ssgd_ps": {"name": "ssgd", "aggregation": "ps"},
-    "pipe_sgd_int8": {"name": "pipe_sgd", "compression": "int8_quantize"},
+    "pipe_sgd_int8": {"name": "pipe_sgd", "compression": {"kind": "int8"}},
     "sgp_crash": {"name": "sgp"},
     "asgd_lossy": {"name": "asgd"},
     # optimizer state fast-forwarded and filled from the checkpoint: the server's, each replica's, each node's
