@@ -32,6 +32,7 @@ BETA = 0.9  # the paper's default total moving rate beta = p * alpha
 
 
 class EASGD(StrategyConfig):
+    strategy_api = "1.1"  # written for fred's strategy contract 1.1
     name: Literal["easgd"] = "easgd"
     lr: float = Field(default=0.1, gt=0, description="eta: the workers' learning rate")
     rho: float | None = Field(
