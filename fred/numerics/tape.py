@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import hashlib
-import importlib
 import json
 import weakref
 from pathlib import Path
@@ -36,7 +35,8 @@ from typing import Any, Callable, NamedTuple, Sequence, TypeVar
 import jax
 import numpy as np
 
-from fred.scenario import registry
+from fred.numerics.tape_nodes import Slot as _Slot
+from fred.numerics.tape_nodes import decode, encode, resolve
 
 F = TypeVar("F", bound=Callable[..., Any])
 _ACTIVE: contextvars.ContextVar[Tape | None] = contextvars.ContextVar("fred_tape", default=None)
@@ -428,13 +428,6 @@ def _literal(leaf: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- files
-class _Slot:
-    """A leaf placeholder, to write a tree structure down."""
-
-    def __init__(self, position: int):
-        self.position = position
-
-
 class Recorded(NamedTuple):
     """A tape as stored: calls, structures, constants, the final parameters and compute times."""
 
@@ -573,54 +566,3 @@ def joined(parts: Sequence[Recorded], final: tuple[int, tuple[Code, ...]]) -> Re
 def _codes(codes: list[Any]) -> tuple[Code, ...]:
     """A file's leaf codes as a tape holds them in memory: each ``[index]`` as ``(index,)``."""
     return tuple((c[0],) if isinstance(c, list) else c for c in codes)
-
-
-# Pytree nodes are written as tagged JSON; named tuples only from the modules resolve allows,
-# so reading a tape never imports or runs anything else.
-def encode(tree: Any) -> Any:
-    if isinstance(tree, _Slot):
-        return {"slot": tree.position}
-    if hasattr(type(tree), "_fields"):  # a named tuple, or a class that unpacks like one (GradSum)
-        cls = type(tree)
-        return {"named": f"{cls.__module__}:{cls.__qualname__}", "items": [encode(x) for x in tree]}
-    if isinstance(tree, (list, tuple)):
-        return {"list" if isinstance(tree, list) else "tuple": [encode(x) for x in tree]}
-    if isinstance(tree, dict):
-        return {"dict": [[k, encode(v)] for k, v in tree.items()]}
-    if tree is None or isinstance(tree, (bool, int, float, str)):
-        return {"lit": tree}
-    raise TypeError(f"cannot record a {type(tree).__name__} on the numerics tape")
-
-
-def decode(node: Any) -> Any:
-    (tag, value), *_ = node.items()
-    if tag == "slot":
-        return _Slot(value)
-    if tag == "lit":
-        return value
-    if tag == "list":
-        return [decode(x) for x in value]
-    if tag == "tuple":
-        return tuple(decode(x) for x in value)
-    if tag == "dict":
-        return {k: decode(v) for k, v in value}
-    if tag == "named":
-        return resolve(value)(*(decode(x) for x in node["items"]))
-    raise ValueError(f"unknown tape node {tag!r}")
-
-
-def resolve(name: str) -> Any:
-    """``"module:attribute"`` of fred, its strategies, or the package of an installed strategy
-    plug-in (whose ``fred.strategies`` entry point names that package or a module in it, and
-    which the registry imports anyway): nothing else is ever imported."""
-    module, _, attribute = name.partition(":")
-    top = module.split(".")[0]
-    if top not in ("fred", "strategies") and top not in registry.plugin_packages():
-        raise ValueError(
-            f"the tape names {name!r}, outside fred, strategies and the installed strategy plug-ins: "
-            f"install the plug-in whose package is {top!r} (the run's summary.json names its distribution)"
-        )
-    target: Any = importlib.import_module(module)
-    for part in attribute.split("."):
-        target = getattr(target, part)
-    return target
