@@ -496,7 +496,7 @@ def test_a_read_only_folder_is_refused_before_the_work_not_with_a_traceback_afte
 
 def test_the_progress_bar_says_it_is_compiling_until_the_first_update():
     # On a terminal the bar sat at "t=0.000s updates=0" for most of a short run.
-    from fred.tools.cli import _progress
+    from fred.tools.progress_bars import _progress
 
     bar = _progress(validate(tiny()), True)
     update = bar.__enter__()
