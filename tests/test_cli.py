@@ -308,19 +308,27 @@ def test_no_command_writes_through_a_link(tmp_path, capsys):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "cmp").exists()
 
 
+def quickstart_command(out: Path, setting: str, *more: str) -> list[str]:
+    """``fred run`` of the quickstart shipped with the repo into ``out``, with ``--set setting``, as
+    a command for a process of its own."""
+    quickstart = str(ROOT / "scenarios" / "quickstart.yaml")
+    return [
+        sys.executable,
+        "-m",
+        "fred.tools.cli",
+        "run",
+        quickstart,
+        "--out",
+        str(out),
+        *more,
+        "--set",
+        setting,
+    ]
+
+
 def test_the_console_script_runs_the_quickstart_shipped_with_the_repo(tmp_path):
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fred.tools.cli",
-            "run",
-            str(ROOT / "scenarios" / "quickstart.yaml"),
-            "--out",
-            str(tmp_path / "q"),
-            "--set",
-            "stop.max_updates=60",
-        ],
+        quickstart_command(tmp_path / "q", "stop.max_updates=60"),
         capture_output=True,
         text=True,
         check=True,
@@ -338,18 +346,7 @@ def test_a_run_killed_at_any_moment_leaves_a_complete_directory_or_none(tmp_path
 
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "fred.tools.cli",
-            "run",
-            str(ROOT / "scenarios" / "quickstart.yaml"),
-            "--out",
-            str(out),
-            "--quiet",
-            "--set",
-            "stop.max_updates=300",
-        ],
+        quickstart_command(out, "stop.max_updates=300", "--quiet"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -64,34 +64,39 @@ def loss_curves(
                 ax.plot(
                     run.metrics[x], run.metrics["eval_loss"], marker=".", label=_label(r), **_line_style(i)
                 )
-        if any(len(_runs(r)) > 1 for r in with_losses):  # said once, in the legend, beside the lines
-            ax.fill_between(
-                [],
-                [],
-                [],
-                color="0.5",
-                alpha=BAND_ALPHA,
-                linewidth=0,
-                label="band: least to greatest of the seeds",
-            )
-        if target_loss is not None:
-            ax.axhline(
-                target_loss,
-                color="0.25",
-                linestyle=(0, (5, 3)),
-                linewidth=1,
-                label=f"target loss {target_loss:g}",
-            )
-        _loss_floor(ax, with_losses)
-        ax.set(xlabel=xlabel, ylabel="eval loss", yscale="log", title=f"{LOSS_LOG} vs {xlabel}")
-        ax.set_xlim(left=0)
-        _plain_log_labels(ax.yaxis)
-        ax.grid(alpha=0.3)
-        ax.legend(
-            fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0)
-        )  # beside the axes: never over a curve
+        finish_loss_axes(ax, with_losses, target_loss, xlabel, f"{LOSS_LOG} vs {xlabel}")
         written += _saved(fig, out, stem, svg)
     return written
+
+
+def finish_loss_axes(ax, with_losses: Sequence, target_loss: float | None, xlabel: str, title: str) -> None:
+    """What every loss figure draws besides its lines: the seeds' band in the legend (said once,
+    beside the lines), the target loss, the data's loss floor, a log y axis with plain labels,
+    and the legend beside the axes, never over a curve."""
+    if any(len(_runs(r)) > 1 for r in with_losses):
+        ax.fill_between(
+            [],
+            [],
+            [],
+            color="0.5",
+            alpha=BAND_ALPHA,
+            linewidth=0,
+            label="band: least to greatest of the seeds",
+        )
+    if target_loss is not None:
+        ax.axhline(
+            target_loss,
+            color="0.25",
+            linestyle=(0, (5, 3)),
+            linewidth=1,
+            label=f"target loss {target_loss:g}",
+        )
+    _loss_floor(ax, with_losses)
+    ax.set(xlabel=xlabel, ylabel="eval loss", yscale="log", title=title)
+    ax.set_xlim(left=0)
+    _plain_log_labels(ax.yaxis)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 BAND_ALPHA = 0.2
