@@ -229,16 +229,7 @@ def test_an_output_never_replaces_what_the_command_reads(tmp_path, capsys):
     before = {f.name: f.read_bytes() for f in run_dir.iterdir()}
     commands = [
         ["calibrate", str(scenario), "-o", str(scenario)],
-        [
-            "sweep",
-            str(scenario),
-            "--grid",
-            "seed=1",
-            "--runs",
-            str(tmp_path / "runs"),
-            "--out",
-            str(scenario),
-        ],
+        one_seed_sweep(scenario, str(tmp_path / "runs"), str(scenario)),
         ["trace", str(run_dir), "-o", str(run_dir / "summary.json")],
         ["replay", str(run_dir), "--timings", str(run_dir / "events.parquet")],
     ]
@@ -277,26 +268,8 @@ def test_no_command_writes_through_a_link(tmp_path, capsys):
         ["trace", str(run_dir), "-o", str(tmp_path / "dir_link")],
         ["compare", str(scenario), "--out", str(tmp_path / "dir_link"), "--runs", str(tmp_path / "runs")],
         ["compare", str(scenario), "--out", str(tmp_path / "cmp"), "--runs", str(tmp_path / "runs_link")],
-        [
-            "sweep",
-            str(scenario),
-            "--grid",
-            "seed=1",
-            "--runs",
-            str(tmp_path / "runs_link"),
-            "--out",
-            str(tmp_path / "s.parquet"),
-        ],
-        [
-            "sweep",
-            str(scenario),
-            "--grid",
-            "seed=1",
-            "--runs",
-            str(tmp_path / "runs"),
-            "--out",
-            str(tmp_path / "file_link"),
-        ],
+        one_seed_sweep(scenario, str(tmp_path / "runs_link"), str(tmp_path / "s.parquet")),
+        one_seed_sweep(scenario, str(tmp_path / "runs"), str(tmp_path / "file_link")),
         ["replay", str(run_dir), "--timings", str(tmp_path / "file_link")],
         ["calibrate", "-o", str(tmp_path / "file_link")],
     ]
@@ -306,6 +279,11 @@ def test_no_command_writes_through_a_link(tmp_path, capsys):
         assert "is a link (to " in err and "fred never writes or deletes through a link" in err, command
     assert [p.name for p in target.iterdir()] == ["x"] and (target / "x").read_text() == "keep"
     assert not (tmp_path / "runs").exists() and not (tmp_path / "cmp").exists()
+
+
+def one_seed_sweep(scenario: Path, runs: str, out: str) -> list[str]:
+    """``fred sweep SCENARIO --grid seed=1 --runs RUNS --out OUT``, as ``main`` takes it."""
+    return ["sweep", str(scenario), "--grid", "seed=1", "--runs", runs, "--out", out]
 
 
 def quickstart_command(out: Path, setting: str, *more: str) -> list[str]:

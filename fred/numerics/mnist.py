@@ -164,7 +164,7 @@ def _npz_pair(path: Path, x: np.ndarray, y: np.ndarray, split: str) -> Pair:
         raise ValueError(f"{path}: x_{split} has {len(x)} examples but y_{split} has {len(y)}")
     if y.ndim > 2 or (
         y.ndim == 2 and y.shape[1] != 1
-    ):  # one-hot rows were read as several labels per example
+    ):  # one-hot rows would read as several labels per example
         raise ValueError(
             f"{path}: y_{split} has shape {y.shape}; expected one class number per example, (N,) or (N, 1)"
         )

@@ -153,8 +153,8 @@ def entry() -> None:
     A signal ends the command with one line on stderr and status 130 (SIGINT) or 143
     (SIGTERM), whatever it is doing: a run stops between two steps and keeps a last
     checkpoint when it is checkpointed (:mod:`fred.runs.interrupt`). After a stop the process
-    ends without interpreter shutdown, where JAX/XLA crashed now and then with a
-    segmentation fault (2 in 7 Ctrl-Cs during compilation) after fred had reported it.
+    ends without interpreter shutdown, in which JAX/XLA can crash with a segmentation fault
+    (a Ctrl-C during compilation) after fred has reported the stop.
     """
     interrupt.take_signals(lambda signum: stop_line(signum, _current))
     usage: SystemExit | None = None
@@ -189,7 +189,7 @@ def entry() -> None:
 
 def _readable(message: str, width: int = 1000, lines: int = 40) -> str:
     """``message`` cut to what a person reads: ``lines`` lines of at most ``width`` characters,
-    saying what was left out (a value echoed whole once made a message of megabytes)."""
+    saying what was left out (a value echoed whole can make a message of megabytes)."""
     kept = [
         line if len(line) <= width else f"{line[: width - 1]}… ({len(line):,} characters)"
         for line in message.splitlines()[:lines]

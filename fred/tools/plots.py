@@ -175,9 +175,9 @@ HISTOGRAM_IN = (5.0, 3.6)  # each of several runs': 3 to a row is a figure 15 in
 
 
 def staleness_histograms(results: Sequence, out: Path, svg: bool = True) -> list[Path]:
-    """One staleness histogram per run, three to a row (one row of 190 runs' made a PNG 66,000 px
-    wide), each large enough to read beside the timeline (at 3.5 x 3.2 in, 340 x 290 px, it was
-    not); one run's as wide as its timeline. A group of runs that differ only by seed has one:
+    """One staleness histogram per run, three to a row (one row of 190 runs' would make a PNG
+    66,000 px wide), each large enough to read beside the timeline (3.5 x 3.2 in, 340 x 290 px,
+    is too small); one run's as wide as its timeline. A group of runs that differ only by seed has one:
     the mean count per seed, and whiskers from the least to the greatest seed's. The mean and
     the max are said in a legend where it covers fewest bars."""
     columns = max(1, min(len(results), HISTOGRAMS_PER_ROW))

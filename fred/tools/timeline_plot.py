@@ -30,7 +30,7 @@ COMMUNICATION = {
     "lost",
 }  # a lost transfer was on the wire too
 # Drawing order: "other" first, underneath, as it holds conditions (a degraded link, a worker
-# left out) that span activities; drawn last it hid every compute and push inside them.
+# left out) that span activities; drawn last it would hide every compute and push inside them.
 DRAWN = ("other", "compute", "communicate", "wide_area", "wait")
 COLOURS = {
     "compute": "#4C72B0",
