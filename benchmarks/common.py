@@ -152,6 +152,24 @@ def begin(
     return args, started, facts
 
 
+def say_timing(args: argparse.Namespace, how: str = "") -> None:
+    """The line that says how the cases are timed: full or quick, best of how many repeats."""
+    print(f"{'quick' if args.quick else 'full'} run: best of {args.repeats} after one warm-up{how}\n")
+
+
+def jittered_cluster(workers: int, step_time_s: float) -> dict[str, Any]:
+    """The ``cluster`` and ``network`` sections of the shipped scenarios' clusters: ``workers``
+    whose steps take ``step_time_s``, jittered (lognormal, sigma 0.1), 50 us and 10 Gbit/s links."""
+    return {
+        "cluster": {
+            "workers": workers,
+            "compute": {"step_time_s": step_time_s},
+            "jitter": {"kind": "lognormal", "sigma": 0.1},
+        },
+        "network": {"latency_s": 5.0e-5, "bandwidth_bps": 1.25e9},
+    }
+
+
 def write_results(path: Path, results: dict[str, Any], started: float) -> None:
     """Write ``results`` with the benchmark's own wall time (since ``started``) and say where."""
     results["benchmark_wall_s"] = time.perf_counter() - started

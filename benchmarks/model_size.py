@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from common import RESULTS_DIR, begin, options, table, write_results
+from common import RESULTS_DIR, begin, options, say_timing, table, write_results
 from overhead import (
     ASGD_UPDATES,
     PERF_TARGET_RATIO,
@@ -91,10 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args, started, facts = begin(parser, argv, full=3, quick=2)
     repeats = args.repeats
-    print(
-        f"{'quick' if args.quick else 'full'} run: best of {repeats} after one warm-up, fred and the loops "
-        "in turn\n"
-    )
+    say_timing(args, ", fred and the loops in turn")
 
     models = QUICK_MODELS if args.quick else MODELS
     workers = WORKERS[:1] if args.quick else WORKERS

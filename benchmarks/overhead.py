@@ -62,7 +62,9 @@ from common import (
     best_in_turn,
     best_of,
     counted_steps,
+    jittered_cluster,
     options,
+    say_timing,
     table,
     timed_loop,
     write_results,
@@ -125,12 +127,7 @@ def digits_scenario(strategy: str, reduction: str, updates: int, workers: int = 
         "seed": 0,
         "model": {"kind": "mlp", "hidden": [64], "activation": "relu"},
         "data": {"source": {"kind": "digits"}, "batch_size": batch_for(workers), "sharding": "iid"},
-        "cluster": {
-            "workers": workers,
-            "compute": {"step_time_s": 0.01},
-            "jitter": {"kind": "lognormal", "sigma": 0.1},
-        },
-        "network": {"latency_s": 5.0e-5, "bandwidth_bps": 1.25e9},
+        **jittered_cluster(workers, 0.01),
         "strategy": strat,
         "stop": {"max_updates": updates},
         "eval": {"every_updates": updates},
@@ -848,7 +845,7 @@ def main(argv: list[str] | None = None) -> int:
     rate_updates, rate_rounds = (
         (100, 20) if args.quick else (1000, 100)
     )  # 3b: enough events for a steady rate
-    print(f"{'quick' if args.quick else 'full'} run: best of {args.repeats} after one warm-up\n")
+    say_timing(args)
 
     rows = [r for w in WORKERS for r in overhead(updates, args.repeats, w)]
     print(

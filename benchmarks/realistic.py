@@ -51,7 +51,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from common import RESULTS_DIR, begin, best_in_turn, options, table, write_results
+from common import RESULTS_DIR, begin, best_in_turn, jittered_cluster, options, table, write_results
 
 import fred
 from fred.numerics import rng
@@ -88,12 +88,7 @@ def scenario(strategy: str, workers: int, numerics: str, steps: int) -> dict[str
             "batch_size": BATCH,
             "eval_examples": 256,
         },
-        "cluster": {
-            "workers": workers,
-            "compute": {"step_time_s": 0.05},
-            "jitter": {"kind": "lognormal", "sigma": 0.1},
-        },
-        "network": {"latency_s": 5.0e-5, "bandwidth_bps": 1.25e9},
+        **jittered_cluster(workers, 0.05),
         "strategy": strat,
         "stop": {"max_updates": updates},
         "eval": {"every_updates": 10**6},  # the start and the end only

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 import simpy
-from common import RESULTS_DIR, begin, best_in_turn, options, table, write_results
+from common import RESULTS_DIR, begin, best_in_turn, options, say_timing, table, write_results
 from overhead import (
     LR,
     PERF_TARGET_RATIO,
@@ -225,10 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args, started, facts = begin(parser, argv, full=5, quick=2)
     repeats = args.repeats
-    print(
-        f"{'quick' if args.quick else 'full'} run: best of {repeats} after one warm-up, all four timed in "
-        "turn\n"
-    )
+    say_timing(args, ", all four timed in turn")
     rows = []
     for workers in WORKERS[:1] if args.quick else WORKERS:
         for strategy in ("ssgd", "asgd"):

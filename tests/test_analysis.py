@@ -398,10 +398,9 @@ def test_each_window_counts_the_updates_between_its_own_edges():
 
 
 def test_the_timeline_legend_is_beside_the_bars_not_over_them(monkeypatch, tmp_path):
-    from fred.tools import plots
 
     shown = []
-    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
+    monkeypatch.setattr("fred.tools.figure_common._save", lambda fig, out, stem: shown.append(fig) or [])
     timeline(fred.run(tiny(stop={"max_updates": 4})), tmp_path)
     fig = shown[0]
     fig.canvas.draw()
@@ -415,7 +414,7 @@ def test_the_timeline_shows_activities_inside_a_fault_and_instant_events(monkeyp
     from fred.tools import plots
 
     shown = []
-    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
+    monkeypatch.setattr("fred.tools.figure_common._save", lambda fig, out, stem: shown.append(fig) or [])
     degrade = {"entity": "worker2", "at_s": 0.0, "duration_s": 1.0, "bandwidth_factor": 0.5}
     timeline(fred.run(tiny(faults={"link_degrade": [degrade]})), tmp_path)
     ax = shown[0].axes[0]
@@ -436,10 +435,8 @@ def test_a_comparison_of_many_runs_keeps_them_apart_and_its_histograms_in_rows(m
     # made a PNG 66,000 px wide.
     from types import SimpleNamespace
 
-    from fred.tools import plots
-
     shown = []
-    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
+    monkeypatch.setattr("fred.tools.figure_common._save", lambda fig, out, stem: shown.append(fig) or [])
     metrics = pd.DataFrame({"sim_time_s": [0.0, 1.0], "updates": [0, 5], "eval_loss": [2.0, 1.0]})
     updates = pd.DataFrame({"staleness": [0, 1, 1]})
     runs = [
@@ -461,15 +458,13 @@ def test_one_runs_staleness_histogram_is_as_wide_as_its_timeline_and_its_text_re
     # It was 340 x 290 px, with 8-point text, beside a timeline of 1,100 px.
     import struct
 
-    from fred.tools import plots
-
     result = fred.run(tiny(), out=tmp_path / "run")
     [staleness_png, _] = staleness_histograms([result], tmp_path)
     [timeline_png, _] = timeline(result, tmp_path)
     widths = [struct.unpack(">II", path.read_bytes()[16:24])[0] for path in (staleness_png, timeline_png)]
     assert widths[0] >= 0.85 * widths[1] and widths[0] >= 900, widths
     shown = []
-    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
+    monkeypatch.setattr("fred.tools.figure_common._save", lambda fig, out, stem: shown.append(fig) or [])
     staleness_histograms([result], tmp_path)
     ax = shown[0].axes[0]
     sizes = [ax.title.get_fontsize(), ax.xaxis.label.get_fontsize(), *(t.get_fontsize() for t in ax.texts)]
@@ -480,10 +475,9 @@ def test_a_timeline_with_more_events_than_it_draws_aggregates_all_of_them_says_s
     monkeypatch, tmp_path
 ):
     # It drew the first max_events events and cut the rest: a long run's chart ended early.
-    from fred.tools import plots
 
     shown = []
-    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
+    monkeypatch.setattr("fred.tools.figure_common._save", lambda fig, out, stem: shown.append(fig) or [])
     result = fred.run(tiny(stop={"max_updates": 40}))
     timeline(result, tmp_path, max_events=10)
     ax = shown[0].axes[0]
@@ -548,7 +542,7 @@ def test_plot_names_a_summary_field_it_needs_and_lacks_as_compare_does(tmp_path,
 
 def test_loss_against_examples_puts_an_ssgd_round_and_asgd_gradients_on_one_axis(tmp_path, monkeypatch):
     # loss_vs_updates puts an SSGD round of 4 gradients and one ASGD gradient at the same x
-    from fred.tools import examples_curves, plots
+    from fred.tools import examples_curves
 
     ssgd, asgd = (fred.run(tiny(strategy={"name": name})) for name in ("ssgd", "asgd"))
     batch, workers = 8, 4
@@ -557,7 +551,9 @@ def test_loss_against_examples_puts_an_ssgd_round_and_asgd_gradients_on_one_axis
     done = examples_curves.with_examples(asgd)
     assert (done["examples"] >= done["updates"] * batch).all() and done["examples"].iloc[-1] < 2 * 12 * batch
     shown = []
-    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append((stem, fig)) or [])
+    monkeypatch.setattr(
+        "fred.tools.figure_common._save", lambda fig, out, stem: shown.append((stem, fig)) or []
+    )
     examples_curves.loss_vs_examples([ssgd, asgd], tmp_path, target_loss=2.0)
     [(stem, fig)] = shown
     ax = fig.axes[0]

@@ -34,16 +34,13 @@ def test_buckets_are_cut_in_backward_order_and_ready_as_the_backward_pass_reache
     ]  # one bucket: the whole gradient at the end
 
 
-@pytest.mark.parametrize("sharing", ["fair", "fcfs"])
-@pytest.mark.parametrize(
-    "first_bytes, step_s", [(4e7, 0.01), (1e6, 0.5)]
-)  # communication-bound, compute-bound
-def test_two_buckets_take_the_closed_form_time(sharing, first_bytes, step_s):
-    p, last_bytes, ready = 4, 2e7, 0.6
-    cfg = NetworkConfig(sharing=sharing, **NET)
-    scenario = fred.validate(tiny(cluster={"workers": p, "compute": {"step_time_s": step_s}}))
-    crew = [Worker(i, lambda: np.arange(1)) for i in range(p)]
-    sim = Simulation(
+def two_bucket_simulation(
+    scenario: fred.Scenario, cfg: NetworkConfig, first_bytes: float, last_bytes: float, ready: float
+) -> Simulation:
+    """A simulation of the scenario's workers whose gradient is two buckets: the first of
+    ``first_bytes``, ready at ``ready`` of the backward pass, the last of ``last_bytes`` at its end."""
+    crew = [Worker(i, lambda: np.arange(1)) for i in range(scenario.cluster.workers)]
+    return Simulation(
         simpy.Environment(),
         crew,
         Network(cfg),
@@ -54,6 +51,18 @@ def test_two_buckets_take_the_closed_form_time(sharing, first_bytes, step_s):
         0,
         buckets=(Bucket(first_bytes, ready), Bucket(last_bytes, 1.0)),
     )
+
+
+@pytest.mark.parametrize("sharing", ["fair", "fcfs"])
+@pytest.mark.parametrize(
+    "first_bytes, step_s", [(4e7, 0.01), (1e6, 0.5)]
+)  # communication-bound, compute-bound
+def test_two_buckets_take_the_closed_form_time(sharing, first_bytes, step_s):
+    p, last_bytes, ready = 4, 2e7, 0.6
+    cfg = NetworkConfig(sharing=sharing, **NET)
+    scenario = fred.validate(tiny(cluster={"workers": p, "compute": {"step_time_s": step_s}}))
+    sim = two_bucket_simulation(scenario, cfg, first_bytes, last_bytes, ready)
+    crew = sim.workers
     done: list[float] = []
 
     def member(w):

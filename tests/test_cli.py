@@ -229,16 +229,7 @@ def test_an_output_never_replaces_what_the_command_reads(tmp_path, capsys):
     before = {f.name: f.read_bytes() for f in run_dir.iterdir()}
     commands = [
         ["calibrate", str(scenario), "-o", str(scenario)],
-        [
-            "sweep",
-            str(scenario),
-            "--grid",
-            "seed=1",
-            "--runs",
-            str(tmp_path / "runs"),
-            "--out",
-            str(scenario),
-        ],
+        one_seed_sweep(scenario, str(tmp_path / "runs"), str(scenario)),
         ["trace", str(run_dir), "-o", str(run_dir / "summary.json")],
         ["replay", str(run_dir), "--timings", str(run_dir / "events.parquet")],
     ]
@@ -277,26 +268,8 @@ def test_no_command_writes_through_a_link(tmp_path, capsys):
         ["trace", str(run_dir), "-o", str(tmp_path / "dir_link")],
         ["compare", str(scenario), "--out", str(tmp_path / "dir_link"), "--runs", str(tmp_path / "runs")],
         ["compare", str(scenario), "--out", str(tmp_path / "cmp"), "--runs", str(tmp_path / "runs_link")],
-        [
-            "sweep",
-            str(scenario),
-            "--grid",
-            "seed=1",
-            "--runs",
-            str(tmp_path / "runs_link"),
-            "--out",
-            str(tmp_path / "s.parquet"),
-        ],
-        [
-            "sweep",
-            str(scenario),
-            "--grid",
-            "seed=1",
-            "--runs",
-            str(tmp_path / "runs"),
-            "--out",
-            str(tmp_path / "file_link"),
-        ],
+        one_seed_sweep(scenario, str(tmp_path / "runs_link"), str(tmp_path / "s.parquet")),
+        one_seed_sweep(scenario, str(tmp_path / "runs"), str(tmp_path / "file_link")),
         ["replay", str(run_dir), "--timings", str(tmp_path / "file_link")],
         ["calibrate", "-o", str(tmp_path / "file_link")],
     ]
@@ -308,19 +281,32 @@ def test_no_command_writes_through_a_link(tmp_path, capsys):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "cmp").exists()
 
 
+def one_seed_sweep(scenario: Path, runs: str, out: str) -> list[str]:
+    """``fred sweep SCENARIO --grid seed=1 --runs RUNS --out OUT``, as ``main`` takes it."""
+    return ["sweep", str(scenario), "--grid", "seed=1", "--runs", runs, "--out", out]
+
+
+def quickstart_command(out: Path, setting: str, *more: str) -> list[str]:
+    """``fred run`` of the quickstart shipped with the repo into ``out``, with ``--set setting``, as
+    a command for a process of its own."""
+    quickstart = str(ROOT / "scenarios" / "quickstart.yaml")
+    return [
+        sys.executable,
+        "-m",
+        "fred.tools.cli",
+        "run",
+        quickstart,
+        "--out",
+        str(out),
+        *more,
+        "--set",
+        setting,
+    ]
+
+
 def test_the_console_script_runs_the_quickstart_shipped_with_the_repo(tmp_path):
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fred.tools.cli",
-            "run",
-            str(ROOT / "scenarios" / "quickstart.yaml"),
-            "--out",
-            str(tmp_path / "q"),
-            "--set",
-            "stop.max_updates=60",
-        ],
+        quickstart_command(tmp_path / "q", "stop.max_updates=60"),
         capture_output=True,
         text=True,
         check=True,
@@ -338,18 +324,7 @@ def test_a_run_killed_at_any_moment_leaves_a_complete_directory_or_none(tmp_path
 
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "fred.tools.cli",
-            "run",
-            str(ROOT / "scenarios" / "quickstart.yaml"),
-            "--out",
-            str(out),
-            "--quiet",
-            "--set",
-            "stop.max_updates=300",
-        ],
+        quickstart_command(out, "stop.max_updates=300", "--quiet"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -496,7 +471,7 @@ def test_a_read_only_folder_is_refused_before_the_work_not_with_a_traceback_afte
 
 def test_the_progress_bar_says_it_is_compiling_until_the_first_update():
     # On a terminal the bar sat at "t=0.000s updates=0" for most of a short run.
-    from fred.tools.cli import _progress
+    from fred.tools.progress_bars import _progress
 
     bar = _progress(validate(tiny()), True)
     update = bar.__enter__()

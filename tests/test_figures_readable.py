@@ -22,7 +22,7 @@ from tests.conftest import tiny
 def figures(monkeypatch):
     """The figures the plotting functions make, kept open instead of written."""
     shown = []
-    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
+    monkeypatch.setattr("fred.tools.figure_common._save", lambda fig, out, stem: shown.append(fig) or [])
     return shown
 
 

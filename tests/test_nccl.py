@@ -13,13 +13,13 @@ import fred
 from fred.scenario.loading import ScenarioError
 from fred.scenario.schema import NetworkConfig
 from fred.simulation import nccl
-from fred.simulation.buckets import Bucket
 from fred.simulation.collectives import allreduce_time_s
 from fred.simulation.compute import ComputeModel
 from fred.simulation.engine import Simulation
 from fred.simulation.network import Network
 from fred.simulation.worker import Worker
 from tests.conftest import tiny
+from tests.test_buckets import two_bucket_simulation
 
 NODE = nccl.Fabric(ranks=8, nodes=1, intra_busbw_bps=150e9, inter_busbw_bps=50e9)
 CLUSTER = nccl.Fabric(ranks=64, nodes=8, intra_busbw_bps=150e9, inter_busbw_bps=50e9)
@@ -127,18 +127,8 @@ def test_a_bucketed_step_pays_each_buckets_overhead_and_slows_while_its_collecti
     cfg = NetworkConfig(sharing="fcfs", latency_s=1e-5, bandwidth_bps=1e9)
     compute = {"step_time_s": step_s, "collective_share": share, "bucket_overhead_s": overhead_s}
     scenario = fred.validate(tiny(strategy={"name": "arsgd"}, cluster={"workers": p, "compute": compute}))
-    crew = [Worker(i, lambda: np.arange(1)) for i in range(p)]
-    sim = Simulation(
-        simpy.Environment(),
-        crew,
-        Network(cfg),
-        ComputeModel(scenario),
-        None,
-        None,  # type: ignore[arg-type]
-        first_bytes + last_bytes,
-        0,
-        buckets=(Bucket(first_bytes, ready), Bucket(last_bytes, 1.0)),
-    )
+    sim = two_bucket_simulation(scenario, cfg, first_bytes, last_bytes, ready)
+    crew = sim.workers
     for w in crew:
         sim.process(sim.backprop_allreduce(w, None, sim.workers))
     sim.env.run()

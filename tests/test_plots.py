@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import fred
-from fred.tools import plots
+from fred.tools import figure_common, plots, timeline_plot
 from fred.tools.cli import main
 from fred.tools.compare import readable_table
 from fred.tools.formats import bytes_ as readable_bytes
@@ -21,7 +21,7 @@ from tests.conftest import tiny
 def figures(monkeypatch):
     """The figures the plotting functions make, kept open instead of written."""
     shown = []
-    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append(fig) or [])
+    monkeypatch.setattr("fred.tools.figure_common._save", lambda fig, out, stem: shown.append(fig) or [])
     return shown
 
 
@@ -30,9 +30,11 @@ def _bars(ax):
 
 
 def test_the_covered_seconds_of_each_column_add_up_spans_cut_at_the_edges():
-    covered = plots._covered(np.array([0.0, 1.5]), np.array([1.0, 2.5]), np.array([0.0, 1.0, 2.0, 3.0]))
+    covered = timeline_plot._covered(
+        np.array([0.0, 1.5]), np.array([1.0, 2.5]), np.array([0.0, 1.0, 2.0, 3.0])
+    )
     assert covered.tolist() == [1.0, 0.5, 0.5]
-    overlapping = plots._covered(np.array([0.0, 0.5]), np.array([1.0, 1.0]), np.array([0.0, 1.0]))
+    overlapping = timeline_plot._covered(np.array([0.0, 0.5]), np.array([1.0, 1.0]), np.array([0.0, 1.0]))
     assert overlapping.tolist() == [
         1.5
     ]  # counted twice: the row's shares are scaled to fit where they overlap
@@ -43,7 +45,7 @@ def test_the_timeline_window_shows_only_its_events_each_at_least_a_pixel_wide(fi
     plots.timeline(result, tmp_path, start_s=0.03, end_s=0.06)
     ax = figures[0].axes[0]
     assert ax.get_xlim() == (0.03, 0.06)
-    pixel = 0.03 / plots._pixel_columns(figures[0], ax)
+    pixel = 0.03 / timeline_plot._pixel_columns(figures[0], ax)
     bars = _bars(ax)
     assert bars and all(0.03 <= b.x0 and b.x1 <= 0.06 + pixel * 1.001 for b in bars)
     assert min(b.width for b in bars) >= pixel * 0.999  # a push of microseconds is not narrower than a pixel
@@ -229,8 +231,10 @@ def test_every_activity_of_a_row_shows_in_the_png_where_activities_overlap(
     # all-reduce, under its wait, and its rows said "36% compute" with no compute drawn.
     from pathlib import Path
 
-    made, save = [], plots._save
-    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: made.append(fig) or save(fig, out, stem))
+    made, save = [], figure_common._save
+    monkeypatch.setattr(
+        "fred.tools.figure_common._save", lambda fig, out, stem: made.append(fig) or save(fig, out, stem)
+    )
     path = Path(__file__).resolve().parents[1] / "scenarios" / scenario
     result = fred.run(path, workload={"timing_only": True}, stop={"max_sim_time_s": window[1] + 0.5})
     png, _ = plots.timeline(result, tmp_path, *window)
@@ -252,6 +256,8 @@ def test_a_share_counts_the_time_in_which_a_row_does_that_at_all():
             "end": [1.0, 1.5, 2.0],
         }
     )
-    assert plots._busy_s(shown[shown["group"] == "communicate"]) == 1.5  # two concurrent pushes count once
-    assert plots.split_rows(shown, 2.0) == {0: ["compute", "communicate"]}
-    assert plots.split_rows(shown.iloc[[0, 2]], 2.0) == {}  # end to end is no overlap
+    assert (
+        timeline_plot._busy_s(shown[shown["group"] == "communicate"]) == 1.5
+    )  # two concurrent pushes count once
+    assert timeline_plot.split_rows(shown, 2.0) == {0: ["compute", "communicate"]}
+    assert timeline_plot.split_rows(shown.iloc[[0, 2]], 2.0) == {}  # end to end is no overlap

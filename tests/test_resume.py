@@ -367,7 +367,7 @@ def test_a_checkpointed_run_out_of_memory_between_steps_checkpoints_its_last_ste
             real(self, *args),
         )[-1],
     )
-    assert main(["run", str(path), "--out", str(run_dir), "--quiet", "--checkpoint-every-s", "3600"]) == 1
+    assert run_checkpointed(path, run_dir, "3600") == 1
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("fred: out of memory at ") and "(Unable to allocate 1.00 TiB" in line
     assert line.endswith(
@@ -431,7 +431,7 @@ def test_a_checkpoint_interval_must_be_positive(tmp_path, capsys, every_s):
     scenario = tmp_path / "s.yaml"
     scenario.write_text(yaml.safe_dump(tiny()))
     out = tmp_path / "run"
-    assert main(["run", str(scenario), "--out", str(out), "--quiet", "--checkpoint-every-s", every_s]) == 2
+    assert run_checkpointed(scenario, out, every_s) == 2
     assert f"--checkpoint-every-s {float(every_s)}: give a positive number" in capsys.readouterr().err
     assert not out.exists() and not checkpoint_dir(out).exists()
     assert main(["run", "--resume", str(out), "--checkpoint-every-s", every_s]) == 2  # resuming too
@@ -647,7 +647,7 @@ def interrupted_cli_run(tmp_path, monkeypatch, capsys) -> tuple[str, object]:
     real = Numerics._call
     gradient_calls(monkeypatch, lambda count: ctrl_c_now() if count == 5 else None)
     out = tmp_path / "run"
-    assert main(["run", str(path), "--out", str(out), "--quiet", "--checkpoint-every-s", "1e-9"]) == 130
+    assert run_checkpointed(path, out, "1e-9") == 130
     monkeypatch.setattr(Numerics, "_call", real)
     return capsys.readouterr().err, out
 
@@ -702,24 +702,16 @@ def test_a_failure_of_the_resumed_run_itself_is_not_met_by_running_it_again(tmp_
     assert runs[0] == 1
 
 
+def run_checkpointed(scenario_file: Path, out: Path, every_s: str) -> int:
+    """``fred run SCENARIO --out OUT --quiet --checkpoint-every-s EVERY_S``: its exit status."""
+    return main(["run", str(scenario_file), "--out", str(out), "--quiet", "--checkpoint-every-s", every_s])
+
+
 def test_a_file_where_the_checkpoints_go_is_refused(tmp_path, capsys):
     scenario_file = tmp_path / "s.yaml"
     scenario_file.write_text(yaml.safe_dump(tiny()))
     checkpoint_dir(tmp_path / "run").write_text("mine")
-    assert (
-        main(
-            [
-                "run",
-                str(scenario_file),
-                "--out",
-                str(tmp_path / "run"),
-                "--quiet",
-                "--checkpoint-every-s",
-                "5",
-            ]
-        )
-        == 2
-    )
+    assert run_checkpointed(scenario_file, tmp_path / "run", "5") == 2
     assert "run.checkpoint is a file; checkpoints go in a directory of that name" in capsys.readouterr().err
 
 
@@ -736,20 +728,7 @@ def test_a_checkpoint_folder_of_other_files_is_refused_and_left_as_it_was(tmp_pa
     (folder / "notes.txt").write_text("mine")
     (folder / "tape-0-1.npz").write_text("also mine: a name fred uses, in a folder fred did not make")
     before = files_under(folder)
-    assert (
-        main(
-            [
-                "run",
-                str(scenario_file),
-                "--out",
-                str(tmp_path / "run"),
-                "--quiet",
-                "--checkpoint-every-s",
-                "0.001",
-            ]
-        )
-        == 2
-    )
+    assert run_checkpointed(scenario_file, tmp_path / "run", "0.001") == 2
     err = capsys.readouterr().err
     assert "run.checkpoint holds files fred did not write (notes.txt)" in err and "Traceback" not in err
     assert files_under(folder) == before and not (tmp_path / "run").exists()
@@ -764,16 +743,7 @@ def test_the_scenario_file_in_the_checkpoint_folder_is_refused_not_deleted(tmp_p
     (folder / "scenario.yaml").write_text(
         yaml.safe_dump(tiny())
     )  # a name fred writes there: only where it was read says whose
-    args = [
-        "run",
-        str(folder / "scenario.yaml"),
-        "--out",
-        str(tmp_path / "run"),
-        "--quiet",
-        "--checkpoint-every-s",
-        "0.001",
-    ]
-    assert main(args) == 2
+    assert run_checkpointed(folder / "scenario.yaml", tmp_path / "run", "0.001") == 2
     assert "scenario.yaml is in " in capsys.readouterr().err
     assert (folder / "scenario.yaml").read_text() == yaml.safe_dump(tiny()) and not (
         tmp_path / "run"
@@ -793,20 +763,7 @@ def test_a_link_at_the_checkpoint_folder_is_refused_and_its_target_untouched(tmp
     (target / "tape-0-5.npz").write_text("precious too")
     before = files_under(target)
     checkpoint_dir(tmp_path / "run").symlink_to(target)
-    assert (
-        main(
-            [
-                "run",
-                str(scenario_file),
-                "--out",
-                str(tmp_path / "run"),
-                "--quiet",
-                "--checkpoint-every-s",
-                "0.001",
-            ]
-        )
-        == 2
-    )
+    assert run_checkpointed(scenario_file, tmp_path / "run", "0.001") == 2
     assert "run.checkpoint is a link" in capsys.readouterr().err
     assert main(["run", "--resume", str(tmp_path / "run")]) == 2
     assert "run.checkpoint is a link" in capsys.readouterr().err

@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 import fred
-from fred.tools import plots
 from fred.tools.cli import main
 from fred.tools.compare import compare, readable_table
 from fred.tools.formats import plus_minus
@@ -258,7 +257,9 @@ def test_a_band_is_the_mean_and_range_of_the_seeds_curves_where_all_have_one():
 def test_the_plots_draw_a_group_as_its_mean_in_a_band_and_say_so(made, tmp_path, monkeypatch):
     root, paths = made
     shown = []
-    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: shown.append((stem, fig)) or [])
+    monkeypatch.setattr(
+        "fred.tools.figure_common._save", lambda fig, out, stem: shown.append((stem, fig)) or []
+    )
     compare(paths, tmp_path / "cmp", root / "runs", target_loss=2.2, seeds=SEEDS)
     figures = dict(shown)
     for stem in ("loss_vs_time", "loss_vs_updates", "loss_vs_examples"):

@@ -24,20 +24,14 @@ from pathlib import Path
 
 import pytest
 
+from fred.runs.paths import RUN_FILES
+
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 HANG_S = 60  # from the signal to the process's end: a hang guard, not a speed check
 STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 SAYS = {signal.SIGINT: "fred: interrupted", signal.SIGTERM: "fred: terminated"}
-RECORDS = (
-    "scenario.yaml",
-    "summary.json",
-    "metrics.parquet",
-    "updates.parquet",
-    "events.parquet",
-    "params.npz",
-    "tape.npz",
-)
+RECORDS = RUN_FILES  # every record a finished run directory holds
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/status").is_file(), reason="reads a process's signal mask in /proc"

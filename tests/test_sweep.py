@@ -145,27 +145,23 @@ def test_ctrl_c_stops_a_parallel_sweep_and_keeps_what_finished(scenario, tmp_pat
     assert ran == 8 - len(kept)
 
 
+def sweep_command(tmp_path: Path, max_updates: int, every_updates: int, seeds: str) -> list[str]:
+    """``fred sweep`` of a tiny scenario of ``max_updates`` over ``seeds``, two runs at once, as a
+    command for a process of its own."""
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        yaml.safe_dump(tiny(stop={"max_updates": max_updates}, eval={"every_updates": every_updates}))
+    )
+    runs, table = str(tmp_path / "runs"), str(tmp_path / "t.parquet")
+    sweep = [sys.executable, "-m", "fred.tools.cli", "sweep", str(path)]
+    return sweep + ["--grid", f"seed={seeds}", "--jobs", "2", "--runs", runs, "--out", table]
+
+
 @pytest.mark.slow  # 7 s on 2 cores: worker processes started and stopped
 def test_ctrl_c_twice_at_a_terminal_ends_a_parallel_sweep_at_once(tmp_path):
     # A terminal's Ctrl-C reaches the whole process group. The second one cut the pool's shutdown
     # short and the sweep hung at exit, its workers never told to stop.
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(tiny(stop={"max_updates": 3000}, eval={"every_updates": 1000})))
-    command = [
-        sys.executable,
-        "-m",
-        "fred.tools.cli",
-        "sweep",
-        str(path),
-        "--grid",
-        "seed=0,1,2,3,4,5",
-        "--jobs",
-        "2",
-        "--runs",
-        str(tmp_path / "runs"),
-        "--out",
-        str(tmp_path / "t.parquet"),
-    ]
+    command = sweep_command(tmp_path, 3000, 1000, "0,1,2,3,4,5")
     sweep_process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert sweep_process.stderr.readline().startswith("[1/6]")  # one run finished, two more started
     for _ in range(2):
@@ -581,23 +577,7 @@ def _children(pid: int) -> list[int]:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from Linux's /proc")
 def test_a_sweep_killed_outright_takes_its_workers_with_it(tmp_path):
     # SIGKILL (or a scheduler's SIGTERM) left the workers waiting for work for ever, ~440 MB each.
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(tiny(stop={"max_updates": 20000}, eval={"every_updates": 5000})))
-    command = [
-        sys.executable,
-        "-m",
-        "fred.tools.cli",
-        "sweep",
-        str(path),
-        "--grid",
-        "seed=0,1,2,3",
-        "--jobs",
-        "2",
-        "--runs",
-        str(tmp_path / "runs"),
-        "--out",
-        str(tmp_path / "t.parquet"),
-    ]
+    command = sweep_command(tmp_path, 20000, 5000, "0,1,2,3")
     sweep_process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     workers: list[int] = []
     deadline = time.monotonic() + 300  # a hang guard, not a speed check

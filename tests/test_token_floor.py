@@ -118,7 +118,7 @@ def test_loss_plots_draw_the_floor_as_a_line_or_the_seeds_band(tmp_path, monkeyp
     from fred.tools import plots
 
     figures = []
-    monkeypatch.setattr(plots, "_save", lambda fig, out, stem: figures.append(fig) or [])
+    monkeypatch.setattr("fred.tools.figure_common._save", lambda fig, out, stem: figures.append(fig) or [])
     metrics = {"sim_time_s": [0.0, 1.0], "updates": [0, 10], "eval_loss": [2.0, 1.2]}
 
     def run(floor):

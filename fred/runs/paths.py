@@ -99,15 +99,17 @@ def no_link(path: Path, option: str = "path") -> None:
         )
 
 
-def check_out(out: str | Path) -> None:
-    """Refuse a run directory's path where writing it would delete what is not a run.
+def check_out(out: str | Path, option: str = "--out") -> None:
+    """Refuse a run directory's path where writing it would delete what is not a run, or where
+    the finished run could not be put (:func:`check_replaceable`).
 
     A run directory replaces what is at ``out``: an earlier run of it (it has a summary.json,
     and nothing but records and what fred plot and fred trace wrote in it) or an empty
     directory, never a file or a directory of other things (``--out .`` would otherwise
-    delete the working directory's files).
+    delete the working directory's files). ``option`` names ``out`` in the messages.
     """
     out = Path(out)
+    check_replaceable(out, option)
     here = Path.cwd().resolve()
     if (
         out.resolve() == here or out.resolve() in here.parents
@@ -140,6 +142,28 @@ def check_out(out: str | Path) -> None:
         raise ValueError(
             f"{out} holds an earlier run and other files ({shown}); writing the run there would "
             "delete them: move them out, or choose another --out"
+        )
+
+
+def check_replaceable(out: Path, option: str = "--out") -> None:
+    """Refuse, before the run, a run directory's place the finished run could not be put in.
+
+    The run is written beside ``out`` and renamed onto it: a folder that is a mount point, or on a
+    read-only file system, refuses the rename (EBUSY, EROFS) only once the whole run is done.
+    A link or a file at ``out`` is left to :func:`check_out`, which says why not.
+    """
+    if not out.is_dir() or out.is_symlink():
+        return
+    if os.path.ismount(out):
+        raise ValueError(
+            f"{option} {out} is a mount point, and the run directory is renamed into place when "
+            f"it is written, which a mount point refuses: give a folder inside it, "
+            f"e.g. --out {out / 'run'}"
+        )
+    if not os.access(out, os.W_OK):  # read-only: its permissions, or a read-only file system even for root
+        raise ValueError(
+            f"{option} {out} is not writable, and the run directory replaces it when it is "
+            "written: give another --out"
         )
 
 

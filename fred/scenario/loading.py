@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from fred.scenario import registry
 from fred.scenario.profiles import read_profile
-from fred.scenario.schema import Scenario, StrategyConfig, absolute_path
+from fred.scenario.schema import KINDS, Scenario, StrategyConfig, absolute_path
 from fred.scenario.yaml_reading import (
     NumbersLoader,
     Refused,
@@ -265,18 +265,27 @@ PATHS = (
 
 
 def absolute_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
-    """``data`` with its data files' paths and ``model.code_dir`` (where a python model's module
-    is looked for; ``base_dir`` itself by default) absolute, taken from ``base_dir``: the
-    resolved scenario, and a run directory's copy of it, name the same files from anywhere."""
+    """``data`` with its data files' paths and ``model.code_dir`` (where the user's code of a
+    kind with that field is looked for; ``base_dir`` itself by default) absolute, taken from
+    ``base_dir``: the resolved scenario, and a run directory's copy of it, name the same files
+    from anywhere."""
     out = copy.deepcopy(data)
     model = out.get("model")
-    if isinstance(model, dict) and model.get("kind") == "python" and model.get("code_dir") is None:
+    if isinstance(model, dict) and _has_code_dir(model.get("kind")) and model.get("code_dir") is None:
         model["code_dir"] = str(base_dir)
     for path in (*PATHS, "model.code_dir"):
         value = get_path(out, path)
         if isinstance(value, str) and value.strip():  # anything else is left for validation to refuse, named
             set_path(out, path, absolute_path(value, base_dir))
     return out
+
+
+def _has_code_dir(kind: Any) -> bool:
+    """Whether the model kind ``kind`` has a ``code_dir`` field (the folder its code is imported from)."""
+    return any(
+        section.model_fields["kind"].default == kind and "code_dir" in section.model_fields
+        for section in KINDS
+    )
 
 
 DATA_FILES = {  # what a data source's path names, for a missing one

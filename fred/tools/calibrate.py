@@ -12,7 +12,6 @@ import json
 import platform
 import statistics
 import time
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +31,13 @@ from fred.scenario.loading import (
     validate,
     yaml_value,
 )
-from fred.scenario.schema import ModelConfig, Scenario
+from fred.scenario.schema import KINDS, Scenario
 
 # What ``fred calibrate`` times without a scenario file: fred's defaults (digits, an MLP with
 # one hidden layer of 64, batch 32, the exact reduction). The strategy and stop are required
 # by a scenario but play no part in one gradient step.
 DEFAULTS: dict[str, Any] = {"name": "calibrate", "strategy": {"name": "sgd"}, "stop": {"max_updates": 1}}
-MODEL_KINDS = tuple(m.model_fields["kind"].default for m in typing.get_args(typing.get_args(ModelConfig)[0]))
+MODEL_KINDS = tuple(section.model_fields["kind"].default for section in KINDS)
 
 
 def calibration_scenario(

@@ -136,9 +136,9 @@ def scenario_reference() -> str:
 
 
 def cli_reference() -> str:
-    from fred.tools.cli import _parser
+    from fred.tools.cli_parser import build_parser
 
-    parser = _parser()
+    parser = build_parser()
     lines = [
         "# Command line (generated)",
         "",

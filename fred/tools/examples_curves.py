@@ -65,28 +65,5 @@ def loss_vs_examples(
                 label=plots._label(r),
                 **style,
             )
-    if any(len(plots._runs(r)) > 1 for r in with_losses):
-        ax.fill_between(
-            [],
-            [],
-            [],
-            color="0.5",
-            alpha=plots.BAND_ALPHA,
-            linewidth=0,
-            label="band: least to greatest of the seeds",
-        )
-    if target_loss is not None:
-        ax.axhline(
-            target_loss,
-            color="0.25",
-            linestyle=(0, (5, 3)),
-            linewidth=1,
-            label=f"target loss {target_loss:g}",
-        )
-    plots._loss_floor(ax, with_losses)
-    ax.set(xlabel=XLABEL, ylabel="eval loss", yscale="log", title=f"{plots.LOSS_LOG} vs examples computed")
-    ax.set_xlim(left=0)
-    plots._plain_log_labels(ax.yaxis)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    plots.finish_loss_axes(ax, with_losses, target_loss, XLABEL, f"{plots.LOSS_LOG} vs examples computed")
     return plots._saved(fig, out, "loss_vs_examples", svg)
