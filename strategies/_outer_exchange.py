@@ -68,26 +68,30 @@ def leaf_count(params: Params) -> int:
     return len(jax.tree.leaves(params))
 
 
+def codec_work(sim: Simulation, w: Worker, raw_bytes: float, kind: str, config: OuterCompressed):
+    """The codec's compute on ``raw_bytes`` of float32 (``kind``: compress or decompress), if any."""
+    codec_s = config.codec_s_per_byte * raw_bytes if config.outer_compression is not None else 0.0
+    if codec_s:
+        yield from sim.work(w.name, codec_s, kind)
+
+
 def outer_allreduce(
-    sim: Simulation,
-    w: Worker,
-    raw_bytes: float,
-    tensors: int,
-    value: Any,
-    codec: codecs.Quantizer | None,
-    codec_s_per_byte: float,
+    sim: Simulation, w: Worker, raw_bytes: float, tensors: int, value: Any, codec: codecs.Quantizer | None
 ):
     """Join the outer all-reduce of every worker with ``value`` (already rounded by ``codec``):
-    ``raw_bytes`` of float32 in ``tensors`` tensors, sent as the codec's wire bytes, with its
-    compute before and after. Without a codec, the plain all-reduce of ``raw_bytes``."""
-    if codec is None:
-        return (yield from sim.allreduce(sim.workers, w, raw_bytes, value))
-    codec_s = codec_s_per_byte * raw_bytes
-    if codec_s:
-        yield from sim.work(w.name, codec_s, "compress")
-    total = yield from sim.allreduce(sim.workers, w, codec.wire_bytes(raw_bytes, tensors), value)
-    if codec_s:
-        yield from sim.work(w.name, codec_s, "decompress")
+    ``raw_bytes`` of float32 in ``tensors`` tensors, sent as the codec's wire bytes (without a
+    codec, ``raw_bytes``)."""
+    nbytes = raw_bytes if codec is None else codec.wire_bytes(raw_bytes, tensors)
+    return (yield from sim.allreduce(sim.workers, w, nbytes, value))
+
+
+def compressed_allreduce(
+    sim: Simulation, w: Worker, raw_bytes: float, tensors: int, value: Any, config: OuterCompressed
+):
+    """:func:`outer_allreduce` between the codec's compress and decompress."""
+    yield from codec_work(sim, w, raw_bytes, "compress", config)
+    total = yield from outer_allreduce(sim, w, raw_bytes, tensors, value, config.outer_codec())
+    yield from codec_work(sim, w, raw_bytes, "decompress", config)
     return total
 
 

@@ -71,7 +71,7 @@ from fred.scenario.registry import register
 from fred.scenario.schema import GradientSteps, Scenario
 from fred.simulation.engine import Simulation, Worker
 from strategies._fields import bounded, refuse_out_of_bounds
-from strategies._outer_exchange import OuterCompressed, outer_allreduce
+from strategies._outer_exchange import OuterCompressed, codec_work, outer_allreduce
 from strategies._streaming import Schedule, fragment_refusal, fragments, merged, part
 
 
@@ -236,9 +236,9 @@ def start(sim: Simulation, config: DiLoCo):
             return (yield from sim.compute(w, rep.params))
         return (yield from sim.backprop_allreduce(w, rep.params, rep.members))
 
-    def exchange(w: Worker, rep: Replica, t: int):
-        """Outer step ``t``'s all-reduce of the replica's outer gradient for its fragment (rounded by the
-        codec, if any), computed once for the replica's workers."""
+    def send(w: Worker, rep: Replica, t: int):
+        """Outer step ``t``'s outer gradient of the replica for its fragment, rounded by the codec (if
+        any; its compress time on the worker), computed once for the replica's workers."""
         p = schedule.fragment(t)
         if t not in rep.deltas:
             delta = None
@@ -246,9 +246,11 @@ def start(sim: Simulation, config: DiLoCo):
                 delta = outer_gradient(part(glob.params, names[p]), part(rep.params, names[p]))
                 delta = delta if codec is None else codec.roundtrip(delta)
             rep.deltas[t] = delta
-        return outer_allreduce(
-            sim, w, raw_bytes[p], len(names[p]), rep.deltas[t], codec, config.codec_s_per_byte
-        )
+        yield from codec_work(sim, w, raw_bytes[p], "compress", config)
+
+    def exchange(w: Worker, rep: Replica, t: int):
+        p = schedule.fragment(t)
+        return outer_allreduce(sim, w, raw_bytes[p], len(names[p]), rep.deltas[t], codec)
 
     def finish_outer(t: int, total: Params | None) -> None:
         """Delta(t) <- the mean outer gradient; theta(t) <- OuterOpt(theta(t-1), Delta(t)) for the
@@ -274,7 +276,8 @@ def start(sim: Simulation, config: DiLoCo):
         if not sim.timing_only:
             rep.params = merged(rep.params, glob.params, names[schedule.fragment(t)], config.mixing)
 
-    def outer_done(w: Worker, rep: Replica, t: int, total: Params | None) -> None:
+    def outer_done(w: Worker, rep: Replica, t: int, total: Params | None):
+        yield from codec_work(sim, w, raw_bytes[schedule.fragment(t)], "decompress", config)
         finish_outer(t, total)
         merge(rep, t)
 
@@ -289,13 +292,15 @@ def start(sim: Simulation, config: DiLoCo):
                 rep.steps += 1
             steps += 1
             t = schedule.started_after(steps)
+            if t is not None:
+                yield from send(w, rep, t)
             if t is not None and not schedule.overlap_steps:  # it blocks: DiLoCo's outer step
-                outer_done(w, rep, t, (yield from exchange(w, rep, t)))
+                yield from outer_done(w, rep, t, (yield from exchange(w, rep, t)))
             elif t is not None:  # it goes on while the replica trains
                 in_flight.append((t, sim.process(exchange(w, rep, t))))
             while in_flight and schedule.merged_after(in_flight[0][0]) == steps:
                 t, reduce = in_flight.popleft()
-                outer_done(w, rep, t, (yield from sim.wait_for(w.name, reduce)))
+                yield from outer_done(w, rep, t, (yield from sim.wait_for(w.name, reduce)))
 
     for w in sim.workers:
         sim.process(worker(w))
