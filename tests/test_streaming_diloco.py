@@ -3,6 +3,8 @@ their closed-form timing, and their refusals."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -270,3 +272,11 @@ def test_fragments_that_do_not_fit_the_model_s_layers_are_refused(hidden, fragme
     with pytest.raises(ScenarioError) as refused:
         fred.run(data)
     assert any(needle in problem for problem in refused.value.problems), refused.value.problems
+
+
+def test_the_shipped_example_runs_and_the_overlap_hides_its_exchanges(tmp_path):
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "wide_area" / "streaming_diloco.yaml"
+    result = fred.run(path, out=tmp_path / "run")
+    assert result.summary["status"] == "completed" and result.summary["updates"] == 3
+    assert result.summary["bytes_between_sites"] > 0
+    assert not (result.events.kind == "wait").any()  # 2 inner steps cover every outer all-reduce
