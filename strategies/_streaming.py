@@ -62,6 +62,23 @@ def fragment_refusal(params: Params, count: int) -> str | None:
     )
 
 
+def fragment_plan(
+    params: Params, count: int, param_bytes: float
+) -> tuple[list[tuple[str, ...]], list[float]]:
+    """The names of each of ``count`` fragments and the bytes of its all-reduce (its share of
+    ``param_bytes``: its floats over the model's; one fragment is ``param_bytes`` itself); a
+    ``count`` that does not fit the model's layers is refused with the fix (the model is known only
+    now)."""
+    refused = fragment_refusal(params, count)
+    if refused is not None:
+        from fred.scenario.loading import ScenarioError
+
+        raise ScenarioError([refused], "scenario")
+    names = fragments(params, count)
+    sizes = [sum(params[name].size for name in fragment) for fragment in names]
+    return names, [param_bytes * (size / sum(sizes)) for size in sizes]
+
+
 class Schedule(NamedTuple):
     """When the outer steps of ``fragments`` fragments start and merge (the module's schedule)."""
 

@@ -72,7 +72,7 @@ from fred.scenario.schema import GradientSteps, Scenario
 from fred.simulation.engine import Simulation, Worker
 from strategies._fields import bounded, refuse_out_of_bounds
 from strategies._outer_exchange import OuterCompressed, codec_work, outer_allreduce
-from strategies._streaming import Schedule, fragment_refusal, fragments, merged, part
+from strategies._streaming import Schedule, fragment_plan, merged, part
 
 
 class DiLoCo(OuterCompressed):
@@ -214,14 +214,7 @@ class OuterState:
 @register(DiLoCo, timing_only=True)
 def start(sim: Simulation, config: DiLoCo):
     m, schedule, codec = config.replica_workers, config.schedule(), config.outer_codec()
-    names = fragments(sim.init_params, config.fragments)
-    refused = fragment_refusal(sim.init_params, config.fragments)
-    if refused is not None:
-        from fred.scenario.loading import ScenarioError
-
-        raise ScenarioError([refused], "scenario")
-    sizes = [sum(sim.init_params[k].size for k in fragment) for fragment in names]
-    raw_bytes = [sim.param_bytes * (size / sum(sizes)) for size in sizes]  # P = 1: param_bytes itself
+    names, raw_bytes = fragment_plan(sim.init_params, config.fragments, sim.param_bytes)
     inner, outer = optimizer_for(config), outer_optimizer(config)
     inner_step, outer_step = make_sum_step(inner), make_step(outer)
     glob = OuterState(sim.init_params, [outer.init(part(sim.init_params, f)) for f in names])
