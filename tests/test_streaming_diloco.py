@@ -80,17 +80,20 @@ def test_the_numpy_codecs_give_fred_s_bits(kind):
 def reference(data: dict, outer_steps: int) -> dict[str, np.ndarray]:
     """Streaming DiLoCo as a plain loop over global inner steps, fred's strategy code aside: fred's
     data, model and initial parameters (the same batches; iid sharding: replica r's k-th batch is
-    block r of global batch k), replicas of one worker, the gradients from JAX, the rest written
-    out in float32 numpy, one rounding an operation, as fred's float32 computes it (a rounding
-    codec decides on the bits it is given, so the loop must give it fred's). Inner SGD; the outer
-    Nesterov SGD per fragment; ``P = 1, tau = 0, alpha = 0`` is DiLoCo's Algorithm 1."""
+    block r of global batch k), replicas of one worker, the gradients from JAX (float32), the rest
+    in numpy: float64, or with a rounding codec float32, one rounding an operation as fred's
+    float32 computes it (a codec decides on the bits it is given, so the loop must give it
+    fred's). Inner SGD; the outer Nesterov SGD per fragment; ``P = 1, tau = 0, alpha = 0`` is
+    DiLoCo's Algorithm 1."""
     sc = validate(data)
     s, n, b = sc.strategy, sc.cluster.workers, sc.data.batch_size
     h, frags, tau, alpha, mu = s.inner_steps, s.fragments, s.overlap_steps, s.mixing, s.outer_momentum
-    codec = CODECS[None if s.outer_compression is None else s.outer_compression.kind]
+    kind = None if s.outer_compression is None else s.outer_compression.kind
+    codec, real = CODECS[kind], np.float64 if kind is None else f32
     dataset = load_dataset(sc.data, rng.stream(sc.seed, "data", "load"))
     model = build_model(sc.model, dataset.feature_shape, dataset.num_classes)
-    theta = {k: np.asarray(v) for k, v in model.init(rng.jax_key(sc.seed, "model", "init")).items()}
+    init = model.init(rng.jax_key(sc.seed, "model", "init"))
+    theta = {k: np.asarray(v).astype(real) for k, v in init.items()}
     batches = BatchStream(np.arange(len(dataset.y_train)), n * b, rng.stream(sc.seed, "data", "batches"))
 
     @jax.jit
@@ -104,13 +107,17 @@ def reference(data: dict, outer_steps: int) -> dict[str, np.ndarray]:
     fragment = [[key for key in sorted(theta) if layer[key] % frags == p] for p in range(frags)]
     replicas = [dict(theta) for _ in range(n)]
     momentum = {key: np.zeros_like(v) for key, v in theta.items()}
+    lr, outer_lr, mu, alpha = real(s.lr), real(s.outer_lr), real(mu), real(alpha)
     pending, done, step, period = {}, 0, 0, h // frags
     while done < outer_steps:
         rows, step = batches.next(), step + 1
         for r in range(n):
             block = rows[r * b : (r + 1) * b]
-            g = grad_sum(replicas[r], dataset.x_train[block], dataset.y_train[block])
-            replicas[r] = {k: p - f32(s.lr) * (np.asarray(g[k]) / f32(b)) for k, p in replicas[r].items()}
+            params32 = {k: v.astype(f32) for k, v in replicas[r].items()}
+            g = grad_sum(params32, dataset.x_train[block], dataset.y_train[block])
+            replicas[r] = {
+                k: p - lr * (np.asarray(g[k]).astype(real) / real(b)) for k, p in replicas[r].items()
+            }
         if step >= h and (step - h) % period == 0:  # outer step u starts: each replica's outer gradient
             u = (step - h) // period
             keys = fragment[u % frags]
@@ -118,13 +125,11 @@ def reference(data: dict, outer_steps: int) -> dict[str, np.ndarray]:
         if step >= h + tau and (step - h - tau) % period == 0:  # outer step u merges
             deltas = pending.pop(u := (step - h - tau) // period)
             for k in deltas[0]:
-                mean = sum((d[k] for d in deltas[1:]), deltas[0][k]) / f32(n)
-                momentum[k] = f32(mu) * momentum[k] + mean
-                theta[k] = theta[k] - f32(s.outer_lr) * (mean + f32(mu) * momentum[k])
+                mean = sum((d[k] for d in deltas[1:]), deltas[0][k]) / real(n)
+                momentum[k] = mu * momentum[k] + mean
+                theta[k] = theta[k] - outer_lr * (mean + mu * momentum[k])
                 for rep in replicas:
-                    rep[k] = (
-                        theta[k] if alpha == 0 else f32(alpha) * rep[k] + (f32(1) - f32(alpha)) * theta[k]
-                    )
+                    rep[k] = theta[k] if alpha == 0 else alpha * rep[k] + (real(1) - alpha) * theta[k]
             done += 1
     return theta
 
