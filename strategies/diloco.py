@@ -27,15 +27,28 @@ all-reduce sums every *worker's* delta of its replica, each replica's m times, a
 the workers that took part: the mean over replicas. One update in the records is one outer
 step (every worker contributes, having read theta(t-1): staleness 0).
 
+Streaming DiLoCo (Douillard et al., 2025) is three options (all off by default):
+
+    fragments: P       the layers in P strided fragments (strategies/_streaming.py); outer step u is
+                       of fragment u mod P, started after inner step H + u H/P: fragment p every H
+                       steps, offset by p H/P, so 1/P of the model crosses the links at a time
+    overlap_steps: tau the outer all-reduce goes on while the replica takes tau more inner steps;
+                       then Delta_p, theta_p <- OuterOpt_p(theta_p, Delta_p) and
+    mixing: alpha      theta_i,p <- alpha theta_i,p + (1 - alpha) theta_p   (0: replaced)
+
+with ``delta_i,p = theta_p - theta_i,p`` at the start of the outer step and OuterOpt's state
+per fragment. ``P = 1, tau = 0, alpha = 0`` is Algorithm 1 above. ``outer_compression`` rounds
+each delta_i before the all-reduce (strategies/_outer_exchange.py).
+
 Faults: a replica's all-reduce and the outer one go on without a crashed worker once it is
 given up on (``faults.sync_timeout_s``); the outer mean is then over the workers that took
-part. Streaming DiLoCo (fragments synchronised at staggered steps, overlapped with training)
-is not modelled.
+part.
 """
 
 from __future__ import annotations
 
 import json
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -55,12 +68,14 @@ from fred.numerics.optim import (
 )
 from fred.numerics.tape import op
 from fred.scenario.registry import register
-from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
+from fred.scenario.schema import GradientSteps, Scenario
 from fred.simulation.engine import Simulation, Worker
 from strategies._fields import bounded, refuse_out_of_bounds
+from strategies._outer_exchange import OuterCompressed, codec_work, outer_allreduce
+from strategies._streaming import Schedule, fragment_plan, merged, part
 
 
-class DiLoCo(StrategyConfig):
+class DiLoCo(OuterCompressed):
     name: Literal["diloco"] = "diloco"
     applies_optimizer = True
     lr: float = Field(default=0.1, gt=0, description="the inner optimizer's learning rate")
@@ -91,6 +106,29 @@ class DiLoCo(StrategyConfig):
         fix="use a momentum in [0, 1) (the paper: 0.9; 0: plain outer SGD)",
         description="the outer SGD's Nesterov momentum (the paper's 0.9); 0: plain outer SGD",
     )
+    fragments: int = bounded(
+        1,
+        ge=1,
+        fix="use at least 1 fragment (1: the whole model at once, DiLoCo's)",
+        description="P: Streaming DiLoCo's fragments, layer j in fragment j mod P, one synchronised every "
+        "inner_steps / P inner steps; must divide the model's layers (and inner_steps)",
+    )
+    overlap_steps: int = bounded(
+        0,
+        ge=0,
+        fix="use 0 or more inner steps (0: each outer all-reduce blocks)",
+        description="tau: inner steps a replica takes while an outer all-reduce is under way, below "
+        "inner_steps (Streaming DiLoCo's overlap; 0: it waits for it)",
+    )
+    mixing: float = bounded(
+        0.0,
+        ge=0,
+        le=1,
+        fix="use a mixing factor in [0, 1] (0: the outer update replaces the fragment, the paper's 0.5 "
+        "mixes half)",
+        description="alpha: a merged fragment is alpha times the replica's own plus (1 - alpha) times "
+        "the outer update (0: replaced)",
+    )
 
     _bounds = refuse_out_of_bounds()
 
@@ -103,6 +141,18 @@ class DiLoCo(StrategyConfig):
                 f"does not divide: replicas are replica_workers workers each; use a divisor of {n}: "
                 f"{divisors}"
             )
+        if self.overlap_steps >= self.inner_steps:
+            raise ValueError(
+                f"strategy.overlap_steps is {self.overlap_steps} but strategy.inner_steps is "
+                f"{self.inner_steps}: an outer all-reduce must end before its fragment's next one starts; "
+                f"use an overlap_steps below {self.inner_steps}"
+            )
+        if self.inner_steps % self.fragments:
+            raise ValueError(
+                f"strategy.inner_steps is {self.inner_steps} but strategy.fragments is {self.fragments}, "
+                f"which does not divide it: fragment p is offset by p inner_steps / fragments; use "
+                f"inner_steps a multiple of {self.fragments}, or fragments a divisor of {self.inner_steps}"
+            )
 
     def buckets_gradients(self) -> bool:
         return (
@@ -114,11 +164,14 @@ class DiLoCo(StrategyConfig):
         # momentum
         return 5 + (self.outer_momentum > 0)
 
+    def schedule(self) -> Schedule:
+        return Schedule(self.inner_steps, self.fragments, self.overlap_steps)
+
     def gradient_steps(self, scenario: Scenario, updates: int) -> GradientSteps:
-        # an update is an outer step: inner_steps steps of every worker
-        return GradientSteps(
-            updates * self.inner_steps * scenario.cluster.workers, "a smaller strategy.inner_steps"
-        )
+        # an update is an outer step, of a fragment: one every inner_steps / fragments steps of every worker,
+        # after the first inner_steps, and merged overlap_steps later
+        steps = self.schedule().merged_after(updates - 1) if updates else 0
+        return GradientSteps(steps * scenario.cluster.workers, "a smaller strategy.inner_steps")
 
 
 def outer_optimizer(config: DiLoCo) -> GradientTransformation:
@@ -143,26 +196,28 @@ class Replica:
     params: Params
     opt: OptState
     steps: int = 0  # inner steps applied since the run began
-    delta: Params | None = None  # its outer gradient for the outer step in ``delta_of``
-    delta_of: int = -1
+    deltas: dict[int, Params | None] = field(default_factory=dict)  # outer step -> its outer gradient
+    merged: int = -1  # the last outer step merged into ``params``
 
 
 @dataclass
 class OuterState:
-    """theta and OuterOpt's state, the same on every worker; ``version`` counts outer steps."""
+    """theta and OuterOpt's state of each fragment, the same on every worker; ``version`` counts outer
+    steps."""
 
     params: Params
-    opt: OptState
+    opt: list[OptState]
     version: int = 0
     replicas: list[Replica] = field(default_factory=list)
 
 
 @register(DiLoCo, timing_only=True)
 def start(sim: Simulation, config: DiLoCo):
-    m, h = config.replica_workers, config.inner_steps
+    m, schedule, codec = config.replica_workers, config.schedule(), config.outer_codec()
+    names, raw_bytes = fragment_plan(sim.init_params, config.fragments, sim.param_bytes)
     inner, outer = optimizer_for(config), outer_optimizer(config)
     inner_step, outer_step = make_sum_step(inner), make_step(outer)
-    glob = OuterState(sim.init_params, outer.init(sim.init_params))
+    glob = OuterState(sim.init_params, [outer.init(part(sim.init_params, f)) for f in names])
     glob.replicas = [
         Replica(sim.workers[i : i + m], sim.init_params, inner.init(sim.init_params))
         for i in range(0, len(sim.workers), m)
@@ -174,36 +229,71 @@ def start(sim: Simulation, config: DiLoCo):
             return (yield from sim.compute(w, rep.params))
         return (yield from sim.backprop_allreduce(w, rep.params, rep.members))
 
+    def send(w: Worker, rep: Replica, t: int):
+        """Outer step ``t``'s outer gradient of the replica for its fragment, rounded by the codec (if
+        any; its compress time on the worker), computed once for the replica's workers."""
+        p = schedule.fragment(t)
+        if t not in rep.deltas:
+            delta = None
+            if not sim.timing_only:
+                delta = outer_gradient(part(glob.params, names[p]), part(rep.params, names[p]))
+                delta = delta if codec is None else codec.roundtrip(delta)
+            rep.deltas[t] = delta
+        yield from codec_work(sim, w, raw_bytes[p], "compress", config)
+
+    def exchange(w: Worker, rep: Replica, t: int):
+        p = schedule.fragment(t)
+        return outer_allreduce(sim, w, raw_bytes[p], len(names[p]), rep.deltas[t], codec)
+
     def finish_outer(t: int, total: Params | None) -> None:
-        """Delta(t) <- the mean outer gradient; theta(t) <- OuterOpt(theta(t-1), Delta(t)); every replica
-        restarts from theta(t). Once: every worker's all-reduce gives the same sum."""
+        """Delta(t) <- the mean outer gradient; theta(t) <- OuterOpt(theta(t-1), Delta(t)) for the
+        fragment. Once: every worker's all-reduce gives the same sum."""
         if glob.version != t:
             return
         members = sim.participants(sim.workers)  # all, unless a crashed worker was left out
         if total is not None:  # None in a timing-only run: the same schedule, no numbers
-            glob.params, glob.opt = outer_step(glob.params, glob.opt, divide(total, len(members)))
-        for rep in glob.replicas:
-            rep.params, rep.delta = glob.params, None  # the inner optimizer's state stays the replica's
+            p = schedule.fragment(t)
+            new, glob.opt[p] = outer_step(
+                part(glob.params, names[p]), glob.opt[p], divide(total, len(members))
+            )
+            glob.params = new if len(names) == 1 else {**glob.params, **new}
         sim.applied([(i, t) for i in members], t)
         glob.version += 1
 
+    def merge(rep: Replica, t: int) -> None:
+        """The replica's fragment merged with theta(t) (replaced with ``mixing`` 0); once a replica."""
+        if rep.merged >= t:
+            return
+        rep.merged = t
+        del rep.deltas[t]  # the inner optimizer's state stays the replica's
+        if not sim.timing_only:
+            rep.params = merged(rep.params, glob.params, names[schedule.fragment(t)], config.mixing)
+
+    def outer_done(w: Worker, rep: Replica, t: int, total: Params | None):
+        yield from codec_work(sim, w, raw_bytes[schedule.fragment(t)], "decompress", config)
+        finish_outer(t, total)
+        merge(rep, t)
+
     def worker(w: Worker):
         rep = glob.replicas[w.index // m]
-        steps, t = 0, 0
+        steps, in_flight = 0, deque()  # outer steps started and not merged yet, and their all-reduces
         while True:
-            for _ in range(h):
-                total = yield from inner_gradient(w, rep)
-                if rep.steps == steps:  # the first of the replica's workers back applies the replica's step
-                    if total is not None:
-                        rep.params, rep.opt = inner_step(rep.params, rep.opt, total.grad, total.count)
-                    rep.steps += 1
-                steps += 1
-            if rep.delta_of != t:  # computed once for the replica's workers
-                rep.delta = None if sim.timing_only else outer_gradient(glob.params, rep.params)
-                rep.delta_of = t
-            total = yield from sim.allreduce(sim.workers, w, sim.param_bytes, rep.delta)
-            finish_outer(t, total)
-            t += 1
+            total = yield from inner_gradient(w, rep)
+            if rep.steps == steps:  # the first of the replica's workers back applies the replica's step
+                if total is not None:
+                    rep.params, rep.opt = inner_step(rep.params, rep.opt, total.grad, total.count)
+                rep.steps += 1
+            steps += 1
+            t = schedule.started_after(steps)
+            if t is not None:
+                yield from send(w, rep, t)
+            if t is not None and not schedule.overlap_steps:  # it blocks: DiLoCo's outer step
+                yield from outer_done(w, rep, t, (yield from exchange(w, rep, t)))
+            elif t is not None:  # it goes on while the replica trains
+                in_flight.append((t, sim.process(exchange(w, rep, t))))
+            while in_flight and schedule.merged_after(in_flight[0][0]) == steps:
+                t, reduce = in_flight.popleft()
+                yield from outer_done(w, rep, t, (yield from sim.wait_for(w.name, reduce)))
 
     for w in sim.workers:
         sim.process(worker(w))

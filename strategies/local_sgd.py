@@ -8,6 +8,10 @@
 One update in the records is one averaging round (all workers contribute, staleness 0).
 With ``sync_every: 1`` it is AR-SGD up to float32 rounding: it averages parameters
 ``(sum_j (x - lr g_j)) / n`` where AR-SGD averages gradients ``x - lr (sum_j g_j) / n``.
+
+With ``outer_compression`` each worker sends its change since the last average, rounded by the
+codec, and the average is ``x - (sum_j Q(x - x_j)) / n`` (strategies/_outer_exchange.py): rounding
+the parameters themselves would round the model.
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ from fred.numerics.gradients import divide
 from fred.numerics.models import Params
 from fred.numerics.optim import make_sum_step, optimizer_for
 from fred.scenario.registry import register
-from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
+from fred.scenario.schema import GradientSteps, Scenario
 from fred.simulation.engine import Simulation, Worker
+from strategies._outer_exchange import OuterCompressed, change, compressed_allreduce, leaf_count, recentre
 
 
-class LocalSGD(StrategyConfig):
+class LocalSGD(OuterCompressed):
     name: Literal["local_sgd"] = "local_sgd"
     applies_optimizer = True
     lr: float = Field(default=0.1, gt=0)
@@ -42,16 +47,26 @@ class LocalSGD(StrategyConfig):
 
 @register(LocalSGD, timing_only=True)
 def start(sim: Simulation, config: LocalSGD):
-    opt = optimizer_for(config)
+    opt, codec = optimizer_for(config), config.outer_codec()
     step = make_sum_step(opt)
     averaged = {0: sim.init_params}  # round -> the averaged parameters every worker holds
+    tensors = leaf_count(sim.init_params)
+
+    def average(round_: int, total: Params | None, n: int) -> Params | None:
+        if total is None:  # None: timing only
+            return None
+        return divide(total, n) if codec is None else recentre(averaged[round_], total, n)
+
+    def sent(round_: int, params: Params | None) -> Params | None:
+        """What a worker all-reduces: its parameters, or its change since the last average, rounded."""
+        if params is None or codec is None:
+            return params
+        return codec.roundtrip(change(averaged[round_], params))
 
     def finish_round(round_: int, total: Params) -> Params:
         if round_ + 1 not in averaged:  # every replica gets the same average: compute it once
             members = sim.participants(sim.workers)  # all, unless a crashed worker was left out
-            averaged[round_ + 1] = (
-                divide(total, len(members)) if total is not None else None
-            )  # None: timing only
+            averaged[round_ + 1] = average(round_, total, len(members))
             averaged.pop(round_ - 1, None)
             sim.applied([(i, round_) for i in members], round_)
         return averaged[round_ + 1]
@@ -64,9 +79,8 @@ def start(sim: Simulation, config: LocalSGD):
                 g = yield from sim.compute(w, params)
                 if g is not None:  # None in a timing-only run: the same schedule, no numbers
                     params, opt_state = step(params, opt_state, g.grad, g.count)
-            total = yield from sim.allreduce(
-                sim.workers, w, sim.param_bytes, None if sim.timing_only else params
-            )
+            sending = sent(round_, None if sim.timing_only else params)
+            total = yield from compressed_allreduce(sim, w, sim.param_bytes, tensors, sending, config)
             params = finish_round(round_, total)
             round_ += 1
 

@@ -67,6 +67,7 @@ def summarize(
         **(
             {"bytes_between_sites": kinds.bytes_of("wide_area")} if scenario.network.sites is not None else {}
         ),
+        **_compute_utilisation(events, [w.name for w in built.sim.workers], end_s),
         "mean_staleness": _num(updates["staleness"].mean()) if len(updates) else None,
         "max_staleness": int(updates["staleness"].max()) if len(updates) else None,
         **built.sim.report,
@@ -99,6 +100,21 @@ def _provider(name: str) -> dict[str, str | None]:
     """The distribution and version that provided the strategy: a plug-in's, or fred's own."""
     distribution, version = registry.provider(registry.get(name), __version__)
     return {"strategy_distribution": distribution, "strategy_version": version}
+
+
+def _compute_utilisation(events: pd.DataFrame, workers: list[str], end_s: float) -> dict[str, Any]:
+    """Each worker's time in its ``compute`` events over the run's simulated time, and their mean:
+    how much of the run its devices spent on gradient steps rather than waiting for the network
+    or codecs (None for a run of no simulated time)."""
+    if not end_s > 0:
+        return {"compute_utilisation": None, "compute_utilisation_per_worker": {w: None for w in workers}}
+    computing = events[events["kind"].to_numpy() == "compute"]
+    busy_s = (computing["end_s"] - computing["start_s"]).groupby(computing["entity"], sort=False).sum()
+    per_worker = {w: float(busy_s.get(w, 0.0)) / end_s for w in workers}
+    return {
+        "compute_utilisation": float(np.mean(list(per_worker.values()))) if workers else None,
+        "compute_utilisation_per_worker": per_worker,
+    }
 
 
 def _push_fetch_counters(kinds: _EventKinds) -> dict[str, float | int]:

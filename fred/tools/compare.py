@@ -254,7 +254,7 @@ def comparison_table(
         table, shown = seed_table(groups, target_loss), groups
     else:
         table, shown = pd.DataFrame([summary_row(r, target_loss) for r in results]), results
-    return _with_sites(_with_settings(table, shown), shown), shown
+    return _with_utilisation(_with_sites(_with_settings(table, shown), shown), shown), shown
 
 
 SETTINGS = "strategy_settings"  # the column of what tells apart runs of one strategy (arsgd: top-k, PowerSGD)
@@ -323,6 +323,22 @@ def _with_sites(table: pd.DataFrame, shown: Sequence[RunResult | SeedGroup]) -> 
     return table.assign(**{BETWEEN_SITES: means, f"{BETWEEN_SITES}_sd": sds, f"{BETWEEN_SITES}_n": counts})
 
 
+UTILISATION = "compute_utilisation"  # the summary's mean share of the run's time its workers computed
+
+
+def _with_utilisation(table: pd.DataFrame, shown: Sequence[RunResult | SeedGroup]) -> pd.DataFrame:
+    """The ``compute_utilisation`` column: each run's, or the mean over a group's seeds (NaN for a
+    run recorded without it)."""
+    values = [[run.summary.get(UTILISATION) for run in getattr(item, "runs", [item])] for item in shown]
+    return table.assign(**{UTILISATION: [mean_sd(np.array(v, dtype=float))[0] for v in values]})
+
+
+def _utilisation_column(table: pd.DataFrame) -> list[Column]:
+    if UTILISATION not in table:  # a comparison.csv of an older fred
+        return []
+    return [("compute\nutil", [_or_dash(x, lambda v: f"{v:.1%}") for x in table[UTILISATION]], True)]
+
+
 def readable_table(table: pd.DataFrame, width: int = 80) -> str:
     """``compare``'s table for people: readable units, "never" for a target loss not reached,
     "-" for what a run has not got (losses, in a timing-only run), headers aligned with their
@@ -379,6 +395,7 @@ def _readable_columns(table: pd.DataFrame) -> list[Column]:
     return columns + [
         ("sent", [bytes_(x) for x in table["bytes_sent"]], True),
         *between,
+        *_utilisation_column(table),
         (
             "staleness\nmean/p50/p99",
             ["-" if pd.isna(m) else f"{m:.3g} / {p:g} / {q:g}" for m, p, q in staleness],
@@ -441,7 +458,12 @@ def _seed_columns(table: pd.DataFrame) -> list[Column]:
     between = []
     if BETWEEN_SITES in table:
         between = [("between\nsites", _bytes_spread(table, BETWEEN_SITES), True)]
-    return columns + [("sent", sent, True), *between, ("staleness\nmean/p50/p99", staleness, True)]
+    return columns + [
+        ("sent", sent, True),
+        *between,
+        *_utilisation_column(table),
+        ("staleness\nmean/p50/p99", staleness, True),
+    ]
 
 
 def _bytes_spread(table: pd.DataFrame, column: str) -> list[str]:
@@ -517,6 +539,8 @@ def _notes(columns: list[Column]) -> list[str]:
         "instead",
         "sent: bytes on the network, in decimal units (1 MB = 10^6 bytes, 1 GB = 10^9)",
     ]
+    if any(header == "compute\nutil" for header, _, _ in columns):
+        notes.append("compute util: the share of the run's simulated time its workers spent computing (mean)")
     if any(header == "between\nsites" for header, _, _ in columns):
         notes.append(
             "between sites: the part of sent that crossed the wide-area links between sites (network.sites)"

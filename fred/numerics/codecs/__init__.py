@@ -10,7 +10,7 @@ composes them with ``sim.allgather`` and ``sim.allreduce``, ``strategies/pipe_sg
 
 The codecs, by the ``kind`` a scenario names them with (``compression: {kind: ...}``):
 
-* ``fp16``, ``int8`` (:mod:`.quantize`): stateless; every value is rounded on the wire.
+* ``fp16``, ``int8``, ``e3m0`` (:mod:`.quantize`): stateless; every value is rounded on the wire.
 * ``topk`` (:mod:`.sparsify`): the largest entries of each tensor, with error feedback.
 * ``powersgd`` (:mod:`.low_rank`): each matrix's rank-r approximation, with error feedback.
 
@@ -29,7 +29,7 @@ from fred.numerics.codecs.low_rank import (
     powersgd,
     powersgd_bytes,
 )
-from fred.numerics.codecs.quantize import QUANTIZERS, Quantizer, fp16, int8
+from fred.numerics.codecs.quantize import QUANTIZERS, Quantizer, e3m0, fp16, int8
 from fred.numerics.codecs.sparsify import Sparse, TopK, topk
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "Quantizer",
     "Sparse",
     "TopK",
+    "e3m0",
     "fp16",
     "int8",
     "largest_rank",
