@@ -12,6 +12,10 @@ degradation), and only for the flows connected to it through shared links: the f
 ring phase are on disjoint links, so each one is its own small problem. A flow's last
 byte leaves when its bytes run out; it arrives ``hops`` link latencies later.
 
+A flow across sites may also be held to its TCP window over its round trip (:class:`TcpWindow`,
+``network.sites.tcp_window_bytes``): a channel of its own with that capacity, which the filling
+treats like any other link.
+
 A server's incast is one link that every flow into it crosses, each flow's other links its
 own and faster than its share: progressive filling gives every flow the same share, capacity
 over count, at every push. Such a *star* (:class:`_Star`) keeps its flows' bytes in arrays
@@ -92,6 +96,31 @@ class Flow:
         self.weight = weight  # its share of a link against others': 1, or 1 / route latency (sharing: rtt)
 
 
+class TcpWindow:
+    """SimGrid's TCP_gamma bound on the flows that cross a wide-area channel: a flow of one-way
+    latency ``latency_s`` goes at most ``window_bytes / (2 latency_s)``, its window over its round
+    trip. SimGrid's CM02 network model bounds every flow's rate by ``TCP_gamma / (2 lat)``, ``lat``
+    the route's one-way latency (src/kernel/resource/NetworkModel / network_cm02.cpp, option
+    ``network/TCP-gamma``, 4 MiB by default). Here only flows that leave their site are bounded
+    (inside a datacenter the bound is far above any link), and the bound is fixed when the flow
+    starts (a later latency degradation leaves it).
+
+    The bound is a channel of the flow's own of that capacity: progressive filling then gives the
+    flow the least of its fair share and its window's rate, as SimGrid's bounded variables do."""
+
+    def __init__(self, window_bytes: float, wide_area: Callable[[], Iterable[Channel]]):
+        self.window_bytes = window_bytes
+        self.wide_area = wide_area  # the sites' wide-area channels (read at each flow: made lazily)
+
+    def bound(self, channels: tuple[Channel, ...], latency_s: float) -> tuple[Channel, ...]:
+        """``channels``, and the window's channel when they cross a wide-area one and the route has
+        a latency (a route of none has no round trip to bound it)."""
+        if latency_s <= 0 or not set(self.wide_area()).intersection(channels):
+            return channels
+        rate_bps = self.window_bytes / (2.0 * latency_s)
+        return (*channels, Channel(lambda: rate_bps))
+
+
 class FairShare:
     """The flows of one simulation, their rates and their completions.
 
@@ -120,6 +149,7 @@ class FairShare:
         self._wake: tuple[float, simpy.Event] | None = None  # the calendar's SimPy event and its time
         self._held: int | None = None  # the place in SimPy's order of a recompute not yet scheduled
         self._starred = False  # whether a star was ever made (until then no channel is in one)
+        self.window: TcpWindow | None = None  # network.sites.tcp_window_bytes: wide-area flows' bound
 
     def start(
         self,
@@ -131,7 +161,10 @@ class FairShare:
     ) -> Flow:
         """Start a flow now; ``sent`` is called when its last byte has left, ``arrive`` when it has
         arrived (an event is triggered instead). With ``rtt`` its bytes start ``latency_s`` from now
-        and arrive as the last one leaves."""
+        and arrive as the last one leaves. With a :class:`TcpWindow` a wide-area flow also crosses
+        its window's channel."""
+        if self.window is not None:
+            channels = self.window.bound(channels, latency_s)
         if self.rtt:
             weight = 1.0 / max(latency_s, RTT_FLOOR_S)
             if latency_s > 0:

@@ -6,7 +6,8 @@ with ``fair`` or ``rtt`` it is a flow that shares its links with the others in f
 (:meth:`Transport.post`, :mod:`fred.simulation.flows`). With message loss each lost attempt
 is traced as ``lost`` and sent again a retransmit timeout after it started. Every transfer
 that crosses a site's wide-area link is told as a ``wide_area`` event, which the summary's
-``bytes_between_sites`` adds up.
+``bytes_between_sites`` adds up; with ``network.sites.tcp_window_bytes`` such a flow goes at most its
+window over its round trip (:class:`~fred.simulation.flows.TcpWindow`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Callable
 import simpy
 
 from fred.simulation.faults import Faults
-from fred.simulation.flows import Arrival
+from fred.simulation.flows import Arrival, TcpWindow
 from fred.simulation.network import Network, Transfer
 from fred.simulation.rounds_as_flows import HeldLinks
 
@@ -33,6 +34,11 @@ class Transport:
         self.env, self.network, self.flows, self.faults, self.trace = env, network, flows, faults, trace
         loss = faults.config.message_loss
         self.lossy = bool(loss and loss.probability > 0)
+        sites = network.config.sites
+        if flows is not None and sites is not None and sites.tcp_window_bytes is not None:
+            flows.window = TcpWindow(  # network.wan is made as entities are added: read at each flow
+                sites.tcp_window_bytes, lambda: [c for port in network.wan for c in (port.tx, port.rx)]
+            )
 
     def book(self, src: str, dst: str, nbytes: float, not_before_s: float | None = None) -> Transfer:
         """Book a transfer; each lost attempt is traced and resent after the retransmit timeout."""

@@ -50,6 +50,11 @@ class SitesConfig(Section):
     server_site: Annotated[int, Field(ge=0)] = Field(
         default=0, description="the site a parameter server sits in"
     )
+    tcp_window_bytes: PositiveFloat | None = Field(
+        default=None,
+        description="a flow between sites goes at most this window over its round trip (twice its "
+        "one-way latency), SimGrid's TCP_gamma (4 MiB there, 4194304); none: no window bound",
+    )
 
     @model_validator(mode="after")
     def _every_site_has_nodes(self) -> "SitesConfig":
