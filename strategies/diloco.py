@@ -40,6 +40,25 @@ with ``delta_i,p = theta_p - theta_i,p`` at the start of the outer step and Oute
 per fragment. ``P = 1, tau = 0, alpha = 0`` is Algorithm 1 above. ``outer_compression`` rounds
 each delta_i before the all-reduce (strategies/_outer_exchange.py).
 
+Eager updates (Kale, Douillard and Donchev, 2025, arXiv 2502.12996, "Eager Updates For Overlapped
+Communication and Computation in DiLoCo"; ``eager: true``): the outer all-reduce of step t is
+overlapped with the whole next inner phase, and each replica steps at once with its own fresh outer
+gradient in place of the others' it does not have yet. The paper's eager outer step, of replica i:
+
+    delta_i(t)   <- theta_i(t-1) - theta_i,inner(t)              (its own theta: replicas' differ)
+    start the all-reduce of delta_i(t) (Delta(t) arrives during the next inner phase)
+    wait for Delta(t-1) = (1/k) sum_j delta_j(t-1)               (started one outer step earlier)
+    Delta~_i(t)  <- (1/k) delta_i(t) + Delta(t-1) - (1/k) delta_i(t-1)
+                  = (1/k) (delta_i(t) + sum_{j != i} delta_j(t-1))   (Delta(0) = 0)
+    theta_i(t)   <- OuterOpt_i(theta_i(t-1), Delta~_i(t))         (OuterOpt's state per replica)
+
+so every replica's outer gradient enters each replica's theta once: its own at once, the others' one
+outer step late. With Streaming's options, "one outer step" is the fragment's previous one (t - P),
+and the eager step is merged ``overlap_steps`` inner steps after the outer step starts, with
+``mixing`` (tau = 0: at once, the paper's own setting). With m workers a replica the all-reduce sums
+every worker's delta: Delta~_i = (m delta_i(t) + total(t-P) - m delta_i(t-P)) / (k m). The run's
+parameters are replica 0's theta.
+
 Faults: a replica's all-reduce and the outer one go on without a crashed worker once it is
 given up on (``faults.sync_timeout_s``); the outer mean is then over the workers that took
 part.
@@ -54,6 +73,7 @@ from typing import Literal
 
 import jax
 import jax.numpy as jnp
+import simpy
 from pydantic import Field
 
 from fred.numerics.gradients import divide
@@ -120,6 +140,12 @@ class DiLoCo(OuterCompressed):
         description="tau: inner steps a replica takes while an outer all-reduce is under way, below "
         "inner_steps (Streaming DiLoCo's overlap; 0: it waits for it)",
     )
+    eager: bool = Field(
+        default=False,
+        description="eager updates (Kale et al., 2025): each replica takes its outer step at once with "
+        "its own outer gradient and the others' of the fragment's previous outer step, whose all-reduce "
+        "is overlapped with a whole inner phase (docs/strategies.md#eager-updates)",
+    )
     mixing: float = bounded(
         0.0,
         ge=0,
@@ -153,6 +179,12 @@ class DiLoCo(OuterCompressed):
                 f"which does not divide it: fragment p is offset by p inner_steps / fragments; use "
                 f"inner_steps a multiple of {self.fragments}, or fragments a divisor of {self.inner_steps}"
             )
+        if self.eager and scenario.faults.worker_crash:
+            raise ValueError(
+                "strategy.eager is true but faults.worker_crash crashes workers: an eager step takes each "
+                "replica's own share out of the delayed mean, which an all-reduce that went on without a "
+                "crashed worker does not hold; use eager: false with worker crashes, or drop them"
+            )
 
     def buckets_gradients(self) -> bool:
         return (
@@ -162,7 +194,8 @@ class DiLoCo(OuterCompressed):
     def model_copies_per_worker(self) -> int:
         # its replica and gradient, theta, the outer gradient it sends and the sum it receives, the outer
         # momentum
-        return 5 + (self.outer_momentum > 0)
+        # eager: the outer gradient kept until the fragment's next outer step
+        return 5 + (self.outer_momentum > 0) + self.eager
 
     def schedule(self) -> Schedule:
         return Schedule(self.inner_steps, self.fragments, self.overlap_steps)
@@ -188,6 +221,15 @@ def outer_gradient(theta: Params, replica: Params) -> Params:
     return jax.tree.map(jnp.subtract, theta, replica)
 
 
+@op("strategies.diloco:eager_gradient")
+@jax.jit
+def eager_gradient(own: Params, total: Params, own_before: Params, m: int, n: int) -> Params:
+    """``Delta~_i = (m delta_i(t) + total(t-P) - m delta_i(t-P)) / n``: the replica's fresh outer
+    gradient and the others' delayed ones (``total``: the all-reduced sum over ``n`` workers, ``m``
+    of them the replica's)."""
+    return jax.tree.map(lambda a, s, b: (m * a + (s - m * b)) / n, own, total, own_before)
+
+
 @dataclass
 class Replica:
     """One model replica: its workers, its parameters and inner optimizer state (kept across outer steps)."""
@@ -198,6 +240,8 @@ class Replica:
     steps: int = 0  # inner steps applied since the run began
     deltas: dict[int, Params | None] = field(default_factory=dict)  # outer step -> its outer gradient
     merged: int = -1  # the last outer step merged into ``params``
+    theta: Params | None = None  # eager: the replica's own theta, and OuterOpt's state of each fragment
+    outer: list[OptState] = field(default_factory=list)
 
 
 @dataclass
@@ -222,6 +266,8 @@ def start(sim: Simulation, config: DiLoCo):
         Replica(sim.workers[i : i + m], sim.init_params, inner.init(sim.init_params))
         for i in range(0, len(sim.workers), m)
     ]
+    for rep in glob.replicas if config.eager else ():
+        rep.theta, rep.outer = sim.init_params, [outer.init(part(sim.init_params, f)) for f in names]
 
     def inner_gradient(w: Worker, rep: Replica):
         """A gradient of the replica's batch: the worker's own, or all-reduced over the replica's workers."""
@@ -236,7 +282,8 @@ def start(sim: Simulation, config: DiLoCo):
         if t not in rep.deltas:
             delta = None
             if not sim.timing_only:
-                delta = outer_gradient(part(glob.params, names[p]), part(rep.params, names[p]))
+                theta = rep.theta if config.eager else glob.params
+                delta = outer_gradient(part(theta, names[p]), part(rep.params, names[p]))
                 delta = delta if codec is None else codec.roundtrip(delta)
             rep.deltas[t] = delta
         yield from codec_work(sim, w, raw_bytes[p], "compress", config)
@@ -269,6 +316,35 @@ def start(sim: Simulation, config: DiLoCo):
         if not sim.timing_only:
             rep.params = merged(rep.params, glob.params, names[schedule.fragment(t)], config.mixing)
 
+    def eager_merge(rep: Replica, t: int, total: Params | None) -> None:
+        """The replica's eager outer step ``t`` (``total``: the all-reduced sum of the fragment's
+        previous outer step, None before its first) and its merge; once a replica."""
+        if rep.merged >= t:
+            return
+        rep.merged = t
+        own, before = rep.deltas[t], rep.deltas.pop(t - config.fragments, None)
+        if sim.timing_only:
+            return
+        p = schedule.fragment(t)
+        if total is None:  # Delta(0) = 0: nothing of the others yet
+            total = before = jax.tree.map(jnp.zeros_like, own)
+        step = eager_gradient(own, total, before, m, len(sim.workers))
+        new, rep.outer[p] = outer_step(part(rep.theta, names[p]), rep.outer[p], step)
+        rep.theta = new if len(names) == 1 else {**rep.theta, **new}
+        rep.params = merged(rep.params, rep.theta, names[p], config.mixing)
+
+    def eager_done(w: Worker, rep: Replica, t: int, before: simpy.Process | None):
+        """Outer step ``t`` of an eager replica: the fragment's previous all-reduce awaited (if any),
+        then its step."""
+        total = None
+        if before is not None:
+            total = yield from sim.wait_for(w.name, before)
+            yield from codec_work(sim, w, raw_bytes[schedule.fragment(t)], "decompress", config)
+        if glob.version == t:
+            sim.applied([(i, t) for i in sim.participants(sim.workers)], t)
+            glob.version += 1
+        eager_merge(rep, t, total)
+
     def outer_done(w: Worker, rep: Replica, t: int, total: Params | None):
         yield from codec_work(sim, w, raw_bytes[schedule.fragment(t)], "decompress", config)
         finish_outer(t, total)
@@ -277,6 +353,9 @@ def start(sim: Simulation, config: DiLoCo):
     def worker(w: Worker):
         rep = glob.replicas[w.index // m]
         steps, in_flight = 0, deque()  # outer steps started and not merged yet, and their all-reduces
+        delayed: dict[
+            int, simpy.Process
+        ] = {}  # eager: merged outer steps' all-reduces, awaited one outer step on
         while True:
             total = yield from inner_gradient(w, rep)
             if rep.steps == steps:  # the first of the replica's workers back applies the replica's step
@@ -287,14 +366,18 @@ def start(sim: Simulation, config: DiLoCo):
             t = schedule.started_after(steps)
             if t is not None:
                 yield from send(w, rep, t)
-            if t is not None and not schedule.overlap_steps:  # it blocks: DiLoCo's outer step
+            if t is not None and not schedule.overlap_steps and not config.eager:  # it blocks: DiLoCo's
                 yield from outer_done(w, rep, t, (yield from exchange(w, rep, t)))
             elif t is not None:  # it goes on while the replica trains
                 in_flight.append((t, sim.process(exchange(w, rep, t))))
             while in_flight and schedule.merged_after(in_flight[0][0]) == steps:
                 t, reduce = in_flight.popleft()
-                yield from outer_done(w, rep, t, (yield from sim.wait_for(w.name, reduce)))
+                if config.eager:
+                    delayed[t] = reduce
+                    yield from eager_done(w, rep, t, delayed.pop(t - config.fragments, None))
+                else:
+                    yield from outer_done(w, rep, t, (yield from sim.wait_for(w.name, reduce)))
 
     for w in sim.workers:
         sim.process(worker(w))
-    return lambda: glob.params
+    return (lambda: glob.replicas[0].theta) if config.eager else (lambda: glob.params)
