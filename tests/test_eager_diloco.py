@@ -24,19 +24,22 @@ f32 = np.float32
 
 def reference_eager(data: dict, outer_steps: int) -> dict[str, np.ndarray]:
     """Eager DiLoCo as a plain loop over global inner steps, fred's strategy code aside: fred's data,
-    model and initial parameters (iid sharding: replica r's k-th batch is block r of global batch k),
-    replicas of one worker, the gradients from JAX (float32), the rest in float64 numpy. Each replica
+    model and initial parameters (iid sharding: worker j's k-th batch is block j of global batch k, and
+    replica r's the blocks of its m workers), the gradients from JAX (float32; a replica's the sum of
+    its workers' over m b), the rest in float64 numpy. Each replica
     keeps its own theta and outer Nesterov momentum; outer step u (of fragment u mod P) starts after
     inner step H + u H/P with each replica's delta_r = theta_r - replica_r, and merges tau inner steps
     later with replica r's eager outer gradient (1/k)(delta_r(u) + sum_{j != r} delta_j(u - P))
     (nothing of the others before the fragment's first all-reduce). Returns replica 0's theta."""
     sc = validate(data)
-    s, k, b = sc.strategy, sc.cluster.workers, sc.data.batch_size
+    s, n, b = sc.strategy, sc.cluster.workers, sc.data.batch_size
+    m = s.replica_workers
+    k = n // m
     h, frags, tau, alpha, mu = s.inner_steps, s.fragments, s.overlap_steps, s.mixing, s.outer_momentum
     dataset = load_dataset(sc.data, rng.stream(sc.seed, "data", "load"))
     model = build_model(sc.model, dataset.feature_shape, dataset.num_classes)
     init = model.init(rng.jax_key(sc.seed, "model", "init"))
-    batches = BatchStream(np.arange(len(dataset.y_train)), k * b, rng.stream(sc.seed, "data", "batches"))
+    batches = BatchStream(np.arange(len(dataset.y_train)), n * b, rng.stream(sc.seed, "data", "batches"))
 
     @jax.jit
     def grad_sum(params, x, y):
@@ -54,10 +57,14 @@ def reference_eager(data: dict, outer_steps: int) -> dict[str, np.ndarray]:
     while done < outer_steps:
         rows, step = batches.next(), step + 1
         for r in range(k):
-            block = rows[r * b : (r + 1) * b]
-            g = grad_sum({key: v.astype(f32) for key, v in replicas[r].items()}, *_rows(dataset, block))
+            params32 = {key: v.astype(f32) for key, v in replicas[r].items()}
+            sums = [
+                grad_sum(params32, *_rows(dataset, rows[w * b : (w + 1) * b]))
+                for w in range(r * m, r * m + m)
+            ]
             replicas[r] = {
-                key: p - s.lr * (np.asarray(g[key]).astype(np.float64) / b) for key, p in replicas[r].items()
+                key: p - s.lr * (sum(np.asarray(g[key]).astype(np.float64) for g in sums) / (m * b))
+                for key, p in replicas[r].items()
             }
         if step >= h and (step - h) % period == 0:  # outer step u starts: each replica's own delta
             u = (step - h) // period
@@ -91,6 +98,13 @@ def test_eager_two_replicas_h4_tau1_match_an_independent_float64_loop():
 def test_eager_streaming_p2_with_mixing_matches_an_independent_float64_loop():
     data = diloco(6, inner_steps=4, overlap_steps=1, fragments=2, mixing=0.5, eager=True)
     close(fred.run(data), reference_eager(data, 6))
+
+
+def test_eager_replicas_of_two_workers_match_an_independent_float64_loop():
+    data = diloco(4, inner_steps=4, overlap_steps=1, eager=True, replica_workers=2) | {
+        "cluster": {"workers": 4}
+    }
+    close(fred.run(data), reference_eager(data, 4))
 
 
 def test_eager_without_overlap_is_the_paper_s_step_at_once():
