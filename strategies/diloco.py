@@ -193,8 +193,7 @@ class DiLoCo(OuterCompressed):
 
     def model_copies_per_worker(self) -> int:
         # its replica and gradient, theta, the outer gradient it sends and the sum it receives, the outer
-        # momentum
-        # eager: the outer gradient kept until the fragment's next outer step
+        # momentum; eager: and its outer gradient kept until the fragment's next outer step
         return 5 + (self.outer_momentum > 0) + self.eager
 
     def schedule(self) -> Schedule:
@@ -240,8 +239,8 @@ class Replica:
     steps: int = 0  # inner steps applied since the run began
     deltas: dict[int, Params | None] = field(default_factory=dict)  # outer step -> its outer gradient
     merged: int = -1  # the last outer step merged into ``params``
-    theta: Params | None = None  # eager: the replica's own theta, and OuterOpt's state of each fragment
-    outer: list[OptState] = field(default_factory=list)
+    theta: Params | None = None  # eager: the replica's own theta
+    outer: list[OptState] = field(default_factory=list)  # eager: its OuterOpt's state of each fragment
 
 
 @dataclass
