@@ -12,6 +12,11 @@ a built-in kind counts them from its layers, a python model from one trace of it
 allocating none. The estimate is deliberately rough (within a factor of about 1.5 of the peak
 measured on CPU); ``fred run --memory-limit-gb N`` or ``FRED_MEMORY_LIMIT_GB=N`` sets the limit
 for machines that have more than they report.
+
+What one *simulated* worker would hold on its device is another question, answered from the
+scenario alone by :func:`worker_memory`: its model states (parameters, gradients, optimizer
+state) as ``strategy.sharding``'s ZeRO stage splits them, which ``summary.json`` repeats as
+``memory_per_worker_bytes``.
 """
 
 from __future__ import annotations
