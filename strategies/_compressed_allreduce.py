@@ -85,9 +85,17 @@ def allreduce_faults(compression: TopK | PowerSGD | None) -> frozenset[str]:
 
 
 def run_allreduce_sgd(
-    sim: Simulation, opt, step, compression: TopK | PowerSGD | None = None, codec_s_per_byte: float = 0.0
+    sim: Simulation,
+    opt,
+    step,
+    compression: TopK | PowerSGD | None = None,
+    codec_s_per_byte: float = 0.0,
+    sharding: str = "none",
 ):
     """Replicas that all-reduce every gradient and apply the same update.
+
+    ``sharding`` (ZeRO, :func:`sharded_backprop`) changes the collectives' time and bytes, not
+    the numbers: every replica still applies the whole summed gradient.
 
     Faults: the all-reduce goes on without a crashed worker once it is given up on
     (``faults.sync_timeout_s``), averaging over the gradients that took part. A rejoining
@@ -101,6 +109,7 @@ def run_allreduce_sgd(
     elif isinstance(compression, PowerSGD):
         exchange = powersgd_exchange(sim, compression.rank, codec_s_per_byte)
     waiting: list = []  # rejoined workers' events: the replica they start from is being all-reduced
+    backprop, gathers_params = sharded_backprop(sim, sharding)
 
     def next_round(version: int, total) -> None:
         # Every replica applies the identical update; compute it once, share the result.
@@ -117,11 +126,13 @@ def run_allreduce_sgd(
     def worker(w: Worker, version: int = 0):
         while True:
             if exchange is None:
-                total = yield from sim.backprop_allreduce(w, rounds[version][0], sim.workers)
+                total = yield from backprop(w, rounds[version][0], sim.workers)
             else:
                 g = yield from sim.compute(w, rounds[version][0])
                 total = yield from exchange(w, g, version)
             next_round(version, total)
+            if gathers_params:  # each worker updated its shard: the others gather it
+                yield from sim.allgather(sim.workers, w, sim.param_bytes / len(sim.workers))
             version += 1
 
     def rejoin(w: Worker):
@@ -138,6 +149,25 @@ def run_allreduce_sgd(
     for w in sim.workers:
         sim.process(worker(w))
     return lambda: rounds[max(rounds)][0]
+
+
+def sharded_backprop(sim: Simulation, sharding: str):
+    """The gradient step of a ``sharding`` and whether each round ends with an all-gather of the
+    updated parameters' shards.
+
+    - ``none``: the step all-reduced (in buckets as the backward pass makes them);
+    - ``zero1``, ``zero2``: the buckets reduce-scattered, each worker updates its shard of
+      the parameters, and an all-gather of the shards (``n/p`` from each) ends the round:
+      together the bytes and, on a ring, the time of the all-reduce;
+    - ``zero3``: each layer's parameters all-gathered before its forward and its backward
+      passes, one layer ahead of the compute, the buckets reduce-scattered
+      (:mod:`fred.simulation.sharding`); no gather after the update.
+    """
+    if sharding == "zero3":
+        return sim.backprop_sharded, False
+    if sharding in ("zero1", "zero2"):
+        return sim.backprop_reduce_scatter, True
+    return sim.backprop_allreduce, False
 
 
 def _message_scale(sim: Simulation) -> float:

@@ -12,6 +12,11 @@ a built-in kind counts them from its layers, a python model from one trace of it
 allocating none. The estimate is deliberately rough (within a factor of about 1.5 of the peak
 measured on CPU); ``fred run --memory-limit-gb N`` or ``FRED_MEMORY_LIMIT_GB=N`` sets the limit
 for machines that have more than they report.
+
+What one *simulated* worker would hold on its device is another question, answered from the
+scenario alone by :func:`worker_memory`: its model states (parameters, gradients, optimizer
+state) as ``strategy.sharding``'s ZeRO stage splits them, which ``summary.json`` repeats as
+``memory_per_worker_bytes``.
 """
 
 from __future__ import annotations
@@ -328,6 +333,42 @@ def optimizer_state_copies(scenario: Scenario) -> int:
     if kind in ("adam", "adamw"):
         return 2
     return 1 if getattr(optimizer, "momentum", 0.0) else 0
+
+
+ZERO_STAGES = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
+
+
+def worker_memory(scenario: Scenario, param_bytes: float | None = None) -> dict[str, float] | None:
+    """The model states one worker holds on its device, in bytes, as ZeRO's stages shard them
+    (Rajbhandari et al. 2020, section 5): the optimizer state split over the ``n`` workers under
+    ``strategy.sharding: zero1``, the gradients too under ``zero2``, the parameters too under
+    ``zero3``; whole on every worker without sharding. Parameters and gradients are the run's
+    message (``param_bytes``: the workload's, or float32 of the model's); the optimizer state is
+    :func:`optimizer_state_copies` of it (Adam: 2). Activations, buffers and the gathered layers
+    of ZeRO-3 are not counted. Without ``param_bytes`` it is worked out from the scenario alone,
+    before a run (None: a model whose size only its data tells)."""
+    if param_bytes is None:
+        param_bytes = _message_bytes(scenario)
+        if param_bytes is None:
+            return None
+    n, stage = scenario.cluster.workers, ZERO_STAGES[getattr(scenario.strategy, "sharding", "none")]
+    parts = {
+        "parameters": param_bytes / n if stage >= 3 else param_bytes,
+        "gradients": param_bytes / n if stage >= 2 else param_bytes,
+        "optimizer_state": optimizer_state_copies(scenario) * param_bytes / (n if stage >= 1 else 1),
+    }
+    return {**parts, "total": sum(parts.values())}
+
+
+def _message_bytes(scenario: Scenario) -> float | None:
+    """The run's message: the workload's bytes, or float32 of the model's parameters for its data."""
+    given = scenario.workload.resolved_param_bytes()
+    if given is not None:
+        return given
+    shape = data_shape(scenario)
+    if shape is None or not scenario.model.takes(shape.feature_shape):
+        return None
+    return FLOAT * param_count(scenario, shape)
 
 
 def _width(scenario: Scenario, shape: Shape) -> int:

@@ -18,6 +18,7 @@ from fred.numerics.data import loss_floor
 from fred.numerics.models import Params
 from fred.runs.build import Built, numerics_device
 from fred.runs.host import cpu_isa
+from fred.runs.memory import worker_memory
 from fred.runs.records import params_sha256
 from fred.scenario import registry
 from fred.scenario.schema import Scenario
@@ -25,7 +26,7 @@ from fred.scenario.schema import Scenario
 if TYPE_CHECKING:
     from fred.runs.controller import Controller
 
-TRAFFIC_KINDS = ("send", "push", "fetch", "allreduce", "allgather")
+TRAFFIC_KINDS = ("send", "push", "fetch", "allreduce", "allgather", "reduce_scatter")
 
 
 def summarize(
@@ -68,6 +69,7 @@ def summarize(
             {"bytes_between_sites": kinds.bytes_of("wide_area")} if scenario.network.sites is not None else {}
         ),
         **_compute_utilisation(events, [w.name for w in built.sim.workers], end_s),
+        **_memory_per_worker(scenario, built.sim.param_bytes),
         "mean_staleness": _num(updates["staleness"].mean()) if len(updates) else None,
         "max_staleness": int(updates["staleness"].max()) if len(updates) else None,
         **built.sim.report,
@@ -84,6 +86,14 @@ def summarize(
 
 # The summary's keys measured in real time: the only ones that differ between two runs of one scenario.
 WALL_CLOCK_KEYS = ("wall_time_s", "eval_wall_s")
+
+
+def _memory_per_worker(scenario: Scenario, param_bytes: float) -> dict[str, dict[str, float]]:
+    """``memory_per_worker_bytes``: the model states a worker holds, by ZeRO stage
+    (:func:`fred.runs.memory.worker_memory`), for a strategy that can shard them; no key otherwise."""
+    if getattr(scenario.strategy, "sharding", None) is None:
+        return {}
+    return {"memory_per_worker_bytes": worker_memory(scenario, param_bytes)}
 
 
 def _data_loss_floor(scenario: Scenario) -> dict[str, float]:

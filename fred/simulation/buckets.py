@@ -10,6 +10,10 @@ A step of duration ``D`` is timed as its model's training FLOPs: the forward pas
 them, and the backward pass of a layer twice its forward FLOPs. So bucket ``b`` is ready at
 ``D (F + 2 sum of its and later layers' forward FLOPs) / 3F``, with ``F`` the forward FLOPs of
 the whole model; the last bucket, which holds the first layers, is ready when the step ends.
+
+The same split times ZeRO-3's step layer by layer (:func:`layer_plan`,
+:mod:`fred.simulation.sharding`): layer ``i``'s forward pass takes ``f_i / 3F`` of the step and
+its backward ``2 f_i / 3F``.
 """
 
 from __future__ import annotations
@@ -46,3 +50,25 @@ def plan(layers: Sequence[Layer], bucket_bytes: int, message_bytes: float) -> tu
             buckets.append(Bucket(filled * message_bytes / total_bytes, ready))
             filled = 0
     return tuple(b for b in buckets if b.nbytes > 0) or (Bucket(message_bytes, 1.0),)
+
+
+class LayerShare(NamedTuple):
+    """One layer's ``nbytes`` of parameters, and its ``forward`` share of the model's forward
+    FLOPs: its forward pass takes ``forward / 3`` of a step, its backward ``2 forward / 3``."""
+
+    nbytes: float
+    forward: float
+
+
+def layer_plan(layers: Sequence[Layer], message_bytes: float) -> tuple[LayerShare, ...]:
+    """``layers`` (in forward order) as shares of a step and of ``message_bytes``, the run's
+    message size (ZeRO-3 all-gathers each layer's parameters before its passes). A model of no
+    FLOPs or no bytes is one layer of the whole message."""
+    forward = sum(layer.forward_flops for layer in layers)
+    total_bytes = sum(layer.param_bytes for layer in layers)
+    if forward <= 0 or total_bytes <= 0:
+        return (LayerShare(message_bytes, 1.0),)
+    return tuple(
+        LayerShare(layer.param_bytes * message_bytes / total_bytes, layer.forward_flops / forward)
+        for layer in layers
+    )

@@ -19,9 +19,14 @@ server processes as generators and use a few primitives:
     cannot be added on the way) and gets every member's value, in group order. It shares the
     all-reduce's bookkeeping (joining, waiting, crashes, the group's count of collectives);
     its time is (p-1)(alpha + nbytes beta) + S on idle links, and each member sends (p-1) nbytes.
+``yield from sim.reduce_scatter(group, member, nbytes, value)``
+    join a ring reduce-scatter: the all-reduce's sum (fred keeps full values), the
+    reduce-scatter's time and bytes (fred times shards).
 ``yield from sim.backprop_allreduce(worker, params, group)``
     a gradient step all-reduced over the group, in gradient buckets that overlap the
-    backward pass when the scenario has them.
+    backward pass when the scenario has them; ``backprop_reduce_scatter`` reduce-scatters
+    them (ZeRO-1 and -2), ``backprop_sharded`` also all-gathers each layer's parameters
+    before its forward and its backward (ZeRO-3): :mod:`fred.simulation.overlap`.
 ``sim.applied(contributions, version_applied)``
     tell the run a model update happened (records, evaluation, stopping).
 
@@ -29,6 +34,7 @@ The engine joins the members of a collective and adds their values
 (:mod:`fred.simulation.joins`); how long the collective takes and what each member sends
 are the business of the collective objects chosen once from the network section when the
 simulation is built (:attr:`Simulation.allreduce_timing`, :attr:`Simulation.allgather_timing`,
+:attr:`Simulation.reduce_scatter_timing`,
 :mod:`fred.simulation.algorithms`). Gradients come from the
 :class:`~fred.simulation.gradient_service.GradientService`.
 
@@ -49,13 +55,22 @@ import simpy
 from fred.numerics.gradients import GradSum
 from fred.numerics.models import Params
 from fred.scenario.schema import FaultsConfig
-from fred.simulation.algorithms import Collective, allgather_for, allreduce_for
-from fred.simulation.buckets import Bucket
+from fred.simulation.algorithms import Collective, allgather_for, allreduce_for, reduce_scatter_for
+from fred.simulation.buckets import Bucket, LayerShare
 from fred.simulation.compute import ComputeModel
 from fred.simulation.faults import Crash, Faults
 from fred.simulation.gradient_service import GradientService
-from fred.simulation.joins import CollectiveCall, GroupKey, Tracer, sum_values
+from fred.simulation.joins import (
+    ALLGATHER,
+    ALLREDUCE,
+    REDUCE_SCATTER,
+    CollectiveCall,
+    GroupKey,
+    Tracer,
+    sum_values,
+)
 from fred.simulation.network import Network
+from fred.simulation.overlap import OverlappedSteps
 from fred.simulation.rounds_as_flows import HeldLinks
 from fred.simulation.transport import Transport
 from fred.simulation.worker import Worker
@@ -76,8 +91,9 @@ class Contribution(NamedTuple):
 NO_PAYLOAD: Any = object()  # send()'s default: a transfer that delivers nothing (a push of bytes alone)
 
 
-class Simulation:
-    """Entities, links and primitives of one run. Built by :func:`fred.runs.runner.build`."""
+class Simulation(OverlappedSteps):
+    """Entities, links and primitives of one run. Built by :func:`fred.runs.runner.build`; its
+    gradient steps that overlap communication are :class:`~fred.simulation.overlap.OverlappedSteps`'."""
 
     def __init__(
         self,
@@ -91,6 +107,7 @@ class Simulation:
         seed: int,
         faults: FaultsConfig | None = None,
         buckets: Sequence[Bucket] = (),
+        layers: Sequence[LayerShare] = (),
     ):
         self.env, self.workers, self.network = env, workers, network
         # Fairly shared flows, or transfers booked first come, first served (network.sharing).
@@ -99,6 +116,7 @@ class Simulation:
         self.compute_model, self.gradients = compute_model, gradients
         self.init_params, self.param_bytes, self.seed = init_params, param_bytes, seed
         self.buckets = tuple(buckets)  # gradient buckets in backward order; () all-reduces the whole message
+        self.layers = tuple(layers)  # the model's layers in forward order (ZeRO-3); (): one of all of it
         self.tracers: list[Tracer] = []
         self.update_hooks: list[Callable[[list[Contribution], int], None]] = []
         self.compute_hooks: list[Callable[[GradSum], None]] = []
@@ -124,9 +142,10 @@ class Simulation:
         for worker in workers:
             network.add(worker.name, worker=worker.index)
         self.transport = Transport(env, network, self.flows, self.faults, self.trace)
-        # How every all-reduce and all-gather of the run is timed, chosen once from the network section.
+        # How every all-reduce, all-gather and reduce-scatter of the run is timed, chosen once.
         self.allreduce_timing: Collective = allreduce_for(self.transport, self.report)
         self.allgather_timing: Collective = allgather_for(self.transport)
+        self.reduce_scatter_timing: Collective = reduce_scatter_for(self.transport)
         wpd = network.workers_per_device
         # Processes sharing a device take turns (GPU time-slicing): a step waits for the device.
         self._devices = (
@@ -420,7 +439,7 @@ class Simulation:
         is always taken in group order by the fixed tree, so it is the same bits whatever
         the algorithm did.
         """
-        return self._join(group, member, nbytes, value, False)
+        return self._join(group, member, nbytes, value, ALLREDUCE)
 
     def allgather(
         self, group: Sequence[Worker], member: Worker, nbytes: float, value: Any = None
@@ -436,12 +455,26 @@ class Simulation:
         ``(p-1)(alpha + nbytes beta) + S`` on idle ones; each member sends ``(p-1) nbytes``.
         ``None`` from anyone (a timing-only run) returns ``None``.
         """
-        return self._join(group, member, nbytes, value, True)
+        return self._join(group, member, nbytes, value, ALLGATHER)
 
-    def _join(
-        self, group: Sequence[Worker], member: Worker, nbytes: float, value: Any, gather: bool
-    ) -> Process:
-        """:meth:`allreduce`, or with ``gather`` :meth:`allgather`: join the group's next collective."""
+    def reduce_scatter(
+        self, group: Sequence[Worker], member: Worker, nbytes: float, value: Any = None
+    ) -> Generator[simpy.Event, Any, Any]:
+        """Join the group's next ring reduce-scatter of an ``nbytes`` message; returns the sum.
+
+        fred keeps full values and times shards: each member gets the whole pairwise-tree sum,
+        as :meth:`allreduce` returns it (so a sharded strategy's numbers are the unsharded
+        one's, bit for bit), while the clock and the bytes are a ring reduce-scatter's, after
+        which each member would hold the sum of one ``1/p`` shard:
+        ``(p-1)(alpha + n/p beta + n/p gamma) + S`` on idle links, ``(p-1)/p n`` sent by each,
+        whatever ``network.allreduce`` says. Joining, waiting and crashes are the all-reduce's,
+        with which it counts the group's collectives.
+        """
+        return self._join(group, member, nbytes, value, REDUCE_SCATTER)
+
+    def _join(self, group: Sequence[Worker], member: Worker, nbytes: float, value: Any, kind: str) -> Process:
+        """:meth:`allreduce`, :meth:`allgather` or :meth:`reduce_scatter` (``kind``): join the
+        group's next collective."""
         if self._track:
             self._own(member)
         key = self._group_key(group)
@@ -450,12 +483,11 @@ class Simulation:
         self._joined[joined] = call + 1
         coll = self._collectives.get((key, call))
         if coll is None:
-            coll = self._collectives[(key, call)] = CollectiveCall(self.env, nbytes, self.trace, gather)
-        elif coll.gather != gather:
+            coll = self._collectives[(key, call)] = CollectiveCall(self.env, nbytes, self.trace, kind)
+        elif coll.kind != kind:
             raise RuntimeError(
-                f"{member.name} joined collective {call} of its group as an "
-                f"all-{'gather' if gather else 'reduce'} "
-                "while others joined it as the other kind: members must call them in the same order"
+                f"{member.name} joined collective {call} of its group as {kind} while others joined "
+                f"it as {coll.kind}: members must call them in the same order"
             )
         coll.arrived.append((member.index, value))
         waiting = (member.name, self.env.now)
@@ -477,61 +509,10 @@ class Simulation:
             self._collective_load(member, -1)
         if coll.sent is None:  # once per collective, not once per member
             names = [self.workers[i].name for i in coll.participants]
-            coll.sent = self._timing(gather).sent_by(coll.participants, names, coll.nbytes)
+            coll.sent = self._timing(kind).sent_by(coll.participants, names, coll.nbytes)
         sent = coll.sent(member.index, nbytes)
-        self.trace("allgather" if gather else "allreduce", member.name, coll.start_s, self.env.now, sent)
+        self.trace(kind, member.name, coll.start_s, self.env.now, sent)
         return coll.result
-
-    def backprop_allreduce(
-        self, worker: Worker, params: Params, group: Sequence[Worker]
-    ) -> Generator[simpy.Event, Any, Any]:
-        """One gradient step, all-reduced over ``group``: the summed :class:`GradSum` (``None`` timing only).
-
-        Without gradient buckets it is :meth:`compute` then :meth:`allreduce` of the whole
-        message. With them (``workload.bucket_bytes``, :mod:`fred.simulation.buckets`), each
-        bucket's all-reduce starts once the backward pass has made it and the bucket before it
-        is all-reduced, while the step goes on; the last bucket, ready as the step ends, carries
-        the gradient, so the sum is the same bits as without buckets.
-        """
-        if self._bucket_overhead_s or (self._share and len(self.buckets) > 1):
-            return (yield from self._costed_buckets(worker, params, group))
-        if len(self.buckets) < 2:
-            grad = yield from self.compute(worker, params)
-            return (yield from self.allreduce(group, worker, self.param_bytes, grad))
-        began = self.env.event()
-        early = self.process(self._early_buckets(worker, group, began))
-        grad = yield from self.compute(
-            worker, params, started=lambda duration_s: began.succeed((self.now, duration_s))
-        )
-        yield early
-        return (yield from self.allreduce(group, worker, self.buckets[-1].nbytes, grad))
-
-    def _costed_buckets(self, worker: Worker, params: Params, group: Sequence[Worker]) -> Process:
-        """:meth:`backprop_allreduce` where the buckets cost compute time or slow it: each bucket is
-        ready when the step's own progress reaches it (:meth:`_backward_in_buckets`)."""
-        ready = [self.env.event() for _ in self.buckets[:-1]]
-        early = self.process(self._ready_buckets(worker, group, ready))
-        grad = yield from self.compute(worker, params, buckets=ready)
-        yield early
-        last = self.buckets[-1].nbytes if self.buckets else self.param_bytes
-        return (yield from self.allreduce(group, worker, last, grad))
-
-    def _ready_buckets(
-        self, worker: Worker, group: Sequence[Worker], ready: Sequence[simpy.Event]
-    ) -> Process:
-        """Every bucket but the last, one after another, each once its event says it is made."""
-        for bucket, made in zip(self.buckets[:-1], ready):
-            yield made
-            yield from self.allreduce(group, worker, bucket.nbytes)
-
-    def _early_buckets(self, worker: Worker, group: Sequence[Worker], began: simpy.Event) -> Process:
-        """Every bucket but the last, one after another, each from when the backward pass made it."""
-        start_s, duration_s = yield began
-        for bucket in self.buckets[:-1]:
-            ready_s = start_s + bucket.ready * duration_s
-            if ready_s > self.now:
-                yield self.env.timeout(ready_s - self.now)
-            yield from self.allreduce(group, worker, bucket.nbytes)
 
     def participants(self, group: Sequence[Worker]) -> list[int]:
         """Who took part in the group's latest started all-reduce (all, unless some crashed)."""
@@ -558,16 +539,18 @@ class Simulation:
         coll.participants = [i for i, _ in arrived]
         self._last_participants[key] = coll.participants
         values = [v for _, v in arrived]
-        if coll.gather:
+        if coll.kind == ALLGATHER:
             coll.result = None if any(v is None for v in values) else values
         else:
             coll.result = sum_values(values)
         names = [self.workers[i].name for i in coll.participants]
-        self.env.process(self._timed(self._timing(coll.gather), names, coll.nbytes, coll.done))
+        self.env.process(self._timed(self._timing(coll.kind), names, coll.nbytes, coll.done))
         coll.started.succeed()
 
-    def _timing(self, gather: bool) -> Collective:
-        return self.allgather_timing if gather else self.allreduce_timing
+    def _timing(self, kind: str) -> Collective:
+        if kind == ALLGATHER:
+            return self.allgather_timing
+        return self.reduce_scatter_timing if kind == REDUCE_SCATTER else self.allreduce_timing
 
     def _timed(self, timing: Collective, names: list[str], nbytes: float, done: simpy.Event) -> Process:
         """The collective's timing, then ``done``: triggered where the process ends, in its place."""

@@ -1,10 +1,12 @@
 """A group's collective calls: the key of a group, one call's joiners, and what it sums.
 
-The engine's :meth:`~fred.simulation.engine.Simulation.allreduce` and
-:meth:`~fred.simulation.engine.Simulation.allgather` join members into a
+The engine's :meth:`~fred.simulation.engine.Simulation.allreduce`,
+:meth:`~fred.simulation.engine.Simulation.allgather` and
+:meth:`~fred.simulation.engine.Simulation.reduce_scatter` join members into a
 :class:`CollectiveCall` per group and call number; once every member still waited for has
-joined, the call's values are added (:func:`sum_values`) or gathered, and the run's
-collective object (:mod:`fred.simulation.algorithms`) times it.
+joined, the call's values are added (:func:`sum_values`: an all-reduce's and a
+reduce-scatter's alike) or gathered, and the run's collective object
+(:mod:`fred.simulation.algorithms`) for its kind times it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from fred.numerics.gradients import GradSum, sum_grads, tree_sum
 from fred.simulation.algorithms import SentBy
 
 Tracer = Callable[[str, str, float, float, float, str], None]
+
+# The kinds of collective call, as their events are named.
+ALLREDUCE, ALLGATHER, REDUCE_SCATTER = "allreduce", "allgather", "reduce_scatter"
 
 
 class GroupKey(tuple):
@@ -42,8 +47,8 @@ def sum_values(values: list[Any]) -> Any:
 
 
 class CollectiveCall:
-    """One collective call of a group (an all-reduce, or with ``gather`` an all-gather): who has
-    joined, when it starts, when it ends.
+    """One collective call of a group (its ``kind``: an all-reduce, an all-gather or a
+    reduce-scatter): who has joined, when it starts, when it ends.
 
     Members wait for ``done`` from the moment they join; the blocked time of those still there is
     recorded as ``started`` is processed (:meth:`trace_waits`), member by member in the order they joined.
@@ -59,12 +64,12 @@ class CollectiveCall:
         "nbytes",
         "sent",
         "start_s",
-        "gather",
+        "kind",
     )
 
-    def __init__(self, env: simpy.Environment, nbytes: float, trace: Tracer, gather: bool = False):
+    def __init__(self, env: simpy.Environment, nbytes: float, trace: Tracer, kind: str = ALLREDUCE):
         self.started, self.done = env.event(), env.event()
-        self.gather = gather  # an all-gather: the result is every value, the time a ring all-gather's
+        self.kind = kind  # ALLGATHER: the result is every value; the others': the sum
         self.arrived: list[tuple[int, Any]] = []
         self.waiting: list[tuple[str, float]] = []  # (member's name, when it joined), in joining order
         self.participants: list[int] = []  # who was in it, once started
