@@ -117,7 +117,9 @@ def test_every_strategy_leaves_complete_consistent_records(twice):
     assert (events["kind"] == "compute").sum() >= result.summary["updates"]
     assert metrics["updates"].iloc[0] == 0 and metrics["updates"].iloc[-1] == result.summary["updates"]
     assert metrics["sim_time_s"].is_monotonic_increasing
-    traffic = events[events["kind"].isin(["send", "push", "fetch", "allreduce", "allgather"])]
+    traffic = events[
+        events["kind"].isin(["send", "push", "fetch", "allreduce", "allgather", "reduce_scatter"])
+    ]
     assert traffic["bytes"].sum() == result.summary["bytes_sent"]
     assert set(updates["worker"]) <= set(range(result.summary["workers"]))
 

@@ -62,8 +62,23 @@ def build_run(scenario: Scenario) -> Built:
         seed=seed,
         faults=scenario.faults,
         buckets=_buckets(scenario, param_bytes, dataset.feature_shape, outputs),
+        layers=_layers(scenario, param_bytes, dataset.feature_shape, outputs),
     )
     return Built(scenario, sim, dataset, numerics)
+
+
+def _layers(
+    scenario: Scenario, param_bytes: float, feature_shape: tuple[int, ...], outputs: int
+) -> tuple[buckets.LayerShare, ...]:
+    """The model's layers as shares of a step and of the message, for ZeRO-3's per-layer
+    gathers (``strategy.sharding: zero3``): the profile's, or else the model's own; () otherwise."""
+    if getattr(scenario.strategy, "sharding", "none") != "zero3":
+        return ()
+    workload = scenario.workload
+    if workload.profile is not None:
+        return buckets.layer_plan(workloads.load(workload.profile).layers, param_bytes)
+    own = model_workloads.model_workload(scenario.model, feature_shape, outputs)
+    return () if own is None else buckets.layer_plan(own.layers, param_bytes)
 
 
 def build_numerics(scenario: Scenario) -> tuple[Dataset, Model, Numerics]:

@@ -27,6 +27,7 @@ COMMUNICATION = {
     "send",
     "allreduce",
     "allgather",
+    "reduce_scatter",
     "lost",
 }  # a lost transfer was on the wire too
 # Drawing order: "other" first, underneath, as it holds conditions (a degraded link, a worker
