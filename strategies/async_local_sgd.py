@@ -1,42 +1,49 @@
 """Asynchronous Local-SGD (Liu et al., 2024): replicas push their outer gradient to a server as each
 finishes its inner steps; the server applies it at once with Delayed Nesterov momentum.
 
-The paper's Algorithm 1 (asynchronous Local-SGD; a paper "worker" is a replica here) with its
-Algorithm 3 (Delayed Nesterov, DN) as the server's OuterOpt and its dynamic local updates (DyLU):
+Liu et al., "Asynchronous Local-SGD Training for Language Modeling" (arXiv 2401.09135): Algorithm 2
+(task scheduling; a paper "worker" is a replica here) with Algorithm 3 (Delayed Nesterov, DN) as its
+``sync`` and Eq. 6 (dynamic local updates, DyLU) for each replica's steps:
 
-    Require: initial model theta_0; k replicas; InnerOpt; H; outer learning rate eps; momentum beta;
-             N (1 <= N, the paper's default N = k); momentum m_0 = 0, buffer Delta = 0
-    every replica i, forever:                                (in parallel, each at its own speed)
-        theta_i <- theta_t, the server's model as it fetched it (version j)
-        H_i <- floor(H v_i / max_l v_l) with DyLU (v: steps a second), else H
-        repeat H_i times:  theta_i <- InnerOpt(theta_i, grad f(x ~ D_i, theta_i))
-        send g <- theta_t(read) - theta_i to the server      (the pseudo-gradient)
-    server, at the t-th pseudo-gradient g_t (t = 1, 2, ..., in arrival order; staleness t - 1 - j):
+    every replica w, forever:                                (in parallel, each at its own speed)
+        theta_w <- theta, the server's model as it fetched it (version j)
+        w.steps <- floor(v(w) / max_w' v(w') H)   with DyLU (v: steps a second; Eq. 6), else H
+        repeat w.steps times:  theta_w <- InnerOpt(theta_w, grad f(x ~ D_w, theta_w))
+        send the pseudo-gradient g <- theta(read) - theta_w  (theta <- sync(theta, w.update))
+
+    Algorithm 3 Delayed Nesterov Update
+    Require: initial model theta_0; momentum decay beta in (0, 1);
+             momentum activation c in [0, 1/N] (default 0); buffer size N
+    t = 0;  m_0 = 0 (momentum);  Delta = 0 (aggregated gradient)
+    while not finished:
+        receive the pseudo-gradient g_t                      (the sync step of Algorithm 2)
         Delta <- Delta + g_t
-        if t mod N = 0:
-            m_t <- beta m_{t-1} + Delta / N
-            theta_t <- theta_{t-1} - eps (g_t / N + beta m_t)       (Nesterov, on the mean of N)
-            Delta <- 0
+        if (t + 1) % N == 0:
+            m_{t+1} <- beta m_t + Delta / N
+            theta_{t+1} <- theta_t - eps ((1 - cN + c) beta m_{t+1} + g_t / N)
+            Delta = 0
         else:
-            m_t <- m_{t-1}
-            theta_t <- theta_{t-1} - eps g_t / N                    (plain SGD on g_t)
-        the replica fetches theta_t and trains on
+            m_{t+1} <- m_t                                   (delay the momentum update)
+            theta_{t+1} <- theta_t - eps (c beta m_{t+1} + g_t / N)
+        t <- t + 1
 
-Over N arrivals the model moves by ``-eps (Delta / N + beta m)``: one Nesterov step on the mean of
-the N pseudo-gradients, spread over them, so the momentum is not compounded by each stale one.
-With ``N = 1`` the server's step is Nesterov SGD (``optax.sgd(eps, beta, nesterov=True)``); with
-``beta = 0`` and ``eps = 1`` every arrival adds the replica's change, ``theta <- theta - (theta_read
-- theta_i)``, so with ``H = 1`` and an SGD InnerOpt it is ASGD (Dean et al.) bit for bit in its
+With ``c = 0`` the model moves over N arrivals by ``-eps (Delta / N + beta m)``: one Nesterov step
+on the mean of the N pseudo-gradients, spread over them (plain SGD on each, the momentum term at the
+N-th), so a stale pseudo-gradient does not compound the momentum; ``c = 1/N`` spreads the momentum
+term evenly. ``N = 1`` is Nesterov SGD at every arrival (``optax.sgd(eps, beta, nesterov=True)``).
+With ``beta = 0`` and ``eps = 1`` every arrival adds the replica's change, ``theta <- theta -
+(theta_read - theta_w)``, so with ``H = 1`` and an SGD InnerOpt it is ASGD (Dean et al.), the same
 schedule: ``theta <- theta - lr grad f(theta_read)``.
 
 Replica ``i`` is workers ``i*m .. i*m + m - 1`` (``m = replica_workers``, synchronous data parallel
 inside it, as in DiLoCo). Its speed is that of its slowest worker as the scenario's compute model
-times it (speed factors, stragglers, speed changes; not jitter) as the server applies its push (at
-the start for the first round). Each of
-its workers pushes and fetches ``1/m`` of the model (the replica's shards); the replica takes the
-server's model as its own update left it. InnerOpt is the scenario's ``optimizer`` at ``lr``, its
-state kept across rounds. One update in the records is one pseudo-gradient applied, contributed by
-the replica's workers with the version they read: its staleness is the updates applied since.
+times it (speed factors, stragglers, speed changes; not jitter), taken as the server applies its
+push (at the start for the first round): the paper's speeds known a priori. Each of its workers
+pushes and fetches ``1/m`` of the model (the replica's shards); the replica takes the server's
+model as its own update left it. InnerOpt is the scenario's ``optimizer`` at ``lr``, its state kept
+across rounds. One update in the records is one pseudo-gradient applied, contributed by the
+replica's workers with the version they read: its staleness is the updates applied since. Left out:
+Algorithm 2's grace period (the server merging pushes that arrive close together).
 """
 
 from __future__ import annotations
@@ -98,6 +105,13 @@ class AsyncLocalSGD(StrategyConfig):
         description="N: Delayed Nesterov's period, the server updates between two momentum steps (1: "
         "Nesterov at every arrival); default: the number of replicas, the paper's",
     )
+    momentum_activation: float = bounded(
+        0.0,
+        ge=0,
+        fix="use a momentum activation in [0, 1/momentum_every] (the paper's default: 0)",
+        description="c in [0, 1/N]: the share of the momentum term applied at each arrival between momentum "
+        "steps (0, the paper's default: plain SGD between them)",
+    )
     dynamic_local_updates: bool = Field(
         default=True,
         description="DyLU: a replica takes floor(inner_steps x its speed / the fastest replica's) inner "
@@ -114,6 +128,16 @@ class AsyncLocalSGD(StrategyConfig):
                 f"strategy.replica_workers is {self.replica_workers} but cluster.workers is {n}, which it "
                 f"does not divide: replicas are replica_workers workers each; use a divisor of {n}: "
                 f"{divisors}"
+            )
+        self.check_activation(n // self.replica_workers)
+
+    def check_activation(self, replicas: int) -> None:
+        n = self.period(replicas)
+        if self.momentum_activation > 1 / n:
+            raise ValueError(
+                f"strategy.momentum_activation is {self.momentum_activation} but Delayed Nesterov's buffer "
+                f"is N = {n} pseudo-gradients (strategy.momentum_every, by default the replicas), and c "
+                f"must be in [0, 1/N]; use a momentum_activation of at most {1 / n:.6g}"
             )
 
     def period(self, replicas: int) -> int:
@@ -155,23 +179,26 @@ def pseudo_gradient(read: Params, replica: Params) -> Params:
     return jax.tree.map(jnp.subtract, read, replica)
 
 
-@op("strategies.async_local_sgd:buffered_sgd")
+@op("strategies.async_local_sgd:delayed_step")
 @jax.jit
-def buffered_sgd(theta: Params, buffer: Params, g: Params, lr: float, n: float) -> tuple[Params, Params]:
-    """DN between momentum steps: ``Delta <- Delta + g``, ``theta <- theta - eps g / N``."""
-    step = jax.tree.map(lambda p, x: p - lr * (x / n), theta, g)
+def delayed_step(
+    theta: Params, momentum: Params, buffer: Params, g: Params, lr: float, beta: float, c: float, n: float
+) -> tuple[Params, Params]:
+    """DN between momentum steps: ``Delta <- Delta + g``, ``theta <- theta - eps (c beta m + g / N)``."""
+    step = jax.tree.map(lambda p, x, v: p - lr * (c * beta * v + x / n), theta, g, momentum)
     return step, jax.tree.map(jnp.add, buffer, g)
 
 
-@op("strategies.async_local_sgd:delayed_nesterov")
+@op("strategies.async_local_sgd:momentum_step")
 @jax.jit
-def delayed_nesterov(
-    theta: Params, momentum: Params, buffer: Params, g: Params, lr: float, beta: float, n: float
+def momentum_step(
+    theta: Params, momentum: Params, buffer: Params, g: Params, lr: float, beta: float, c: float, n: float
 ) -> tuple[Params, Params, Params]:
-    """DN's momentum step: ``m <- beta m + (Delta + g) / N``, ``theta <- theta - eps (g / N + beta m)``,
-    ``Delta <- 0``."""
+    """DN's momentum step: ``m <- beta m + (Delta + g) / N``, ``theta <- theta - eps ((1 - cN + c) beta m
+    + g / N)``, ``Delta <- 0``."""
     m = jax.tree.map(lambda v, d, x: beta * v + (d + x) / n, momentum, buffer, g)
-    step = jax.tree.map(lambda p, x, v: p - lr * (x / n + beta * v), theta, g, m)
+    share = 1 - c * n + c
+    step = jax.tree.map(lambda p, x, v: p - lr * (share * beta * v + x / n), theta, g, m)
     return step, m, jax.tree.map(jnp.zeros_like, buffer)
 
 
@@ -213,6 +240,7 @@ def start(sim: Simulation, config: AsyncLocalSGD):
         for i in range(0, len(sim.workers), m)
     ]
     n_period, lr, beta = config.period(len(glob.replicas)), config.outer_lr, config.outer_momentum
+    c = config.momentum_activation
 
     def round_steps(rep: Replica) -> int:
         """The replica's inner steps this round: H, or DyLU's share of it at the replicas' speeds now."""
@@ -227,15 +255,14 @@ def start(sim: Simulation, config: AsyncLocalSGD):
 
     def apply(rep: Replica) -> None:
         """The server's step with the replica's pseudo-gradient (Algorithm 3), then it reads theta."""
-        t = server.version + 1  # this arrival's number
+        t = server.version  # the arrivals before this one
         if not sim.timing_only:
             g = pseudo_gradient(rep.read, rep.params)
-            if t % n_period:
-                glob.params, glob.buffer = buffered_sgd(glob.params, glob.buffer, g, lr, float(n_period))
+            state = (glob.params, glob.momentum, glob.buffer, g, lr, beta, c, float(n_period))
+            if (t + 1) % n_period:
+                glob.params, glob.buffer = delayed_step(*state)
             else:
-                glob.params, glob.momentum, glob.buffer = delayed_nesterov(
-                    glob.params, glob.momentum, glob.buffer, g, lr, beta, float(n_period)
-                )
+                glob.params, glob.momentum, glob.buffer = momentum_step(*state)
             rep.params = rep.read = glob.params
         sim.applied([(w.index, rep.version) for w in rep.members], server.version)
         server.version += 1

@@ -60,12 +60,12 @@ def arrivals(step_s: list[float], steps: list[int], pushes: int) -> list[tuple[f
 
 
 def reference(data: dict, step_s: list[float]) -> tuple[list[int], dict[str, np.ndarray]]:
-    """Algorithms 1 and 3 as a plain float64 loop: the data, model, initial parameters and per-batch
+    """Algorithms 2 and 3 as a plain float64 loop: the data, model, initial parameters and per-batch
     gradients are fred's (worker j's k-th batch is block j of global batch k); the order of arrivals
     comes from :func:`arrivals`; SGD inside, DN at the server, are written out here."""
     sc = validate(data)
     cfg, n, b = sc.strategy, sc.cluster.workers, sc.data.batch_size
-    h, updates, period = cfg.inner_steps, sc.stop.max_updates, cfg.momentum_every
+    h, updates, period, c = cfg.inner_steps, sc.stop.max_updates, cfg.momentum_every, cfg.momentum_activation
     steps = [max(1, int(h * min(step_s) / s)) if cfg.dynamic_local_updates else h for s in step_s]
     dataset = load_dataset(sc.data, rng.stream(sc.seed, "data", "load"))
     model = build_model(sc.model, dataset.feature_shape, dataset.num_classes)
@@ -89,7 +89,7 @@ def reference(data: dict, step_s: list[float]) -> tuple[list[int], dict[str, np.
     momentum = {k: np.zeros_like(v) for k, v in theta.items()}
     buffer = {k: np.zeros_like(v) for k, v in theta.items()}
     read, taken, order = [theta] * n, [0] * n, []
-    for t, (_, i) in enumerate(arrivals(step_s, steps, updates), start=1):
+    for t, (_, i) in enumerate(arrivals(step_s, steps, updates)):
         local = read[i]
         for _ in range(steps[i]):
             rows = batch(i, taken[i])
@@ -100,14 +100,14 @@ def reference(data: dict, step_s: list[float]) -> tuple[list[int], dict[str, np.
             local = {k: local[k] - cfg.lr * g[k] / b for k in local}
         g = {k: read[i][k] - local[k] for k in theta}
         buffer = {k: buffer[k] + g[k] for k in theta}
-        if t % period == 0:
-            momentum = {k: cfg.outer_momentum * momentum[k] + buffer[k] / period for k in theta}
-            theta = {
-                k: theta[k] - cfg.outer_lr * (g[k] / period + cfg.outer_momentum * momentum[k]) for k in theta
-            }
+        beta, eps = cfg.outer_momentum, cfg.outer_lr
+        if (t + 1) % period == 0:
+            momentum = {k: beta * momentum[k] + buffer[k] / period for k in theta}
+            share = 1 - c * period + c
+            theta = {k: theta[k] - eps * (share * beta * momentum[k] + g[k] / period) for k in theta}
             buffer = {k: np.zeros_like(v) for k, v in theta.items()}
         else:
-            theta = {k: theta[k] - cfg.outer_lr * g[k] / period for k in theta}
+            theta = {k: theta[k] - eps * (c * beta * momentum[k] + g[k] / period) for k in theta}
         read[i] = theta
         order.append(i)
     return order, theta
@@ -117,9 +117,9 @@ def dataset_rows(dataset, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return dataset.x_train[rows], dataset.y_train[rows]
 
 
-@pytest.mark.parametrize("dylu", [False, True])
-def test_two_replicas_of_two_speeds_match_an_independent_loop(dylu):
-    data = two_speeds(dylu)
+@pytest.mark.parametrize("dylu, activation", [(False, 0.0), (True, 0.0), (True, 0.25)])
+def test_two_replicas_of_two_speeds_match_an_independent_loop(dylu, activation):
+    data = two_speeds(dylu, momentum_activation=activation)
     step_s = [0.0101 if dylu else 0.01, 0.02]
     result = fred.run(data)
     order, expected = reference(data, step_s)
@@ -182,6 +182,20 @@ def test_one_inner_step_without_momentum_at_outer_lr_1_is_asgd():
         ({"outer_lr": 0}, "strategy.outer_lr: got 0; use an outer learning rate above 0"),
         ({"outer_momentum": 1}, "strategy.outer_momentum: got 1; use a momentum in [0, 1)"),
         ({"momentum_every": 0}, "strategy.momentum_every: got 0; use at least 1"),
+        (
+            {"momentum_activation": -0.1},
+            "strategy.momentum_activation: got -0.1; use a momentum activation in",
+        ),
+        (
+            {"momentum_every": 4, "momentum_activation": 0.5},
+            "strategy.momentum_activation is 0.5 but Delayed Nesterov's buffer is N = 4 pseudo-gradients "
+            "(strategy.momentum_every, by default the replicas), and c must be in [0, 1/N]; use a "
+            "momentum_activation of at most 0.25",
+        ),
+        (
+            {"momentum_activation": 0.3},  # 4 replicas: N = 4 by default
+            "N = 4 pseudo-gradients",
+        ),
     ],
 )
 def test_bad_settings_are_refused_naming_the_field_the_value_and_the_fix(strategy, needle):
