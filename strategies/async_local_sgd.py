@@ -219,7 +219,8 @@ class Replica:
 
 @dataclass
 class Server:
-    """theta, DN's momentum and buffer, and the arrivals ``t`` counted so far (the version)."""
+    """theta, DN's momentum ``m`` and buffer ``Delta``, and the replicas (``t``, the arrivals so far, is
+    the parameter server's version)."""
 
     params: Params
     momentum: Params
