@@ -61,6 +61,7 @@ NEVER_WAITS = {
     "sasgd",
     "fasgd",
     "bfasgd",
+    "async_local_sgd",
 }  # waits for no particular worker: survives a crash without sync_timeout_s
 READS_NUMBERS = {"bfasgd"}  # reads a computed number to decide (its gates): resume must run it from the start
 

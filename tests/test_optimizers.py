@@ -309,7 +309,12 @@ def test_a_strategy_that_does_not_declare_it_applies_the_optimizer_refuses_one()
 
 
 # DiLoCo's inner optimizer is AdamW in its paper, and the wide-area study runs it so.
-PAPERS_OPTIMIZER = {"diloco_h50.yaml": "adamw", "diloco_h500.yaml": "adamw"}
+PAPERS_OPTIMIZER = {
+    "diloco_h50.yaml": "adamw",
+    "diloco_h500.yaml": "adamw",
+    "streaming_diloco.yaml": "adamw",
+    "async_local_sgd.yaml": "adamw",
+}  # the papers' own inner optimizer
 
 
 def test_every_shipped_scenario_keeps_plain_sgd():
