@@ -138,21 +138,26 @@ def stored_tiles(
     zero: jax.Array,
     per_tile: bool = False,
 ) -> list[tuple[jax.Array, Params]]:
-    """The (loss, gradient) sums of each ``tile``-row tile of ``xs``, as one chunk of stored leaves;
-    ``per_tile``: ``params`` is a tuple, tile ``k`` at ``params[k]``.
+    """The (loss, gradient) sums of each ``tile``-row tile of ``xs``, each a chunk of one stored
+    leaf (a leading axis of 1); ``per_tile``: ``params`` is a tuple, tile ``k`` at ``params[k]``.
 
     Each tile is its own batched gradient, written out once per tile in the program (not a vmap
     over tiles, and not a loop: XLA compiles a vmap differently as it grows, and on CPU runs a
     convolution's gradient inside a loop body an order of magnitude slower). A tile's values are
     then the same bits in a program of one tile or of many (``tests/test_tiles.py``), so which
     call computed a tile never changes it; nor which parameters the program's other tiles were at.
+
+    The tiles stay apart, not stacked into one array: the sums (:func:`leaf_sums`) read each
+    where its gradient wrote it, so a large weight's tiles are not copied once more before they
+    are added (the same adds in the same tree either way).
     """
     at = (lambda k: params[k]) if per_tile else (lambda k: params)
-    tiles = [
-        _as_stored(tile_grad(at(k), xs[i : i + tile], ys[i : i + tile]), zero)
+    return [
+        jax.tree.map(
+            lambda leaf: leaf[None], _as_stored(tile_grad(at(k), xs[i : i + tile], ys[i : i + tile]), zero)
+        )
         for k, i in enumerate(range(0, xs.shape[0], tile))
     ]
-    return [jax.tree.map(lambda *leaf: jnp.stack(leaf), *tiles)]
 
 
 def _exact_covered_sums(
@@ -264,9 +269,10 @@ def piece_leaves(
     zero: jax.Array,
     per_tile: bool,
 ):
-    """The stored leaves of the rows ``rows``: one piece of a call too large for one program."""
-    [chunk] = leaves_of(params, x_all[rows], y_all[rows], zero, per_tile)
-    return chunk
+    """The stored leaves of the rows ``rows``, end to end in one chunk: one piece of a call too large
+    for one program."""
+    chunks = leaves_of(params, x_all[rows], y_all[rows], zero, per_tile)
+    return jax.tree.map(lambda *parts: jnp.concatenate(parts), *chunks)
 
 
 def pieces_summed(

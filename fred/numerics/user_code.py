@@ -391,8 +391,18 @@ def build(cfg: Any, feature_shape: tuple[int, ...], outputs: int) -> Model:
 
     params = dict(zip(names, jax.tree.leaves(tree)))
     issue = _check_outputs(where, style.name, apply, params, feature_shape, outputs)
-    width = per_example_width(apply, params, feature_shape)  # bounds evaluation's chunks
-    return Model(init, apply, width, loss_function(cfg), issue)
+    return Model(init, apply, _width(cfg, apply, params, feature_shape, outputs), loss_function(cfg), issue)
+
+
+def _width(cfg: Any, apply: Callable, params: Params, feature_shape: tuple[int, ...], outputs: int) -> int:
+    """The most floats one example holds in the model (bounds evaluation's chunks): the probe's
+    (:meth:`fred.models.python.PythonModel.probe`, traced once a process and shared with the
+    pre-flight checks), or, where the probe could not tell, traced here on the built parameters."""
+    try:
+        probed = cfg.probe(feature_shape, outputs).width if hasattr(cfg, "probe") else 0
+    except USER_ERRORS:  # a model that cannot be built by its shapes alone: traced on its parameters
+        probed = 0
+    return probed or per_example_width(apply, params, feature_shape)
 
 
 def _user_call(where: str, doing: str, call: Callable[[], Any]) -> Any:
