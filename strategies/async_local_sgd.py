@@ -65,6 +65,8 @@ from fred.simulation.compute import ComputeModel
 from fred.simulation.engine import Simulation, Worker
 from fred.simulation.server import ParameterServer
 from strategies._fields import bounded, refuse_out_of_bounds
+from strategies._replicas import check_replicas, replica_workers_field
+from strategies.diloco import outer_gradient
 
 
 class AsyncLocalSGD(StrategyConfig):
@@ -78,12 +80,7 @@ class AsyncLocalSGD(StrategyConfig):
         description="H: inner steps of the fastest replica between its pushes (every replica's without "
         "dynamic_local_updates)",
     )
-    replica_workers: int = Field(
-        default=1,
-        ge=1,
-        description="workers a model replica, synchronous data parallel inside it; must divide "
-        "cluster.workers (cluster.workers / replica_workers replicas)",
-    )
+    replica_workers: int = replica_workers_field()
     outer_lr: float = bounded(
         0.7,
         gt=0,
@@ -122,13 +119,7 @@ class AsyncLocalSGD(StrategyConfig):
 
     def check(self, scenario: Scenario) -> None:
         n = scenario.cluster.workers
-        if n % self.replica_workers:
-            divisors = ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
-            raise ValueError(
-                f"strategy.replica_workers is {self.replica_workers} but cluster.workers is {n}, which it "
-                f"does not divide: replicas are replica_workers workers each; use a divisor of {n}: "
-                f"{divisors}"
-            )
+        check_replicas(self.replica_workers, n)
         self.check_activation(n // self.replica_workers)
 
     def check_activation(self, replicas: int) -> None:
@@ -170,13 +161,6 @@ def expected_step_s(model: ComputeModel, worker: int, now_s: float) -> float:
 def local_steps(inner_steps: int, step_s: float, fastest_step_s: float) -> int:
     """DyLU: ``floor(H v / v_fastest)`` inner steps for a replica of steps ``step_s`` long, at least 1."""
     return max(1, int(inner_steps * fastest_step_s / step_s))
-
-
-@op("strategies.async_local_sgd:pseudo_gradient")
-@jax.jit
-def pseudo_gradient(read: Params, replica: Params) -> Params:
-    """``g = theta(read) - theta_i``: how far the replica moved, as a gradient."""
-    return jax.tree.map(jnp.subtract, read, replica)
 
 
 @op("strategies.async_local_sgd:delayed_step")
@@ -258,7 +242,7 @@ def start(sim: Simulation, config: AsyncLocalSGD):
         """The server's step with the replica's pseudo-gradient (Algorithm 3), then it reads theta."""
         t = server.version  # the arrivals before this one
         if not sim.timing_only:
-            g = pseudo_gradient(rep.read, rep.params)
+            g = outer_gradient(rep.read, rep.params)  # how far the replica moved
             state = (glob.params, glob.momentum, glob.buffer, g, lr, beta, c, float(n_period))
             if (t + 1) % n_period:
                 glob.params, glob.buffer = delayed_step(*state)

@@ -92,6 +92,7 @@ from fred.scenario.schema import GradientSteps, Scenario
 from fred.simulation.engine import Simulation, Worker
 from strategies._fields import bounded, refuse_out_of_bounds
 from strategies._outer_exchange import OuterCompressed, codec_work, outer_allreduce
+from strategies._replicas import check_replicas, replica_workers_field
 from strategies._streaming import Schedule, fragment_plan, merged, part
 
 
@@ -106,12 +107,7 @@ class DiLoCo(OuterCompressed):
         description="H: inner steps of every replica between outer steps (the paper: 500, in runs of 88,000 "
         "steps; 8 is local_sgd's sync_every, so that by default the two differ only in the outer step)",
     )
-    replica_workers: int = Field(
-        default=1,
-        ge=1,
-        description="workers a model replica, synchronous data parallel inside it; must divide "
-        "cluster.workers (cluster.workers / replica_workers replicas)",
-    )
+    replica_workers: int = replica_workers_field()
     outer_lr: float = bounded(
         0.7,
         gt=0,
@@ -159,14 +155,7 @@ class DiLoCo(OuterCompressed):
     _bounds = refuse_out_of_bounds()
 
     def check(self, scenario: Scenario) -> None:
-        n = scenario.cluster.workers
-        if n % self.replica_workers:
-            divisors = ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
-            raise ValueError(
-                f"strategy.replica_workers is {self.replica_workers} but cluster.workers is {n}, which it "
-                f"does not divide: replicas are replica_workers workers each; use a divisor of {n}: "
-                f"{divisors}"
-            )
+        check_replicas(self.replica_workers, scenario.cluster.workers)
         if self.overlap_steps >= self.inner_steps:
             raise ValueError(
                 f"strategy.overlap_steps is {self.overlap_steps} but strategy.inner_steps is "
