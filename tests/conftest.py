@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import gc
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +136,27 @@ def _has_lr(name: Any) -> bool:
 @pytest.fixture
 def tiny_scenario():
     return tiny
+
+
+@pytest.fixture
+def python_signals():
+    """For a test that sends its own process SIGINT and expects Python's KeyboardInterrupt: Python's
+    handler, SIGINT unblocked, garbage collection on and no ``fred`` command's stop pending, as a
+    fresh process has them. Under ``pytest -n`` a worker process runs other modules' tests first,
+    and one of them may leave a ``fred`` command's handler or a pending stop behind."""
+    from fred.runs import interrupt
+
+    handler = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    command, interrupt._command = interrupt._command, None
+    collecting = gc.isenabled()
+    gc.enable()
+    try:
+        yield
+    finally:
+        interrupt._command = command
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, handler)
+        if not collecting:
+            gc.disable()

@@ -36,27 +36,9 @@ from tests.conftest import READS_NUMBERS, cluster_for, tiny
 
 
 @pytest.fixture(autouse=True)
-def signals_as_python_starts():
-    """Tests here send their own process SIGINT and expect Python's KeyboardInterrupt: Python's
-    handler, SIGINT unblocked, garbage collection on and no ``fred`` command's stop pending, as a
-    fresh process has them. Under ``pytest -n`` a worker process runs other modules' tests first;
-    in one default run all nine of this module's Ctrl-C tests ran as if no signal came."""
-    from fred.runs import interrupt
-
-    handler = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    command, interrupt._command = interrupt._command, None
-    collecting = gc.isenabled()
-    gc.enable()
-    try:
-        yield
-    finally:
-        interrupt._command = command
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        signal.signal(signal.SIGINT, handler)
-        if not collecting:
-            gc.disable()
+def _signals(python_signals):
+    """Every test here sends its own process SIGINT (conftest's ``python_signals``)."""
+    yield
 
 
 VARIANTS = {

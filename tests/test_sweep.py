@@ -185,6 +185,7 @@ def test_ctrl_c_twice_at_a_terminal_ends_a_parallel_sweep_at_once(tmp_path):
 
 
 @pytest.mark.slow  # 3 s on 2 cores: a worker process started
+@pytest.mark.usefixtures("python_signals")  # it signals its own process
 def test_a_sweep_stopped_twice_waits_for_its_pools_thread_before_it_goes_on():
     # The pool's own thread releases the pool's named semaphores as it ends. A second Ctrl-C
     # cut the sweep's wait for it short (and Python 3.11 then took the thread for ended), so it
