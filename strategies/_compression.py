@@ -2,6 +2,7 @@
 
     compression: {kind: fp16}                   (pipe_sgd)  16 low mantissa bits zeroed, half the bytes
     compression: {kind: int8}                   (pipe_sgd)  256 levels per tensor, a quarter of the bytes
+    outer_compression: {kind: e3m0}             (diloco, local_sgd)  4-bit floats, an eighth of the bytes
     compression: {kind: topk, ratio: 0.01}      (ssgd, arsgd)  top-k with error feedback
     compression: {kind: powersgd, rank: 4}      (ssgd, arsgd)  PowerSGD with error feedback
 
@@ -46,6 +47,13 @@ class Int8(Section):
     kind: Literal["int8"] = "int8"
 
 
+class E3M0(Section):
+    """Each value a 4-bit float (sign, 3 exponent bits, no mantissa) times its tensor's largest
+    magnitude: an eighth of the bytes, and a float32 scale per tensor (Streaming DiLoCo's)."""
+
+    kind: Literal["e3m0"] = "e3m0"
+
+
 class TopK(Section):
     """Top-k sparsification with error feedback: each tensor's ceil(ratio n) largest entries, all-gathered."""
 
@@ -87,6 +95,6 @@ def compression_by_kind(value: Any) -> Any:
     return {"kind": value} if isinstance(value, str) else value
 
 
-def quantizer(compression: FP16 | Int8) -> codecs.Quantizer:
-    """The stateless codec a ``{kind: fp16}`` or ``{kind: int8}`` section names."""
+def quantizer(compression: FP16 | Int8 | E3M0) -> codecs.Quantizer:
+    """The stateless codec a ``{kind: fp16}``, ``{kind: int8}`` or ``{kind: e3m0}`` section names."""
     return codecs.QUANTIZERS[compression.kind]()

@@ -17,7 +17,7 @@ partial sum on its way would round more). The codecs are ``fp16`` (the 16 high b
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Union
 
 import jax
 import jax.numpy as jnp
@@ -26,17 +26,9 @@ from pydantic import Field, field_validator
 from fred.numerics import codecs
 from fred.numerics.models import Params
 from fred.numerics.tape import op
-from fred.scenario.schema import Section, StrategyConfig
+from fred.scenario.schema import StrategyConfig
 from fred.simulation.engine import Simulation, Worker
-from strategies._compression import FP16, Int8, compression_by_kind, quantizer
-
-
-class E3M0(Section):
-    """Each value a 4-bit float (sign, 3 exponent bits, no mantissa) times its tensor's largest
-    magnitude: an eighth of the bytes, and a float32 scale per tensor (Streaming DiLoCo's)."""
-
-    kind: Literal["e3m0"] = "e3m0"
-
+from strategies._compression import E3M0, FP16, Int8, compression_by_kind, quantizer
 
 OuterCompression = Annotated[Union[FP16, Int8, E3M0], Field(discriminator="kind")]
 
