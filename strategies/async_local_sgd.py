@@ -61,7 +61,6 @@ from fred.numerics.optim import OptState, make_sum_step, optimizer_for
 from fred.numerics.tape import op
 from fred.scenario.registry import register
 from fred.scenario.schema import GradientSteps, Scenario, StrategyConfig
-from fred.simulation.compute import ComputeModel
 from fred.simulation.engine import Simulation, Worker
 from fred.simulation.server import ParameterServer
 from strategies._fields import bounded, refuse_out_of_bounds
@@ -149,15 +148,6 @@ class AsyncLocalSGD(StrategyConfig):
         )
 
 
-def expected_step_s(model: ComputeModel, worker: int, now_s: float) -> float:
-    """A step of ``worker`` starting at ``now_s`` as the compute model times it before jitter and
-    random straggles: its speed factor (and changes), straggler slow factor and delay."""
-    seconds = model.base_step_s * model.scale[worker]
-    if model.changes:
-        seconds *= model.base_speed[worker] / model.speed_at(worker, now_s)
-    return seconds + model.delay_s[worker]
-
-
 def local_steps(inner_steps: int, step_s: float, fastest_step_s: float) -> int:
     """DyLU: ``floor(H v / v_fastest)`` inner steps for a replica of steps ``step_s`` long, at least 1."""
     return max(1, int(inner_steps * fastest_step_s / step_s))
@@ -234,7 +224,7 @@ def start(sim: Simulation, config: AsyncLocalSGD):
         now, model = sim.now, sim.compute_model
 
         def step_s(r: Replica) -> float:  # a synchronous replica steps at its slowest worker's pace
-            return max(expected_step_s(model, w.index, now) for w in r.members)
+            return max(model.expected_step_s(w.index, now) for w in r.members)
 
         return local_steps(config.inner_steps, step_s(rep), min(step_s(r) for r in glob.replicas))
 

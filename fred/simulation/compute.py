@@ -67,9 +67,7 @@ class ComputeModel:
     def duration_s(self, worker: int, now_s: float = 0.0, with_host: bool = True) -> float:
         """The duration of ``worker``'s gradient step starting at ``now_s``, its host overhead
         included unless ``with_host`` is false (a shared device's turn, spent after it)."""
-        seconds = self.base_step_s * self.scale[worker]
-        if self.changes:
-            seconds *= self.base_speed[worker] / self.speed_at(worker, now_s)
+        seconds = self._steady_s(worker, now_s)
         if self.sigma > 0:
             # math.exp, not np.exp: numpy's AVX-512 exp differs from libm's in the last bit
             # (numpy issue 23523), which would make the event trace depend on the CPU.
@@ -78,6 +76,17 @@ class ComputeModel:
         if self.straggle.probability > 0 and self._stream(worker).random() < self.straggle.probability:
             seconds += self.straggle.delay_s
         return float(seconds + self.host_overhead_s) if self.host_overhead_s and with_host else float(seconds)
+
+    def expected_step_s(self, worker: int, now_s: float) -> float:
+        """``worker``'s step starting at ``now_s`` before jitter and random straggles: its speed
+        factor (and changes), straggler slow factor and delay; no host overhead."""
+        return float(self._steady_s(worker, now_s) + self.delay_s[worker])
+
+    def _steady_s(self, worker: int, now_s: float) -> float:
+        seconds = self.base_step_s * self.scale[worker]
+        if self.changes:
+            seconds *= self.base_speed[worker] / self.speed_at(worker, now_s)
+        return seconds
 
     def _normal(self, worker: int) -> float:
         """The worker's next standard normal draw."""
